@@ -1,0 +1,143 @@
+//! Command-line interface.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::bench::OnError;
+use crate::client::BackendKind;
+
+/// Benchmark how an LLM inference server's speed changes with context length.
+#[derive(Debug, Parser)]
+#[command(name = "ctxbench", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Measure TTFT, prefill and decode speed at each context length.
+    #[command(after_help = SWEEP_EXAMPLES)]
+    Sweep(SweepArgs),
+}
+
+const SWEEP_EXAMPLES: &str = "Examples:
+  ctxbench sweep --url http://127.0.0.1:8080
+  ctxbench sweep --url http://gpu-box:30000 --contexts 1k,8k,32k,128k --reps 3 --out a.jsonl
+  ctxbench sweep --url http://127.0.0.1:8080 --out a.jsonl --resume      # continue a run
+
+k means ×1024: 4k = 4096 tokens. Results: one JSON line per sample (docs/results-schema.md).";
+
+/// Options of `ctxbench sweep`.
+#[derive(Debug, Args, Clone)]
+pub struct SweepArgs {
+    /// Server base URL, without /v1.
+    #[arg(long, env = "CTXBENCH_URL")]
+    pub url: String,
+
+    /// Server protocol; `auto` probes the server and says what it chose.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub backend: BackendKind,
+
+    /// Context lengths in tokens, e.g. `1k,4k,32k` [default: 1k, 2k, 4k, … up to the
+    /// server's maximum minus a 10% margin].
+    #[arg(long, value_name = "LIST")]
+    pub contexts: Option<String>,
+
+    /// Tokens to generate per request (EOS ignored).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
+    pub output_tokens: u32,
+
+    /// Measured repetitions per context length.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub reps: u32,
+
+    /// Prompt text: `repeat` (the seed's sentence; inflates speculative acceptance),
+    /// `random` (random token ids), or a file or folder of your own text.
+    #[arg(long, default_value = "repeat", value_name = "repeat|random|PATH")]
+    pub corpus: String,
+
+    /// Seed for `--corpus random` (nonces are always fresh).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+
+    /// Results file (JSON Lines) [default: ctxbench-<UTC time>.jsonl].
+    #[arg(long, short)]
+    pub out: Option<PathBuf>,
+
+    /// Continue the run in --out, skipping samples already recorded.
+    #[arg(long, requires = "out")]
+    pub resume: bool,
+
+    /// Model name sent in OpenAI requests [default: the first of /v1/models].
+    #[arg(long)]
+    pub model: Option<String>,
+
+    /// Name of the environment variable holding the API key (sent as a Bearer token).
+    #[arg(long, default_value = "CTXBENCH_API_KEY", value_name = "NAME")]
+    pub api_key_env: String,
+
+    /// PEM file of a private certificate authority for HTTPS.
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
+
+    /// Allowed difference between the server's prompt count and the target. 0 by default:
+    /// prompts are sent as token ids and the server's BOS is measured by the warmup, so any
+    /// difference means the server changed the prompt.
+    #[arg(long, default_value_t = 0)]
+    pub length_tolerance: u64,
+
+    /// Request timeout: SECONDS plus --timeout-per-1k for every 1000 context tokens.
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    pub timeout: f64,
+
+    /// Extra request timeout per 1000 context tokens.
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    pub timeout_per_1k: f64,
+
+    /// Longest silence allowed once the server has started answering.
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    pub stall_timeout: f64,
+
+    /// What to do when a request fails (a dead server always stops the sweep).
+    #[arg(long, value_enum, default_value = "continue")]
+    pub on_error: OnError,
+
+    /// Trap demonstration: `off` lets the server reuse cached prompts (llama.cpp
+    /// `cache_prompt`). Samples that hit the cache are flagged and excluded.
+    #[arg(long, value_enum, default_value = "on")]
+    pub cache_bypass: Switch,
+
+    /// Trap demonstration: `off` drops the per-request nonce, so repetitions send identical
+    /// prompts (the seed's mistake).
+    #[arg(long, value_enum, default_value = "on")]
+    pub nonce: Switch,
+
+    /// Seconds to wait for a server that is still loading its model.
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    pub wait_ready: f64,
+
+    /// Only warnings and the final table.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// An on/off switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Switch {
+    /// Enabled.
+    On,
+    /// Disabled.
+    Off,
+}
+
+impl Switch {
+    /// `true` for `on`.
+    pub fn is_on(self) -> bool {
+        self == Switch::On
+    }
+}

@@ -1,0 +1,266 @@
+//! llama.cpp `llama-server` native API: `/completion` streaming, `/tokenize`.
+//!
+//! Every event of `/completion` carries `tokens_predicted`, the cumulative count of generated
+//! tokens, so "this event carries a token" is read from that counter rising, not from chunk
+//! count or non-empty text (a token can decode to an empty string). The stream has no
+//! `[DONE]`: the event with `stop: true` is final and carries `timings`.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::sse::SseEvent;
+use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
+use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
+use super::{Http, ServerTimings};
+use crate::error::ClientError;
+
+/// The llama.cpp native protocol.
+#[derive(Debug, Clone)]
+pub struct LlamaCpp {
+    http: Http,
+}
+
+impl LlamaCpp {
+    /// A backend speaking to `http`.
+    pub fn new(http: Http) -> Self {
+        LlamaCpp { http }
+    }
+}
+
+const ENDPOINT: &str = "/completion";
+
+#[derive(Serialize)]
+struct CompletionBody<'a> {
+    prompt: &'a [u32],
+    n_predict: u32,
+    temperature: f32,
+    top_k: u32,
+    ignore_eos: bool,
+    stream: bool,
+    cache_prompt: bool,
+    // Progress events during prefill keep bytes flowing, so a stall can be told from a
+    // long prefill.
+    return_progress: bool,
+}
+
+/// Reads llama.cpp `/completion` events; shared with the tests.
+#[derive(Debug, Default)]
+pub struct CompletionReader {
+    predicted: u64,
+    /// Counts from the final event.
+    pub counts: Counts,
+    /// `timings` from the final event.
+    pub timings: Option<ServerTimings>,
+    /// `stop_type` from the final event.
+    pub finish_reason: Option<String>,
+}
+
+impl CompletionReader {
+    /// Interprets one event.
+    pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
+        if ev.data.trim() == "[DONE]" {
+            return Ok(EventInfo {
+                ends_stream: true,
+                ..Default::default()
+            });
+        }
+        if ev.event.as_deref() == Some("error") {
+            let v = serde_json::from_str::<Value>(&ev.data).ok();
+            if let Some(e) = in_stream_error(ENDPOINT, ev, v.as_ref()) {
+                return Err(e);
+            }
+        }
+        let v = event_json(ENDPOINT, ev)?;
+        if let Some(e) = in_stream_error(ENDPOINT, ev, Some(&v)) {
+            return Err(e);
+        }
+        let predicted = get_u64(&v, "tokens_predicted");
+        let content_nonempty = v
+            .get("content")
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty());
+        let tokens_nonempty = v
+            .get("tokens")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty());
+        let has_token = match predicted {
+            Some(n) if n > self.predicted => {
+                self.predicted = n;
+                true
+            }
+            Some(_) => false,
+            // An older build without the counter: fall back on the payload.
+            None => (content_nonempty || tokens_nonempty) && v.get("prompt_progress").is_none(),
+        };
+        let is_final = v.get("stop").and_then(Value::as_bool) == Some(true);
+        if is_final {
+            let timings = v.get("timings").map(llamacpp_timings);
+            let cached = timings
+                .as_ref()
+                .and_then(|t| t.cache_n)
+                .or_else(|| get_u64(&v, "tokens_cached"));
+            let prompt = get_u64(&v, "tokens_evaluated").or_else(|| {
+                let t = timings.as_ref()?;
+                Some(t.prompt_n? + t.cache_n.unwrap_or(0))
+            });
+            self.counts = Counts {
+                prompt_tokens: prompt,
+                completion_tokens: predicted
+                    .or_else(|| timings.as_ref().and_then(|t| t.predicted_n)),
+                cached_tokens: cached,
+            };
+            self.timings = timings;
+            self.finish_reason = v
+                .get("stop_type")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+        }
+        Ok(EventInfo {
+            has_token,
+            is_final,
+            ends_stream: is_final,
+        })
+    }
+}
+
+#[async_trait]
+impl Backend for LlamaCpp {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Llamacpp
+    }
+
+    fn endpoint(&self) -> &'static str {
+        ENDPOINT
+    }
+
+    async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
+        tokenize(&self.http, text).await
+    }
+
+    async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
+        let body = CompletionBody {
+            prompt: &req.prompt,
+            n_predict: req.max_tokens,
+            temperature: 0.0,
+            top_k: 1,
+            ignore_eos: true,
+            stream: true,
+            cache_prompt: !req.cache_bypass,
+            return_progress: true,
+        };
+        let rb = self
+            .http
+            .request(reqwest::Method::POST, ENDPOINT)
+            .json(&body);
+        let mut reader = CompletionReader::default();
+        let stream = drive_sse(ENDPOINT, &self.http, rb, req.timeouts, |ev| {
+            reader.on_event(ev)
+        })
+        .await?;
+        Ok(GenOutcome {
+            stream,
+            counts: reader.counts,
+            timings: reader.timings,
+            finish_reason: reader.finish_reason,
+        })
+    }
+}
+
+/// llama.cpp `/tokenize` without adding BOS, so ids can be sliced and concatenated.
+pub async fn tokenize(http: &Http, text: &str) -> Result<Vec<u32>, ClientError> {
+    let body = json!({"content": text, "add_special": false, "parse_special": false});
+    let v = http
+        .post_json("/tokenize", &body, Duration::from_secs(300))
+        .await?;
+    parse_token_list("/tokenize", &v)
+}
+
+/// Reads `{"tokens":[...]}` (ids, or `{id, piece}` objects) into ids.
+pub fn parse_token_list(endpoint: &str, v: &Value) -> Result<Vec<u32>, ClientError> {
+    let arr = v
+        .get("tokens")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ClientError::Malformed {
+            endpoint: endpoint.to_owned(),
+            detail: "no `tokens` array in the answer".to_owned(),
+        })?;
+    arr.iter()
+        .map(|t| {
+            t.as_u64()
+                .or_else(|| t.get("id").and_then(Value::as_u64))
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| ClientError::Malformed {
+                    endpoint: endpoint.to_owned(),
+                    detail: format!("token id is not a non-negative integer: {t}"),
+                })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(data: &str) -> SseEvent {
+        SseEvent {
+            event: None,
+            data: data.to_owned(),
+        }
+    }
+
+    #[test]
+    fn progress_events_are_not_tokens_and_counter_drives_token_detection() {
+        let mut r = CompletionReader::default();
+        let p = r
+            .on_event(&ev(r#"{"content":"","tokens":[],"stop":false,"tokens_predicted":0,"prompt_progress":{"total":10,"cache":0,"processed":5,"time_ms":1}}"#))
+            .unwrap();
+        assert!(!p.has_token);
+        // A token that decodes to an empty string still counts.
+        let t = r
+            .on_event(&ev(
+                r#"{"content":"","tokens":[29871],"stop":false,"tokens_predicted":1}"#,
+            ))
+            .unwrap();
+        assert!(t.has_token && !t.is_final);
+        let f = r
+            .on_event(&ev(r#"{"content":"","tokens":[],"stop":true,"tokens_predicted":1,"tokens_evaluated":1024,"tokens_cached":1024,"stop_type":"limit","timings":{"cache_n":0,"prompt_n":1024,"prompt_ms":50.5,"prompt_per_second":20277.2,"predicted_n":1,"predicted_ms":0.001,"predicted_per_second":0.0}}"#))
+            .unwrap();
+        assert!(!f.has_token && f.is_final && f.ends_stream);
+        assert_eq!(r.counts.prompt_tokens, Some(1024));
+        assert_eq!(r.counts.cached_tokens, Some(0));
+        assert_eq!(r.counts.completion_tokens, Some(1));
+        assert_eq!(r.timings.as_ref().unwrap().prompt_ms, Some(50.5));
+        assert_eq!(r.finish_reason.as_deref(), Some("limit"));
+    }
+
+    #[test]
+    fn error_in_stream_is_an_error() {
+        let mut r = CompletionReader::default();
+        let e = r
+            .on_event(&ev(
+                r#"{"error":{"code":500,"message":"boom","type":"server_error"}}"#,
+            ))
+            .unwrap_err();
+        assert!(matches!(e, ClientError::InStream { ref message, .. } if message == "boom"));
+    }
+
+    #[test]
+    fn malformed_event_is_named() {
+        let mut r = CompletionReader::default();
+        let e = r.on_event(&ev("{not json")).unwrap_err();
+        assert!(matches!(e, ClientError::Malformed { .. }));
+    }
+
+    #[test]
+    fn token_lists_parse_in_both_shapes() {
+        let v: Value = serde_json::from_str(r#"{"tokens":[1,2,3]}"#).unwrap();
+        assert_eq!(parse_token_list("/t", &v).unwrap(), vec![1, 2, 3]);
+        let v: Value = serde_json::from_str(r#"{"tokens":[{"id":5,"piece":"a"}]}"#).unwrap();
+        assert_eq!(parse_token_list("/t", &v).unwrap(), vec![5]);
+        let v: Value = serde_json::from_str(r#"{"tokens":[-1]}"#).unwrap();
+        assert!(parse_token_list("/t", &v).is_err());
+    }
+}

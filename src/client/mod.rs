@@ -1,0 +1,166 @@
+//! Server protocols: one module per API behind the [`Backend`] trait, plus the shared HTTP
+//! plumbing and the streaming driver that timestamps bytes as they arrive.
+
+pub mod http;
+pub mod llamacpp;
+pub mod openai;
+pub mod sse;
+pub mod stream;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ClientError;
+pub use http::Http;
+pub use stream::StreamStats;
+
+/// Which protocol to speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// Probe the server and pick the best protocol.
+    Auto,
+    /// llama.cpp's llama-server native `/completion`.
+    Llamacpp,
+    /// Any OpenAI-compatible `/v1/completions`.
+    Openai,
+}
+
+impl BackendKind {
+    /// The name used on the command line and in results.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Auto => "auto",
+            BackendKind::Llamacpp => "llamacpp",
+            BackendKind::Openai => "openai",
+        }
+    }
+}
+
+/// One generation request, prompt given as token ids.
+#[derive(Debug, Clone)]
+pub struct GenRequest {
+    /// The exact prompt, nonce first.
+    pub prompt: Vec<u32>,
+    /// Tokens to generate (EOS is ignored where the API allows).
+    pub max_tokens: u32,
+    /// Ask the server not to reuse cached prompt state, where the API allows it.
+    pub cache_bypass: bool,
+    /// Limits for this request.
+    pub timeouts: Timeouts,
+}
+
+/// Time limits of one request.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// The whole request, from send to the last byte.
+    pub request: Duration,
+    /// Longest silence once the server has started answering.
+    pub stall: Duration,
+}
+
+/// Token counts as the server reports them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Prompt length the server saw, cached tokens included.
+    pub prompt_tokens: Option<u64>,
+    /// Tokens generated.
+    pub completion_tokens: Option<u64>,
+    /// Prompt tokens served from a prefix cache; `None` when the server does not say.
+    pub cached_tokens: Option<u64>,
+}
+
+/// What the server reported about its own timing for one request (units in the names).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerTimings {
+    /// Where these numbers came from, e.g. `llamacpp.timings`.
+    pub source: String,
+    /// Prompt tokens computed (not cached).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_n: Option<u64>,
+    /// Prompt tokens reused from cache.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_n: Option<u64>,
+    /// Prompt processing time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_ms: Option<f64>,
+    /// Server-computed prefill rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_per_second: Option<f64>,
+    /// Tokens generated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_n: Option<u64>,
+    /// Time from the first to the last generated token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_ms: Option<f64>,
+    /// Server-computed decode rate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_per_second: Option<f64>,
+    /// Server-computed time per decode step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_per_token_ms: Option<f64>,
+    /// Draft tokens proposed (speculative decoding).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_n: Option<u64>,
+    /// Draft tokens accepted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft_n_accepted: Option<u64>,
+}
+
+/// The result of one streamed generation.
+#[derive(Debug, Clone)]
+pub struct GenOutcome {
+    /// Client-side timing and chunk accounting.
+    pub stream: StreamStats,
+    /// Server-reported counts.
+    pub counts: Counts,
+    /// Server-reported timings, when the API has them.
+    pub timings: Option<ServerTimings>,
+    /// Why generation stopped, as the server said.
+    pub finish_reason: Option<String>,
+}
+
+/// A server protocol.
+#[async_trait]
+pub trait Backend: Send + Sync {
+    /// Protocol name recorded in results.
+    fn kind(&self) -> BackendKind;
+    /// The endpoint generations go to.
+    fn endpoint(&self) -> &'static str;
+    /// Tokenizes text with the server's own tokenizer (no special tokens added).
+    async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError>;
+    /// Streams one generation and times it.
+    async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError>;
+}
+
+/// Reads an optional unsigned count from a JSON object.
+pub(crate) fn get_u64(v: &serde_json::Value, key: &str) -> Option<u64> {
+    v.get(key).and_then(|x| {
+        x.as_u64()
+            .or_else(|| x.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
+    })
+}
+
+/// Reads an optional float from a JSON object.
+pub(crate) fn get_f64(v: &serde_json::Value, key: &str) -> Option<f64> {
+    v.get(key).and_then(|x| x.as_f64())
+}
+
+/// Parses llama.cpp's `timings` object (also sent by its `/v1/completions`).
+pub(crate) fn llamacpp_timings(t: &serde_json::Value) -> ServerTimings {
+    ServerTimings {
+        source: "llamacpp.timings".to_owned(),
+        prompt_n: get_u64(t, "prompt_n"),
+        cache_n: get_u64(t, "cache_n"),
+        prompt_ms: get_f64(t, "prompt_ms"),
+        prompt_per_second: get_f64(t, "prompt_per_second"),
+        predicted_n: get_u64(t, "predicted_n"),
+        predicted_ms: get_f64(t, "predicted_ms"),
+        predicted_per_second: get_f64(t, "predicted_per_second"),
+        predicted_per_token_ms: get_f64(t, "predicted_per_token_ms"),
+        draft_n: get_u64(t, "draft_n"),
+        draft_n_accepted: get_u64(t, "draft_n_accepted"),
+    }
+}

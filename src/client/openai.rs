@@ -1,0 +1,295 @@
+//! Generic OpenAI-compatible `/v1/completions` with `stream_options.include_usage`.
+//!
+//! Token counts come from the final `usage` record, never from chunk counts. Where a server
+//! sends cumulative usage in every chunk (`continuous_usage_stats`), "carries a token" is read
+//! from `completion_tokens` rising; otherwise from a non-empty text delta.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+use super::sse::SseEvent;
+use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
+use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
+use super::{Http, ServerTimings};
+use crate::error::ClientError;
+
+/// How a server's `/tokenize` wants its body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TokenizeDialect {
+    /// `{"content": ...}` (llama.cpp).
+    Llamacpp,
+    /// `{"prompt": ..., "add_special_tokens": false}` (vLLM, SGLang).
+    Vllm,
+}
+
+/// The OpenAI-compatible protocol.
+#[derive(Debug, Clone)]
+pub struct OpenAi {
+    http: Http,
+    model: Option<String>,
+    tokenize: Option<TokenizeDialect>,
+    /// Extra body fields the probe found the server accepts (e.g. llama.cpp `cache_prompt`).
+    cache_bypass_field: Option<(String, Value)>,
+}
+
+impl OpenAi {
+    /// A backend for `http`; `cache_bypass_field` is sent when a request asks for no reuse.
+    pub fn new(
+        http: Http,
+        model: Option<String>,
+        tokenize: Option<TokenizeDialect>,
+        cache_bypass_field: Option<(String, Value)>,
+    ) -> Self {
+        OpenAi {
+            http,
+            model,
+            tokenize,
+            cache_bypass_field,
+        }
+    }
+}
+
+const ENDPOINT: &str = "/v1/completions";
+
+/// Reads `/v1/completions` stream events.
+#[derive(Debug, Default)]
+pub struct CompletionsReader {
+    completion_seen: u64,
+    /// Counts from the usage record.
+    pub counts: Counts,
+    /// llama.cpp's non-standard `timings`, if sent.
+    pub timings: Option<ServerTimings>,
+    /// `finish_reason` of the last choice.
+    pub finish_reason: Option<String>,
+}
+
+impl CompletionsReader {
+    /// Interprets one event.
+    pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
+        if ev.data.trim() == "[DONE]" {
+            return Ok(EventInfo {
+                ends_stream: true,
+                ..Default::default()
+            });
+        }
+        let v = match event_json(ENDPOINT, ev) {
+            Ok(v) => v,
+            Err(e) => {
+                return Err(in_stream_error(ENDPOINT, ev, None).unwrap_or(e));
+            }
+        };
+        if let Some(e) = in_stream_error(ENDPOINT, ev, Some(&v)) {
+            return Err(e);
+        }
+        if v.get("object").and_then(Value::as_str) == Some("error") {
+            return Err(ClientError::InStream {
+                endpoint: ENDPOINT.to_owned(),
+                message: super::http::error_message(&ev.data),
+            });
+        }
+        let choice = v
+            .get("choices")
+            .and_then(Value::as_array)
+            .and_then(|c| c.first());
+        let text_nonempty = choice
+            .and_then(|c| c.get("text"))
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty());
+        let usage = v.get("usage").filter(|u| u.is_object());
+        let running = usage.and_then(|u| get_u64(u, "completion_tokens"));
+        let has_token = match (choice, running) {
+            (Some(_), Some(n)) if n > self.completion_seen => {
+                self.completion_seen = n;
+                true
+            }
+            (Some(_), Some(_)) => false,
+            (Some(_), None) => text_nonempty,
+            (None, _) => false,
+        };
+        if let Some(fr) = choice
+            .and_then(|c| c.get("finish_reason"))
+            .and_then(Value::as_str)
+        {
+            self.finish_reason = Some(fr.to_owned());
+        }
+        // The final record: usage with prompt tokens on a chunk with no choices (OpenAI,
+        // vLLM, SGLang) or with the finish reason (llama.cpp).
+        let is_final = match usage {
+            Some(u) if u.get("prompt_tokens").is_some() => {
+                choice.is_none() || self.finish_reason.is_some()
+            }
+            _ => false,
+        };
+        if is_final {
+            let u = usage.unwrap_or(&Value::Null);
+            let timings = v.get("timings").map(llamacpp_timings);
+            self.counts = Counts {
+                prompt_tokens: get_u64(u, "prompt_tokens"),
+                completion_tokens: get_u64(u, "completion_tokens"),
+                cached_tokens: u
+                    .get("prompt_tokens_details")
+                    .and_then(|d| get_u64(d, "cached_tokens"))
+                    .or_else(|| timings.as_ref().and_then(|t| t.cache_n)),
+            };
+            self.timings = timings;
+        }
+        Ok(EventInfo {
+            has_token,
+            is_final,
+            ends_stream: false,
+        })
+    }
+}
+
+#[async_trait]
+impl Backend for OpenAi {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Openai
+    }
+
+    fn endpoint(&self) -> &'static str {
+        ENDPOINT
+    }
+
+    async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
+        match self.tokenize {
+            Some(TokenizeDialect::Llamacpp) => super::llamacpp::tokenize(&self.http, text).await,
+            Some(TokenizeDialect::Vllm) => {
+                let mut body = json!({"prompt": text, "add_special_tokens": false});
+                if let Some(m) = &self.model {
+                    body["model"] = json!(m);
+                }
+                let v = self
+                    .http
+                    .post_json("/tokenize", &body, Duration::from_secs(300))
+                    .await?;
+                super::llamacpp::parse_token_list("/tokenize", &v)
+            }
+            None => Err(ClientError::Http {
+                endpoint: "/tokenize".to_owned(),
+                status: 404,
+                message: "this server has no /tokenize endpoint; ctxbench needs the server's own tokenizer to build prompts of exact length".to_owned(),
+            }),
+        }
+    }
+
+    async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
+        let mut body = Map::new();
+        if let Some(m) = &self.model {
+            body.insert("model".into(), json!(m));
+        }
+        body.insert("prompt".into(), json!(req.prompt));
+        body.insert("max_tokens".into(), json!(req.max_tokens));
+        body.insert("temperature".into(), json!(0));
+        body.insert("ignore_eos".into(), json!(true));
+        body.insert("stream".into(), json!(true));
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+        if req.cache_bypass {
+            if let Some((k, v)) = &self.cache_bypass_field {
+                body.insert(k.clone(), v.clone());
+            }
+        }
+        let rb = self
+            .http
+            .request(reqwest::Method::POST, ENDPOINT)
+            .json(&Value::Object(body));
+        let mut reader = CompletionsReader::default();
+        let stream = drive_sse(ENDPOINT, &self.http, rb, req.timeouts, |ev| {
+            reader.on_event(ev)
+        })
+        .await?;
+        Ok(GenOutcome {
+            stream,
+            counts: reader.counts,
+            timings: reader.timings,
+            finish_reason: reader.finish_reason,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(data: &str) -> SseEvent {
+        SseEvent {
+            event: None,
+            data: data.to_owned(),
+        }
+    }
+
+    #[test]
+    fn openai_baseline_stream_with_usage_chunk() {
+        let mut r = CompletionsReader::default();
+        // An empty first chunk is not a token (the TTFT trap).
+        let e = r
+            .on_event(&ev(
+                r#"{"choices":[{"index":0,"text":"","finish_reason":null}],"usage":null}"#,
+            ))
+            .unwrap();
+        assert!(!e.has_token);
+        let t = r
+            .on_event(&ev(
+                r#"{"choices":[{"index":0,"text":"Hi","finish_reason":null}]}"#,
+            ))
+            .unwrap();
+        assert!(t.has_token && !t.is_final);
+        let l = r
+            .on_event(&ev(
+                r#"{"choices":[{"index":0,"text":"!","finish_reason":"length"}],"usage":null}"#,
+            ))
+            .unwrap();
+        assert!(l.has_token && !l.is_final);
+        let u = r
+            .on_event(&ev(r#"{"choices":[],"usage":{"prompt_tokens":100,"completion_tokens":2,"total_tokens":102,"prompt_tokens_details":{"cached_tokens":64}}}"#))
+            .unwrap();
+        assert!(u.is_final && !u.has_token);
+        assert_eq!(
+            r.counts,
+            Counts {
+                prompt_tokens: Some(100),
+                completion_tokens: Some(2),
+                cached_tokens: Some(64)
+            }
+        );
+        assert!(r.on_event(&ev("[DONE]")).unwrap().ends_stream);
+    }
+
+    #[test]
+    fn llamacpp_final_chunk_with_timings_and_no_details() {
+        let mut r = CompletionsReader::default();
+        let f = r
+            .on_event(&ev(r#"{"choices":[{"text":"","index":0,"finish_reason":"length"}],"usage":{"completion_tokens":8,"prompt_tokens":2048,"total_tokens":2056},"timings":{"cache_n":0,"prompt_n":2048,"prompt_ms":150.0,"predicted_n":8,"predicted_ms":9.0}}"#))
+            .unwrap();
+        assert!(f.is_final);
+        assert_eq!(r.counts.cached_tokens, Some(0));
+        assert_eq!(r.timings.unwrap().prompt_ms, Some(150.0));
+    }
+
+    #[test]
+    fn missing_cached_count_stays_unknown() {
+        let mut r = CompletionsReader::default();
+        r.on_event(&ev(
+            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}"#,
+        ))
+        .unwrap();
+        assert_eq!(r.counts.cached_tokens, None);
+    }
+
+    #[test]
+    fn error_shapes_in_stream() {
+        let mut r = CompletionsReader::default();
+        assert!(r
+            .on_event(&ev(
+                r#"{"error":{"message":"overloaded","type":"server_error"}}"#
+            ))
+            .is_err());
+        assert!(r
+            .on_event(&ev(r#"{"object":"error","message":"bad","type":"x"}"#))
+            .is_err());
+    }
+}

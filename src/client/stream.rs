@@ -1,0 +1,203 @@
+//! The streaming driver: reads the response body chunk by chunk, takes `Instant::now()` the
+//! moment each chunk comes off the socket (before any parsing), and lets the protocol module
+//! say what each event meant.
+
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+
+use super::sse::{SseEvent, SseParser};
+use super::Timeouts;
+use crate::error::ClientError;
+
+/// What one event carried, as the protocol module reads it.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct EventInfo {
+    /// The event carries at least one generated token.
+    pub has_token: bool,
+    /// This is the stream's final record (counts/timings present).
+    pub is_final: bool,
+    /// The stream is over (`[DONE]` or a final record on APIs without `[DONE]`).
+    pub ends_stream: bool,
+}
+
+/// Client-side timing of one streamed request.
+#[derive(Debug, Clone)]
+pub struct StreamStats {
+    /// Just before the request was written.
+    pub t_sent: Instant,
+    /// Arrival of the first byte of the response body... or of headers if the body was empty.
+    pub t_first_byte: Option<Instant>,
+    /// Arrival of the chunk that completed the first token-carrying event.
+    pub t_first_token: Option<Instant>,
+    /// Arrival of the chunk that completed the last token-carrying event.
+    pub t_last_token: Option<Instant>,
+    /// When the stream ended.
+    pub t_end: Instant,
+    /// SSE events received.
+    pub events: usize,
+    /// Events that carried at least one generated token.
+    pub token_events: usize,
+    /// Body bytes received.
+    pub bytes: usize,
+    /// Whether the final record arrived.
+    pub saw_final: bool,
+}
+
+impl StreamStats {
+    /// Time to first token.
+    pub fn ttft(&self) -> Option<Duration> {
+        self.t_first_token.map(|t| t - self.t_sent)
+    }
+    /// First-to-last token interval.
+    pub fn decode_span(&self) -> Option<Duration> {
+        match (self.t_first_token, self.t_last_token) {
+            (Some(a), Some(b)) => Some(b - a),
+            _ => None,
+        }
+    }
+    /// Whole request.
+    pub fn e2e(&self) -> Duration {
+        self.t_end - self.t_sent
+    }
+}
+
+/// Sends `rb` and drives its SSE body to the end, calling `on_event` for each event.
+pub async fn drive_sse<F>(
+    endpoint: &str,
+    http: &super::Http,
+    rb: reqwest::RequestBuilder,
+    timeouts: Timeouts,
+    mut on_event: F,
+) -> Result<StreamStats, ClientError>
+where
+    F: FnMut(&SseEvent) -> Result<EventInfo, ClientError>,
+{
+    let t_sent = Instant::now();
+    let deadline = t_sent + timeouts.request;
+    let resp = match tokio::time::timeout_at(deadline.into(), rb.send()).await {
+        Err(_) => {
+            return Err(ClientError::TimedOut {
+                endpoint: endpoint.to_owned(),
+                after: timeouts.request,
+            })
+        }
+        Ok(Err(e)) => return Err(http.send_error(endpoint, e, timeouts.request)),
+        Ok(Ok(r)) => r,
+    };
+    let resp = super::http::check_status(endpoint, resp).await?;
+    let mut stats = StreamStats {
+        t_sent,
+        t_first_byte: None,
+        t_first_token: None,
+        t_last_token: None,
+        t_end: t_sent,
+        events: 0,
+        token_events: 0,
+        bytes: 0,
+        saw_final: false,
+    };
+    let mut body = resp.bytes_stream();
+    let mut parser = SseParser::new();
+    let mut events = Vec::new();
+    let mut ended = false;
+    while !ended {
+        // Before the first byte the whole-request deadline governs (a long prefill sends
+        // nothing); afterwards silence longer than the stall timeout is a hang.
+        let wait_until = match stats.t_first_byte {
+            None => deadline,
+            Some(_) => deadline.min(Instant::now() + timeouts.stall),
+        };
+        let next = match tokio::time::timeout_at(wait_until.into(), body.next()).await {
+            Ok(n) => n,
+            Err(_) if Instant::now() >= deadline => {
+                return Err(ClientError::TimedOut {
+                    endpoint: endpoint.to_owned(),
+                    after: timeouts.request,
+                })
+            }
+            Err(_) => {
+                return Err(ClientError::Stalled {
+                    endpoint: endpoint.to_owned(),
+                    after: timeouts.stall,
+                })
+            }
+        };
+        let arrived = Instant::now();
+        let chunk = match next {
+            None => {
+                parser.finish(&mut events);
+                ended = true;
+                None
+            }
+            Some(Err(e)) => {
+                return Err(ClientError::Transport {
+                    endpoint: endpoint.to_owned(),
+                    detail: super::http::root_cause(&e),
+                })
+            }
+            Some(Ok(c)) => Some(c),
+        };
+        if let Some(c) = &chunk {
+            stats.t_first_byte.get_or_insert(arrived);
+            stats.bytes += c.len();
+            parser.push(c, &mut events);
+        }
+        for ev in events.drain(..) {
+            stats.events += 1;
+            let info = on_event(&ev)?;
+            if info.has_token {
+                stats.token_events += 1;
+                stats.t_first_token.get_or_insert(arrived);
+                stats.t_last_token = Some(arrived);
+            }
+            stats.saw_final |= info.is_final;
+            if info.ends_stream {
+                ended = true;
+            }
+        }
+        stats.t_end = arrived;
+    }
+    if !stats.saw_final {
+        return Err(ClientError::Truncated {
+            endpoint: endpoint.to_owned(),
+            tokens: stats.token_events,
+        });
+    }
+    Ok(stats)
+}
+
+/// Parses an event's data as JSON, or names the problem.
+pub fn event_json(endpoint: &str, ev: &SseEvent) -> Result<serde_json::Value, ClientError> {
+    serde_json::from_str(&ev.data).map_err(|e| ClientError::Malformed {
+        endpoint: endpoint.to_owned(),
+        detail: format!(
+            "stream event is not JSON ({e}): {}",
+            super::http::snippet(&ev.data)
+        ),
+    })
+}
+
+/// Returns an in-stream error if the event is one (`event: error` or an `error` field).
+pub fn in_stream_error(
+    endpoint: &str,
+    ev: &SseEvent,
+    v: Option<&serde_json::Value>,
+) -> Option<ClientError> {
+    let from_value = v.and_then(|v| v.get("error")).map(|e| {
+        e.get("message")
+            .and_then(|m| m.as_str())
+            .map(str::to_owned)
+            .or_else(|| e.as_str().map(str::to_owned))
+            .unwrap_or_else(|| e.to_string())
+    });
+    let message = match (ev.event.as_deref(), from_value) {
+        (_, Some(m)) => m,
+        (Some("error"), None) => super::http::error_message(&ev.data),
+        _ => return None,
+    };
+    Some(ClientError::InStream {
+        endpoint: endpoint.to_owned(),
+        message,
+    })
+}

@@ -1,0 +1,276 @@
+//! Prompt text, tokenized once per run through the server's own tokenizer.
+
+use std::path::{Path, PathBuf};
+
+use rand::{RngExt, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::client::Backend;
+use crate::error::ClientError;
+
+/// The seed's synthetic sentence. Repetitive text makes drafts trivially right: it inflates
+/// speculative acceptance, so results always record which corpus was used.
+pub const REPEAT_SENTENCE: &str = "The quick brown fox jumps over the lazy dog. ";
+
+/// Characters whose token ids make up the nonce pool, beside the corpus's own ids.
+const NONCE_ALPHABET: &str =
+    "0 1 2 3 4 5 6 7 8 9 a b c d e f g h i j k l m n o p q r s t u v w x y z A B C D E F G H I J K L M N O P Q R S T U V W X Y Z";
+
+/// Largest text sent to `/tokenize` in one request.
+const TOKENIZE_CHUNK_CHARS: usize = 256 * 1024;
+
+/// Which text prompts are made of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "path", rename_all = "lowercase")]
+pub enum CorpusSpec {
+    /// The seed's repeated sentence.
+    Repeat,
+    /// Uniformly random token ids.
+    Random,
+    /// The user's own text: a file, or every file of a folder.
+    Path(PathBuf),
+}
+
+impl CorpusSpec {
+    /// Parses `repeat`, `random`, or a path.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "repeat" => Ok(CorpusSpec::Repeat),
+            "random" => Ok(CorpusSpec::Random),
+            p => {
+                let path = PathBuf::from(p);
+                if path.exists() {
+                    Ok(CorpusSpec::Path(path))
+                } else {
+                    Err(format!(
+                        "--corpus '{p}': not 'repeat', 'random', or an existing file or folder"
+                    ))
+                }
+            }
+        }
+    }
+
+    /// A short label for tables and reports.
+    pub fn label(&self) -> String {
+        match self {
+            CorpusSpec::Repeat => "repeat (synthetic: inflates speculative acceptance)".to_owned(),
+            CorpusSpec::Random => "random token ids".to_owned(),
+            CorpusSpec::Path(p) => format!("text from {}", p.display()),
+        }
+    }
+}
+
+/// A tokenized corpus: prompts are windows of `tokens`, wrapping around when needed.
+#[derive(Debug, Clone)]
+pub struct Corpus {
+    /// Token ids, in order.
+    pub tokens: Vec<u32>,
+    /// Ids to draw nonces from: distinct, and all known to the tokenizer.
+    pub nonce_pool: Vec<u32>,
+    /// How many server tokenize requests were made.
+    pub tokenize_requests: usize,
+    /// Whether prompts longer than the corpus wrap around (stated in results).
+    pub wraps: bool,
+}
+
+/// Corpus loading failures.
+#[derive(Debug, thiserror::Error)]
+pub enum CorpusError {
+    /// The server failed to tokenize.
+    #[error("tokenizing the corpus through the server failed: {0}")]
+    Tokenize(#[from] ClientError),
+    /// Unreadable corpus files.
+    #[error("cannot read corpus {path}: {detail}")]
+    Read { path: String, detail: String },
+    /// Nothing usable.
+    #[error("{0}")]
+    Empty(String),
+}
+
+impl Corpus {
+    /// Tokenizes the corpus once; `needed` is the longest prompt the plan will ask for.
+    pub async fn load(
+        spec: &CorpusSpec,
+        backend: &dyn Backend,
+        needed: usize,
+        n_vocab: Option<u64>,
+        seed: u64,
+    ) -> Result<Corpus, CorpusError> {
+        let mut requests = 0;
+        let alphabet = backend.tokenize(NONCE_ALPHABET).await?;
+        requests += 1;
+        let (tokens, wraps) = match spec {
+            CorpusSpec::Repeat => {
+                // One block, tokenized once, repeated: the text is periodic anyway.
+                let block = REPEAT_SENTENCE.repeat(256);
+                let t = backend.tokenize(&block).await?;
+                requests += 1;
+                (t, true)
+            }
+            CorpusSpec::Random => {
+                let v = n_vocab.ok_or_else(|| {
+                    CorpusError::Empty(
+                        "--corpus random needs the vocabulary size, which this server does not report; use --corpus repeat or a text folder".to_owned(),
+                    )
+                })?;
+                (random_tokens(v, needed.max(4096), seed), false)
+            }
+            CorpusSpec::Path(p) => {
+                let texts = read_texts(p)?;
+                let mut tokens = Vec::new();
+                'outer: for text in &texts {
+                    for piece in split_text(text, TOKENIZE_CHUNK_CHARS) {
+                        tokens.extend(backend.tokenize(piece).await?);
+                        requests += 1;
+                        if tokens.len() >= needed {
+                            break 'outer;
+                        }
+                    }
+                }
+                let wraps = tokens.len() < needed;
+                (tokens, wraps)
+            }
+        };
+        if tokens.is_empty() {
+            return Err(CorpusError::Empty(
+                "the corpus tokenized to zero tokens".to_owned(),
+            ));
+        }
+        let mut pool: Vec<u32> = alphabet;
+        pool.extend(tokens.iter().take(65536).copied());
+        pool.sort_unstable();
+        pool.dedup();
+        Ok(Corpus {
+            tokens,
+            nonce_pool: pool,
+            tokenize_requests: requests,
+            wraps,
+        })
+    }
+
+    /// `len` tokens starting at `offset`, wrapping around the end.
+    pub fn window(&self, offset: usize, len: usize) -> impl Iterator<Item = u32> + '_ {
+        let n = self.tokens.len();
+        (0..len).map(move |i| self.tokens[(offset + i) % n])
+    }
+}
+
+/// Random ids away from the ends of the vocabulary, where tokenizers keep special, control
+/// and byte tokens (llama SPM: 0–258; Llama-3: the top 256).
+pub fn random_tokens(n_vocab: u64, len: usize, seed: u64) -> Vec<u32> {
+    let (lo, hi) = if n_vocab > 2048 {
+        (259, n_vocab - 256)
+    } else {
+        (0, n_vocab)
+    };
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..len)
+        .map(|_| rng.random_range(lo..hi.max(lo + 1)) as u32)
+        .collect()
+}
+
+/// Reads a file, or every regular file of a folder in name order (recursively), as UTF-8.
+fn read_texts(path: &Path) -> Result<Vec<String>, CorpusError> {
+    let read_err = |p: &Path, e: std::io::Error| CorpusError::Read {
+        path: p.display().to_string(),
+        detail: e.to_string(),
+    };
+    let mut files = Vec::new();
+    collect_files(path, &mut files).map_err(|e| read_err(path, e))?;
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let bytes = std::fs::read(&f).map_err(|e| read_err(&f, e))?;
+        // Binary files are skipped rather than fed to the tokenizer as mojibake.
+        if let Ok(s) = String::from_utf8(bytes) {
+            if !s.trim().is_empty() {
+                out.push(s);
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(CorpusError::Empty(format!(
+            "--corpus {}: no non-empty UTF-8 text files found",
+            path.display()
+        )));
+    }
+    Ok(out)
+}
+
+fn collect_files(p: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    if p.is_dir() {
+        for e in std::fs::read_dir(p)? {
+            let e = e?;
+            let name = e.file_name();
+            if name.to_string_lossy().starts_with('.') {
+                continue;
+            }
+            collect_files(&e.path(), out)?;
+        }
+    } else {
+        out.push(p.to_path_buf());
+    }
+    Ok(())
+}
+
+/// Splits text into pieces of at most `max` bytes, at whitespace where possible, never
+/// inside a UTF-8 character.
+pub fn split_text(text: &str, max: usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while rest.len() > max {
+        let mut cut = max;
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        if let Some(ws) = rest[..cut].rfind(char::is_whitespace) {
+            if ws > 0 {
+                cut = ws;
+            }
+        }
+        out.push(&rest[..cut]);
+        rest = &rest[cut..];
+    }
+    if !rest.is_empty() {
+        out.push(rest);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_wraps() {
+        let c = Corpus {
+            tokens: vec![1, 2, 3],
+            nonce_pool: vec![],
+            tokenize_requests: 0,
+            wraps: true,
+        };
+        assert_eq!(c.window(2, 5).collect::<Vec<_>>(), vec![3, 1, 2, 3, 1]);
+    }
+
+    #[test]
+    fn random_tokens_avoid_special_ranges_and_are_seeded() {
+        let a = random_tokens(32000, 10_000, 7);
+        assert!(a.iter().all(|&t| (259..31744).contains(&t)));
+        assert_eq!(a, random_tokens(32000, 10_000, 7));
+        assert_ne!(a, random_tokens(32000, 10_000, 8));
+    }
+
+    #[test]
+    fn split_text_respects_limits_and_chars() {
+        let s = "ééé ééé ééé";
+        let parts = split_text(s, 7);
+        assert!(parts.iter().all(|p| p.len() <= 7));
+        assert_eq!(parts.concat(), s);
+    }
+
+    #[test]
+    fn corpus_spec_parse() {
+        assert_eq!(CorpusSpec::parse("repeat").unwrap(), CorpusSpec::Repeat);
+        assert!(CorpusSpec::parse("/definitely/not/here").is_err());
+    }
+}

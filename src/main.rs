@@ -1,0 +1,51 @@
+//! The `ctxbench` binary: parse, run, map outcomes to exit codes.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use ctxbench::cli::{Cli, Command};
+use ctxbench::error::UsageError;
+use ctxbench::sweep::{self, Ending};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = rt.block_on(async {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        // First Ctrl-C: stop after recording what is measured. Second: exit at once.
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("\ninterrupt: stopping after saving results (Ctrl-C again to quit now)");
+                let _ = tx.send(true);
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    std::process::exit(130);
+                }
+            }
+        });
+        match cli.command {
+            Command::Sweep(args) => sweep::run(args, rx).await,
+        }
+    });
+    match result {
+        Ok(Ending::Complete) => ExitCode::SUCCESS,
+        Ok(Ending::Incomplete) => ExitCode::from(1),
+        Ok(Ending::Interrupted) => ExitCode::from(130),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            if e.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}

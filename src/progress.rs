@@ -1,0 +1,117 @@
+//! Progress is an observer: the measuring loop reports events and does not know who listens.
+
+use std::io::IsTerminal;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::record::{Sample, Status};
+use crate::render::fmt_ctx;
+
+/// Receives events from the measuring loop.
+pub trait Observer {
+    /// The run is about to measure `total` samples (`skipped` already recorded).
+    fn start(&mut self, _total: usize, _skipped: usize) {}
+    /// A request at `context` is about to be sent.
+    fn sample_started(&mut self, _context: u64, _rep: u32) {}
+    /// A sample was recorded.
+    fn sample_done(&mut self, _sample: &Sample) {}
+    /// A warning worth a line of its own.
+    fn warn(&mut self, _msg: &str) {}
+    /// Measuring is over.
+    fn finish(&mut self) {}
+}
+
+/// An observer that ignores everything.
+pub struct Silent;
+impl Observer for Silent {}
+
+/// A progress bar on a terminal, one line per sample otherwise (CI logs).
+pub struct Terminal {
+    bar: Option<ProgressBar>,
+    quiet: bool,
+}
+
+impl Terminal {
+    /// A bar when stderr is a terminal; `quiet` keeps only warnings.
+    pub fn new(quiet: bool) -> Self {
+        Terminal { bar: None, quiet }
+    }
+
+    fn line(&self, msg: &str) {
+        match &self.bar {
+            Some(b) => b.println(msg),
+            None => eprintln!("{msg}"),
+        }
+    }
+}
+
+fn describe(s: &Sample) -> String {
+    let ctx = fmt_ctx(s.context_tokens);
+    match s.status {
+        Status::Failed => format!(
+            "  {ctx:>6} rep {}: FAILED: {}",
+            s.rep,
+            s.error.as_ref().map_or("?", |e| e.message.as_str())
+        ),
+        Status::Ok => {
+            let f = |x: Option<f64>| x.map_or("–".to_owned(), |v| format!("{v:.1}"));
+            let mut line = format!(
+                "  {ctx:>6} rep {}: TTFT {} ms (server {} ms), decode {} tok/s, cached {}",
+                s.rep,
+                f(s.ttft_ms),
+                f(s.server.as_ref().and_then(|t| t.prompt_ms)),
+                f(s.decode_tokens_per_s),
+                s.cached_tokens
+                    .map_or("not reported".to_owned(), |c| c.to_string()),
+            );
+            if !s.flags.is_empty() {
+                line.push_str(&format!("  [{}]", s.flags.join(", ")));
+            }
+            line
+        }
+    }
+}
+
+impl Observer for Terminal {
+    fn start(&mut self, total: usize, skipped: usize) {
+        if skipped > 0 && !self.quiet {
+            eprintln!("resuming: {skipped} sample(s) already recorded are skipped");
+        }
+        if std::io::stderr().is_terminal() && !self.quiet {
+            let bar = ProgressBar::new(total as u64);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} samples  {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            bar.enable_steady_tick(std::time::Duration::from_millis(200));
+            self.bar = Some(bar);
+        }
+    }
+
+    fn sample_started(&mut self, context: u64, rep: u32) {
+        if let Some(b) = &self.bar {
+            b.set_message(format!("context {} rep {}", fmt_ctx(context), rep));
+        }
+    }
+
+    fn sample_done(&mut self, sample: &Sample) {
+        if !self.quiet || sample.status == Status::Failed || sample.contaminated {
+            self.line(&describe(sample));
+        }
+        if let Some(b) = &self.bar {
+            b.inc(1);
+        }
+    }
+
+    fn warn(&mut self, msg: &str) {
+        self.line(&format!("warning: {msg}"));
+    }
+
+    fn finish(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+    }
+}

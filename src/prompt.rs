@@ -1,0 +1,108 @@
+//! Exact-length token-id prompts with a unique nonce at token 0.
+//!
+//! A nonce at the *start* makes every prompt's first token differ, so no prefix cache can
+//! match more than zero tokens; a suffix nonce would leave the whole body cacheable.
+
+use rand::{RngExt, SeedableRng};
+
+use crate::corpus::Corpus;
+
+/// Tokens of nonce at the start of every prompt.
+pub const NONCE_TOKENS: usize = 8;
+
+/// Builds prompts from a corpus.
+#[derive(Debug)]
+pub struct PromptBuilder<'a> {
+    corpus: &'a Corpus,
+    rng: rand::rngs::StdRng,
+    nonce: bool,
+    /// Tokens the server adds by itself (BOS), measured by the warmup.
+    server_added: u64,
+}
+
+impl<'a> PromptBuilder<'a> {
+    /// A builder; `nonce: false` reproduces the seed's trap (identical prompts) on purpose.
+    pub fn new(corpus: &'a Corpus, nonce: bool) -> Self {
+        PromptBuilder {
+            corpus,
+            rng: rand::rngs::StdRng::from_rng(&mut rand::rng()),
+            nonce,
+            server_added: 0,
+        }
+    }
+
+    /// Records how many tokens the server adds to a token-id prompt (0, or 1 for BOS).
+    pub fn set_server_added(&mut self, n: u64) {
+        self.server_added = n;
+    }
+
+    /// Tokens the server adds by itself.
+    pub fn server_added(&self) -> u64 {
+        self.server_added
+    }
+
+    /// A prompt that the server will count as exactly `target` tokens. `slot` picks the
+    /// corpus window, so repetitions read different text.
+    pub fn build(&mut self, target: u64, slot: u64) -> Vec<u32> {
+        let len = target.saturating_sub(self.server_added) as usize;
+        let mut p = Vec::with_capacity(len);
+        let n_nonce = if self.nonce { NONCE_TOKENS.min(len) } else { 0 };
+        let pool = &self.corpus.nonce_pool;
+        for _ in 0..n_nonce {
+            p.push(pool[self.rng.random_range(0..pool.len())]);
+        }
+        let n = self.corpus.tokens.len();
+        // Spread windows over the corpus with a large odd stride.
+        let offset = if self.nonce {
+            (slot as usize).wrapping_mul(7919) % n
+        } else {
+            0
+        };
+        p.extend(self.corpus.window(offset, len - n_nonce));
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn corpus() -> Corpus {
+        Corpus {
+            tokens: (100..1100).collect(),
+            nonce_pool: (1..60).collect(),
+            tokenize_requests: 0,
+            wraps: true,
+        }
+    }
+
+    #[test]
+    fn exact_length_with_and_without_bos() {
+        let c = corpus();
+        let mut b = PromptBuilder::new(&c, true);
+        assert_eq!(b.build(4096, 0).len(), 4096);
+        b.set_server_added(1);
+        assert_eq!(b.build(4096, 1).len(), 4095);
+    }
+
+    #[test]
+    fn nonce_makes_first_tokens_differ() {
+        let c = corpus();
+        let mut b = PromptBuilder::new(&c, true);
+        let prompts: Vec<_> = (0..50).map(|i| b.build(64, i)).collect();
+        let mut heads: Vec<_> = prompts.iter().map(|p| p[..NONCE_TOKENS].to_vec()).collect();
+        heads.sort();
+        heads.dedup();
+        assert_eq!(heads.len(), 50, "nonces must be unique");
+        assert!(prompts
+            .iter()
+            .all(|p| p[..NONCE_TOKENS].iter().all(|t| *t < 60)));
+    }
+
+    #[test]
+    fn without_nonce_prompts_repeat_exactly() {
+        let c = corpus();
+        let mut b = PromptBuilder::new(&c, false);
+        assert_eq!(b.build(300, 0), b.build(300, 5));
+    }
+}

@@ -1,0 +1,146 @@
+//! The terminal summary table.
+
+use std::fmt::Write;
+
+use crate::stats::{PointSummary, Spread};
+
+/// Formats a token count the way `--contexts` takes it (4096 → `4k`).
+pub fn fmt_ctx(c: u64) -> String {
+    if c >= 1024 && c % 1024 == 0 {
+        format!("{}k", c / 1024)
+    } else {
+        c.to_string()
+    }
+}
+
+fn num(x: f64) -> String {
+    if x >= 1000.0 {
+        format!("{x:.0}")
+    } else if x >= 100.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
+
+fn med(s: &Option<Spread>) -> String {
+    s.map(|s| num(s.median)).unwrap_or_else(|| "–".to_owned())
+}
+
+fn med_range(s: &Option<Spread>) -> String {
+    match s {
+        Some(s) if s.n > 1 => format!("{} ({}–{})", num(s.median), num(s.min), num(s.max)),
+        Some(s) => num(s.median),
+        None => "–".to_owned(),
+    }
+}
+
+/// One row per context: medians (min–max) of client metrics beside the server's own.
+pub fn summary_table(points: &[PointSummary]) -> String {
+    let header = [
+        "context",
+        "n",
+        "TTFT ms (min–max)",
+        "server prompt ms",
+        "prefill tok/s",
+        "decode tok/s (min–max)",
+        "server decode tok/s",
+        "ms/step",
+        "excluded",
+    ];
+    let rows: Vec<[String; 9]> = points
+        .iter()
+        .map(|p| {
+            let mut excluded = Vec::new();
+            if p.contaminated > 0 {
+                excluded.push(format!("{} cached", p.contaminated));
+            }
+            if p.length_mismatch > 0 {
+                excluded.push(format!("{} wrong length", p.length_mismatch));
+            }
+            if p.failed > 0 {
+                excluded.push(format!("{} failed", p.failed));
+            }
+            [
+                fmt_ctx(p.context_tokens),
+                format!("{}/{}", p.usable, p.samples),
+                med_range(&p.ttft_ms),
+                med(&p.server_prompt_ms),
+                med(&p.prefill_tokens_per_s),
+                med_range(&p.decode_tokens_per_s),
+                med(&p.server_decode_tokens_per_s),
+                med(&p.ms_per_step),
+                if excluded.is_empty() {
+                    "–".to_owned()
+                } else {
+                    excluded.join(", ")
+                },
+            ]
+        })
+        .collect();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let line = |out: &mut String, cells: &[&str]| {
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (c, w))| {
+                let pad = w - c.chars().count();
+                if i == 0 || i == cells.len() - 1 {
+                    format!("{c}{}", " ".repeat(pad))
+                } else {
+                    format!("{}{c}", " ".repeat(pad))
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", parts.join("  ").trim_end());
+    };
+    line(&mut out, &header);
+    let rule: Vec<String> = widths.iter().map(|w| "─".repeat(*w)).collect();
+    let _ = writeln!(out, "{}", rule.join("  "));
+    for r in &rows {
+        let cells: Vec<&str> = r.iter().map(String::as_str).collect();
+        line(&mut out, &cells);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_has_a_row_per_point_and_aligned_columns() {
+        let sp = |m| Spread::of([m, m * 1.1, m * 0.9]);
+        let p = PointSummary {
+            context_tokens: 4096,
+            samples: 3,
+            usable: 2,
+            contaminated: 1,
+            length_mismatch: 0,
+            cache_unverified: 0,
+            failed: 0,
+            ttft_ms: sp(120.0),
+            prefill_tokens_per_s: sp(34000.0),
+            decode_tokens_per_s: sp(800.0),
+            ms_per_step: sp(1.25),
+            server_prompt_ms: sp(118.0),
+            server_prefill_tokens_per_s: None,
+            server_decode_tokens_per_s: sp(805.0),
+            ttft_overhead_ms: None,
+        };
+        let t = summary_table(&[p]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[2].starts_with("4k "), "{t}");
+        assert!(lines[2].contains("120.0 (108.0–132.0)"), "{t}");
+        assert!(lines[2].contains("1 cached"), "{t}");
+        assert_eq!(fmt_ctx(1000), "1000");
+    }
+}

@@ -1,0 +1,213 @@
+//! Summaries of samples. No I/O here.
+
+use serde::Serialize;
+
+use crate::record::{Sample, Status};
+
+/// Median and spread of one metric at one point.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    /// Samples that had this metric.
+    pub n: usize,
+    /// Median.
+    pub median: f64,
+    /// Smallest value.
+    pub min: f64,
+    /// Largest value.
+    pub max: f64,
+    /// 25th percentile (linear interpolation).
+    pub p25: f64,
+    /// 75th percentile.
+    pub p75: f64,
+}
+
+impl Spread {
+    /// Summarises finite values; `None` when there are none.
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Spread> {
+        let mut v: Vec<f64> = values.into_iter().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        Some(Spread {
+            n: v.len(),
+            median: quantile(&v, 0.5),
+            min: v[0],
+            max: v[v.len() - 1],
+            p25: quantile(&v, 0.25),
+            p75: quantile(&v, 0.75),
+        })
+    }
+}
+
+/// Quantile of sorted, non-empty data by linear interpolation between closest ranks.
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let pos = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
+}
+
+/// Everything the summary table shows for one context length.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PointSummary {
+    /// Target context length.
+    pub context_tokens: u64,
+    /// Samples recorded at this point.
+    pub samples: usize,
+    /// Samples used for the statistics below (ok, cold, right length).
+    pub usable: usize,
+    /// Samples that hit the prefix cache (excluded).
+    pub contaminated: usize,
+    /// Samples whose server-reported length was off (excluded).
+    pub length_mismatch: usize,
+    /// Samples without a cached-token count from the server.
+    pub cache_unverified: usize,
+    /// Failed requests.
+    pub failed: usize,
+    /// Client TTFT (ms).
+    pub ttft_ms: Option<Spread>,
+    /// Client prefill rate (tok/s).
+    pub prefill_tokens_per_s: Option<Spread>,
+    /// Client decode rate (tok/s).
+    pub decode_tokens_per_s: Option<Spread>,
+    /// Client ms per decode step (per token).
+    pub ms_per_step: Option<Spread>,
+    /// Server prompt processing time (ms).
+    pub server_prompt_ms: Option<Spread>,
+    /// Server prefill rate (tok/s).
+    pub server_prefill_tokens_per_s: Option<Spread>,
+    /// Server decode rate (tok/s).
+    pub server_decode_tokens_per_s: Option<Spread>,
+    /// Client TTFT minus server prompt time (ms): network, queueing, serialization.
+    pub ttft_overhead_ms: Option<Spread>,
+}
+
+/// Summarises samples per context length, ascending.
+pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
+    let mut contexts: Vec<u64> = samples.iter().map(|s| s.context_tokens).collect();
+    contexts.sort_unstable();
+    contexts.dedup();
+    contexts
+        .into_iter()
+        .map(|c| {
+            let at: Vec<&Sample> = samples.iter().filter(|s| s.context_tokens == c).collect();
+            let ok: Vec<&Sample> = at.iter().copied().filter(|s| s.usable()).collect();
+            let server = |f: fn(&crate::client::ServerTimings) -> Option<f64>| {
+                Spread::of(ok.iter().filter_map(|s| s.server.as_ref().and_then(f)))
+            };
+            PointSummary {
+                context_tokens: c,
+                samples: at.len(),
+                usable: ok.len(),
+                contaminated: at.iter().filter(|s| s.contaminated).count(),
+                length_mismatch: at.iter().filter(|s| s.length_ok == Some(false)).count(),
+                cache_unverified: at
+                    .iter()
+                    .filter(|s| s.status == Status::Ok && !s.cache_verified)
+                    .count(),
+                failed: at.iter().filter(|s| s.status == Status::Failed).count(),
+                ttft_ms: Spread::of(ok.iter().filter_map(|s| s.ttft_ms)),
+                prefill_tokens_per_s: Spread::of(ok.iter().filter_map(|s| s.prefill_tokens_per_s)),
+                decode_tokens_per_s: Spread::of(ok.iter().filter_map(|s| s.decode_tokens_per_s)),
+                ms_per_step: Spread::of(ok.iter().filter_map(|s| s.ms_per_step)),
+                server_prompt_ms: server(|t| t.prompt_ms),
+                server_prefill_tokens_per_s: server(|t| t.prompt_per_second),
+                server_decode_tokens_per_s: server(|t| t.predicted_per_second),
+                ttft_overhead_ms: Spread::of(
+                    ok.iter()
+                        .filter_map(|s| Some(s.ttft_ms? - s.server.as_ref()?.prompt_ms?)),
+                ),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::ServerTimings;
+
+    pub(crate) fn sample(c: u64, ttft: f64, contaminated: bool) -> Sample {
+        Sample {
+            kind: "sample".into(),
+            run_id: "r".into(),
+            context_tokens: c,
+            rep: 0,
+            phase: "cold".into(),
+            status: Status::Ok,
+            error: None,
+            at: "t".into(),
+            prompt_tokens_sent: c,
+            prompt_tokens: Some(c),
+            length_ok: Some(true),
+            cached_tokens: Some(if contaminated { c - 1 } else { 0 }),
+            cache_verified: true,
+            contaminated,
+            ttft_ms: Some(ttft),
+            prefill_tokens_per_s: Some(c as f64 / ttft * 1000.0),
+            decode_tokens_per_s: Some(100.0),
+            ms_per_step: Some(10.0),
+            output_tokens: Some(32),
+            token_chunks: Some(32),
+            e2e_ms: Some(ttft + 310.0),
+            finish_reason: Some("limit".into()),
+            flags: vec![],
+            server: Some(ServerTimings {
+                source: "test".into(),
+                prompt_ms: Some(ttft - 2.0),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn quantiles_interpolate() {
+        let s = Spread::of([4.0, 1.0, 3.0, 2.0]).unwrap();
+        assert_eq!(s.median, 2.5);
+        assert_eq!((s.min, s.max), (1.0, 4.0));
+        assert_eq!(s.p25, 1.75);
+        assert!(Spread::of([f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn contaminated_samples_are_counted_but_not_averaged() {
+        let samples = vec![
+            sample(1024, 50.0, false),
+            sample(1024, 52.0, false),
+            sample(1024, 1.0, true),
+            sample(2048, 120.0, false),
+        ];
+        let s = summarize(&samples);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].samples, 3);
+        assert_eq!(s[0].usable, 2);
+        assert_eq!(s[0].contaminated, 1);
+        assert_eq!(s[0].ttft_ms.unwrap().median, 51.0);
+        assert_eq!(s[0].ttft_overhead_ms.unwrap().median, 2.0);
+        assert_eq!(s[1].context_tokens, 2048);
+    }
+
+    #[test]
+    fn failed_and_mismatched_samples_are_excluded() {
+        let mut a = sample(1024, 50.0, false);
+        a.status = Status::Failed;
+        a.ttft_ms = None;
+        let mut b = sample(1024, 60.0, false);
+        b.length_ok = Some(false);
+        let s = summarize(&[a, b, sample(1024, 70.0, false)]);
+        assert_eq!(s[0].failed, 1);
+        assert_eq!(s[0].length_mismatch, 1);
+        assert_eq!(s[0].usable, 1);
+        assert_eq!(s[0].ttft_ms.unwrap().median, 70.0);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn median_lies_between_min_and_max(v in proptest::collection::vec(-1e9f64..1e9, 1..50)) {
+            let s = Spread::of(v).unwrap();
+            proptest::prop_assert!(s.min <= s.p25 && s.p25 <= s.median);
+            proptest::prop_assert!(s.median <= s.p75 && s.p75 <= s.max);
+        }
+    }
+}

@@ -1,0 +1,472 @@
+//! `ctxbench sweep`: config → probe → plan → bench → record → stats → render.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde_json::json;
+
+use crate::bench::{self, BenchSettings};
+use crate::cli::SweepArgs;
+use crate::client::llamacpp::LlamaCpp;
+use crate::client::openai::OpenAi;
+use crate::client::{Backend, BackendKind, Http};
+use crate::corpus::{Corpus, CorpusSpec};
+use crate::error::{RecordError, UsageError};
+use crate::plan;
+use crate::probe::{self, Probe};
+use crate::progress::{Observer, Terminal};
+use crate::prompt::{PromptBuilder, NONCE_TOKENS};
+use crate::record::{self, Host, ResultsWriter, RunHeader, SCHEMA_VERSION};
+use crate::render;
+use crate::stats;
+
+/// How a sweep ended, for the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Every sample measured.
+    Complete,
+    /// Some samples failed, or the sweep stopped early: resume later.
+    Incomplete,
+    /// The user pressed Ctrl-C.
+    Interrupted,
+}
+
+/// Runs a sweep; the interrupt receiver turns true on Ctrl-C.
+pub async fn run(
+    args: SweepArgs,
+    mut interrupt: tokio::sync::watch::Receiver<bool>,
+) -> Result<Ending> {
+    let contexts_arg = args
+        .contexts
+        .as_deref()
+        .map(plan::parse_contexts)
+        .transpose()?;
+    let corpus_spec = CorpusSpec::parse(&args.corpus).map_err(UsageError::Invalid)?;
+    for (name, v) in [
+        ("--timeout", args.timeout),
+        ("--timeout-per-1k", args.timeout_per_1k),
+        ("--stall-timeout", args.stall_timeout),
+        ("--wait-ready", args.wait_ready),
+    ] {
+        if !v.is_finite()
+            || v < 0.0
+            || (name != "--timeout-per-1k" && name != "--wait-ready" && v == 0.0)
+        {
+            return Err(UsageError::Invalid(format!(
+                "{name} {v}: must be a positive number of seconds"
+            ))
+            .into());
+        }
+    }
+    let api_key = std::env::var(&args.api_key_env).ok();
+    let ca = args
+        .ca_cert
+        .as_ref()
+        .map(|p| std::fs::read(p).with_context(|| format!("reading --ca-cert {}", p.display())))
+        .transpose()?;
+    let http = Http::new(&args.url, api_key, ca.as_deref()).map_err(UsageError::Invalid)?;
+
+    // The results file is opened before any request, so an unwritable path costs nothing.
+    let out_path = args.out.clone().unwrap_or_else(default_out);
+    let mut output = Output::open(&out_path, args.resume)?;
+
+    let probe_result = probe::probe(
+        &http,
+        args.backend,
+        args.model.as_deref(),
+        Duration::from_secs_f64(args.wait_ready),
+    )
+    .await;
+    let mut probe = match probe_result {
+        Ok(p) => p,
+        Err(e) => {
+            output.discard_if_empty();
+            return Err(e).context("probing the server");
+        }
+    };
+    if !args.quiet {
+        print_probe(&probe);
+    }
+
+    let result = measure(
+        &args,
+        &http,
+        &mut probe,
+        contexts_arg,
+        corpus_spec,
+        &mut output,
+        &mut interrupt,
+    )
+    .await;
+    if result.is_err() {
+        output.discard_if_empty();
+    }
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn measure(
+    args: &SweepArgs,
+    http: &Http,
+    probe: &mut Probe,
+    contexts_arg: Option<Vec<u64>>,
+    corpus_spec: CorpusSpec,
+    output: &mut Output,
+    interrupt: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<Ending> {
+    let output_tokens = args.output_tokens as u64;
+    let contexts = match (contexts_arg, probe.max_context) {
+        (Some(c), Some(limit)) => {
+            plan::check_limit(&c, output_tokens, limit, probe.max_context_source.as_deref().unwrap_or("server"))?;
+            c
+        }
+        (Some(c), None) => {
+            eprintln!("warning: the server does not report its maximum context; points beyond it will fail when sent");
+            c
+        }
+        (None, Some(limit)) => {
+            let l = plan::default_ladder(limit, output_tokens);
+            if l.is_empty() {
+                return Err(UsageError::Invalid(format!("the server's context ({limit} tokens) is too small for a sweep")).into());
+            }
+            l
+        }
+        (None, None) => {
+            return Err(UsageError::Invalid(
+                "the server does not report its maximum context, so no default ladder can be built: give --contexts".into(),
+            )
+            .into())
+        }
+    };
+    if !probe.token_id_prompts {
+        bail!(
+            "{} does not accept token-id prompts or has no /tokenize, so ctxbench cannot build prompts of exact length",
+            probe.url
+        );
+    }
+
+    let backend: Box<dyn Backend> = match probe.backend {
+        BackendKind::Llamacpp => Box::new(LlamaCpp::new(http.clone())),
+        _ => Box::new(OpenAi::new(
+            http.clone(),
+            probe.model.clone(),
+            probe.tokenize,
+            probe
+                .cache_bypass
+                .then(|| ("cache_prompt".to_owned(), json!(false))),
+        )),
+    };
+    let cache_bypass = args.cache_bypass.is_on() && probe.cache_bypass;
+
+    let needed = contexts.last().copied().unwrap_or(0) as usize;
+    let corpus = Corpus::load(
+        &corpus_spec,
+        backend.as_ref(),
+        needed,
+        probe.n_vocab,
+        args.seed,
+    )
+    .await
+    .context("preparing the corpus")?;
+    let settings = BenchSettings {
+        run_id: output.run_id.clone(),
+        output_tokens: args.output_tokens,
+        reps: args.reps,
+        cache_bypass,
+        length_tolerance: args.length_tolerance,
+        timeout_base: Duration::from_secs_f64(args.timeout),
+        timeout_per_1k: Duration::from_secs_f64(args.timeout_per_1k),
+        stall_timeout: Duration::from_secs_f64(args.stall_timeout),
+        on_error: args.on_error,
+    };
+    let mut builder = PromptBuilder::new(&corpus, args.nonce.is_on());
+    let warm = bench::warmup(backend.as_ref(), &mut builder, &settings)
+        .await
+        .context("warmup request")?;
+    if warm.server_added > 1 {
+        bail!(
+            "the server counted {} prompt tokens for {} token ids sent; it rewrites token-id prompts (a template?), so lengths cannot be exact",
+            warm.reported.unwrap_or(0),
+            warm.sent
+        );
+    }
+    builder.set_server_added(warm.server_added);
+    probe.server_added_tokens = Some(warm.server_added);
+    probe.reports_cached_tokens = Some(warm.reports_cached_tokens);
+    probe.reports_timings = Some(warm.reports_timings);
+
+    let config = json!({
+        "backend_requested": args.backend,
+        "backend": probe.backend,
+        "url": probe.url,
+        "model": probe.model,
+        "contexts": contexts,
+        "output_tokens": args.output_tokens,
+        "reps": args.reps,
+        "corpus": corpus_spec,
+        "seed": args.seed,
+        "cache_bypass": cache_bypass,
+        "nonce": args.nonce.is_on(),
+        "nonce_tokens": if args.nonce.is_on() { NONCE_TOKENS } else { 0 },
+        "length_tolerance": args.length_tolerance,
+        "method": "stream",
+    });
+    let header = RunHeader {
+        kind: "run".into(),
+        schema: SCHEMA_VERSION,
+        run_id: output.run_id.clone(),
+        ctxbench_version: env!("CARGO_PKG_VERSION").into(),
+        started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        host: Host::current(),
+        config,
+        server: serde_json::to_value(&*probe)?,
+        corpus: json!({
+            "spec": corpus_spec,
+            "label": corpus_spec.label(),
+            "tokens": corpus.tokens.len(),
+            "wraps": corpus.wraps,
+            "tokenize_requests": corpus.tokenize_requests,
+        }),
+    };
+    let (mut writer, done) = output.start(header)?;
+
+    let mut observer = Terminal::new(args.quiet);
+    if !args.quiet {
+        eprintln!(
+            "plan: {} context(s) [{}] × {} rep(s), {} output tokens, corpus: {}{}",
+            contexts.len(),
+            contexts
+                .iter()
+                .map(|&c| render::fmt_ctx(c))
+                .collect::<Vec<_>>()
+                .join(", "),
+            args.reps,
+            args.output_tokens,
+            corpus_spec.label(),
+            if corpus.wraps { " (wraps around)" } else { "" },
+        );
+        eprintln!("results: {}", output.path.display());
+    }
+    if !cache_bypass {
+        observer.warn(if probe.cache_bypass {
+            "--cache-bypass off: the server may reuse cached prompts; such samples are flagged and excluded"
+        } else {
+            "this API has no per-request cache switch; relying on the nonce and on verification"
+        });
+    }
+    if !args.nonce.is_on() {
+        observer.warn("--nonce off: repetitions send identical prompts (the seed's trap)");
+    }
+    if !warm.reports_cached_tokens {
+        observer.warn("the server does not report cached-token counts: cold prefill cannot be proven for this run (samples are marked cache_unverified)");
+    }
+
+    let tally = bench::run(
+        backend.as_ref(),
+        &mut builder,
+        &contexts,
+        &done,
+        &settings,
+        &mut writer,
+        &mut observer,
+        interrupt,
+    )
+    .await?;
+
+    // The summary is built from the results file alone, like any later report.
+    let results = record::read_results(&output.path, false)?;
+    let points = stats::summarize(&results.samples);
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "\n{}", render::summary_table(&points))?;
+    writeln!(
+        stdout,
+        "TTFT and decode are client-side medians (min–max) over usable samples; server columns are the server's own timings.\ncorpus: {}; results: {}",
+        corpus_spec.label(),
+        output.path.display()
+    )?;
+    drop(stdout);
+    let total_contaminated: usize = points.iter().map(|p| p.contaminated).sum();
+    let total_mismatch: usize = points.iter().map(|p| p.length_mismatch).sum();
+    if total_contaminated > 0 {
+        eprintln!(
+            "WARNING: {total_contaminated} sample(s) hit the prefix cache (cached_tokens > 0). They are NOT cold prefills and were excluded from the table."
+        );
+    }
+    if total_mismatch > 0 {
+        eprintln!(
+            "WARNING: {total_mismatch} sample(s) had a server-reported prompt length different from the target; excluded."
+        );
+    }
+    let resume_hint = format!(
+        "resume with: ctxbench sweep --url {} --out {} --resume (plus the same options)",
+        probe.url,
+        output.path.display()
+    );
+    if tally.interrupted {
+        eprintln!(
+            "interrupted: {} sample(s) recorded this session are kept.\n{resume_hint}",
+            tally.recorded
+        );
+        return Ok(Ending::Interrupted);
+    }
+    if let Some(reason) = &tally.stopped {
+        eprintln!("the sweep stopped early: {reason}\n{resume_hint}");
+        return Ok(Ending::Incomplete);
+    }
+    if tally.failed > 0 {
+        eprintln!("{} sample(s) failed; {resume_hint}", tally.failed);
+        return Ok(Ending::Incomplete);
+    }
+    Ok(Ending::Complete)
+}
+
+/// The results file, opened early so an unwritable path fails before any request.
+struct Output {
+    path: PathBuf,
+    run_id: String,
+    resume: Option<record::Results>,
+    fresh: Option<std::fs::File>,
+}
+
+impl Output {
+    fn open(path: &Path, resume: bool) -> Result<Output> {
+        if resume && path.exists() {
+            let results = record::read_results(path, true)?;
+            if results.torn_bytes > 0 {
+                eprintln!(
+                    "note: {} ended with a torn line ({} bytes, the writer was killed mid-line); it was discarded",
+                    path.display(),
+                    results.torn_bytes
+                );
+            }
+            return Ok(Output {
+                path: path.to_owned(),
+                run_id: results.header.run_id.clone(),
+                resume: Some(results),
+                fresh: None,
+            });
+        }
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| RecordError::Io {
+                path: dir.display().to_string(),
+                source: e,
+            })?;
+        }
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| {
+                let hint = if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    " (use --resume to continue it, or another --out)"
+                } else {
+                    ""
+                };
+                anyhow::Error::new(RecordError::Io {
+                    path: path.display().to_string(),
+                    source: e,
+                })
+                .context(format!("cannot create the results file{hint}"))
+            })?;
+        Ok(Output {
+            path: path.to_owned(),
+            run_id: new_run_id(),
+            resume: None,
+            fresh: Some(file),
+        })
+    }
+
+    /// Writes the header (new run) or checks it (resume); returns the writer and the
+    /// (context, rep) pairs already measured.
+    fn start(&mut self, header: RunHeader) -> Result<(ResultsWriter, HashSet<(u64, u32)>)> {
+        match &self.resume {
+            Some(r) => {
+                let diff = record::config_diff(&r.header.config, &header.config);
+                if !diff.is_empty() {
+                    return Err(RecordError::ConfigMismatch {
+                        path: self.path.display().to_string(),
+                        diff: diff.join("\n"),
+                    }
+                    .into());
+                }
+                let done = r
+                    .samples
+                    .iter()
+                    .filter(|s| s.status == record::Status::Ok)
+                    .map(|s| (s.context_tokens, s.rep))
+                    .collect();
+                let mut w = ResultsWriter::append_to(&self.path)?;
+                w.append(&json!({
+                    "type": "resume",
+                    "run_id": self.run_id,
+                    "at": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+                }))?;
+                Ok((w, done))
+            }
+            None => {
+                self.fresh = None;
+                std::fs::remove_file(&self.path).ok();
+                let w = ResultsWriter::create(&self.path, &header)?;
+                Ok((w, HashSet::new()))
+            }
+        }
+    }
+
+    /// Removes a results file this invocation created but never wrote to.
+    fn discard_if_empty(&mut self) {
+        if self.fresh.take().is_some() {
+            let empty = std::fs::metadata(&self.path)
+                .map(|m| m.len() == 0)
+                .unwrap_or(false);
+            if empty {
+                std::fs::remove_file(&self.path).ok();
+            }
+        }
+    }
+}
+
+fn default_out() -> PathBuf {
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let stamp: String = now
+        .chars()
+        .filter(|c| c.is_ascii_digit())
+        .take(14)
+        .collect();
+    PathBuf::from(format!("ctxbench-{}-{}.jsonl", &stamp[..8], &stamp[8..]))
+}
+
+fn new_run_id() -> String {
+    use rand::RngExt;
+    let mut rng = rand::rng();
+    (0..12)
+        .map(|_| char::from_digit(rng.random_range(0..36), 36).unwrap_or('0'))
+        .collect()
+}
+
+fn print_probe(p: &Probe) {
+    let yn = |b: Option<bool>| match b {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "unknown",
+    };
+    eprintln!(
+        "server: {} {} at {}\nbackend: {} ({})\nmax context: {}\nmodel: {}\ncapabilities: tokenize {}, token-id prompts {}, per-request cache bypass {}, /metrics {}",
+        p.server_kind,
+        p.server_version.as_deref().unwrap_or(""),
+        p.url,
+        p.backend.as_str(),
+        p.backend_reason,
+        match (p.max_context, &p.max_context_source) {
+            (Some(n), Some(src)) => format!("{n} tokens ({src})"),
+            _ => "not reported".into(),
+        },
+        p.model.as_deref().unwrap_or("unknown"),
+        yn(Some(p.tokenize.is_some())),
+        yn(Some(p.token_id_prompts)),
+        yn(Some(p.cache_bypass)),
+        yn(Some(p.metrics)),
+    );
+}
