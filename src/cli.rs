@@ -44,7 +44,7 @@ pub struct SweepArgs {
 
     /// Context lengths in tokens, e.g. `1k,4k,32k` [default: 1k, 2k, 4k, … up to the
     /// server's maximum minus a 10% margin].
-    #[arg(long, value_name = "LIST")]
+    #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
     pub contexts: Option<String>,
 
     /// Tokens to generate per request (EOS ignored).

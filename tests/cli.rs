@@ -1,0 +1,75 @@
+//! Command-line behaviour that needs no server.
+
+mod common;
+
+use common::{free_port, run};
+
+#[test]
+fn malformed_contexts_are_a_usage_error() {
+    for bad in ["abc", "0", "-4k", "1k,,x"] {
+        let (code, _, stderr) = run(&["sweep", "--url", "http://127.0.0.1:9", "--contexts", bad]);
+        assert_eq!(code, 2, "{bad}: {stderr}");
+        assert!(stderr.contains("context"), "{bad}: {stderr}");
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "one-line message expected: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn unknown_backend_is_a_usage_error() {
+    let (code, _, stderr) = run(&["sweep", "--url", "http://127.0.0.1:9", "--backend", "nope"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("nope"), "{stderr}");
+}
+
+#[test]
+fn an_unreachable_server_is_named_and_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("x.jsonl");
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--url",
+        &url,
+        "--contexts",
+        "1k",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("cannot connect") && stderr.contains(&url),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn an_unwritable_results_path_fails_before_contacting_the_server() {
+    // The URL is unreachable: if ctxbench got as far as probing, the message would say so.
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--url",
+        &url,
+        "--contexts",
+        "1k",
+        "--out",
+        "/proc/ctxbench/r.jsonl",
+    ]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("/proc/ctxbench"), "{stderr}");
+    assert!(!stderr.contains("cannot connect"), "{stderr}");
+}
+
+#[test]
+fn help_explains_the_sweep() {
+    let (code, stdout, _) = run(&["sweep", "--help"]);
+    assert_eq!(code, 0);
+    for word in ["--contexts", "--corpus", "--resume", "--reps", "Examples"] {
+        assert!(stdout.contains(word), "{word} missing from help");
+    }
+}

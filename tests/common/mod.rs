@@ -1,0 +1,179 @@
+//! Test harness: the real reference llama-server (scripts/reference-server), started per test
+//! on a free loopback port. If the server cannot be set up, tests fail: they are never skipped.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// Where the reference server's binary and model are.
+pub struct RefPaths {
+    pub server: PathBuf,
+    pub model: PathBuf,
+}
+
+/// Runs `scripts/reference-server --paths` once per test binary (it builds on first use).
+pub fn ref_paths() -> &'static RefPaths {
+    static P: OnceLock<RefPaths> = OnceLock::new();
+    P.get_or_init(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/reference-server");
+        let out = Command::new(&script)
+            .arg("--paths")
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("cannot run scripts/reference-server");
+        assert!(
+            out.status.success(),
+            "scripts/reference-server --paths failed: the reference llama-server is required for these tests"
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let get = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key).map(|v| PathBuf::from(v.trim())))
+                .unwrap_or_else(|| panic!("no '{key}' in --paths output: {text}"))
+        };
+        let p = RefPaths {
+            server: get("llama-server "),
+            model: get("model "),
+        };
+        assert!(p.server.exists() && p.model.exists(), "reference server files missing");
+        p
+    })
+}
+
+/// One server at a time per test binary: timing assertions need a quiet machine.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static L: Mutex<()> = Mutex::new(());
+    L.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running llama-server, killed on drop.
+pub struct RefServer {
+    child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl RefServer {
+    /// Starts llama-server with context `ctx`, one slot, metrics on, plus `extra` flags.
+    pub fn start(ctx: u32, extra: &[&str]) -> RefServer {
+        let paths = ref_paths();
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("server.log");
+        let port = free_port();
+        let logf = std::fs::File::create(&log).unwrap();
+        let child = Command::new(&paths.server)
+            .arg("-m")
+            .arg(&paths.model)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["-c", &ctx.to_string(), "-np", "1", "--metrics"])
+            .args(extra)
+            .stdout(logf.try_clone().unwrap())
+            .stderr(logf)
+            .spawn()
+            .expect("cannot start llama-server");
+        let mut s = RefServer {
+            child,
+            port,
+            log,
+            _dir: dir,
+        };
+        s.wait_healthy(Duration::from_secs(60));
+        s
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn wait_healthy(&mut self, limit: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "llama-server exited with {status}: {}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
+            }
+            if http_get(self.port, "/health").is_some_and(|(code, _)| code == 200) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("llama-server did not become healthy in {limit:?}");
+    }
+
+    /// A Prometheus counter from /metrics.
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, body) = http_get(self.port, "/metrics").expect("GET /metrics");
+        body.lines()
+            .find_map(|l| {
+                let rest = l.strip_prefix(name)?;
+                rest.trim().parse::<f64>().ok()
+            })
+            .unwrap_or_else(|| panic!("no metric {name} in {body}"))
+    }
+}
+
+impl Drop for RefServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A minimal blocking HTTP/1.1 GET, so the harness does not depend on the code under test.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|x| x.1)
+        .unwrap_or("")
+        .to_owned();
+    Some((code, body))
+}
+
+/// The ctxbench binary.
+pub fn ctxbench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ctxbench"))
+}
+
+/// Runs ctxbench with args; returns (exit code, stdout, stderr).
+pub fn run(args: &[&str]) -> (i32, String, String) {
+    let out = ctxbench()
+        .args(args)
+        .env_remove("CTXBENCH_API_KEY")
+        .env_remove("CTXBENCH_URL")
+        .output()
+        .expect("run ctxbench");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
