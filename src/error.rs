@@ -101,6 +101,13 @@ pub enum RecordError {
         path: String,
         source: std::io::Error,
     },
+    /// A line could not be written (disk full, size limit); `line` is what was lost.
+    #[error("cannot write to results file {path}: {source}; the earlier lines are intact. The unwritten sample was:\n{line}")]
+    WriteFailed {
+        path: String,
+        source: std::io::Error,
+        line: String,
+    },
     /// A line that is not valid JSON (other than a torn last line).
     #[error("results file {path}, line {line}: {detail}")]
     Corrupt {

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use ctxbench::cli::{Cli, Command};
-use ctxbench::error::UsageError;
+use ctxbench::error::{ClientError, UsageError};
 use ctxbench::sweep::{self, Ending};
 
 fn main() -> ExitCode {
@@ -41,7 +41,13 @@ fn main() -> ExitCode {
         Ok(Ending::Interrupted) => ExitCode::from(130),
         Err(e) => {
             eprintln!("error: {e:#}");
-            if e.downcast_ref::<UsageError>().is_some() {
+            let unauthorized = e.chain().any(|c| {
+                matches!(
+                    c.downcast_ref::<ClientError>(),
+                    Some(ClientError::Unauthorized { .. })
+                )
+            });
+            if e.downcast_ref::<UsageError>().is_some() || unauthorized {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE

@@ -208,8 +208,23 @@ impl ResultsWriter {
         };
         let mut buf = serde_json::to_vec(line).map_err(|e| io(std::io::Error::other(e)))?;
         buf.push(b'\n');
-        self.file.write_all(&buf).map_err(io)?;
-        self.file.sync_data().map_err(io)?;
+        let before = self.file.metadata().map(|m| m.len()).ok();
+        let written = self
+            .file
+            .write_all(&buf)
+            .and_then(|()| self.file.sync_data());
+        if let Err(e) = written {
+            // Disk full or a file-size limit: cut the partial line off so the file stays
+            // valid, and hand the line back in the error so the measurement is not lost.
+            if let Some(len) = before {
+                let _ = self.file.set_len(len);
+            }
+            return Err(RecordError::WriteFailed {
+                path: self.path.display().to_string(),
+                source: e,
+                line: String::from_utf8_lossy(&buf).trim_end().to_owned(),
+            });
+        }
         self.lines += 1;
         Ok(())
     }

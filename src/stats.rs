@@ -106,7 +106,14 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
                     .iter()
                     .filter(|s| s.status == Status::Ok && !s.cache_verified)
                     .count(),
-                failed: at.iter().filter(|s| s.status == Status::Failed).count(),
+                // A failure later retried successfully (--resume) no longer counts.
+                failed: at
+                    .iter()
+                    .filter(|s| {
+                        s.status == Status::Failed
+                            && !at.iter().any(|o| o.status == Status::Ok && o.rep == s.rep)
+                    })
+                    .count(),
                 ttft_ms: Spread::of(ok.iter().filter_map(|s| s.ttft_ms)),
                 prefill_tokens_per_s: Spread::of(ok.iter().filter_map(|s| s.prefill_tokens_per_s)),
                 decode_tokens_per_s: Spread::of(ok.iter().filter_map(|s| s.decode_tokens_per_s)),
@@ -195,8 +202,14 @@ mod tests {
         a.ttft_ms = None;
         let mut b = sample(1024, 60.0, false);
         b.length_ok = Some(false);
-        let s = summarize(&[a, b, sample(1024, 70.0, false)]);
-        assert_eq!(s[0].failed, 1);
+        b.rep = 2;
+        let mut retried = sample(1024, 80.0, false);
+        retried.status = Status::Failed;
+        retried.rep = 1;
+        let mut c = sample(1024, 70.0, false);
+        c.rep = 1;
+        let s = summarize(&[a, b, retried, c]);
+        assert_eq!(s[0].failed, 1, "a failure retried successfully must not count");
         assert_eq!(s[0].length_mismatch, 1);
         assert_eq!(s[0].usable, 1);
         assert_eq!(s[0].ttft_ms.unwrap().median, 70.0);
