@@ -209,7 +209,10 @@ mod tests {
         let mut c = sample(1024, 70.0, false);
         c.rep = 1;
         let s = summarize(&[a, b, retried, c]);
-        assert_eq!(s[0].failed, 1, "a failure retried successfully must not count");
+        assert_eq!(
+            s[0].failed, 1,
+            "a failure retried successfully must not count"
+        );
         assert_eq!(s[0].length_mismatch, 1);
         assert_eq!(s[0].usable, 1);
         assert_eq!(s[0].ttft_ms.unwrap().median, 70.0);

@@ -2,6 +2,8 @@
 //! on a free loopback port. If the server cannot be set up, tests fail: they are never skipped.
 #![allow(dead_code)]
 
+pub mod scripted;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
