@@ -256,10 +256,16 @@ pub async fn run(
                 break;
             }
         };
-        let fatal = matches!(
+        let mut fatal = matches!(
             result,
             Err(ClientError::Connect { .. } | ClientError::Unauthorized { .. })
         );
+        // A lost connection is fatal when the server is gone: further requests would only
+        // record "cannot connect" failures.
+        if matches!(result, Err(ClientError::Transport { .. })) && !backend.http().reachable().await
+        {
+            fatal = true;
+        }
         let sample = make_sample(settings, context, rep, sent, at, result);
         writer.append(&sample)?;
         tally.recorded += 1;

@@ -6,7 +6,7 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// No TCP/TLS connection could be made.
-    #[error("cannot connect to {url}: {detail} (is the server running? check --url)")]
+    #[error("cannot connect to {url}: {detail}")]
     Connect { url: String, detail: String },
     /// The server answered 401/403.
     #[error(

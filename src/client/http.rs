@@ -116,6 +116,15 @@ impl Http {
         })
     }
 
+    /// Whether anything answers HTTP at the base URL (any status counts as alive).
+    pub async fn reachable(&self) -> bool {
+        self.request(reqwest::Method::GET, "/health")
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await
+            .is_ok()
+    }
+
     /// Maps a failure to send (before any response) to a typed error.
     pub fn send_error(&self, path: &str, e: reqwest::Error, timeout: Duration) -> ClientError {
         if e.is_timeout() {
@@ -124,9 +133,15 @@ impl Http {
                 after: timeout,
             }
         } else if e.is_connect() {
+            let mut detail = root_cause(&e);
+            if detail.to_lowercase().contains("certificate") {
+                detail.push_str(" (for a private certificate authority, pass --ca-cert FILE)");
+            } else {
+                detail.push_str(" (is the server running? check --url)");
+            }
             ClientError::Connect {
                 url: self.base.clone(),
-                detail: root_cause(&e),
+                detail,
             }
         } else {
             ClientError::Transport {

@@ -136,6 +136,10 @@ impl Backend for LlamaCpp {
         ENDPOINT
     }
 
+    fn http(&self) -> &Http {
+        &self.http
+    }
+
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
         tokenize(&self.http, text).await
     }

@@ -133,6 +133,8 @@ pub trait Backend: Send + Sync {
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError>;
     /// Streams one generation and times it.
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError>;
+    /// The HTTP client, for checks that are the same on every protocol.
+    fn http(&self) -> &Http;
 }
 
 /// Reads an optional unsigned count from a JSON object.

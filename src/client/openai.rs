@@ -155,6 +155,10 @@ impl Backend for OpenAi {
         ENDPOINT
     }
 
+    fn http(&self) -> &Http {
+        &self.http
+    }
+
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
         match self.tokenize {
             Some(TokenizeDialect::Llamacpp) => super::llamacpp::tokenize(&self.http, text).await,

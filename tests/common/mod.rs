@@ -62,10 +62,14 @@ pub struct RefServer {
 impl RefServer {
     /// Starts llama-server with context `ctx`, one slot, metrics on, plus `extra` flags.
     pub fn start(ctx: u32, extra: &[&str]) -> RefServer {
+        Self::start_on(free_port(), ctx, extra)
+    }
+
+    /// Like [`RefServer::start`], on a given port (to restart a server where it was).
+    pub fn start_on(port: u16, ctx: u32, extra: &[&str]) -> RefServer {
         let paths = ref_paths();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("server.log");
-        let port = free_port();
         let logf = std::fs::File::create(&log).unwrap();
         let child = Command::new(&paths.server)
             .arg("-m")
@@ -121,6 +125,38 @@ impl RefServer {
                 rest.trim().parse::<f64>().ok()
             })
             .unwrap_or_else(|| panic!("no metric {name} in {body}"))
+    }
+}
+
+/// Sends a signal (`-STOP`, `-CONT`, `-INT`, `-KILL`) to a process.
+pub fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid} failed");
+}
+
+/// Waits until the results file holds at least `n` sample lines.
+pub fn wait_for_samples(path: &Path, n: usize, limit: Duration) {
+    let start = Instant::now();
+    loop {
+        let count = std::fs::read_to_string(path)
+            .map(|t| {
+                t.lines()
+                    .filter(|l| l.contains("\"type\":\"sample\""))
+                    .count()
+            })
+            .unwrap_or(0);
+        if count >= n {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "only {count} of {n} samples after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

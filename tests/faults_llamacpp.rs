@@ -1,0 +1,259 @@
+//! Faults against the real reference llama-server: a server killed mid-prefill, a stalled
+//! (SIGSTOPped) server, Ctrl-C, and API keys. Nothing measured may be lost.
+
+mod common;
+
+use std::collections::HashSet;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use common::{ctxbench, run, serial, signal, wait_for_samples, RefServer};
+use ctxbench::record::{read_results, Status};
+
+fn spawn_sweep(args: &[&str]) -> Child {
+    ctxbench()
+        .args(args)
+        .env_remove("CTXBENCH_API_KEY")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn ctxbench")
+}
+
+fn finish(child: Child) -> (i32, String, String) {
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_server_killed_mid_prefill_loses_nothing_and_resume_completes_the_run() {
+    let _g = serial();
+    let srv = RefServer::start(32768, &[]);
+    let port = srv.port;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("kill.jsonl");
+    let url = srv.url();
+    let args = [
+        "sweep",
+        "--url",
+        &url,
+        "--contexts",
+        "1k,16k",
+        "--reps",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    let child = spawn_sweep(&args);
+    wait_for_samples(&out, 2, Duration::from_secs(60));
+    // The 16k request (a prefill of over a second here) is now in flight: kill the server.
+    std::thread::sleep(Duration::from_millis(300));
+    drop(srv);
+    let (code, _, stderr) = finish(child);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("--resume"), "no resume hint: {stderr}");
+    let before = read_results(&out, false).unwrap().samples;
+    assert_eq!(before.len(), 3, "{before:?}");
+    assert!(before[..2]
+        .iter()
+        .all(|s| s.status == Status::Ok && s.context_tokens == 1024));
+    let failed = &before[2];
+    assert_eq!(failed.status, Status::Failed);
+    let e = failed.error.as_ref().unwrap();
+    assert!(matches!(e.kind.as_str(), "transport" | "connect"), "{e:?}");
+    assert!(e.message.contains("server"), "cause not named: {e:?}");
+
+    // Restart the server where it was and resume.
+    let srv = RefServer::start_on(port, 32768, &[]);
+    let (code, stdout, stderr) = run(&[&args[..], &["--resume"]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    let after = read_results(&out, false).unwrap().samples;
+    assert_eq!(after[..3], before[..], "resume changed earlier lines");
+    let ok: Vec<_> = after.iter().filter(|s| s.status == Status::Ok).collect();
+    let keys: HashSet<_> = ok.iter().map(|s| (s.context_tokens, s.rep)).collect();
+    assert_eq!(ok.len(), 4, "each sample measured exactly once: {after:?}");
+    assert_eq!(keys.len(), 4);
+    assert!(ok.iter().all(|s| s.cached_tokens == Some(0)));
+    // The retried failure no longer counts in the summary.
+    let row = stdout.lines().find(|l| l.starts_with("16k ")).unwrap();
+    assert!(!row.contains("failed"), "{row}");
+    drop(srv);
+}
+
+#[test]
+fn a_stalled_server_hits_the_stall_timeout_and_the_sweep_reports_it() {
+    let _g = serial();
+    let srv = RefServer::start(32768, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("stall.jsonl");
+    let url = srv.url();
+    let child = spawn_sweep(&[
+        "sweep",
+        "--url",
+        &url,
+        "--contexts",
+        "1k,16k",
+        "--reps",
+        "1",
+        "--stall-timeout",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    wait_for_samples(&out, 1, Duration::from_secs(60));
+    // Let the 16k prefill start (its progress events start the byte flow), then freeze it.
+    std::thread::sleep(Duration::from_millis(300));
+    signal(srv.pid(), "-STOP");
+    let (code, _, stderr) = finish(child);
+    signal(srv.pid(), "-CONT");
+    assert_eq!(code, 1, "{stderr}");
+    let s = read_results(&out, false).unwrap().samples;
+    assert_eq!(s.len(), 2);
+    assert_eq!(s[0].status, Status::Ok);
+    let e = s[1].error.as_ref().expect("16k sample failed");
+    assert!(matches!(e.kind.as_str(), "stalled" | "timeout"), "{e:?}");
+    assert!(stderr.contains("FAILED"), "{stderr}");
+}
+
+#[test]
+fn ctrl_c_keeps_every_sample_prints_the_partial_summary_and_exits_130() {
+    let _g = serial();
+    let srv = RefServer::start(32768, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("int.jsonl");
+    let url = srv.url();
+    let child = spawn_sweep(&[
+        "sweep",
+        "--url",
+        &url,
+        "--contexts",
+        "1k,2k,4k,8k,16k",
+        "--reps",
+        "3",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    wait_for_samples(&out, 3, Duration::from_secs(60));
+    signal(child.id(), "-INT");
+    let (code, stdout, stderr) = finish(child);
+    assert_eq!(code, 130, "{stderr}");
+    assert!(
+        stderr.contains("interrupted") && stderr.contains("--resume"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("1k "), "partial summary missing: {stdout}");
+    let r = read_results(&out, false).unwrap();
+    assert_eq!(r.torn_bytes, 0);
+    assert!(r.samples.len() >= 3 && r.samples.len() < 15);
+    assert!(r.samples.iter().all(|s| s.status == Status::Ok));
+}
+
+#[test]
+fn a_second_ctrl_c_exits_at_once_with_130() {
+    let _g = serial();
+    let srv = RefServer::start(32768, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("int2.jsonl");
+    let url = srv.url();
+    let child = spawn_sweep(&[
+        "sweep",
+        "--url",
+        &url,
+        "--contexts",
+        "1k,16k",
+        "--reps",
+        "3",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    wait_for_samples(&out, 1, Duration::from_secs(60));
+    signal(child.id(), "-INT");
+    signal(child.id(), "-INT");
+    let (code, _, stderr) = finish(child);
+    assert_eq!(code, 130, "{stderr}");
+    let r = read_results(&out, false).unwrap();
+    assert!(!r.samples.is_empty(), "measured samples lost");
+}
+
+const KEY: &str = "sk-ctxbench-SECRET-4f7a9c1e";
+
+#[test]
+fn the_api_key_authenticates_and_appears_in_no_output() {
+    let _g = serial();
+    let srv = RefServer::start(8192, &["--api-key", KEY]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("key.jsonl");
+    let url = srv.url();
+    let o = ctxbench()
+        .args([
+            "sweep",
+            "--url",
+            &url,
+            "--contexts",
+            "1k",
+            "--reps",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .env("CTXBENCH_API_KEY", KEY)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let file = std::fs::read_to_string(&out).unwrap();
+    for (name, text) in [
+        ("results", file.as_str()),
+        ("stdout", &stdout),
+        ("stderr", &stderr),
+    ] {
+        assert!(!text.contains(KEY), "the API key leaked into {name}");
+        assert!(
+            !text.contains("SECRET"),
+            "part of the API key leaked into {name}"
+        );
+    }
+    // --api-key-env names another variable; a wrong key is a one-line usage error.
+    let wrong = "sk-wrong-SECRET-000";
+    let o = ctxbench()
+        .args([
+            "sweep",
+            "--url",
+            &url,
+            "--contexts",
+            "1k",
+            "--api-key-env",
+            "MY_KEY",
+            "--out",
+            dir.path().join("w.jsonl").to_str().unwrap(),
+        ])
+        .env("MY_KEY", wrong)
+        .env("CTXBENCH_API_KEY", KEY)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("401") && stderr.contains("API key"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("SECRET"), "a key leaked into the error");
+    // Without any key the server refuses too, with the same advice.
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--url",
+        &url,
+        "--contexts",
+        "1k",
+        "--out",
+        dir.path().join("n.jsonl").to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+}
