@@ -48,11 +48,11 @@ pub struct SweepArgs {
     pub contexts: Option<String>,
 
     /// Tokens to generate per request (EOS ignored).
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
+    #[arg(long, default_value_t = 32, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
     pub output_tokens: u32,
 
     /// Measured repetitions per context length.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub reps: u32,
 
     /// Prompt text: `repeat` (the seed's sentence; inflates speculative acceptance),
@@ -91,15 +91,30 @@ pub struct SweepArgs {
     pub length_tolerance: u64,
 
     /// Request timeout: SECONDS plus --timeout-per-1k for every 1000 context tokens.
-    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        default_value_t = 60.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     pub timeout: f64,
 
     /// Extra request timeout per 1000 context tokens.
-    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        default_value_t = 5.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     pub timeout_per_1k: f64,
 
     /// Longest silence allowed once the server has started answering.
-    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        default_value_t = 60.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     pub stall_timeout: f64,
 
     /// What to do when a request fails (a dead server always stops the sweep).
@@ -117,7 +132,12 @@ pub struct SweepArgs {
     pub nonce: Switch,
 
     /// Seconds to wait for a server that is still loading its model.
-    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        default_value_t = 60.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     pub wait_ready: f64,
 
     /// Only warnings and the final table.

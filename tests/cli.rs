@@ -19,6 +19,26 @@ fn malformed_contexts_are_a_usage_error() {
 }
 
 #[test]
+fn zero_and_negative_values_are_usage_errors() {
+    for args in [
+        &["--reps", "0"][..],
+        &["--output-tokens", "0"],
+        &["--timeout", "-1"],
+        &["--stall-timeout", "0"],
+        &["--reps", "-3"],
+    ] {
+        let mut a = vec!["sweep", "--url", "http://127.0.0.1:9", "--contexts", "1k"];
+        a.extend_from_slice(args);
+        let (code, _, stderr) = run(&a);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(args[0]) || stderr.contains(&args[0][2..]),
+            "{args:?}: {stderr}"
+        );
+    }
+}
+
+#[test]
 fn unknown_backend_is_a_usage_error() {
     let (code, _, stderr) = run(&["sweep", "--url", "http://127.0.0.1:9", "--backend", "nope"]);
     assert_eq!(code, 2);

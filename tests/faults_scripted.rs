@@ -254,3 +254,42 @@ fn scripted_401_is_a_usage_error_that_names_the_api_key() {
         "no results file for a run that measured nothing"
     );
 }
+
+#[test]
+fn scripted_disk_full_names_the_error_and_keeps_every_written_line() {
+    // A 4 KiB file-size limit (SIGXFSZ ignored, so writes fail with EFBIG as on a full disk).
+    let srv = Scripted::start(4096, |_, body| good(body));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("full.jsonl");
+    let url = srv.url();
+    let o = std::process::Command::new("bash")
+        .args(["-c", "trap '' XFSZ; ulimit -f 4; exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_ctxbench"))
+        .args([
+            "sweep",
+            "--url",
+            &url,
+            "--contexts",
+            "64",
+            "--reps",
+            "20",
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot write to results file") && stderr.contains("File too large"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("\"type\":\"sample\""),
+        "the unwritten sample must be shown: {stderr}"
+    );
+    let r = read_results(&out, false).unwrap();
+    assert_eq!(r.torn_bytes, 0, "a partial line was left behind");
+    assert!(!r.samples.is_empty() && r.samples.len() < 20);
+    assert!(r.samples.iter().all(|s| s.status == Status::Ok));
+}

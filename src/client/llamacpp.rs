@@ -267,4 +267,13 @@ mod tests {
         let v: Value = serde_json::from_str(r#"{"tokens":[-1]}"#).unwrap();
         assert!(parse_token_list("/t", &v).is_err());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_events_never_panic(data in ".{0,200}", json_like in "\\{[a-z_\":0-9,\\[\\]{} ]{0,120}\\}") {
+            let mut r = CompletionReader::default();
+            let _ = r.on_event(&ev(&data));
+            let _ = r.on_event(&ev(&json_like));
+        }
+    }
 }

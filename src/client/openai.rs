@@ -296,4 +296,13 @@ mod tests {
             .on_event(&ev(r#"{"object":"error","message":"bad","type":"x"}"#))
             .is_err());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_events_never_panic(data in ".{0,200}", json_like in "\\{[a-z_\":0-9,\\[\\]{} ]{0,120}\\}") {
+            let mut r = CompletionsReader::default();
+            let _ = r.on_event(&ev(&data));
+            let _ = r.on_event(&ev(&json_like));
+        }
+    }
 }
