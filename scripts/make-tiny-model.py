@@ -44,7 +44,7 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--ff", type=int, default=256)
-    ap.add_argument("--ctx", type=int, default=262144)
+    ap.add_argument("--ctx", type=int, default=1048576)
     ap.add_argument("--seed", type=int, default=1234)
     a = ap.parse_args()
 

@@ -2,11 +2,13 @@
 //! into a [`Sample`] and recorded the moment it is measured.
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::adaptive::{relative_half_width, PointProgress, RepPolicy, StopReason};
 use crate::client::{Backend, GenOutcome, GenRequest, Timeouts};
+use crate::costmodel::{CostModel, Observation};
 use crate::error::{ClientError, RecordError};
 use crate::progress::Observer;
 use crate::prompt::PromptBuilder;
@@ -29,8 +31,8 @@ pub struct BenchSettings {
     pub run_id: String,
     /// Tokens to generate per request.
     pub output_tokens: u32,
-    /// Repetitions per context.
-    pub reps: u32,
+    /// How many repetitions each context gets.
+    pub policy: RepPolicy,
     /// Ask the server not to reuse its cache.
     pub cache_bypass: bool,
     /// Allowed |server prompt tokens − target|.
@@ -53,6 +55,19 @@ impl BenchSettings {
             stall: self.stall_timeout,
         }
     }
+
+    /// Timeouts once the cost model predicts the request: the static allowance or four
+    /// times the prediction above the base, whichever is larger, so a slow-but-healthy
+    /// long point is never cut while a hung short one is caught early.
+    pub fn timeouts_with_prediction(&self, context: u64, predicted_s: Option<f64>) -> Timeouts {
+        let mut t = self.timeouts_for(context);
+        if let Some(p) = predicted_s.filter(|p| p.is_finite() && *p > 0.0) {
+            t.request = t
+                .request
+                .max(self.timeout_base + Duration::from_secs_f64(4.0 * p));
+        }
+        t
+    }
 }
 
 /// What the warmup learned.
@@ -68,6 +83,8 @@ pub struct Warmup {
     pub reports_cached_tokens: bool,
     /// The server reported its own timings.
     pub reports_timings: bool,
+    /// Server-reported busy time of the warmup (prompt + generation), in ms.
+    pub server_busy_ms: f64,
 }
 
 /// Tokens in the warmup prompt.
@@ -97,6 +114,9 @@ pub async fn warmup(
         server_added: reported.map_or(0, |r| r.saturating_sub(sent)),
         reports_cached_tokens: out.counts.cached_tokens.is_some(),
         reports_timings: out.timings.is_some(),
+        server_busy_ms: out.timings.as_ref().map_or(0.0, |t| {
+            t.prompt_ms.unwrap_or(0.0) + t.predicted_ms.unwrap_or(0.0)
+        }),
     })
 }
 
@@ -208,79 +228,196 @@ pub struct Tally {
     pub contaminated: usize,
     /// Samples skipped because already recorded (resume).
     pub skipped: usize,
+    /// Server-reported busy time of the recorded samples (prompt + generation), in ms.
+    pub server_busy_ms: f64,
     /// Set when the sweep stopped early, with the reason.
     pub stopped: Option<String>,
     /// The user interrupted.
     pub interrupted: bool,
 }
 
-/// Measures every (context, rep) not in `done`, small contexts first, recording as it goes.
+/// The `point` line: how many repetitions a context got and why it stopped.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PointRecord {
+    /// Always `"point"`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The run.
+    pub run_id: String,
+    /// Context length.
+    pub context_tokens: u64,
+    /// Repetitions taken (all sessions, failures included).
+    pub reps: u32,
+    /// Usable samples.
+    pub usable: usize,
+    /// Why no more repetitions were taken.
+    pub stop_reason: StopReason,
+    /// Relative 95% CI half-width of the median TTFT (`null`: too few samples).
+    pub ttft_ci_rel: Option<f64>,
+    /// Relative 95% CI half-width of the median decode rate.
+    pub decode_ci_rel: Option<f64>,
+}
+
+fn observation(context: u64, p: &PointProgress, steps_ms: &[f64]) -> Option<Observation> {
+    let med = |v: &[f64]| crate::stats::Spread::of(v.iter().copied()).map(|s| s.median);
+    Some(Observation {
+        context: context as f64,
+        ttft_s: med(&p.ttft_ms)? / 1000.0,
+        step_s: med(steps_ms)? / 1000.0,
+    })
+}
+
+/// Measures each context in turn, small first, taking repetitions as `settings.policy`
+/// says and skipping those already in `prior` (resume); records every sample as measured.
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     backend: &dyn Backend,
     builder: &mut PromptBuilder<'_>,
     contexts: &[u64],
-    done: &HashSet<(u64, u32)>,
+    prior: &[Sample],
     settings: &BenchSettings,
     writer: &mut ResultsWriter,
     observer: &mut dyn Observer,
     interrupt: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<Tally, RecordError> {
     let mut tally = Tally::default();
-    let todo: Vec<(u64, u32)> = contexts
+    let policy = settings.policy;
+    let done: HashSet<(u64, u32)> = prior
         .iter()
-        .flat_map(|&c| (0..settings.reps).map(move |r| (c, r)))
-        .filter(|k| !done.contains(k))
+        .filter(|s| s.status == Status::Ok)
+        .map(|s| (s.context_tokens, s.rep))
         .collect();
-    tally.skipped = contexts.len() * settings.reps as usize - todo.len();
-    observer.start(todo.len(), tally.skipped);
-    for (slot, (context, rep)) in (done.len() as u64..).zip(todo) {
-        if *interrupt.borrow() {
-            tally.interrupted = true;
-            break;
+    tally.skipped = done.len();
+    let planned = contexts.len() * policy.min_reps.max(1) as usize;
+    observer.start(planned.saturating_sub(done.len()), tally.skipped);
+    let run_start = Instant::now();
+    let mut observations: Vec<Observation> = Vec::new();
+    let mut slot = prior.len() as u64;
+    'points: for (pi, &context) in contexts.iter().enumerate() {
+        let mut prog = PointProgress::default();
+        let mut steps = Vec::new();
+        for s in prior
+            .iter()
+            .filter(|s| s.context_tokens == context && s.status == Status::Ok)
+        {
+            prog.reps += 1;
+            prog.elapsed_s += s.e2e_ms.unwrap_or(0.0) / 1000.0;
+            if s.usable() {
+                prog.ttft_ms.extend(s.ttft_ms);
+                prog.decode.extend(s.decode_tokens_per_s);
+                steps.extend(s.ms_per_step);
+            }
         }
-        observer.sample_started(context, rep);
-        let prompt = builder.build(context, slot);
-        let sent = prompt.len() as u64;
-        let at = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
-        let req = GenRequest {
-            prompt,
-            max_tokens: settings.output_tokens,
-            cache_bypass: settings.cache_bypass,
-            timeouts: settings.timeouts_for(context),
-        };
-        let result = tokio::select! {
-            r = backend.generate(&req) => r,
-            _ = interrupt.wait_for(|v| *v) => {
-                tally.interrupted = true;
+        let mut next_rep = 0u32;
+        loop {
+            let model = CostModel::new(observations.clone());
+            let cost = model.request_s(context as f64, settings.output_tokens);
+            if let Err(reason) = policy.next(&prog, run_start.elapsed().as_secs_f64(), cost) {
+                let rec = PointRecord {
+                    kind: "point".into(),
+                    run_id: settings.run_id.clone(),
+                    context_tokens: context,
+                    reps: prog.reps,
+                    usable: prog.ttft_ms.len(),
+                    stop_reason: reason,
+                    ttft_ci_rel: relative_half_width(&prog.ttft_ms),
+                    decode_ci_rel: relative_half_width(&prog.decode),
+                };
+                writer.append(&rec)?;
+                observer.point_done(&rec);
                 break;
             }
-        };
-        let mut fatal = matches!(
-            result,
-            Err(ClientError::Connect { .. } | ClientError::Unauthorized { .. })
-        );
-        // A lost connection is fatal when the server is gone: further requests would only
-        // record "cannot connect" failures.
-        if matches!(result, Err(ClientError::Transport { .. })) && !backend.http().reachable().await
-        {
-            fatal = true;
-        }
-        let sample = make_sample(settings, context, rep, sent, at, result);
-        writer.append(&sample)?;
-        tally.recorded += 1;
-        tally.contaminated += sample.contaminated as usize;
-        observer.sample_done(&sample);
-        if let Some(e) = &sample.error {
-            tally.failed += 1;
-            if fatal || settings.on_error == OnError::Stop {
-                tally.stopped = Some(e.message.clone());
-                break;
+            if *interrupt.borrow() {
+                tally.interrupted = true;
+                break 'points;
+            }
+            while done.contains(&(context, next_rep)) {
+                next_rep += 1;
+            }
+            let rep = next_rep;
+            next_rep += 1;
+            observer.eta(remaining_s(&model, contexts, pi, &prog, settings));
+            observer.sample_started(context, rep);
+            let prompt = builder.build(context, slot);
+            slot += 1;
+            let sent = prompt.len() as u64;
+            let at = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
+            let req = GenRequest {
+                prompt,
+                max_tokens: settings.output_tokens,
+                cache_bypass: settings.cache_bypass,
+                timeouts: settings.timeouts_with_prediction(context, cost),
+            };
+            let t0 = Instant::now();
+            let result = tokio::select! {
+                r = backend.generate(&req) => r,
+                _ = interrupt.wait_for(|v| *v) => {
+                    tally.interrupted = true;
+                    break 'points;
+                }
+            };
+            let mut fatal = matches!(
+                result,
+                Err(ClientError::Connect { .. } | ClientError::Unauthorized { .. })
+            );
+            // A lost connection is fatal when the server is gone: further requests would
+            // only record "cannot connect" failures.
+            if matches!(result, Err(ClientError::Transport { .. }))
+                && !backend.http().reachable().await
+            {
+                fatal = true;
+            }
+            let sample = make_sample(settings, context, rep, sent, at, result);
+            writer.append(&sample)?;
+            prog.reps += 1;
+            prog.elapsed_s += t0.elapsed().as_secs_f64();
+            if sample.usable() {
+                prog.ttft_ms.extend(sample.ttft_ms);
+                prog.decode.extend(sample.decode_tokens_per_s);
+                steps.extend(sample.ms_per_step);
+            }
+            if let Some(t) = &sample.server {
+                tally.server_busy_ms += t.prompt_ms.unwrap_or(0.0) + t.predicted_ms.unwrap_or(0.0);
+            }
+            tally.recorded += 1;
+            tally.contaminated += sample.contaminated as usize;
+            observer.sample_done(&sample);
+            if let Some(o) = observation(context, &prog, &steps) {
+                observations.retain(|x| x.context != o.context);
+                observations.push(o);
+            }
+            if let Some(e) = &sample.error {
+                tally.failed += 1;
+                if fatal || settings.on_error == OnError::Stop {
+                    tally.stopped = Some(e.message.clone());
+                    break 'points;
+                }
             }
         }
     }
     observer.finish();
     Ok(tally)
+}
+
+/// Predicted seconds left: this point's and every later point's planned repetitions.
+fn remaining_s(
+    model: &CostModel,
+    contexts: &[u64],
+    current: usize,
+    prog: &PointProgress,
+    settings: &BenchSettings,
+) -> Option<f64> {
+    let reps = settings.policy.min_reps.max(1);
+    let mut total = 0.0;
+    for (i, &c) in contexts.iter().enumerate().skip(current) {
+        let n = if i == current {
+            reps.saturating_sub(prog.reps).max(1)
+        } else {
+            reps
+        };
+        total += model.request_s(c as f64, settings.output_tokens)? * n as f64;
+    }
+    Some(total)
 }
 
 #[cfg(test)]
@@ -293,7 +430,13 @@ mod tests {
         BenchSettings {
             run_id: "r".into(),
             output_tokens: 33,
-            reps: 1,
+            policy: RepPolicy {
+                precision: None,
+                min_reps: 1,
+                max_reps: 1,
+                point_budget_s: None,
+                run_budget_s: None,
+            },
             cache_bypass: true,
             length_tolerance: 0,
             timeout_base: Duration::from_secs(60),

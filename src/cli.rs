@@ -22,6 +22,8 @@ pub enum Command {
     /// Measure TTFT, prefill and decode speed at each context length.
     #[command(after_help = SWEEP_EXAMPLES)]
     Sweep(SweepArgs),
+    /// Measure ctxbench's own cost: stream tokens from a loopback server as fast as it can.
+    Overhead(crate::overhead::OverheadArgs),
 }
 
 const SWEEP_EXAMPLES: &str = "Examples:
@@ -51,9 +53,36 @@ pub struct SweepArgs {
     #[arg(long, default_value_t = 32, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
     pub output_tokens: u32,
 
-    /// Measured repetitions per context length.
-    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    /// Measured repetitions per context length (fixed; see --precision for adaptive).
+    #[arg(long, default_value_t = 3, conflicts_with = "precision", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub reps: u32,
+
+    /// Adaptive repetitions: repeat each point until the 95% confidence interval of the
+    /// median TTFT and decode rate is within ±P (e.g. 0.05 = ±5%), between --min-reps and
+    /// --max-reps, within the time budgets.
+    #[arg(long, value_name = "P")]
+    pub precision: Option<f64>,
+
+    /// With --precision: repetitions always taken.
+    #[arg(long, default_value_t = 3, requires = "precision", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub min_reps: u32,
+
+    /// With --precision: repetitions never exceeded.
+    #[arg(long, default_value_t = 30, requires = "precision", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_reps: u32,
+
+    /// With --precision: seconds one context point may take beyond --min-reps.
+    #[arg(long, value_name = "SECONDS", requires = "precision")]
+    pub point_budget: Option<f64>,
+
+    /// With --precision: seconds the whole run may take; then points get --min-reps only.
+    #[arg(long, value_name = "SECONDS", requires = "precision")]
+    pub run_budget: Option<f64>,
+
+    /// Print the plan (points, prompt sizes, predicted duration) and peak memory, measure
+    /// nothing. The prediction comes from two small calibration requests (not recorded).
+    #[arg(long)]
+    pub dry_run: bool,
 
     /// Prompt text: `repeat` (the seed's sentence; inflates speculative acceptance),
     /// `random` (random token ids), or a file or folder of your own text.

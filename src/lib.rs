@@ -2,11 +2,14 @@
 //!
 //! Data flows one way: `cli → probe → plan → bench → record → stats → render`.
 
+pub mod adaptive;
 pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod corpus;
+pub mod costmodel;
 pub mod error;
+pub mod overhead;
 pub mod plan;
 pub mod probe;
 pub mod progress;

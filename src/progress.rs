@@ -4,6 +4,7 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::bench::PointRecord;
 use crate::record::{Sample, Status};
 use crate::render::fmt_ctx;
 
@@ -15,6 +16,10 @@ pub trait Observer {
     fn sample_started(&mut self, _context: u64, _rep: u32) {}
     /// A sample was recorded.
     fn sample_done(&mut self, _sample: &Sample) {}
+    /// Predicted seconds left (from the cost model), when known.
+    fn eta(&mut self, _remaining_s: Option<f64>) {}
+    /// A context is finished: how many repetitions and why it stopped.
+    fn point_done(&mut self, _point: &PointRecord) {}
     /// A warning worth a line of its own.
     fn warn(&mut self, _msg: &str) {}
     /// Measuring is over.
@@ -29,12 +34,17 @@ impl Observer for Silent {}
 pub struct Terminal {
     bar: Option<ProgressBar>,
     quiet: bool,
+    eta: Option<f64>,
 }
 
 impl Terminal {
     /// A bar when stderr is a terminal; `quiet` keeps only warnings.
     pub fn new(quiet: bool) -> Self {
-        Terminal { bar: None, quiet }
+        Terminal {
+            bar: None,
+            quiet,
+            eta: None,
+        }
     }
 
     fn line(&self, msg: &str) {
@@ -90,10 +100,34 @@ impl Observer for Terminal {
         }
     }
 
+    fn eta(&mut self, remaining_s: Option<f64>) {
+        self.eta = remaining_s;
+    }
+
     fn sample_started(&mut self, context: u64, rep: u32) {
         if let Some(b) = &self.bar {
-            b.set_message(format!("context {} rep {}", fmt_ctx(context), rep));
+            let eta = self
+                .eta
+                .map(|s| format!("  ETA {} (cost model)", fmt_secs(s)))
+                .unwrap_or_default();
+            b.set_message(format!("context {} rep {}{eta}", fmt_ctx(context), rep));
         }
+    }
+
+    fn point_done(&mut self, p: &PointRecord) {
+        if self.quiet {
+            return;
+        }
+        let ci = |x: Option<f64>| x.map_or("n/a".to_owned(), |v| format!("±{:.1}%", v * 100.0));
+        self.line(&format!(
+            "  {:>6} done: {} rep(s), {} usable ({}); median 95% CI TTFT {}, decode {}",
+            fmt_ctx(p.context_tokens),
+            p.reps,
+            p.usable,
+            p.stop_reason,
+            ci(p.ttft_ci_rel),
+            ci(p.decode_ci_rel)
+        ));
     }
 
     fn sample_done(&mut self, sample: &Sample) {
@@ -113,5 +147,20 @@ impl Observer for Terminal {
         if let Some(b) = self.bar.take() {
             b.finish_and_clear();
         }
+    }
+}
+
+/// Seconds as `1h02m`, `3m05s` or `12.3s`.
+pub fn fmt_secs(s: f64) -> String {
+    if !s.is_finite() || s < 0.0 {
+        return "?".to_owned();
+    }
+    let t = s.round() as u64;
+    if t >= 3600 {
+        format!("{}h{:02}m", t / 3600, t % 3600 / 60)
+    } else if t >= 60 {
+        format!("{}m{:02}s", t / 60, t % 60)
+    } else {
+        format!("{s:.1}s")
     }
 }

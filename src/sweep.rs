@@ -1,6 +1,5 @@
 //! `ctxbench sweep`: config → probe → plan → bench → record → stats → render.
 
-use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -8,12 +7,15 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 
+use crate::adaptive::RepPolicy;
 use crate::bench::{self, BenchSettings};
 use crate::cli::SweepArgs;
 use crate::client::llamacpp::LlamaCpp;
 use crate::client::openai::OpenAi;
+use crate::client::GenRequest;
 use crate::client::{Backend, BackendKind, Http};
 use crate::corpus::{Corpus, CorpusSpec};
+use crate::costmodel::{CostModel, Observation};
 use crate::error::{RecordError, UsageError};
 use crate::plan;
 use crate::probe::{self, Probe};
@@ -71,7 +73,12 @@ pub async fn run(
 
     // The results file is opened before any request, so an unwritable path costs nothing.
     let out_path = args.out.clone().unwrap_or_else(default_out);
-    let mut output = Output::open(&out_path, args.resume)?;
+    let mut output = if args.dry_run {
+        None
+    } else {
+        Some(Output::open(&out_path, args.resume)?)
+    };
+    let started = std::time::Instant::now();
 
     let probe_result = probe::probe(
         &http,
@@ -83,7 +90,9 @@ pub async fn run(
     let mut probe = match probe_result {
         Ok(p) => p,
         Err(e) => {
-            output.discard_if_empty();
+            if let Some(o) = output.as_mut() {
+                o.discard_if_empty();
+            }
             return Err(e).context("probing the server");
         }
     };
@@ -97,12 +106,13 @@ pub async fn run(
         &mut probe,
         contexts_arg,
         corpus_spec,
-        &mut output,
+        output.as_mut(),
         &mut interrupt,
+        started,
     )
     .await;
-    if result.is_err() {
-        output.discard_if_empty();
+    if let (Err(_), Some(o)) = (&result, output.as_mut()) {
+        o.discard_if_empty();
     }
     result
 }
@@ -114,8 +124,9 @@ async fn measure(
     probe: &mut Probe,
     contexts_arg: Option<Vec<u64>>,
     corpus_spec: CorpusSpec,
-    output: &mut Output,
+    output: Option<&mut Output>,
     interrupt: &mut tokio::sync::watch::Receiver<bool>,
+    started: std::time::Instant,
 ) -> Result<Ending> {
     let output_tokens = args.output_tokens as u64;
     let contexts = match (contexts_arg, probe.max_context) {
@@ -171,10 +182,44 @@ async fn measure(
     )
     .await
     .context("preparing the corpus")?;
+    let policy = match args.precision {
+        Some(p) if !(p.is_finite() && p > 0.0 && p < 1.0) => {
+            return Err(UsageError::Invalid(format!(
+                "--precision {p}: give a relative half-width between 0 and 1, e.g. 0.05 for ±5%"
+            ))
+            .into())
+        }
+        Some(p) => {
+            if args.min_reps > args.max_reps {
+                return Err(UsageError::Invalid(format!(
+                    "--min-reps {} is larger than --max-reps {}",
+                    args.min_reps, args.max_reps
+                ))
+                .into());
+            }
+            RepPolicy {
+                precision: Some(p),
+                min_reps: args.min_reps,
+                max_reps: args.max_reps,
+                point_budget_s: args.point_budget,
+                run_budget_s: args.run_budget,
+            }
+        }
+        None => RepPolicy {
+            precision: None,
+            min_reps: args.reps,
+            max_reps: args.reps,
+            point_budget_s: None,
+            run_budget_s: None,
+        },
+    };
+    let run_id = output
+        .as_ref()
+        .map_or_else(|| "dry-run".to_owned(), |o| o.run_id.clone());
     let settings = BenchSettings {
-        run_id: output.run_id.clone(),
+        run_id: run_id.clone(),
         output_tokens: args.output_tokens,
-        reps: args.reps,
+        policy,
         cache_bypass,
         length_tolerance: args.length_tolerance,
         timeout_base: Duration::from_secs_f64(args.timeout),
@@ -198,6 +243,21 @@ async fn measure(
     probe.reports_cached_tokens = Some(warm.reports_cached_tokens);
     probe.reports_timings = Some(warm.reports_timings);
 
+    if args.dry_run {
+        return dry_run(
+            backend.as_ref(),
+            &mut builder,
+            &contexts,
+            &settings,
+            &corpus_spec,
+            &corpus,
+        )
+        .await;
+    }
+    let Some(output) = output else {
+        bail!("internal: no results file outside --dry-run");
+    };
+
     let config = json!({
         "backend_requested": args.backend,
         "backend": probe.backend,
@@ -205,7 +265,7 @@ async fn measure(
         "model": probe.model,
         "contexts": contexts,
         "output_tokens": args.output_tokens,
-        "reps": args.reps,
+        "reps": policy,
         "corpus": corpus_spec,
         "seed": args.seed,
         "cache_bypass": cache_bypass,
@@ -231,19 +291,19 @@ async fn measure(
             "tokenize_requests": corpus.tokenize_requests,
         }),
     };
-    let (mut writer, done) = output.start(header)?;
+    let (mut writer, prior) = output.start(header)?;
 
     let mut observer = Terminal::new(args.quiet);
     if !args.quiet {
         eprintln!(
-            "plan: {} context(s) [{}] × {} rep(s), {} output tokens, corpus: {}{}",
+            "plan: {} context(s) [{}] × {}, {} output tokens, corpus: {}{}",
             contexts.len(),
             contexts
                 .iter()
                 .map(|&c| render::fmt_ctx(c))
                 .collect::<Vec<_>>()
                 .join(", "),
-            args.reps,
+            reps_label(&policy),
             args.output_tokens,
             corpus_spec.label(),
             if corpus.wraps { " (wraps around)" } else { "" },
@@ -264,17 +324,31 @@ async fn measure(
         observer.warn("the server does not report cached-token counts: cold prefill cannot be proven for this run (samples are marked cache_unverified)");
     }
 
-    let tally = bench::run(
+    let mut tally = bench::run(
         backend.as_ref(),
         &mut builder,
         &contexts,
-        &done,
+        &prior,
         &settings,
         &mut writer,
         &mut observer,
         interrupt,
     )
     .await?;
+    tally.server_busy_ms += warm.server_busy_ms;
+    let wall_s = started.elapsed().as_secs_f64();
+    let busy_s = tally.server_busy_ms / 1000.0;
+    let efficiency = (busy_s > 0.0).then(|| wall_s / busy_s);
+    writer.append(&json!({
+        "type": "end",
+        "run_id": run_id,
+        "wall_s": wall_s,
+        "server_busy_s": busy_s,
+        "efficiency": efficiency,
+        "recorded": tally.recorded,
+        "failed": tally.failed,
+        "interrupted": tally.interrupted,
+    }))?;
 
     // The summary is built from the results file alone, like any later report.
     let results = record::read_results(&output.path, false)?;
@@ -287,6 +361,15 @@ async fn measure(
         corpus_spec.label(),
         output.path.display()
     )?;
+    if let Some(e) = efficiency {
+        writeln!(
+            stdout,
+            "sweep efficiency: {wall_s:.1} s wall / {busy_s:.1} s server busy (prompt + generation) = {e:.2}× (1.00 = no time lost outside the server)"
+        )?;
+    }
+    if let Some(line) = client_vs_server(&results.samples) {
+        writeln!(stdout, "{line}")?;
+    }
     drop(stdout);
     let total_contaminated: usize = points.iter().map(|p| p.contaminated).sum();
     let total_mismatch: usize = points.iter().map(|p| p.length_mismatch).sum();
@@ -381,7 +464,7 @@ impl Output {
 
     /// Writes the header (new run) or checks it (resume); returns the writer and the
     /// (context, rep) pairs already measured.
-    fn start(&mut self, header: RunHeader) -> Result<(ResultsWriter, HashSet<(u64, u32)>)> {
+    fn start(&mut self, header: RunHeader) -> Result<(ResultsWriter, Vec<record::Sample>)> {
         match &self.resume {
             Some(r) => {
                 let diff = record::config_diff(&r.header.config, &header.config);
@@ -392,25 +475,20 @@ impl Output {
                     }
                     .into());
                 }
-                let done = r
-                    .samples
-                    .iter()
-                    .filter(|s| s.status == record::Status::Ok)
-                    .map(|s| (s.context_tokens, s.rep))
-                    .collect();
+                let prior = r.samples.clone();
                 let mut w = ResultsWriter::append_to(&self.path)?;
                 w.append(&json!({
                     "type": "resume",
                     "run_id": self.run_id,
                     "at": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
                 }))?;
-                Ok((w, done))
+                Ok((w, prior))
             }
             None => {
                 self.fresh = None;
                 std::fs::remove_file(&self.path).ok();
                 let w = ResultsWriter::create(&self.path, &header)?;
-                Ok((w, HashSet::new()))
+                Ok((w, Vec::new()))
             }
         }
     }
@@ -426,6 +504,127 @@ impl Output {
             }
         }
     }
+}
+
+/// "client vs server": median TTFT − server prompt_ms, and median client/server decode rate,
+/// over usable samples that carry server timings.
+pub fn client_vs_server(samples: &[record::Sample]) -> Option<String> {
+    let usable = samples.iter().filter(|s| s.usable());
+    let overhead = stats::Spread::of(
+        usable
+            .clone()
+            .filter_map(|s| Some(s.ttft_ms? - s.server.as_ref()?.prompt_ms?)),
+    )?;
+    let ratio = stats::Spread::of(usable.filter_map(|s| {
+        let server = s.server.as_ref()?.predicted_per_second?;
+        let client = s.decode_tokens_per_s?;
+        (server > 0.0).then(|| client / server)
+    }));
+    Some(format!(
+        "client vs server: median TTFT − server prompt_ms = {:.2} ms; median decode rate client/server = {}",
+        overhead.median,
+        ratio.map_or("n/a".to_owned(), |r| format!("{:.3}", r.median))
+    ))
+}
+
+fn reps_label(p: &RepPolicy) -> String {
+    match p.precision {
+        None => format!("{} rep(s)", p.max_reps),
+        Some(pr) => format!(
+            "{}–{} reps until the median's 95% CI is within ±{:.1}%",
+            p.min_reps,
+            p.max_reps,
+            pr * 100.0
+        ),
+    }
+}
+
+/// `--dry-run`: the plan, prompt sizes and a predicted duration from two calibration
+/// requests; nothing is recorded.
+async fn dry_run(
+    backend: &dyn Backend,
+    builder: &mut PromptBuilder<'_>,
+    contexts: &[u64],
+    settings: &BenchSettings,
+    corpus_spec: &CorpusSpec,
+    corpus: &Corpus,
+) -> Result<Ending> {
+    let cal_sizes = [512u64, 1024];
+    let mut obs = Vec::new();
+    for (i, &c) in cal_sizes.iter().enumerate() {
+        let prompt = builder.build(c, u64::MAX / 4 + i as u64);
+        let out = backend
+            .generate(&GenRequest {
+                prompt,
+                max_tokens: 8,
+                cache_bypass: settings.cache_bypass,
+                timeouts: settings.timeouts_for(c),
+            })
+            .await
+            .context("calibration request")?;
+        let s = bench::make_sample(settings, c, 0, c, String::new(), Ok(out));
+        if let (Some(t), Some(st)) = (s.ttft_ms, s.ms_per_step) {
+            obs.push(Observation {
+                context: c as f64,
+                ttft_s: t / 1000.0,
+                step_s: st / 1000.0,
+            });
+        }
+    }
+    let model = CostModel::new(obs);
+    let reps = settings.policy.min_reps.max(1);
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "dry run: nothing measured or recorded. corpus: {} ({} tokens, tokenized once)",
+        corpus_spec.label(),
+        corpus.tokens.len()
+    )?;
+    writeln!(
+        out,
+        "{:>8}  {:>5}  {:>13}  {:>13}  {:>15}",
+        "context", "reps", "prompt tokens", "request bytes", "predicted s/req"
+    )?;
+    let mut total = 0.0;
+    for (i, &c) in contexts.iter().enumerate() {
+        // Build the real prompt and body once, to size it; dropped before the next one.
+        let prompt = builder.build(c, i as u64);
+        let body_bytes = serde_json::to_vec(&prompt).map(|v| v.len()).unwrap_or(0) + 200;
+        let pred = model.request_s(c as f64, settings.output_tokens);
+        total += pred.unwrap_or(0.0) * reps as f64;
+        writeln!(
+            out,
+            "{:>8}  {:>5}  {:>13}  {:>13}  {:>15}",
+            render::fmt_ctx(c),
+            reps,
+            prompt.len() as u64 + builder.server_added(),
+            body_bytes,
+            pred.map_or("?".to_owned(), |p| format!("{p:.2}"))
+        )?;
+    }
+    writeln!(
+        out,
+        "predicted duration: {} (extrapolated from calibration requests at 512 and 1024 tokens; long points are extrapolated, so treat it as a rough guide){}",
+        crate::progress::fmt_secs(total),
+        if settings.policy.precision.is_some() {
+            "; adaptive repetitions may add more"
+        } else {
+            ""
+        }
+    )?;
+    if let Some(kib) = peak_rss_kib() {
+        writeln!(out, "peak memory (RSS): {:.1} MiB", kib as f64 / 1024.0)?;
+    }
+    Ok(Ending::Complete)
+}
+
+/// Peak resident set size of this process (Linux `VmHWM`), in KiB.
+pub fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 fn default_out() -> PathBuf {

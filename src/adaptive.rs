@@ -1,0 +1,247 @@
+//! Adaptive repetitions: keep measuring a point until the median is known precisely enough,
+//! or its budget is spent. Pure decisions, no I/O.
+
+use serde::{Deserialize, Serialize};
+
+/// Confidence level of the median's interval.
+pub const CONFIDENCE: f64 = 0.95;
+
+/// Distribution-free confidence interval of the median from order statistics: the interval
+/// [x(k), x(n−k+1)] covers the median with probability ≥ `CONFIDENCE` (binomial argument).
+/// `None` when n is too small for any such interval (n < 6 at 95%).
+pub fn median_ci(values: &[f64]) -> Option<(f64, f64)> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    let n = v.len();
+    if n == 0 {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    // Largest k with P(Binom(n, 1/2) < k) ≤ α/2.
+    let alpha_half = (1.0 - CONFIDENCE) / 2.0;
+    let mut cdf = 0.0;
+    let mut k = 0usize;
+    for i in 0..n {
+        let p = binom_pmf(n, i);
+        if cdf + p > alpha_half {
+            break;
+        }
+        cdf += p;
+        k = i + 1;
+    }
+    if k == 0 {
+        return None;
+    }
+    Some((v[k - 1], v[n - k]))
+}
+
+fn binom_pmf(n: usize, i: usize) -> f64 {
+    // ln C(n, i) − n ln 2, summed in logs to stay finite for large n.
+    let ln_c: f64 = (0..i)
+        .map(|j| ((n - j) as f64).ln() - ((j + 1) as f64).ln())
+        .sum();
+    (ln_c - n as f64 * std::f64::consts::LN_2).exp()
+}
+
+/// Relative half-width of the median's CI: (hi − lo) / 2 / median.
+pub fn relative_half_width(values: &[f64]) -> Option<f64> {
+    let (lo, hi) = median_ci(values)?;
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let med = crate::stats::quantile(&v, 0.5);
+    (med.abs() > 0.0).then(|| (hi - lo) / 2.0 / med.abs())
+}
+
+/// The repetition policy of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RepPolicy {
+    /// Target relative CI half-width for median TTFT and decode rate; `None`: fixed reps.
+    pub precision: Option<f64>,
+    /// Repetitions always taken.
+    pub min_reps: u32,
+    /// Repetitions never exceeded.
+    pub max_reps: u32,
+    /// Seconds one point may take (after `min_reps`).
+    pub point_budget_s: Option<f64>,
+    /// Seconds the whole run may take; reached, remaining points get `min_reps` only.
+    pub run_budget_s: Option<f64>,
+}
+
+/// Why a point stopped taking repetitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The fixed number of repetitions (no `--precision`).
+    FixedReps,
+    /// Both medians reached the precision target.
+    PrecisionReached,
+    /// `--max-reps` reached before the precision target.
+    MaxReps,
+    /// The point's time budget is spent.
+    PointBudget,
+    /// The run's time budget is spent.
+    RunBudget,
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StopReason::FixedReps => "fixed repetitions done",
+            StopReason::PrecisionReached => "precision reached",
+            StopReason::MaxReps => "--max-reps reached before the precision target",
+            StopReason::PointBudget => "point time budget spent",
+            StopReason::RunBudget => "run time budget spent",
+        })
+    }
+}
+
+/// State of one point, as the loop sees it.
+#[derive(Debug, Clone, Default)]
+pub struct PointProgress {
+    /// Repetitions taken so far (usable or not).
+    pub reps: u32,
+    /// TTFTs of usable samples (ms).
+    pub ttft_ms: Vec<f64>,
+    /// Decode rates of usable samples (tok/s).
+    pub decode: Vec<f64>,
+    /// Seconds spent on this point.
+    pub elapsed_s: f64,
+}
+
+impl RepPolicy {
+    /// Whether to take another repetition; `Err(reason)` to stop. `run_elapsed_s` is the
+    /// run's time so far; `next_cost_s` the predicted cost of one more repetition.
+    pub fn next(
+        &self,
+        p: &PointProgress,
+        run_elapsed_s: f64,
+        next_cost_s: Option<f64>,
+    ) -> Result<(), StopReason> {
+        let Some(target) = self.precision else {
+            return if p.reps < self.max_reps {
+                Ok(())
+            } else {
+                Err(StopReason::FixedReps)
+            };
+        };
+        if p.reps < self.min_reps {
+            return Ok(());
+        }
+        let precise = |v: &[f64]| relative_half_width(v).is_some_and(|w| w <= target);
+        if precise(&p.ttft_ms) && precise(&p.decode) {
+            return Err(StopReason::PrecisionReached);
+        }
+        if p.reps >= self.max_reps {
+            return Err(StopReason::MaxReps);
+        }
+        let cost = next_cost_s.unwrap_or(0.0);
+        if let Some(b) = self.run_budget_s {
+            if run_elapsed_s + cost > b {
+                return Err(StopReason::RunBudget);
+            }
+        }
+        if let Some(b) = self.point_budget_s {
+            if p.elapsed_s + cost > b {
+                return Err(StopReason::PointBudget);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_ci_needs_six_samples_at_95_percent() {
+        assert!(median_ci(&[1.0, 2.0, 3.0, 4.0, 5.0]).is_none());
+        let (lo, hi) = median_ci(&[6.0, 1.0, 5.0, 2.0, 4.0, 3.0]).unwrap();
+        assert_eq!((lo, hi), (1.0, 6.0));
+        // n = 20: k = 6 (P(B < 6) = 0.0207 ≤ 0.025), so [x(6), x(15)].
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(median_ci(&v).unwrap(), (6.0, 15.0));
+    }
+
+    #[test]
+    fn fixed_reps_without_precision() {
+        let pol = RepPolicy {
+            precision: None,
+            min_reps: 3,
+            max_reps: 3,
+            point_budget_s: None,
+            run_budget_s: None,
+        };
+        let mut p = PointProgress::default();
+        for _ in 0..3 {
+            assert!(pol.next(&p, 0.0, None).is_ok());
+            p.reps += 1;
+        }
+        assert_eq!(pol.next(&p, 0.0, None), Err(StopReason::FixedReps));
+    }
+
+    fn policy() -> RepPolicy {
+        RepPolicy {
+            precision: Some(0.05),
+            min_reps: 3,
+            max_reps: 30,
+            point_budget_s: Some(60.0),
+            run_budget_s: Some(600.0),
+        }
+    }
+
+    #[test]
+    fn tight_data_stops_on_precision_noisy_data_on_max_or_budget() {
+        let tight = PointProgress {
+            reps: 8,
+            ttft_ms: vec![100.0, 101.0, 99.0, 100.5, 100.2, 99.8, 100.1, 100.0],
+            decode: vec![50.0; 8],
+            elapsed_s: 1.0,
+        };
+        assert_eq!(
+            policy().next(&tight, 1.0, Some(0.1)),
+            Err(StopReason::PrecisionReached)
+        );
+        let noisy = PointProgress {
+            reps: 8,
+            ttft_ms: vec![50.0, 150.0, 80.0, 120.0, 60.0, 140.0, 100.0, 90.0],
+            decode: vec![50.0; 8],
+            elapsed_s: 1.0,
+        };
+        assert!(policy().next(&noisy, 1.0, Some(0.1)).is_ok());
+        assert_eq!(
+            policy().next(&noisy, 1.0, Some(60.0)),
+            Err(StopReason::PointBudget)
+        );
+        assert_eq!(
+            policy().next(&noisy, 599.0, Some(2.0)),
+            Err(StopReason::RunBudget)
+        );
+        let mut maxed = noisy.clone();
+        maxed.reps = 30;
+        assert_eq!(
+            policy().next(&maxed, 1.0, Some(0.1)),
+            Err(StopReason::MaxReps)
+        );
+    }
+
+    #[test]
+    fn min_reps_are_always_taken() {
+        let p = PointProgress {
+            reps: 2,
+            elapsed_s: 1e9,
+            ..Default::default()
+        };
+        assert!(policy().next(&p, 1e9, Some(1e9)).is_ok());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn ci_brackets_the_median(v in proptest::collection::vec(0.0f64..1e6, 6..80)) {
+            let (lo, hi) = median_ci(&v).unwrap();
+            let mut s = v.clone();
+            s.sort_by(f64::total_cmp);
+            let m = crate::stats::quantile(&s, 0.5);
+            proptest::prop_assert!(lo <= m && m <= hi);
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! `ctxbench overhead`: how much the client itself costs. A loopback server streams tokens
+//! as fast as it can; the real streaming path (HTTP, SSE parser, llama.cpp reader, arrival
+//! timestamps) consumes them on one thread whose CPU time is measured.
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::client::llamacpp::LlamaCpp;
+use crate::client::{Backend, GenRequest, Http, Timeouts};
+
+/// Options of `ctxbench overhead`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OverheadArgs {
+    /// Tokens streamed per run.
+    #[arg(long, default_value_t = 200_000)]
+    pub tokens: u32,
+    /// Runs (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub runs: u32,
+}
+
+/// One run's figures.
+#[derive(Debug, Clone, Copy)]
+struct RunFigures {
+    tokens_per_s: f64,
+    cpu_us_per_token: f64,
+}
+
+/// Runs the benchmark and prints its figures.
+pub async fn run(args: OverheadArgs) -> Result<()> {
+    let (port, _server) = start_server(args.tokens).context("starting the loopback server")?;
+    let http =
+        Http::new(&format!("http://127.0.0.1:{port}"), None, None).map_err(anyhow::Error::msg)?;
+    let backend = LlamaCpp::new(http);
+    let mut figures = Vec::new();
+    for _ in 0..args.runs.max(1) {
+        let cpu0 = thread_cpu_us();
+        let out = backend
+            .generate(&GenRequest {
+                prompt: vec![1, 2, 3, 4],
+                max_tokens: args.tokens,
+                cache_bypass: true,
+                timeouts: Timeouts {
+                    request: Duration::from_secs(600),
+                    stall: Duration::from_secs(30),
+                },
+            })
+            .await
+            .context("streaming from the loopback server")?;
+        let cpu = thread_cpu_us() - cpu0;
+        let n = out.stream.token_events as f64;
+        let span = out
+            .stream
+            .decode_span()
+            .map_or(f64::NAN, |d| d.as_secs_f64());
+        figures.push(RunFigures {
+            tokens_per_s: (n - 1.0) / span,
+            cpu_us_per_token: cpu / n,
+        });
+    }
+    let med = |f: fn(&RunFigures) -> f64| {
+        crate::stats::Spread::of(figures.iter().map(f)).map_or(f64::NAN, |s| s.median)
+    };
+    let (res_ns, now_ns) = timestamp_resolution();
+    let mut o = std::io::stdout().lock();
+    writeln!(
+        o,
+        "loopback stream, {} tokens × {} runs (medians), one client thread:",
+        args.tokens, args.runs
+    )?;
+    writeln!(
+        o,
+        "  sustained client throughput: {:.0} tokens/s",
+        med(|f| f.tokens_per_s)
+    )?;
+    writeln!(
+        o,
+        "  client CPU per streamed token: {:.2} µs",
+        med(|f| f.cpu_us_per_token)
+    )?;
+    writeln!(
+        o,
+        "  timestamp resolution: {res_ns:.0} ns (smallest step of Instant::now), cost {now_ns:.1} ns per call"
+    )?;
+    writeln!(
+        o,
+        "Timestamps are taken with Instant::now() the moment a chunk is returned by the socket, before it is parsed."
+    )?;
+    Ok(())
+}
+
+/// CPU time (user + system) of the calling thread, in µs.
+fn thread_cpu_us() -> f64 {
+    // SAFETY: getrusage only writes into the struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    if rc != 0 {
+        return f64::NAN;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// (smallest non-zero step, mean cost) of `Instant::now()`, in ns.
+fn timestamp_resolution() -> (f64, f64) {
+    const N: u32 = 200_000;
+    let start = Instant::now();
+    let mut prev = start;
+    let mut smallest = Duration::MAX;
+    for _ in 0..N {
+        let t = Instant::now();
+        let d = t - prev;
+        if !d.is_zero() && d < smallest {
+            smallest = d;
+        }
+        prev = t;
+    }
+    let per_call = start.elapsed().as_nanos() as f64 / N as f64;
+    (smallest.as_nanos() as f64, per_call)
+}
+
+/// A loopback server on its own thread that answers every request with `tokens` llama.cpp
+/// stream events, one write each, as fast as the socket takes them.
+fn start_server(tokens: u32) -> Result<(u16, std::thread::JoinHandle<()>)> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    listener.set_nonblocking(true)?;
+    let mut events: Vec<Vec<u8>> = (1..=tokens)
+        .map(|i| {
+            format!(
+                "data: {{\"content\":\"x\",\"tokens\":[42],\"stop\":false,\"tokens_predicted\":{i},\"tokens_evaluated\":4}}\n\n"
+            )
+            .into_bytes()
+        })
+        .collect();
+    events.push(format!(
+        "data: {{\"content\":\"\",\"tokens\":[],\"stop\":true,\"tokens_predicted\":{tokens},\"tokens_evaluated\":4,\"stop_type\":\"limit\",\"timings\":{{\"cache_n\":0,\"prompt_n\":4,\"prompt_ms\":0.1,\"predicted_n\":{tokens},\"predicted_ms\":1.0}}}}\n\n"
+    ).into_bytes());
+    let handle = std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async move {
+            let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                return;
+            };
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let _ = sock.set_nodelay(true);
+                // Read the request head and body (Content-Length) before answering.
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 65536];
+                loop {
+                    let Ok(n) = sock.read(&mut chunk).await else { break };
+                    if n == 0 {
+                        break;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                        let len = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        if buf.len() >= end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                let head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+                if sock.write_all(head).await.is_err() {
+                    continue;
+                }
+                for e in &events {
+                    if sock.write_all(e).await.is_err() {
+                        break;
+                    }
+                }
+                let _ = sock.shutdown().await;
+            }
+        });
+    });
+    Ok((port, handle))
+}

@@ -1,0 +1,123 @@
+//! Issue 6 features against the real reference llama-server: adaptive repetitions, the
+//! dry-run plan, sweep efficiency; and the loopback overhead benchmark.
+
+mod common;
+
+use common::{run, serial, RefServer};
+use ctxbench::record::read_results;
+
+#[test]
+fn adaptive_repetitions_record_why_each_point_stopped() {
+    let _g = serial();
+    let srv = RefServer::start(8192, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("a.jsonl");
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k,2k",
+        "--precision",
+        "0.5",
+        "--min-reps",
+        "2",
+        "--max-reps",
+        "8",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let points: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["type"] == "point")
+        .collect();
+    assert_eq!(points.len(), 2, "{text}");
+    let samples = read_results(&out, false).unwrap().samples;
+    for p in &points {
+        let c = p["context_tokens"].as_u64().unwrap();
+        let reps = p["reps"].as_u64().unwrap();
+        let n = samples.iter().filter(|s| s.context_tokens == c).count() as u64;
+        assert_eq!(reps, n, "point line disagrees with the samples: {p}");
+        // ±50% needs 6 samples for a 95% CI of the median; at most 8 are allowed.
+        assert!((6..=8).contains(&reps), "{p}");
+        let reason = p["stop_reason"].as_str().unwrap();
+        assert!(matches!(reason, "precision_reached" | "max_reps"), "{p}");
+        if reason == "precision_reached" {
+            assert!(p["ttft_ci_rel"].as_f64().unwrap() <= 0.5);
+        }
+    }
+    let end = text
+        .lines()
+        .find(|l| l.contains("\"type\":\"end\""))
+        .expect("end line");
+    let end: serde_json::Value = serde_json::from_str(end).unwrap();
+    let eff = end["efficiency"].as_f64().unwrap();
+    assert!(
+        eff >= 1.0,
+        "wall time cannot be below server busy time: {end}"
+    );
+}
+
+#[test]
+fn dry_run_prints_the_plan_and_measures_nothing() {
+    let _g = serial();
+    let srv = RefServer::start(20000, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("never.jsonl");
+    let before = srv.metric("llamacpp:prompt_tokens_total");
+    let (code, stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k,4k,16k",
+        "--dry-run",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!out.exists(), "a dry run must not write results");
+    for row in ["1k", "4k", "16k"] {
+        assert!(
+            stdout.lines().any(|l| l.trim_start().starts_with(row)),
+            "{stdout}"
+        );
+    }
+    assert!(
+        stdout.contains("predicted duration") && stdout.contains("peak memory"),
+        "{stdout}"
+    );
+    // Only the warmup (64) and the two calibration requests (512 + 1024) were sent.
+    let sent = srv.metric("llamacpp:prompt_tokens_total") - before;
+    assert_eq!(
+        sent,
+        64.0 + 512.0 + 1024.0,
+        "dry run sent more than calibration"
+    );
+}
+
+#[test]
+fn the_overhead_benchmark_reports_its_figures() {
+    let (code, stdout, stderr) = run(&["overhead", "--tokens", "20000", "--runs", "1"]);
+    assert_eq!(code, 0, "{stderr}");
+    let grab = |key: &str| -> f64 {
+        let line = stdout
+            .lines()
+            .find(|l| l.contains(key))
+            .unwrap_or_else(|| panic!("{key}: {stdout}"));
+        line.split(':')
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(grab("sustained client throughput") > 0.0);
+    assert!(grab("client CPU per streamed token") > 0.0);
+    assert!(grab("timestamp resolution") > 0.0);
+}
