@@ -21,7 +21,7 @@ pub struct Cli {
 pub enum Command {
     /// Measure TTFT, prefill and decode speed at each context length.
     #[command(after_help = SWEEP_EXAMPLES)]
-    Sweep(SweepArgs),
+    Sweep(Box<SweepArgs>),
     /// Measure ctxbench's own cost: stream tokens from a loopback server as fast as it can.
     Overhead(crate::overhead::OverheadArgs),
 }

@@ -32,7 +32,7 @@ fn main() -> ExitCode {
             }
         });
         match cli.command {
-            Command::Sweep(args) => sweep::run(args, rx).await,
+            Command::Sweep(args) => sweep::run(*args, rx).await,
             Command::Overhead(args) => ctxbench::overhead::run(args)
                 .await
                 .map(|()| Ending::Complete),

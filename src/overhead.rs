@@ -155,8 +155,7 @@ fn start_server(tokens: u32) -> Result<(u16, std::thread::JoinHandle<()>)> {
                 // Read the request head and body (Content-Length) before answering.
                 let mut buf = Vec::new();
                 let mut chunk = [0u8; 65536];
-                loop {
-                    let Ok(n) = sock.read(&mut chunk).await else { break };
+                while let Ok(n) = sock.read(&mut chunk).await {
                     if n == 0 {
                         break;
                     }
