@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod cli;
 pub mod client;
+pub mod compare;
 pub mod corpus;
 pub mod error;
 pub mod plan;
@@ -13,5 +14,6 @@ pub mod progress;
 pub mod prompt;
 pub mod record;
 pub mod render;
+pub mod report;
 pub mod stats;
 pub mod sweep;

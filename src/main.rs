@@ -33,6 +33,8 @@ fn main() -> ExitCode {
         });
         match cli.command {
             Command::Sweep(args) => sweep::run(args, rx).await,
+            Command::Report(args) => ctxbench::report::run(&args).map(|()| Ending::Complete),
+            Command::Compare(args) => ctxbench::compare::run(&args).map(|()| Ending::Complete),
         }
     });
     match result {

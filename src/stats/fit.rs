@@ -8,10 +8,16 @@
 //! feasible one: the optimum, restricted to its non-zero terms, is that subset's
 //! unconstrained solution (Lawson & Hanson, *Solving Least Squares Problems*, ch. 23).
 //!
+//! What is fitted: the median at each context length, not every sample. One preempted or
+//! stalled request on a busy host can be several times slower than its siblings, and least
+//! squares is not robust to that; the median is, and it is what the tables report. The
+//! bootstrap band (resampling samples within each length, then taking medians again) still
+//! carries the sample-level noise.
+//!
 //! Why relative weights: timings span decades (50 ms at 1k, seconds at 16k) and their noise
-//! grows with their size, so each observation is weighted by 1/m², m the median at its
-//! context. The fit then minimises relative error and the small points count as much as the
-//! big ones. R² is reported on the raw scale, as people expect it.
+//! grows with their size, so each median m is weighted by 1/m². The fit then minimises
+//! relative error and the small points count as much as the big ones. R² is reported on the
+//! raw scale of the medians, as people expect it.
 
 use rand::{RngExt, SeedableRng};
 use serde::Serialize;
@@ -58,10 +64,12 @@ pub struct Fit {
     pub model: Model,
     /// Coefficients in ascending powers of L (L in tokens), all ≥ 0.
     pub coef: Vec<f64>,
-    /// Coefficient of determination on the raw observations.
+    /// Coefficient of determination of the per-length medians (raw scale).
     pub r2: f64,
-    /// Observations used.
+    /// Samples behind the medians.
     pub n: usize,
+    /// Context lengths (medians) fitted.
+    pub points: usize,
     /// Residuals of the per-length medians.
     pub residuals: Vec<Residual>,
 }
@@ -133,14 +141,15 @@ fn fit_groups(model: Model, g: &[(u64, Vec<f64>)]) -> Option<Fit> {
     }
     // Scale L to [0, 1] so that L² (up to 1e10) does not ruin the normal equations.
     let scale = g.iter().map(|(l, _)| *l as f64).fold(1.0, f64::max);
-    let mut rows: Vec<([f64; 3], f64, f64)> = Vec::new(); // (basis, y, weight)
-    for (l, ys) in g {
-        let m = quantile(ys, 0.5).abs().max(f64::MIN_POSITIVE.sqrt());
-        let x = *l as f64 / scale;
-        for &y in ys {
-            rows.push(([1.0, x, x * x], y, 1.0 / (m * m)));
-        }
-    }
+    let meds: Vec<(u64, f64)> = g.iter().map(|(l, ys)| (*l, quantile(ys, 0.5))).collect();
+    let rows: Vec<([f64; 3], f64, f64)> = meds // (basis, median, weight)
+        .iter()
+        .map(|&(l, m)| {
+            let x = l as f64 / scale;
+            let w = m.abs().max(f64::MIN_POSITIVE.sqrt());
+            ([1.0, x, x * x], m, 1.0 / (w * w))
+        })
+        .collect();
     let mut best: Option<(f64, [f64; 3])> = None;
     for mask in 1u32..(1 << k) {
         let cols: Vec<usize> = (0..k).filter(|j| mask & (1 << j) != 0).collect();
@@ -172,18 +181,15 @@ fn fit_groups(model: Model, g: &[(u64, Vec<f64>)]) -> Option<Fit> {
         model,
         coef,
         r2: 0.0,
-        n: rows.len(),
+        n: g.iter().map(|x| x.1.len()).sum(),
+        points: g.len(),
         residuals: Vec::new(),
     };
-    let all: Vec<f64> = g.iter().flat_map(|(_, ys)| ys.iter().copied()).collect();
-    let mean = all.iter().sum::<f64>() / all.len() as f64;
-    let ss_tot: f64 = all.iter().map(|y| (y - mean).powi(2)).sum();
-    let ss_res: f64 = g
+    let mean = meds.iter().map(|m| m.1).sum::<f64>() / meds.len() as f64;
+    let ss_tot: f64 = meds.iter().map(|m| (m.1 - mean).powi(2)).sum();
+    let ss_res: f64 = meds
         .iter()
-        .flat_map(|(l, ys)| {
-            let p = f.predict(*l as f64);
-            ys.iter().map(move |y| (y - p).powi(2))
-        })
+        .map(|&(l, m)| (m - f.predict(l as f64)).powi(2))
         .sum();
     f.r2 = if ss_tot > 0.0 {
         1.0 - ss_res / ss_tot
@@ -192,13 +198,12 @@ fn fit_groups(model: Model, g: &[(u64, Vec<f64>)]) -> Option<Fit> {
     } else {
         0.0
     };
-    f.residuals = g
+    f.residuals = meds
         .iter()
-        .map(|(l, ys)| {
-            let observed = quantile(ys, 0.5);
-            let predicted = f.predict(*l as f64);
+        .map(|&(l, observed)| {
+            let predicted = f.predict(l as f64);
             Residual {
-                context_tokens: *l,
+                context_tokens: l,
                 observed,
                 predicted,
                 relative: if predicted != 0.0 {
@@ -350,8 +355,24 @@ mod tests {
     }
 
     #[test]
+    fn one_outlier_sample_does_not_drag_the_fit() {
+        // A preempted request 5× slower than its siblings: the median ignores it.
+        let mut o = obs(|l| 1.0 + 0.001 * l);
+        o.push((2048, 5.0 * (1.0 + 0.001 * 2048.0)));
+        let f = fit(Model::Linear, &o).unwrap();
+        assert!(f.worst_relative_residual() < 0.02, "{f:?}");
+        assert_eq!((f.n, f.points), (11, 5));
+    }
+
+    #[test]
     fn scattered_data_is_a_poor_fit() {
-        let o = vec![(1024, 10.0), (2048, 90.0), (4096, 5.0), (8192, 100.0), (16384, 12.0)];
+        let o = vec![
+            (1024, 10.0),
+            (2048, 90.0),
+            (4096, 5.0),
+            (8192, 100.0),
+            (16384, 12.0),
+        ];
         assert!(fit(Model::Linear, &o).unwrap().is_poor());
     }
 
@@ -376,13 +397,14 @@ mod tests {
         let g = groups(o);
         g.iter()
             .map(|(l, ys)| {
-                let m = quantile(ys, 0.5).abs().max(f64::MIN_POSITIVE.sqrt());
+                let m = quantile(ys, 0.5);
+                let w = m.abs().max(f64::MIN_POSITIVE.sqrt());
                 let p: f64 = f
                     .iter()
                     .enumerate()
                     .map(|(j, c)| c * (*l as f64).powi(j as i32))
                     .sum();
-                ys.iter().map(|y| (y - p).powi(2) / (m * m)).sum::<f64>()
+                (m - p).powi(2) / (w * w)
             })
             .sum()
     }
