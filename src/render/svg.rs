@@ -134,11 +134,14 @@ fn title(metric: Metric) -> String {
 type Chart<'a, 'b> = ChartContext<
     'a,
     SVGBackend<'b>,
-    Cartesian2d<
-        plotters::coord::combinators::LogCoord<f64>,
-        plotters::coord::types::RangedCoordf64,
-    >,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
 >;
+
+/// The x axis is log2(L) on a linear coordinate, so that ticks fall on 1k, 2k, 4k, … (a
+/// plotters log axis puts them at 2.9k, 4.9k, …). Callers pass L through this.
+fn lx(l: f64) -> f64 {
+    l.max(1.0).log2()
+}
 
 fn frame<'a, 'b>(
     root: &'a DrawingArea<SVGBackend<'b>, Shift>,
@@ -146,21 +149,39 @@ fn frame<'a, 'b>(
     x: (f64, f64),
     y: (f64, f64),
     y_desc: &str,
+    log2_y: bool,
 ) -> Result<Chart<'a, 'b>, RenderError> {
     root.fill(&WHITE).map_err(perr)?;
+    let (x0, x1) = (lx(x.0), lx(x.1));
     let mut chart = ChartBuilder::on(root)
-        .caption(caption, ("sans-serif", 20))
+        .caption(caption, ("sans-serif", 22))
         .margin(14)
-        .x_label_area_size(44)
-        .y_label_area_size(64)
-        .build_cartesian_2d((x.0..x.1).log_scale(), y.0..y.1)
+        .x_label_area_size(48)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x0..x1, y.0..y.1)
         .map_err(perr)?;
     chart
         .configure_mesh()
         .x_desc("context length (tokens, log scale)")
         .y_desc(y_desc)
-        .x_label_formatter(&|v| axis_tokens(*v))
-        .y_label_formatter(&|v| super::num(*v))
+        .x_labels(((x1 - x0).ceil() as usize + 1).max(2))
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 14))
+        .x_label_formatter(&|v| {
+            // Only powers of two get a label; plotters may add half steps.
+            if (v - v.round()).abs() < 1e-6 {
+                axis_tokens(v.round().exp2())
+            } else {
+                String::new()
+            }
+        })
+        .y_label_formatter(&|v| {
+            if log2_y {
+                format!("×{}", super::num(v.exp2()))
+            } else {
+                super::num(*v)
+            }
+        })
         .light_line_style(RGBColor(238, 238, 238))
         .draw()
         .map_err(perr)?;
@@ -195,20 +216,27 @@ fn metric_plot(report: &Report, metric: Metric) -> Result<Option<Plot>, RenderEr
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         let caption = title(metric);
-        let mut chart = frame(&root, &caption, (xmin, xmax), (0.0, ymax), metric.unit())?;
+        let mut chart = frame(
+            &root,
+            &caption,
+            (xmin, xmax),
+            (0.0, ymax),
+            metric.unit(),
+            false,
+        )?;
         for (i, s) in all.iter().enumerate() {
             let c = color(i);
             let measured: Vec<(f64, f64)> = s
                 .curve
                 .iter()
                 .filter(|p| !p.2)
-                .map(|p| (p.0, p.1))
+                .map(|p| (lx(p.0), p.1))
                 .collect();
             let extrap: Vec<(f64, f64)> = s
                 .curve
                 .iter()
                 .skip(measured.len().saturating_sub(1))
-                .map(|p| (p.0, p.1))
+                .map(|p| (lx(p.0), p.1))
                 .collect();
             if measured.len() > 1 {
                 chart
@@ -230,31 +258,32 @@ fn metric_plot(report: &Report, metric: Metric) -> Result<Option<Plot>, RenderEr
                     .map_err(perr)?;
             }
             if let Some((l, lo, hi)) = s.band {
+                let l = lx(l);
                 chart
                     .draw_series([
                         PathElement::new([(l, lo), (l, hi)], c.stroke_width(3)),
-                        PathElement::new([(l / 1.04, lo), (l * 1.04, lo)], c.stroke_width(2)),
-                        PathElement::new([(l / 1.04, hi), (l * 1.04, hi)], c.stroke_width(2)),
+                        PathElement::new([(l - 0.06, lo), (l + 0.06, lo)], c.stroke_width(2)),
+                        PathElement::new([(l - 0.06, hi), (l + 0.06, hi)], c.stroke_width(2)),
                     ])
                     .map_err(perr)?;
                 chart
                     .draw_series(std::iter::once(Text::new(
                         "extrapolated (90% band)",
-                        (l / 1.9, hi),
+                        (l - 0.95, hi),
                         ("sans-serif", 13).into_font().color(&c),
                     )))
                     .map_err(perr)?;
             }
             chart
                 .draw_series(s.points.iter().map(|(l, sp)| {
-                    PathElement::new([(*l, sp.min), (*l, sp.max)], c.stroke_width(1))
+                    PathElement::new([(lx(*l), sp.min), (lx(*l), sp.max)], c.stroke_width(1))
                 }))
                 .map_err(perr)?;
             chart
                 .draw_series(
                     s.points
                         .iter()
-                        .map(|(l, sp)| Circle::new((*l, sp.median), 4, c.filled())),
+                        .map(|(l, sp)| Circle::new((lx(*l), sp.median), 4, c.filled())),
                 )
                 .map_err(perr)?
                 .label(format!("{} median (min–max)", s.label))
@@ -304,7 +333,7 @@ fn acceptance_plot(report: &Report) -> Result<Option<Plot>, RenderError> {
     let t = "Speculative acceptance length (tokens per verify step)";
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        let mut chart = frame(&root, t, (xmin, xmax), (0.0, ymax), "tokens/step")?;
+        let mut chart = frame(&root, t, (xmin, xmax), (0.0, ymax), "tokens/step", false)?;
         for (i, r) in report.runs.iter().enumerate() {
             if r.acceptance.is_empty() {
                 continue;
@@ -313,11 +342,11 @@ fn acceptance_plot(report: &Report) -> Result<Option<Plot>, RenderError> {
             let pts: Vec<(f64, f64)> = r
                 .acceptance
                 .iter()
-                .map(|a| (a.context_tokens as f64, a.accept_length.median))
+                .map(|a| (lx(a.context_tokens as f64), a.accept_length.median))
                 .collect();
             chart
                 .draw_series(r.acceptance.iter().map(|a| {
-                    let l = a.context_tokens as f64;
+                    let l = lx(a.context_tokens as f64);
                     PathElement::new([(l, a.accept_length.min), (l, a.accept_length.max)], c)
                 }))
                 .map_err(perr)?;
@@ -367,8 +396,15 @@ pub fn compare_plot(cmp: &Comparison) -> Result<String, RenderError> {
         .collect();
     let xmin = xs.iter().copied().fold(f64::INFINITY, f64::min).min(1024.0) / 1.3;
     let xmax = xs.iter().copied().fold(0.0, f64::max).max(2048.0) * 1.3;
-    let ymax = ys.iter().copied().fold(1.0f64, f64::max) * 1.08;
-    let ymin = ys.iter().copied().fold(1.0f64, f64::min) * 0.92;
+    // Ratios are drawn on a log2 scale, so that ×2 and ×0.5 are equally far from ×1.
+    let ymax = (ys.iter().copied().fold(1.0f64, f64::max) * 1.15).log2();
+    let ymin = (ys
+        .iter()
+        .copied()
+        .filter(|v| *v > 0.0)
+        .fold(1.0f64, f64::min)
+        / 1.15)
+        .log2();
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
@@ -389,12 +425,13 @@ pub fn compare_plot(cmp: &Comparison) -> Result<String, RenderError> {
             &root,
             &caption,
             (xmin, xmax),
-            (ymin.max(0.0), ymax),
-            "B / A",
+            (ymin, ymax),
+            "B / A (log scale)",
+            true,
         )?;
         chart
             .draw_series(DashedLineSeries::new(
-                [(xmin, 1.0), (xmax, 1.0)],
+                [(lx(xmin), 0.0), (lx(xmax), 0.0)],
                 5,
                 4,
                 BLACK.mix(0.6).stroke_width(1),
@@ -404,16 +441,22 @@ pub fn compare_plot(cmp: &Comparison) -> Result<String, RenderError> {
             for (mi, m) in Metric::ALL.into_iter().enumerate() {
                 let c = color(mi);
                 // Spread the metrics a little along x so that their whiskers do not overlap.
-                let shift = 1.045f64.powi(mi as i32 - 2) * 1.02f64.powi(vi as i32);
+                let shift = 0.06 * (mi as f64 - 1.5) + 0.03 * vi as f64;
                 let pts: Vec<(f64, crate::stats::bootstrap::RatioCi)> = v
                     .rows
                     .iter()
                     .filter(|r| r.metric == m)
-                    .filter_map(|r| Some((r.context_tokens as f64 * shift, r.ratio?)))
+                    .filter_map(|r| Some((lx(r.context_tokens as f64) + shift, r.ratio?)))
                     .collect();
                 chart
                     .draw_series(pts.iter().map(|(x, ci)| {
-                        PathElement::new([(*x, ci.low), (*x, ci.high)], c.stroke_width(2))
+                        PathElement::new(
+                            [
+                                (*x, ci.low.max(1e-9).log2()),
+                                (*x, ci.high.max(1e-9).log2()),
+                            ],
+                            c.stroke_width(2),
+                        )
                     }))
                     .map_err(perr)?;
                 let label = if cmp.versus.len() > 1 {
@@ -423,8 +466,9 @@ pub fn compare_plot(cmp: &Comparison) -> Result<String, RenderError> {
                 };
                 chart
                     .draw_series(
-                        pts.iter()
-                            .map(|(x, ci)| Circle::new((*x, ci.ratio), 4, c.filled())),
+                        pts.iter().map(|(x, ci)| {
+                            Circle::new((*x, ci.ratio.max(1e-9).log2()), 4, c.filled())
+                        }),
                     )
                     .map_err(perr)?
                     .label(label)
