@@ -189,3 +189,6 @@ mod tests {
         assert_eq!(fmt_ctx(1000), "1000");
     }
 }
+
+#[cfg(test)]
+mod snapshot_tests;

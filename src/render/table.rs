@@ -16,7 +16,9 @@ pub fn coef(x: f64) -> String {
     if x == 0.0 {
         "0".to_owned()
     } else if (0.01..1e5).contains(&x.abs()) {
-        num(x)
+        // Four significant digits: 0.04562, 20.00, 1234.
+        let decimals = (3 - x.abs().log10().floor() as i32).max(0) as usize;
+        format!("{x:.decimals$}")
     } else {
         format!("{x:.3e}")
     }
@@ -99,7 +101,11 @@ pub fn fit_notes(f: &ScalingFit) -> Vec<String> {
         .fit
         .residuals
         .iter()
-        .map(|r| format!("{} {:+.0}%", fmt_ctx(r.context_tokens), r.relative * 100.0))
+        .map(|r| {
+            // Round first so that a tiny negative residual is not shown as "-0%".
+            let pct = (r.relative * 100.0).round() + 0.0;
+            format!("{} {pct:+.0}%", fmt_ctx(r.context_tokens))
+        })
         .collect();
     out.push(format!("residuals (median vs fit): {}", res.join(", ")));
     out
