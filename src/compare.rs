@@ -258,7 +258,7 @@ pub fn build(
             run: info(lb, pb, b),
             differences: differences(a, b),
             mismatches: mism,
-            rows: rows(a, b, resamples as usize, level, report::SEED),
+            rows: rows(a, b, resamples, level, report::SEED),
         });
     }
     Ok(Comparison {

@@ -110,7 +110,7 @@ pub const POOR_RESIDUAL: f64 = 0.25;
 impl Fit {
     /// R² below [`POOR_R2`] or a median off by more than [`POOR_RESIDUAL`].
     pub fn is_poor(&self) -> bool {
-        !(self.r2 >= POOR_R2) || self.worst_relative_residual() > POOR_RESIDUAL
+        self.r2.is_nan() || self.r2 < POOR_R2 || self.worst_relative_residual() > POOR_RESIDUAL
     }
 }
 
@@ -229,18 +229,22 @@ fn weighted_ls(rows: &[([f64; 3], f64, f64)], cols: &[usize]) -> Option<Vec<f64>
             a[i][k] += w * b[ci] * y;
         }
     }
-    // Gaussian elimination with partial pivoting.
+    // Gauss-Jordan elimination with partial pivoting; a pivot tiny next to the matrix's
+    // scale means the chosen columns are (nearly) collinear on these lengths.
+    let scale = (0..k).map(|i| a[i][i].abs()).fold(0.0, f64::max);
     for col in 0..k {
         let piv = (col..k).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
-        if a[piv][col].abs() < 1e-12 * a[col][col].abs().max(1e-300) || a[piv][col] == 0.0 {
+        let p = a[piv][col].abs();
+        if p.is_nan() || p <= 1e-13 * scale {
             return None;
         }
         a.swap(col, piv);
-        for r in 0..k {
+        let pivot_row = a[col].clone();
+        for (r, row) in a.iter_mut().enumerate() {
             if r != col {
-                let f = a[r][col] / a[col][col];
-                for c in col..=k {
-                    a[r][c] -= f * a[col][c];
+                let f = row[col] / pivot_row[col];
+                for (x, p) in row.iter_mut().zip(&pivot_row).skip(col) {
+                    *x -= f * p;
                 }
             }
         }
