@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::cli::{ReportArgs, ReportFormat};
-use crate::record::{self, Host, Results};
+use crate::record::{self, Host, Results, Sample};
 use crate::render::{self, fmt_ctx, svg};
 use crate::stats::fit::{self, Extrapolation, Fit, Model};
 use crate::stats::metric::{self, Metric};
@@ -106,7 +106,7 @@ pub struct Slowdown {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Warning {
     /// `contaminated`, `length_mismatch`, `failed`, `cache_unverified`, `poor_fit`, `no_fit`,
-    /// `extrapolation`, `torn_line`, `synthetic_corpus`.
+    /// `extrapolation`, `torn_line`, `synthetic_corpus`, `other_phase`.
     pub kind: &'static str,
     /// What happened and what to do.
     pub message: String,
@@ -125,7 +125,16 @@ fn warn(kind: &'static str, message: String) -> Warning {
 /// Builds the report of one results file. Pure: no I/O.
 pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
     let h = &results.header;
-    let points = stats::summarize(&results.samples);
+    // Tables and plots show cold samples only, like the fits: samples of other phases
+    // (decode at depth reuses a cached prefix on purpose) would mix two measurements.
+    let cold: Vec<Sample> = results
+        .samples
+        .iter()
+        .filter(|s| s.phase == "cold")
+        .cloned()
+        .collect();
+    let other_phases = results.samples.len() - cold.len();
+    let points = stats::summarize(&cold);
     let max_context = h.server.get("max_context").and_then(Value::as_u64);
     let mut warnings = Vec::new();
     if results.torn_bytes > 0 {
@@ -135,6 +144,12 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
                 "the file ends with a torn line ({} bytes): the run was killed mid-write; it was ignored",
                 results.torn_bytes
             ),
+        ));
+    }
+    if other_phases > 0 {
+        warnings.push(warn(
+            "other_phase",
+            format!("{other_phases} sample(s) of a phase other than cold (e.g. warm decode at depth) are not in this report's table, plots or fits"),
         ));
     }
     let total = |f: fn(&PointSummary) -> usize| points.iter().map(f).sum::<usize>();

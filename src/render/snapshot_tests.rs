@@ -79,6 +79,10 @@ fn results(run_id: &str, speed: f64, accept: Option<f64>) -> Results {
     hit.contaminated = true;
     hit.cached_tokens = Some(4000);
     samples.push(hit);
+    // A decode-at-depth sample: counted in a warning, kept out of tables and fits.
+    let mut warm = sample(run_id, 16384, 3, 0.001, accept);
+    warm.phase = "warm".into();
+    samples.push(warm);
     Results {
         header: header(run_id, &contexts),
         samples,
@@ -205,6 +209,11 @@ fn fits_of_the_fixture_recover_its_formula() {
     assert_eq!(e.context_tokens, 131072);
     assert!(r.runs[0].warnings.iter().any(|w| w.kind == "contaminated"));
     assert!(r.runs[0].warnings.iter().any(|w| w.kind == "extrapolation"));
+    assert!(r.runs[0].warnings.iter().any(|w| w.kind == "other_phase"));
+    assert_eq!(
+        r.runs[0].points[4].samples, 3,
+        "warm sample kept out of the table"
+    );
     assert_eq!(r.runs[1].acceptance.len(), 5);
 }
 
