@@ -104,6 +104,11 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 0.95)]
     pub confidence: f64,
 
+    /// Noise band as a fraction: a change is called faster or slower only when its whole
+    /// interval lies beyond ±noise (runs drift by a few percent on a real host).
+    #[arg(long, default_value_t = 0.05)]
+    pub noise: f64,
+
     /// Bootstrap resamples per interval.
     #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(100..=1_000_000))]
     pub resamples: u32,

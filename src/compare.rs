@@ -25,6 +25,8 @@ pub struct Comparison {
     pub level: f64,
     /// Bootstrap resamples per interval.
     pub resamples: usize,
+    /// Noise band: a change is called only when its whole interval lies beyond ±noise.
+    pub noise: f64,
 }
 
 /// What identifies a run in a comparison.
@@ -74,11 +76,11 @@ pub struct CompareRow {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
-    /// B is better (lower time or higher rate) and the interval excludes 1.
+    /// B is better (lower time or higher rate): the whole interval is beyond the noise band.
     Faster,
-    /// B is worse and the interval excludes 1.
+    /// B is worse: the whole interval is beyond the noise band.
     Slower,
-    /// The interval contains 1.
+    /// The interval reaches into the noise band around 1.
     NoSignificantDifference,
     /// Fewer than two usable samples on a side: no interval worth the name.
     TooFewSamples,
@@ -95,11 +97,16 @@ impl std::fmt::Display for Verdict {
     }
 }
 
-/// The verdict for a ratio interval of `metric`.
-pub fn verdict(metric: Metric, ci: Option<&RatioCi>) -> Verdict {
+/// The verdict for a ratio interval of `metric`. Excluding 1 is not enough: runs on a real
+/// host drift by a few percent between runs (two identical runs against the reference server
+/// differed by up to 11% at one point, with intervals excluding 1), so a change is called
+/// only when the whole interval lies outside the band [1/(1+noise), 1+noise]
+/// (criterion's "noise threshold" idea).
+pub fn verdict(metric: Metric, ci: Option<&RatioCi>, noise: f64) -> Verdict {
+    let (lo, hi) = (1.0 / (1.0 + noise), 1.0 + noise);
     match ci {
         Some(c) if c.n_a >= 2 && c.n_b >= 2 => {
-            if !c.excludes_one() {
+            if !c.excludes_one() || (c.high >= lo && c.low <= hi) {
                 Verdict::NoSignificantDifference
             } else if (c.ratio > 1.0) == metric.higher_is_better() {
                 Verdict::Faster
@@ -193,7 +200,14 @@ pub fn differences(a: &Results, b: &Results) -> Vec<String> {
 }
 
 /// B against A at every context point both have. Pure.
-pub fn rows(a: &Results, b: &Results, resamples: usize, level: f64, seed: u64) -> Vec<CompareRow> {
+pub fn rows(
+    a: &Results,
+    b: &Results,
+    resamples: usize,
+    level: f64,
+    noise: f64,
+    seed: u64,
+) -> Vec<CompareRow> {
     let mut out = Vec::new();
     let cb = contexts(b);
     for c in contexts(a).into_iter().filter(|c| cb.contains(c)) {
@@ -219,7 +233,7 @@ pub fn rows(a: &Results, b: &Results, resamples: usize, level: f64, seed: u64) -
                 metric: m,
                 a: med(&va),
                 b: med(&vb),
-                verdict: verdict(m, ci.as_ref()),
+                verdict: verdict(m, ci.as_ref(), noise),
                 ratio: ci,
             });
         }
@@ -234,6 +248,7 @@ pub fn build(
     allow_mismatch: bool,
     resamples: usize,
     level: f64,
+    noise: f64,
 ) -> Result<Comparison, UsageError> {
     let Some((la, pa, a)) = loaded.first() else {
         return Err(UsageError::Invalid(
@@ -258,7 +273,7 @@ pub fn build(
             run: info(lb, pb, b),
             differences: differences(a, b),
             mismatches: mism,
-            rows: rows(a, b, resamples, level, report::SEED),
+            rows: rows(a, b, resamples, level, noise, report::SEED),
         });
     }
     Ok(Comparison {
@@ -266,6 +281,7 @@ pub fn build(
         versus,
         level,
         resamples,
+        noise,
     })
 }
 
@@ -278,12 +294,20 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         ))
         .into());
     }
+    if !(args.noise >= 0.0 && args.noise < 1.0) {
+        return Err(UsageError::Invalid(format!(
+            "--noise {}: must be a fraction between 0 and 1, e.g. 0.05 for ±5%",
+            args.noise
+        ))
+        .into());
+    }
     let loaded = report::load(&args.files)?;
     let cmp = build(
         &loaded,
         args.allow_mismatch,
         args.resamples as usize,
         args.confidence,
+        args.noise,
     )?;
     let text = render::renderer(args.format).compare(&cmp)?;
     match &args.out {
@@ -320,19 +344,41 @@ mod tests {
     #[test]
     fn verdict_depends_on_the_metric_direction() {
         let lower = ci(0.5, 0.4, 0.6);
-        assert_eq!(verdict(Metric::TtftMs, Some(&lower)), Verdict::Faster);
+        assert_eq!(verdict(Metric::TtftMs, Some(&lower), 0.05), Verdict::Faster);
         assert_eq!(
-            verdict(Metric::DecodeTokensPerS, Some(&lower)),
+            verdict(Metric::DecodeTokensPerS, Some(&lower), 0.05),
             Verdict::Slower
         );
         let unclear = ci(0.9, 0.7, 1.1);
         assert_eq!(
-            verdict(Metric::MsPerStep, Some(&unclear)),
+            verdict(Metric::MsPerStep, Some(&unclear), 0.05),
             Verdict::NoSignificantDifference
         );
         let mut one = lower;
         one.n_b = 1;
-        assert_eq!(verdict(Metric::TtftMs, Some(&one)), Verdict::TooFewSamples);
-        assert_eq!(verdict(Metric::TtftMs, None), Verdict::TooFewSamples);
+        assert_eq!(
+            verdict(Metric::TtftMs, Some(&one), 0.05),
+            Verdict::TooFewSamples
+        );
+        assert_eq!(verdict(Metric::TtftMs, None, 0.05), Verdict::TooFewSamples);
+    }
+
+    #[test]
+    fn a_significant_change_inside_the_noise_band_is_not_called() {
+        // 0.6% slower with a tight interval: real, but drift-sized.
+        let tiny = ci(1.006, 1.003, 1.028);
+        assert_eq!(
+            verdict(Metric::TtftMs, Some(&tiny), 0.05),
+            Verdict::NoSignificantDifference
+        );
+        assert_eq!(verdict(Metric::TtftMs, Some(&tiny), 0.0), Verdict::Slower);
+        // An interval that starts inside the band is not called either.
+        let edge = ci(1.108, 1.014, 1.135);
+        assert_eq!(
+            verdict(Metric::TtftMs, Some(&edge), 0.05),
+            Verdict::NoSignificantDifference
+        );
+        let clear = ci(1.9, 1.6, 2.2);
+        assert_eq!(verdict(Metric::TtftMs, Some(&clear), 0.05), Verdict::Slower);
     }
 }

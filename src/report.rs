@@ -273,8 +273,7 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
 
     let mut acceptance = Vec::new();
     for p in &points {
-        let v = results
-            .samples
+        let v = cold
             .iter()
             .filter(|s| s.context_tokens == p.context_tokens && s.usable())
             .filter_map(|s| s.spec_accept_length);

@@ -267,10 +267,11 @@ impl Renderer for HtmlRenderer {
         let mut body = String::new();
         let _ = writeln!(
             body,
-            "<h1>ctxbench compare</h1>\n<p class=\"sub\">baseline A = {} · ratio of medians B/A with {:.0}% bootstrap intervals ({} resamples), cold usable samples</p>",
+            "<h1>ctxbench compare</h1>\n<p class=\"sub\">baseline A = {} · ratio of medians B/A with {:.0}% bootstrap intervals ({} resamples), cold usable samples; faster or slower only when the whole interval is beyond ±{:.0}%</p>",
             esc(&cmp.baseline.label),
             cmp.level * 100.0,
-            cmp.resamples
+            cmp.resamples,
+            cmp.noise * 100.0
         );
         figure(
             &mut body,

@@ -165,11 +165,12 @@ impl Renderer for MarkdownRenderer {
         for v in &cmp.versus {
             let _ = writeln!(
                 out,
-                "## B = {} vs A = {}\n\nRatio of medians B/A with a {:.0}% bootstrap interval ({} resamples) over cold usable samples.\n",
+                "## B = {} vs A = {}\n\nRatio of medians B/A with a {:.0}% bootstrap interval ({} resamples) over cold usable samples; faster or slower only when the whole interval is beyond ±{:.0}% (run-to-run noise).\n",
                 cell(&v.run.label),
                 cell(&cmp.baseline.label),
                 cmp.level * 100.0,
-                cmp.resamples
+                cmp.resamples,
+                cmp.noise * 100.0
             );
             if !v.differences.is_empty() {
                 let _ = writeln!(out, "Recorded differences:\n");

@@ -121,7 +121,7 @@ fn comparison() -> Comparison {
             results("r2", 0.8, Some(3.2)),
         ),
     ];
-    compare::build(&loaded, false, 500, 0.95).expect("comparable")
+    compare::build(&loaded, false, 500, 0.95, 0.05).expect("comparable")
 }
 
 fn render(f: ReportFormat) -> String {

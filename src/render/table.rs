@@ -208,10 +208,11 @@ impl Renderer for TableRenderer {
         for v in &cmp.versus {
             let _ = writeln!(
                 out,
-                "B = {} vs A = {} (ratio of medians B/A, {:.0}% bootstrap interval; cold usable samples)",
+                "B = {} vs A = {} (ratio of medians B/A, {:.0}% bootstrap interval; cold usable samples;\nfaster/slower only when the whole interval is beyond ±{:.0}%)",
                 v.run.label,
                 cmp.baseline.label,
-                cmp.level * 100.0
+                cmp.level * 100.0,
+                cmp.noise * 100.0
             );
             if v.differences.is_empty() {
                 let _ = writeln!(out, "recorded differences: none (server flags are not recorded; say what you changed)");
