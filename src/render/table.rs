@@ -88,7 +88,7 @@ pub fn fit_notes(f: &ScalingFit) -> Vec<String> {
     }
     if let Some(e) = &f.extrapolation {
         out.push(format!(
-            "EXTRAPOLATED to {} (server maximum; measured up to {}): {} ({:.0}% band {} – {}, bootstrap over samples)",
+            "EXTRAPOLATED to {} (server maximum; measured up to {}): {} ({:.0}% band {} – {}, from measurement noise only, not model error)",
             fmt_ctx(e.context_tokens),
             fmt_ctx(e.measured_up_to),
             ms(e.predicted),
