@@ -212,6 +212,7 @@ fn metric_plot(report: &Report, metric: Metric) -> Result<Option<Plot>, RenderEr
     let ymax = ys.fold(0.0f64, f64::max).max(1e-9) * 1.08;
     let xmin = xs.iter().copied().fold(f64::INFINITY, f64::min) / 1.25;
     let xmax = xs.iter().copied().fold(0.0, f64::max) * 1.25;
+    let label_octaves = 140.0 * (lx(xmax) - lx(xmin)) / (SIZE.0 as f64 - 100.0) + 0.1;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
@@ -269,7 +270,8 @@ fn metric_plot(report: &Report, metric: Metric) -> Result<Option<Plot>, RenderEr
                 chart
                     .draw_series(std::iter::once(Text::new(
                         "extrapolated (90% band)",
-                        (l - 0.95, hi),
+                        // The label must end left of the band: ~140 px of text, in octaves.
+                        (l - label_octaves, hi),
                         ("sans-serif", 13).into_font().color(&c),
                     )))
                     .map_err(perr)?;
