@@ -390,8 +390,17 @@ pub fn after_sweep(results_path: &Path) -> Result<()> {
     if !fits.is_empty() {
         println!("\n{fits}");
     }
-    let md = results_path.with_extension("md");
-    let html = results_path.with_extension("html");
+    // Never overwrite the results file itself (`--out run.html` would otherwise be clobbered).
+    let beside = |ext: &str| {
+        let p = results_path.with_extension(ext);
+        if p == results_path {
+            results_path.with_extension(format!("report.{ext}"))
+        } else {
+            p
+        }
+    };
+    let md = beside("md");
+    let html = beside("html");
     let stem = results_path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -409,4 +418,37 @@ pub fn after_sweep(results_path: &Path) -> Result<()> {
         plots.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{ResultsWriter, RunHeader, SCHEMA_VERSION};
+    use serde_json::json;
+
+    #[test]
+    fn the_sweep_report_never_overwrites_the_results_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.html");
+        let header = RunHeader {
+            kind: "run".into(),
+            schema: SCHEMA_VERSION,
+            run_id: "r".into(),
+            ctxbench_version: "0".into(),
+            started_at: "t".into(),
+            host: Host::current(),
+            config: json!({"contexts": [1024]}),
+            server: json!({}),
+            corpus: json!({}),
+        };
+        drop(ResultsWriter::create(&path, &header).unwrap());
+        let before = std::fs::read(&path).unwrap();
+        after_sweep(&path).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        assert!(dir.path().join("run.report.html").exists());
+        assert!(dir.path().join("run.md").exists());
+        assert!(dir.path().join("run-plots").is_dir());
+        // And the rebuilt report of that file still reads it as results.
+        assert_eq!(load(&[path]).unwrap()[0].2.header.run_id, "r");
+    }
 }
