@@ -154,6 +154,7 @@ pub fn make_sample(
         finish_reason: None,
         flags: Vec::new(),
         server: None,
+        spec_accept_length: None,
     };
     let out = match result {
         Ok(o) => o,

@@ -24,6 +24,96 @@ pub enum Command {
     Sweep(Box<SweepArgs>),
     /// Measure ctxbench's own cost: stream tokens from a loopback server as fast as it can.
     Overhead(crate::overhead::OverheadArgs),
+    /// Tables, scaling fits, plots and an HTML report, from results files alone.
+    #[command(after_help = REPORT_EXAMPLES)]
+    Report(ReportArgs),
+    /// Compare runs: B/A per context and metric, with bootstrap confidence intervals.
+    #[command(after_help = COMPARE_EXAMPLES)]
+    Compare(CompareArgs),
+}
+
+const REPORT_EXAMPLES: &str = "Examples:
+  ctxbench report a.jsonl                               # table and fits on the terminal
+  ctxbench report a.jsonl --format html --out a.html    # one self-contained HTML file
+  ctxbench report a.jsonl b.jsonl --plots plots/        # SVG plots, runs overlaid";
+
+const COMPARE_EXAMPLES: &str = "Examples:
+  ctxbench compare before.jsonl after.jsonl
+  ctxbench compare a.jsonl b.jsonl --format md --plot ab.svg
+
+The first file is the baseline A; every other file is compared with it.";
+
+/// Output format of `report` and `compare`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// Aligned text for the terminal.
+    Table,
+    /// Markdown.
+    Md,
+    /// CSV, one row per point.
+    Csv,
+    /// JSON: the whole model.
+    Json,
+    /// One self-contained HTML file with inline plots.
+    Html,
+}
+
+/// Options of `ctxbench report`.
+#[derive(Debug, Args, Clone)]
+pub struct ReportArgs {
+    /// Results files (JSON Lines written by `ctxbench sweep`).
+    #[arg(required = true, value_name = "RESULTS.jsonl")]
+    pub files: Vec<PathBuf>,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: ReportFormat,
+
+    /// Write the report here instead of to standard output.
+    #[arg(long, short, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+
+    /// Also write SVG plots into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub plots: Option<PathBuf>,
+}
+
+/// Options of `ctxbench compare`.
+#[derive(Debug, Args, Clone)]
+pub struct CompareArgs {
+    /// Results files: the baseline A first, then one or more runs B.
+    #[arg(required = true, num_args = 2.., value_name = "RESULTS.jsonl")]
+    pub files: Vec<PathBuf>,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value = "table")]
+    pub format: ReportFormat,
+
+    /// Write the comparison here instead of to standard output.
+    #[arg(long, short, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+
+    /// Also write an SVG plot of the ratios here.
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+
+    /// Compare the common points even when the runs' context points, corpus, seed, output
+    /// length or method differ.
+    #[arg(long)]
+    pub allow_mismatch: bool,
+
+    /// Confidence level of the intervals.
+    #[arg(long, default_value_t = 0.95)]
+    pub confidence: f64,
+
+    /// Noise band as a fraction: a change is called faster or slower only when its whole
+    /// interval lies beyond ±noise (runs drift by a few percent on a real host).
+    #[arg(long, default_value_t = 0.05)]
+    pub noise: f64,
+
+    /// Bootstrap resamples per interval.
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(100..=1_000_000))]
+    pub resamples: u32,
 }
 
 const SWEEP_EXAMPLES: &str = "Examples:

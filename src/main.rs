@@ -36,6 +36,8 @@ fn main() -> ExitCode {
             Command::Overhead(args) => ctxbench::overhead::run(args)
                 .await
                 .map(|()| Ending::Complete),
+            Command::Report(args) => ctxbench::report::run(&args).map(|()| Ending::Complete),
+            Command::Compare(args) => ctxbench::compare::run(&args).map(|()| Ending::Complete),
         }
     });
     match result {

@@ -137,6 +137,9 @@ pub struct Sample {
     pub flags: Vec<String>,
     /// What the server reported about its own timing.
     pub server: Option<ServerTimings>,
+    /// Speculative decoding: mean tokens accepted per verify step (absent without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_accept_length: Option<f64>,
 }
 
 impl Sample {

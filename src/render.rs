@@ -1,8 +1,49 @@
-//! The terminal summary table.
+//! Renderers: the terminal summary table here, and one module per report format behind
+//! [`Renderer`] (like hyperfine's `Exporter`).
 
 use std::fmt::Write;
 
+use crate::cli::ReportFormat;
+use crate::compare::Comparison;
+use crate::report::Report;
 use crate::stats::{PointSummary, Spread};
+
+pub mod csv;
+pub mod html;
+pub mod json;
+pub mod markdown;
+pub mod svg;
+pub mod table;
+
+/// Why a report could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// The plotting library failed.
+    #[error("drawing a plot: {0}")]
+    Plot(String),
+    /// Serialization failed.
+    #[error("serializing the report: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// One output format: renders a report and a comparison to text.
+pub trait Renderer {
+    /// A report of one or more runs.
+    fn report(&self, report: &Report) -> Result<String, RenderError>;
+    /// A comparison of runs against a baseline.
+    fn compare(&self, cmp: &Comparison) -> Result<String, RenderError>;
+}
+
+/// The renderer of a format.
+pub fn renderer(format: ReportFormat) -> Box<dyn Renderer> {
+    match format {
+        ReportFormat::Table => Box::new(table::TableRenderer),
+        ReportFormat::Md => Box::new(markdown::MarkdownRenderer),
+        ReportFormat::Csv => Box::new(csv::CsvRenderer),
+        ReportFormat::Json => Box::new(json::JsonRenderer),
+        ReportFormat::Html => Box::new(html::HtmlRenderer),
+    }
+}
 
 /// Formats a token count the way `--contexts` takes it (4096 → `4k`).
 pub fn fmt_ctx(c: u64) -> String {
@@ -13,7 +54,11 @@ pub fn fmt_ctx(c: u64) -> String {
     }
 }
 
-fn num(x: f64) -> String {
+/// A number with about four significant digits.
+pub fn num(x: f64) -> String {
+    if !x.is_finite() {
+        return "–".to_owned();
+    }
     if x >= 1000.0 {
         format!("{x:.0}")
     } else if x >= 100.0 {
@@ -27,7 +72,7 @@ fn med(s: &Option<Spread>) -> String {
     s.map(|s| num(s.median)).unwrap_or_else(|| "–".to_owned())
 }
 
-fn med_range(s: &Option<Spread>) -> String {
+pub(crate) fn med_range(s: &Option<Spread>) -> String {
     match s {
         Some(s) if s.n > 1 => format!("{} ({}–{})", num(s.median), num(s.min), num(s.max)),
         Some(s) => num(s.median),
@@ -144,3 +189,6 @@ mod tests {
         assert_eq!(fmt_ctx(1000), "1000");
     }
 }
+
+#[cfg(test)]
+mod snapshot_tests;

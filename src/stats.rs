@@ -1,5 +1,9 @@
 //! Summaries of samples. No I/O here.
 
+pub mod bootstrap;
+pub mod fit;
+pub mod metric;
+
 use serde::Serialize;
 
 use crate::record::{Sample, Status};
@@ -165,6 +169,7 @@ mod tests {
                 prompt_ms: Some(ttft - 2.0),
                 ..Default::default()
             }),
+            spec_accept_length: None,
         }
     }
 

@@ -383,6 +383,10 @@ async fn measure(
             "WARNING: {total_mismatch} sample(s) had a server-reported prompt length different from the target; excluded."
         );
     }
+    // The report beside the results file (md, html, plots) and the fits on the terminal.
+    if let Err(e) = crate::report::after_sweep(&output.path) {
+        eprintln!("warning: could not write the report: {e:#}");
+    }
     let resume_hint = format!(
         "resume with: ctxbench sweep --url {} --out {} --resume (plus the same options)",
         probe.url,

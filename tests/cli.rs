@@ -93,3 +93,26 @@ fn help_explains_the_sweep() {
         assert!(stdout.contains(word), "{word} missing from help");
     }
 }
+
+#[test]
+fn compare_needs_two_files_and_report_one() {
+    let (code, _, stderr) = run(&["compare", "a.jsonl"]);
+    assert_eq!(code, 2, "{stderr}");
+    let (code, _, stderr) = run(&["report"]);
+    assert_eq!(code, 2, "{stderr}");
+    let (code, stdout, _) = run(&["report", "--help"]);
+    assert_eq!(code, 0);
+    for word in ["--format", "--plots", "html"] {
+        assert!(stdout.contains(word), "{word} missing from report help");
+    }
+}
+
+#[test]
+fn a_file_that_is_not_results_is_refused_with_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("notes.jsonl");
+    std::fs::write(&p, "{\"type\":\"sample\"}\n").unwrap();
+    let (code, _, stderr) = run(&["report", p.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("notes.jsonl"), "{stderr}");
+}

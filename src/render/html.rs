@@ -1,0 +1,320 @@
+//! One self-contained HTML file: configuration, server identity and capabilities, warnings,
+//! the table, the fits and the plots (inline SVG). No scripts, no external fetches, so it
+//! opens anywhere, offline, and can be mailed as one file.
+
+use std::fmt::Write;
+
+use serde_json::Value;
+
+use super::table::{equation, fit_notes};
+use super::{fmt_ctx, num, svg, RenderError, Renderer};
+use crate::compare::{Comparison, Verdict};
+use crate::report::{Report, RunReport};
+use crate::stats::Spread;
+
+/// The HTML format.
+pub struct HtmlRenderer;
+
+/// Escapes text for HTML element content and attribute values.
+pub fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+const STYLE: &str = "
+body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,'DejaVu Sans',sans-serif;margin:0;background:#f6f7f9;color:#1d2330}
+main{max-width:1120px;margin:0 auto;padding:24px 28px 48px}
+h1{font-size:26px;margin:8px 0 4px}h2{font-size:20px;margin:32px 0 10px;border-bottom:2px solid #dde1e8;padding-bottom:4px}
+h3{font-size:16px;margin:22px 0 8px}
+.sub{color:#5b6475;margin:0 0 14px}
+.cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(300px,1fr));gap:14px}
+.card{background:#fff;border:1px solid #e1e5eb;border-radius:8px;padding:12px 16px}
+.card h3{margin:0 0 8px}
+dl{display:grid;grid-template-columns:max-content 1fr;gap:3px 14px;margin:0;font-size:14px}
+dt{color:#5b6475}dd{margin:0;word-break:break-all}
+table{border-collapse:collapse;background:#fff;font-size:14px;border:1px solid #e1e5eb}
+th,td{padding:5px 10px;border-bottom:1px solid #eceff3;text-align:right;white-space:nowrap}
+th{background:#eef1f5;font-weight:600}
+td:first-child,th:first-child{text-align:left}
+.warn{background:#fff6e0;border:1px solid #f0c36d;border-radius:8px;padding:8px 16px;margin:10px 0}
+.warn li{margin:3px 0}
+.ok{color:#0a7a3f}.bad{color:#b3261e;font-weight:600}.muted{color:#7a8294}
+.fits li{margin:6px 0}.fits code{font-size:14px;background:#eef1f5;padding:1px 5px;border-radius:4px}
+.plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(480px,1fr));gap:14px}
+figure{margin:0;background:#fff;border:1px solid #e1e5eb;border-radius:8px;padding:8px}
+figure svg{width:100%;height:auto;display:block}
+figcaption{font-size:13px;color:#5b6475;padding:4px 6px}
+.extra{font-weight:600;color:#8a4b00}
+footer{margin-top:36px;color:#7a8294;font-size:13px}
+";
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<main>\n{body}</main>\n</body>\n</html>\n",
+        esc(title)
+    )
+}
+
+fn text(v: Option<&Value>) -> String {
+    match v {
+        None | Some(Value::Null) => "–".into(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| x.as_u64().map(fmt_ctx).unwrap_or_else(|| text(Some(x))))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Some(v) => v.to_string(),
+    }
+}
+
+/// A definition list of every key of a JSON object, in the object's order.
+fn dl(out: &mut String, v: &Value, skip: &[&str]) {
+    out.push_str("<dl>");
+    if let Some(o) = v.as_object() {
+        for (k, x) in o.iter().filter(|(k, _)| !skip.contains(&k.as_str())) {
+            let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(&text(Some(x))));
+        }
+    }
+    out.push_str("</dl>");
+}
+
+fn spread(s: &Option<Spread>) -> String {
+    match s {
+        Some(s) if s.n > 1 => format!(
+            "{} <span class=\"muted\">({}–{})</span>",
+            num(s.median),
+            num(s.min),
+            num(s.max)
+        ),
+        Some(s) => num(s.median),
+        None => "–".into(),
+    }
+}
+
+fn run_section(out: &mut String, run: &RunReport) {
+    let _ = writeln!(out, "<h2>{}</h2>", esc(&run.label));
+    let _ = writeln!(
+        out,
+        "<p class=\"sub\">{} · run <code>{}</code> · started {} · ctxbench {}</p>",
+        esc(&run.path),
+        esc(&run.run_id),
+        esc(&run.started_at),
+        esc(&run.ctxbench_version)
+    );
+    if !run.warnings.is_empty() {
+        out.push_str("<div class=\"warn\"><strong>Warnings</strong><ul>");
+        for w in &run.warnings {
+            let _ = write!(out, "<li>{}</li>", esc(&w.message));
+        }
+        out.push_str("</ul></div>\n");
+    }
+    out.push_str("<div class=\"cards\">\n<div class=\"card\"><h3>Server</h3>");
+    dl(out, &run.server, &[]);
+    out.push_str("</div>\n<div class=\"card\"><h3>Configuration</h3>");
+    dl(out, &run.config, &[]);
+    out.push_str("</div>\n<div class=\"card\"><h3>Corpus and client</h3>");
+    dl(out, &run.corpus, &["spec"]);
+    let _ = write!(
+        out,
+        "<dl><dt>host</dt><dd>{} ({} {}, {} CPUs)</dd></dl>",
+        esc(&run.host.hostname),
+        esc(&run.host.os),
+        esc(&run.host.arch),
+        run.host.cpus
+    );
+    out.push_str("</div>\n</div>\n");
+
+    out.push_str("<h3>Results</h3>\n<table><thead><tr><th>context</th><th>usable/n</th><th>TTFT ms</th><th>prefill tok/s</th><th>decode tok/s</th><th>ms/step</th><th>server prompt ms</th><th>server decode tok/s</th><th>excluded</th></tr></thead><tbody>\n");
+    for p in &run.points {
+        let mut ex = Vec::new();
+        if p.contaminated > 0 {
+            ex.push(format!("{} cached", p.contaminated));
+        }
+        if p.length_mismatch > 0 {
+            ex.push(format!("{} wrong length", p.length_mismatch));
+        }
+        if p.failed > 0 {
+            ex.push(format!("{} failed", p.failed));
+        }
+        let _ = writeln!(
+            out,
+            "<tr><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td></tr>",
+            fmt_ctx(p.context_tokens),
+            p.usable,
+            p.samples,
+            spread(&p.ttft_ms),
+            spread(&p.prefill_tokens_per_s),
+            spread(&p.decode_tokens_per_s),
+            spread(&p.ms_per_step),
+            spread(&p.server_prompt_ms),
+            spread(&p.server_decode_tokens_per_s),
+            if ex.is_empty() { "" } else { " class=\"bad\"" },
+            if ex.is_empty() { "–".into() } else { esc(&ex.join(", ")) }
+        );
+    }
+    out.push_str("</tbody></table>\n<p class=\"muted\">Medians (min–max) over usable samples; client-side unless marked server.</p>\n");
+    if !run.acceptance.is_empty() {
+        out.push_str(
+            "<table><thead><tr><th>context</th><th>acceptance length</th></tr></thead><tbody>",
+        );
+        for a in &run.acceptance {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td></tr>",
+                fmt_ctx(a.context_tokens),
+                spread(&Some(a.accept_length))
+            );
+        }
+        out.push_str("</tbody></table>\n");
+    }
+    let fits: Vec<_> = run.ttft_fit.iter().chain(&run.step_fit).collect();
+    if !fits.is_empty() {
+        out.push_str("<h3>Scaling fits</h3>\n<p class=\"muted\">Per-length medians of cold usable samples; least squares on relative error with coefficients ≥ 0; L in tokens.</p>\n<ul class=\"fits\">");
+        for f in fits {
+            let _ = write!(
+                out,
+                "<li><code>{}</code> · R² {:.3} · {} medians of {} samples{}<ul>",
+                esc(&equation(f)),
+                f.fit.r2,
+                f.fit.points,
+                f.fit.n,
+                if f.poor {
+                    " · <span class=\"bad\">poor fit</span>"
+                } else {
+                    ""
+                }
+            );
+            for n in fit_notes(f) {
+                let class = if n.starts_with("EXTRAPOLATED") {
+                    " class=\"extra\""
+                } else {
+                    ""
+                };
+                let _ = write!(out, "<li{class}>{}</li>", esc(&n));
+            }
+            out.push_str("</ul></li>");
+        }
+        out.push_str("</ul>\n");
+    }
+}
+
+fn figure(out: &mut String, svg: &str, caption: &str) {
+    // plotters writes a bare <svg> element; drop any XML prolog so it can sit inline.
+    let svg = svg.trim_start_matches(|c: char| c != '<');
+    let svg = match svg.strip_prefix("<?xml") {
+        Some(rest) => rest.split_once("?>").map(|x| x.1).unwrap_or(rest),
+        None => svg,
+    };
+    let _ = writeln!(
+        out,
+        "<figure>{}<figcaption>{}</figcaption></figure>",
+        svg.trim(),
+        esc(caption)
+    );
+}
+
+impl Renderer for HtmlRenderer {
+    fn report(&self, report: &Report) -> Result<String, RenderError> {
+        let names: Vec<&str> = report.runs.iter().map(|r| r.label.as_str()).collect();
+        let mut body = String::new();
+        let _ = writeln!(
+            body,
+            "<h1>ctxbench report</h1>\n<p class=\"sub\">{} · {}</p>",
+            esc(&names.join(" · ")),
+            esc(&report.generated_by)
+        );
+        let plots = svg::report_plots(report)?;
+        if !plots.is_empty() {
+            body.push_str("<h2>Plots</h2>\n<div class=\"plots\">\n");
+            for p in &plots {
+                figure(
+                    &mut body,
+                    &p.svg,
+                    &format!(
+                        "{}: median and min–max per context; lines: fits (dashed: extrapolated)",
+                        p.title
+                    ),
+                );
+            }
+            body.push_str("</div>\n");
+        }
+        for run in &report.runs {
+            run_section(&mut body, run);
+        }
+        let _ = writeln!(
+            body,
+            "<footer>Built by {} from the results files alone. Self-contained: no scripts, no network.</footer>",
+            esc(&report.generated_by)
+        );
+        Ok(page(
+            &format!("ctxbench report: {}", names.join(", ")),
+            &body,
+        ))
+    }
+
+    fn compare(&self, cmp: &Comparison) -> Result<String, RenderError> {
+        let mut body = String::new();
+        let _ = writeln!(
+            body,
+            "<h1>ctxbench compare</h1>\n<p class=\"sub\">baseline A = {} · ratio of medians B/A with {:.0}% bootstrap intervals ({} resamples), cold usable samples; faster or slower only when the whole interval is beyond ±{:.0}%</p>",
+            esc(&cmp.baseline.label),
+            cmp.level * 100.0,
+            cmp.resamples,
+            cmp.noise * 100.0
+        );
+        figure(
+            &mut body,
+            &svg::compare_plot(cmp)?,
+            "B/A per context and metric; whiskers: confidence interval; dashed: no change",
+        );
+        for v in &cmp.versus {
+            let _ = writeln!(body, "<h2>B = {}</h2>", esc(&v.run.label));
+            if !v.differences.is_empty() || !v.mismatches.is_empty() {
+                body.push_str("<div class=\"warn\"><ul>");
+                for d in &v.differences {
+                    let _ = write!(body, "<li>differs: <code>{}</code></li>", esc(d));
+                }
+                for m in &v.mismatches {
+                    let _ = write!(body, "<li class=\"bad\">compared anyway: {}</li>", esc(m));
+                }
+                body.push_str("</ul></div>");
+            }
+            body.push_str("<table><thead><tr><th>context</th><th>metric</th><th>A</th><th>B</th><th>B/A</th><th>interval</th><th>verdict</th></tr></thead><tbody>\n");
+            for r in &v.rows {
+                let val = |x: Option<f64>| {
+                    x.map(|x| format!("{} {}", num(x), r.metric.unit()))
+                        .unwrap_or("–".into())
+                };
+                let class = match r.verdict {
+                    Verdict::Faster => "ok",
+                    Verdict::Slower => "bad",
+                    _ => "muted",
+                };
+                let _ = writeln!(
+                    body,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td></tr>",
+                    fmt_ctx(r.context_tokens),
+                    esc(r.metric.label()),
+                    esc(&val(r.a)),
+                    esc(&val(r.b)),
+                    r.ratio.map(|c| format!("{:.3}", c.ratio)).unwrap_or("–".into()),
+                    r.ratio.map(|c| format!("{:.3}–{:.3}", c.low, c.high)).unwrap_or("–".into()),
+                    r.verdict
+                );
+            }
+            body.push_str("</tbody></table>\n");
+        }
+        Ok(page("ctxbench compare", &body))
+    }
+}

@@ -1,0 +1,18 @@
+//! JSON: the whole report or comparison model, for scripts and dashboards.
+
+use super::{RenderError, Renderer};
+use crate::compare::Comparison;
+use crate::report::Report;
+
+/// The JSON format (pretty-printed; non-finite numbers become `null`).
+pub struct JsonRenderer;
+
+impl Renderer for JsonRenderer {
+    fn report(&self, report: &Report) -> Result<String, RenderError> {
+        Ok(serde_json::to_string_pretty(report)? + "\n")
+    }
+
+    fn compare(&self, cmp: &Comparison) -> Result<String, RenderError> {
+        Ok(serde_json::to_string_pretty(cmp)? + "\n")
+    }
+}

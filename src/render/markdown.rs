@@ -1,0 +1,221 @@
+//! Markdown: the report and the comparison as GitHub-flavoured tables.
+
+use std::fmt::Write;
+
+use super::table::{equation, fit_notes};
+use super::{fmt_ctx, num, RenderError, Renderer};
+use crate::compare::Comparison;
+use crate::report::{Report, RunReport};
+use crate::stats::Spread;
+
+/// The Markdown format.
+pub struct MarkdownRenderer;
+
+/// Escapes the characters that would break a table cell.
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+fn spread(s: &Option<Spread>) -> String {
+    match s {
+        Some(s) if s.n > 1 => format!("{} ({}–{})", num(s.median), num(s.min), num(s.max)),
+        Some(s) => num(s.median),
+        None => "–".into(),
+    }
+}
+
+fn value(v: Option<&serde_json::Value>) -> String {
+    match v {
+        None | Some(serde_json::Value::Null) => "–".into(),
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+    }
+}
+
+fn run_section(out: &mut String, run: &RunReport) {
+    let _ = writeln!(out, "## {}\n", cell(&run.label));
+    let srv = |k| value(run.server.get(k));
+    let cfg = |k| value(run.config.get(k));
+    let _ = writeln!(
+        out,
+        "- results: `{}` (run `{}`, started {})",
+        run.path, run.run_id, run.started_at
+    );
+    let _ = writeln!(
+        out,
+        "- server: {} {} at {}, model `{}`, max context {} ({})",
+        srv("server_kind"),
+        srv("server_version"),
+        srv("url"),
+        srv("model"),
+        srv("max_context"),
+        srv("max_context_source")
+    );
+    let _ = writeln!(
+        out,
+        "- measured: contexts {}, {} rep(s), {} output tokens, method {}, cache bypass {}, corpus: {}",
+        run.config
+            .get("contexts")
+            .and_then(|c| c.as_array())
+            .map(|a| a.iter().filter_map(|x| x.as_u64()).map(fmt_ctx).collect::<Vec<_>>().join(", "))
+            .unwrap_or_else(|| "?".into()),
+        cfg("reps"),
+        cfg("output_tokens"),
+        cfg("method"),
+        cfg("cache_bypass"),
+        value(run.corpus.get("label"))
+    );
+    let _ = writeln!(
+        out,
+        "- client: {} ({} {}, {} CPUs), ctxbench {}\n",
+        run.host.hostname, run.host.os, run.host.arch, run.host.cpus, run.ctxbench_version
+    );
+    if !run.warnings.is_empty() {
+        let _ = writeln!(out, "**Warnings**\n");
+        for w in &run.warnings {
+            let _ = writeln!(out, "- ⚠ {}", w.message);
+        }
+        out.push('\n');
+    }
+    let _ = writeln!(out, "| context | usable/n | TTFT ms | prefill tok/s | decode tok/s | ms/step | server prompt ms | server decode tok/s | excluded |");
+    let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|--:|---|");
+    for p in &run.points {
+        let mut ex = Vec::new();
+        if p.contaminated > 0 {
+            ex.push(format!("{} cached", p.contaminated));
+        }
+        if p.length_mismatch > 0 {
+            ex.push(format!("{} wrong length", p.length_mismatch));
+        }
+        if p.failed > 0 {
+            ex.push(format!("{} failed", p.failed));
+        }
+        let _ = writeln!(
+            out,
+            "| {} | {}/{} | {} | {} | {} | {} | {} | {} | {} |",
+            fmt_ctx(p.context_tokens),
+            p.usable,
+            p.samples,
+            spread(&p.ttft_ms),
+            spread(&p.prefill_tokens_per_s),
+            spread(&p.decode_tokens_per_s),
+            spread(&p.ms_per_step),
+            spread(&p.server_prompt_ms),
+            spread(&p.server_decode_tokens_per_s),
+            if ex.is_empty() {
+                "–".into()
+            } else {
+                ex.join(", ")
+            }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nMedians (min–max) over usable samples, client-side unless marked server.\n"
+    );
+    if !run.acceptance.is_empty() {
+        let _ = writeln!(out, "| context | acceptance length |\n|---|--:|");
+        for a in &run.acceptance {
+            let _ = writeln!(
+                out,
+                "| {} | {} |",
+                fmt_ctx(a.context_tokens),
+                spread(&Some(a.accept_length))
+            );
+        }
+        out.push('\n');
+    }
+    let fits: Vec<_> = run.ttft_fit.iter().chain(&run.step_fit).collect();
+    if !fits.is_empty() {
+        let _ = writeln!(out, "### Scaling fits\n\nFitted to the per-length medians of cold usable samples by least squares on relative error, coefficients ≥ 0; L in tokens.\n");
+        for f in fits {
+            let _ = writeln!(
+                out,
+                "- **{}** — R² {:.3}, {} medians of {} samples{}",
+                equation(f),
+                f.fit.r2,
+                f.fit.points,
+                f.fit.n,
+                if f.poor { " — **poor fit**" } else { "" }
+            );
+            for n in fit_notes(f) {
+                let _ = writeln!(out, "  - {n}");
+            }
+        }
+        out.push('\n');
+    }
+}
+
+impl Renderer for MarkdownRenderer {
+    fn report(&self, report: &Report) -> Result<String, RenderError> {
+        let mut out = String::from("# ctxbench report\n\n");
+        for run in &report.runs {
+            run_section(&mut out, run);
+        }
+        let _ = writeln!(
+            out,
+            "_{}; built from the results files alone._",
+            report.generated_by
+        );
+        Ok(out)
+    }
+
+    fn compare(&self, cmp: &Comparison) -> Result<String, RenderError> {
+        let mut out = String::from("# ctxbench compare\n\n");
+        for v in &cmp.versus {
+            let _ = writeln!(
+                out,
+                "## B = {} vs A = {}\n\nRatio of medians B/A with a {:.0}% bootstrap interval ({} resamples) over cold usable samples; faster or slower only when the whole interval is beyond ±{:.0}% (run-to-run noise).\n",
+                cell(&v.run.label),
+                cell(&cmp.baseline.label),
+                cmp.level * 100.0,
+                cmp.resamples,
+                cmp.noise * 100.0
+            );
+            if !v.differences.is_empty() {
+                let _ = writeln!(out, "Recorded differences:\n");
+                for d in &v.differences {
+                    let _ = writeln!(out, "- `{}`", d.replace('`', "'"));
+                }
+                out.push('\n');
+            }
+            for m in &v.mismatches {
+                let _ = writeln!(out, "- ⚠ compared anyway (--allow-mismatch): {m}");
+            }
+            let _ = writeln!(
+                out,
+                "| context | metric | A | B | B/A | interval | verdict |"
+            );
+            let _ = writeln!(out, "|---|---|--:|--:|--:|--:|---|");
+            for r in &v.rows {
+                let val = |x: Option<f64>| {
+                    x.map(|x| format!("{} {}", num(x), r.metric.unit()))
+                        .unwrap_or("–".into())
+                };
+                let verdict = match r.verdict {
+                    crate::compare::Verdict::Faster | crate::compare::Verdict::Slower => {
+                        format!("**{}**", r.verdict)
+                    }
+                    _ => r.verdict.to_string(),
+                };
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {} | {} | {} |",
+                    fmt_ctx(r.context_tokens),
+                    r.metric.label(),
+                    val(r.a),
+                    val(r.b),
+                    r.ratio
+                        .map(|c| format!("{:.3}", c.ratio))
+                        .unwrap_or("–".into()),
+                    r.ratio
+                        .map(|c| format!("{:.3}–{:.3}", c.low, c.high))
+                        .unwrap_or("–".into()),
+                    verdict
+                );
+            }
+            out.push('\n');
+        }
+        Ok(out)
+    }
+}

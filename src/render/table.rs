@@ -1,0 +1,298 @@
+//! Plain-text report and comparison for the terminal.
+
+use std::fmt::Write;
+
+use super::{fmt_ctx, num, summary_table, RenderError, Renderer};
+use crate::compare::Comparison;
+use crate::report::{Report, RunReport, ScalingFit};
+use crate::stats::fit::Model;
+use crate::stats::metric::Metric;
+
+/// The terminal format.
+pub struct TableRenderer;
+
+/// A coefficient: plain when readable, scientific when tiny or huge.
+pub fn coef(x: f64) -> String {
+    if x == 0.0 {
+        "0".to_owned()
+    } else if (0.01..1e5).contains(&x.abs()) {
+        // Four significant digits: 0.04562, 20.00, 1234.
+        let decimals = (3 - x.abs().log10().floor() as i32).max(0) as usize;
+        format!("{x:.decimals$}")
+    } else {
+        format!("{x:.3e}")
+    }
+}
+
+/// A token count that need not be a multiple of 1024 (a crossover, say): `3.7k`.
+pub fn tokens(x: f64) -> String {
+    if !x.is_finite() {
+        "–".to_owned()
+    } else if x >= 1024.0 {
+        format!("{:.1}k", x / 1024.0)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
+/// Milliseconds, switching to seconds when large.
+pub fn ms(x: f64) -> String {
+    if x.abs() >= 10_000.0 {
+        format!("{} s", num(x / 1000.0))
+    } else {
+        format!("{} ms", num(x))
+    }
+}
+
+/// `TTFT(L) ≈ a + b·L + c·L²` with the fitted numbers.
+pub fn equation(f: &ScalingFit) -> String {
+    let c = &f.fit.coef;
+    match f.fit.model {
+        Model::Quadratic => format!(
+            "{}(L) ≈ {} + {}·L + {}·L² ms",
+            f.metric.label(),
+            coef(c[0]),
+            coef(c[1]),
+            coef(c[2])
+        ),
+        Model::Linear => format!(
+            "{}(L) ≈ {} + {}·L ms",
+            f.metric.label(),
+            coef(c[0]),
+            coef(c[1])
+        ),
+    }
+}
+
+/// The lines under a fit: slowdown, crossover, extrapolation, residuals.
+pub fn fit_notes(f: &ScalingFit) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(s) = &f.slowdown {
+        out.push(format!(
+            "slowdown {} → {}: {:.1}× ({} → {}, measured medians)",
+            fmt_ctx(s.from_tokens),
+            fmt_ctx(s.to_tokens),
+            s.ratio,
+            ms(s.from),
+            ms(s.to)
+        ));
+    }
+    if f.fit.model == Model::Quadratic {
+        out.push(match f.crossover_tokens {
+            Some(x) => format!(
+                "the quadratic term overtakes the linear one at L ≈ {}",
+                tokens(x)
+            ),
+            None => "no quadratic term was needed to fit these points".to_owned(),
+        });
+    }
+    if let Some(e) = &f.extrapolation {
+        out.push(format!(
+            "EXTRAPOLATED to {} (server maximum; measured up to {}): {} ({:.0}% band {} – {}, from measurement noise only, not model error)",
+            fmt_ctx(e.context_tokens),
+            fmt_ctx(e.measured_up_to),
+            ms(e.predicted),
+            e.level * 100.0,
+            ms(e.low),
+            ms(e.high)
+        ));
+    }
+    let res: Vec<String> = f
+        .fit
+        .residuals
+        .iter()
+        .map(|r| {
+            // Round first so that a tiny negative residual is not shown as "-0%".
+            let pct = (r.relative * 100.0).round() + 0.0;
+            format!("{} {pct:+.0}%", fmt_ctx(r.context_tokens))
+        })
+        .collect();
+    out.push(format!("residuals (median vs fit): {}", res.join(", ")));
+    out
+}
+
+/// The fits of every run, as text; empty when no run has a fit.
+pub fn fits_text(report: &Report) -> String {
+    let mut out = String::new();
+    for run in &report.runs {
+        let fits: Vec<&ScalingFit> = run.ttft_fit.iter().chain(&run.step_fit).collect();
+        if fits.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "fits for {} (per-length medians of cold usable samples; least squares on relative error, coefficients ≥ 0; L in tokens):",
+            run.label
+        );
+        for f in fits {
+            let _ = writeln!(
+                out,
+                "  {}   R² {:.3}   {} medians of {} samples{}",
+                equation(f),
+                f.fit.r2,
+                f.fit.points,
+                f.fit.n,
+                if f.poor { "   POOR FIT" } else { "" }
+            );
+            for n in fit_notes(f) {
+                let _ = writeln!(out, "    {n}");
+            }
+        }
+    }
+    out
+}
+
+fn run_header(out: &mut String, run: &RunReport) {
+    let s = |k: &str| {
+        run.server
+            .get(k)
+            .map(|v| {
+                v.as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| v.to_string())
+            })
+            .unwrap_or_else(|| "?".into())
+    };
+    let _ = writeln!(out, "run {} ({})", run.label, run.path);
+    let _ = writeln!(
+        out,
+        "server: {} {} · model {} · max context {}",
+        s("server_kind"),
+        s("server_version"),
+        s("model"),
+        s("max_context")
+    );
+    let _ = writeln!(
+        out,
+        "corpus: {}",
+        run.corpus
+            .get("label")
+            .and_then(|v| v.as_str())
+            .unwrap_or("?")
+    );
+}
+
+impl Renderer for TableRenderer {
+    fn report(&self, report: &Report) -> Result<String, RenderError> {
+        let mut out = String::new();
+        for run in &report.runs {
+            run_header(&mut out, run);
+            let _ = writeln!(out, "\n{}", summary_table(&run.points));
+            if !run.acceptance.is_empty() {
+                let a: Vec<String> = run
+                    .acceptance
+                    .iter()
+                    .map(|p| {
+                        format!(
+                            "{} {}",
+                            fmt_ctx(p.context_tokens),
+                            num(p.accept_length.median)
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(out, "acceptance length (median): {}\n", a.join(", "));
+            }
+            for w in &run.warnings {
+                let _ = writeln!(out, "WARNING: {w}");
+            }
+            if !run.warnings.is_empty() {
+                out.push('\n');
+            }
+        }
+        out.push_str(&fits_text(report));
+        Ok(out)
+    }
+
+    fn compare(&self, cmp: &Comparison) -> Result<String, RenderError> {
+        let mut out = String::new();
+        for v in &cmp.versus {
+            let _ = writeln!(
+                out,
+                "B = {} vs A = {} (ratio of medians B/A, {:.0}% bootstrap interval; cold usable samples;\nfaster/slower only when the whole interval is beyond ±{:.0}%)",
+                v.run.label,
+                cmp.baseline.label,
+                cmp.level * 100.0,
+                cmp.noise * 100.0
+            );
+            if v.differences.is_empty() {
+                let _ = writeln!(out, "recorded differences: none (server flags are not recorded; say what you changed)");
+            } else {
+                let _ = writeln!(out, "recorded differences:");
+                for d in &v.differences {
+                    let _ = writeln!(out, "  {d}");
+                }
+            }
+            for m in &v.mismatches {
+                let _ = writeln!(out, "WARNING (--allow-mismatch): {m}");
+            }
+            let header = ["context", "metric", "A", "B", "B/A", "interval", "verdict"];
+            let rows: Vec<[String; 7]> = v
+                .rows
+                .iter()
+                .map(|r| {
+                    let unit = r.metric.unit();
+                    let val = |x: Option<f64>| {
+                        x.map(|x| format!("{} {unit}", num(x)))
+                            .unwrap_or("–".into())
+                    };
+                    [
+                        fmt_ctx(r.context_tokens),
+                        r.metric.label().to_owned(),
+                        val(r.a),
+                        val(r.b),
+                        r.ratio
+                            .map(|c| format!("{:.3}", c.ratio))
+                            .unwrap_or("–".into()),
+                        r.ratio
+                            .map(|c| format!("{:.3}–{:.3}", c.low, c.high))
+                            .unwrap_or("–".into()),
+                        r.verdict.to_string(),
+                    ]
+                })
+                .collect();
+            let mut w: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+            for r in &rows {
+                for (wi, c) in w.iter_mut().zip(r) {
+                    *wi = (*wi).max(c.chars().count());
+                }
+            }
+            let line = |cells: Vec<&str>| {
+                cells
+                    .iter()
+                    .zip(&w)
+                    .enumerate()
+                    .map(|(i, (c, wi))| {
+                        let pad = " ".repeat(wi - c.chars().count());
+                        if i < 2 || i == 6 {
+                            format!("{c}{pad}")
+                        } else {
+                            format!("{pad}{c}")
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join("  ")
+                    .trim_end()
+                    .to_owned()
+            };
+            let _ = writeln!(out, "\n{}", line(header.to_vec()));
+            let _ = writeln!(
+                out,
+                "{}",
+                w.iter()
+                    .map(|n| "─".repeat(*n))
+                    .collect::<Vec<_>>()
+                    .join("  ")
+            );
+            let mut last = None;
+            for (r, cells) in v.rows.iter().zip(&rows) {
+                if last.is_some_and(|c| c != r.context_tokens) && r.metric == Metric::ALL[0] {
+                    out.push('\n');
+                }
+                last = Some(r.context_tokens);
+                let _ = writeln!(out, "{}", line(cells.iter().map(String::as_str).collect()));
+            }
+            out.push('\n');
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,454 @@
+//! `ctxbench report`: results files → statistics → renderers. Reports are built from the
+//! results files alone, so any run can be re-reported later, anywhere.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cli::{ReportArgs, ReportFormat};
+use crate::record::{self, Host, Results, Sample};
+use crate::render::{self, fmt_ctx, svg};
+use crate::stats::fit::{self, Extrapolation, Fit, Model};
+use crate::stats::metric::{self, Metric};
+use crate::stats::{self, PointSummary, Spread};
+
+/// Bootstrap refits behind an extrapolation band.
+pub const EXTRAPOLATION_RESAMPLES: usize = 400;
+/// Fixed seed: the same results file always gives the same report.
+pub const SEED: u64 = 0x00C7_8BE7;
+
+/// Everything a report shows, for one or more runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// ctxbench version that built the report.
+    pub generated_by: String,
+    /// One entry per results file, in the order given.
+    pub runs: Vec<RunReport>,
+}
+
+/// One results file, summarised and fitted.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// Short name (the file stem), used in legends.
+    pub label: String,
+    /// The results file.
+    pub path: String,
+    /// The run's id.
+    pub run_id: String,
+    /// When the run started.
+    pub started_at: String,
+    /// ctxbench version that measured it.
+    pub ctxbench_version: String,
+    /// The client machine.
+    pub host: Host,
+    /// The run's configuration, as recorded.
+    pub config: Value,
+    /// The server's identity and capabilities, as probed.
+    pub server: Value,
+    /// The corpus.
+    pub corpus: Value,
+    /// Per-context summaries (usable samples).
+    pub points: Vec<PointSummary>,
+    /// Speculative acceptance length per context, when the samples carry it.
+    pub acceptance: Vec<AcceptancePoint>,
+    /// TTFT(L) ≈ a + bL + cL².
+    pub ttft_fit: Option<ScalingFit>,
+    /// ms/step(L) ≈ α + βL.
+    pub step_fit: Option<ScalingFit>,
+    /// What the reader must know before trusting the numbers.
+    pub warnings: Vec<Warning>,
+}
+
+/// Acceptance length at one context length.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AcceptancePoint {
+    /// Context length.
+    pub context_tokens: u64,
+    /// Mean accepted tokens per verify step, over samples.
+    pub accept_length: Spread,
+}
+
+/// A fit with what follows from it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScalingFit {
+    /// The metric fitted.
+    pub metric: Metric,
+    /// The fit itself.
+    pub fit: Fit,
+    /// Length where the quadratic term overtakes the linear one (TTFT only).
+    pub crossover_tokens: Option<f64>,
+    /// Observed slowdown from the smallest to the largest point.
+    pub slowdown: Option<Slowdown>,
+    /// Prediction at the server's maximum context, when it lies beyond the data.
+    pub extrapolation: Option<Extrapolation>,
+    /// R² or residuals say the model does not describe the data.
+    pub poor: bool,
+}
+
+/// Observed ratio of medians between the largest and the smallest point.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Slowdown {
+    /// Smallest context.
+    pub from_tokens: u64,
+    /// Largest context.
+    pub to_tokens: u64,
+    /// Median there.
+    pub from: f64,
+    /// Median there.
+    pub to: f64,
+    /// to / from.
+    pub ratio: f64,
+}
+
+/// A warning, with a short machine-readable kind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Warning {
+    /// `contaminated`, `length_mismatch`, `failed`, `cache_unverified`, `poor_fit`, `no_fit`,
+    /// `extrapolation`, `torn_line`, `synthetic_corpus`, `other_phase`.
+    pub kind: &'static str,
+    /// What happened and what to do.
+    pub message: String,
+}
+
+impl std::fmt::Display for Warning {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+fn warn(kind: &'static str, message: String) -> Warning {
+    Warning { kind, message }
+}
+
+/// Builds the report of one results file. Pure: no I/O.
+pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
+    let h = &results.header;
+    // Tables and plots show cold samples only, like the fits: samples of other phases
+    // (decode at depth reuses a cached prefix on purpose) would mix two measurements.
+    let cold: Vec<Sample> = results
+        .samples
+        .iter()
+        .filter(|s| s.phase == "cold")
+        .cloned()
+        .collect();
+    let other_phases = results.samples.len() - cold.len();
+    let points = stats::summarize(&cold);
+    let max_context = h.server.get("max_context").and_then(Value::as_u64);
+    let mut warnings = Vec::new();
+    if results.torn_bytes > 0 {
+        warnings.push(warn(
+            "torn_line",
+            format!(
+                "the file ends with a torn line ({} bytes): the run was killed mid-write; it was ignored",
+                results.torn_bytes
+            ),
+        ));
+    }
+    if other_phases > 0 {
+        warnings.push(warn(
+            "other_phase",
+            format!("{other_phases} sample(s) of a phase other than cold (e.g. warm decode at depth) are not in this report's table, plots or fits"),
+        ));
+    }
+    let total = |f: fn(&PointSummary) -> usize| points.iter().map(f).sum::<usize>();
+    let (cont, mism, failed, unver) = (
+        total(|p| p.contaminated),
+        total(|p| p.length_mismatch),
+        total(|p| p.failed),
+        total(|p| p.cache_unverified),
+    );
+    if cont > 0 {
+        warnings.push(warn("contaminated", format!("{cont} sample(s) hit the prefix cache (cached_tokens > 0): not cold prefills, excluded from the table and the fits")));
+    }
+    if mism > 0 {
+        warnings.push(warn("length_mismatch", format!("{mism} sample(s) had a server-reported prompt length different from the target: excluded")));
+    }
+    if failed > 0 {
+        warnings.push(warn(
+            "failed",
+            format!("{failed} request(s) failed: resume the sweep to fill the gaps"),
+        ));
+    }
+    if unver > 0 {
+        warnings.push(warn("cache_unverified", format!("{unver} sample(s) have no cached-token count from the server: cold prefill is not proven for them")));
+    }
+    if let Some(label) = h.corpus.get("label").and_then(Value::as_str) {
+        if label.contains("synthetic") {
+            warnings.push(warn(
+                "synthetic_corpus",
+                format!("corpus: {label}; use --corpus PATH with real text for speculative decoding numbers"),
+            ));
+        }
+    }
+
+    let mut scaling = |metric: Metric, model: Model| -> Option<ScalingFit> {
+        let obs = metric::observations(&results.samples, metric);
+        let Some(f) = fit::fit(model, &obs) else {
+            let lengths = {
+                let mut l: Vec<u64> = obs.iter().map(|o| o.0).collect();
+                l.dedup();
+                l.len()
+            };
+            warnings.push(warn(
+                "no_fit",
+                format!(
+                    "{}: {} context length(s) with cold usable samples; a {} fit needs {}",
+                    metric.label(),
+                    lengths,
+                    match model {
+                        Model::Quadratic => "quadratic",
+                        Model::Linear => "linear",
+                    },
+                    model.terms()
+                ),
+            ));
+            return None;
+        };
+        let with: Vec<&PointSummary> = points
+            .iter()
+            .filter(|p| metric.spread(p).is_some())
+            .collect();
+        let slowdown = match (with.first(), with.last()) {
+            (Some(a), Some(b)) if a.context_tokens < b.context_tokens => {
+                let (x, y) = (
+                    metric.spread(a).map(|s| s.median).unwrap_or(f64::NAN),
+                    metric.spread(b).map(|s| s.median).unwrap_or(f64::NAN),
+                );
+                Some(Slowdown {
+                    from_tokens: a.context_tokens,
+                    to_tokens: b.context_tokens,
+                    from: x,
+                    to: y,
+                    ratio: y / x,
+                })
+            }
+            _ => None,
+        };
+        let largest = obs.iter().map(|o| o.0).max().unwrap_or(0);
+        let extrapolation = max_context
+            .filter(|&m| m > largest)
+            .and_then(|m| fit::extrapolate(model, &obs, m, EXTRAPOLATION_RESAMPLES, SEED));
+        let poor = f.is_poor();
+        if poor {
+            warnings.push(warn(
+                "poor_fit",
+                format!(
+                    "{} fit is poor (R² {:.3}, worst median off by {:.0}%): the {} model does not describe these data; noisy host or too few repetitions?",
+                    metric.label(),
+                    f.r2,
+                    f.worst_relative_residual() * 100.0,
+                    match model {
+                        Model::Quadratic => "a + bL + cL²",
+                        Model::Linear => "α + βL",
+                    }
+                ),
+            ));
+        }
+        if let Some(e) = &extrapolation {
+            if e.context_tokens > 4 * e.measured_up_to {
+                warnings.push(warn(
+                    "extrapolation",
+                    format!(
+                        "{} at {} is extrapolated more than 4× beyond the largest measured point ({}): measure closer to the limit before relying on it",
+                        metric.label(),
+                        fmt_ctx(e.context_tokens),
+                        fmt_ctx(e.measured_up_to)
+                    ),
+                ));
+            }
+        }
+        Some(ScalingFit {
+            metric,
+            crossover_tokens: f.crossover(),
+            fit: f,
+            slowdown,
+            extrapolation,
+            poor,
+        })
+    };
+    let ttft_fit = scaling(Metric::TtftMs, Model::Quadratic);
+    let step_fit = scaling(Metric::MsPerStep, Model::Linear);
+
+    let mut acceptance = Vec::new();
+    for p in &points {
+        let v = cold
+            .iter()
+            .filter(|s| s.context_tokens == p.context_tokens && s.usable())
+            .filter_map(|s| s.spec_accept_length);
+        if let Some(sp) = Spread::of(v) {
+            acceptance.push(AcceptancePoint {
+                context_tokens: p.context_tokens,
+                accept_length: sp,
+            });
+        }
+    }
+
+    RunReport {
+        label: label.to_owned(),
+        path: path.to_owned(),
+        run_id: h.run_id.clone(),
+        started_at: h.started_at.clone(),
+        ctxbench_version: h.ctxbench_version.clone(),
+        host: h.host.clone(),
+        config: h.config.clone(),
+        server: h.server.clone(),
+        corpus: h.corpus.clone(),
+        points,
+        acceptance,
+        ttft_fit,
+        step_fit,
+        warnings,
+    }
+}
+
+/// A unique short label per file: the stem, or the path when stems collide.
+pub fn labels(paths: &[PathBuf]) -> Vec<String> {
+    let stems: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            p.file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| p.display().to_string())
+        })
+        .collect();
+    stems
+        .iter()
+        .zip(paths)
+        .map(|(s, p)| {
+            if stems.iter().filter(|x| *x == s).count() > 1 {
+                p.display().to_string()
+            } else {
+                s.clone()
+            }
+        })
+        .collect()
+}
+
+/// Reads results files (the only input of a report).
+pub fn load(paths: &[PathBuf]) -> Result<Vec<(String, String, Results)>> {
+    let labels = labels(paths);
+    paths
+        .iter()
+        .zip(labels)
+        .map(|(p, l)| {
+            let r = record::read_results(p, false)
+                .with_context(|| format!("reading {}", p.display()))?;
+            Ok((l, p.display().to_string(), r))
+        })
+        .collect()
+}
+
+/// Builds the report of several results files.
+pub fn build(loaded: &[(String, String, Results)]) -> Report {
+    Report {
+        generated_by: format!("ctxbench {}", env!("CARGO_PKG_VERSION")),
+        runs: loaded.iter().map(|(l, p, r)| build_run(l, p, r)).collect(),
+    }
+}
+
+/// Writes one SVG per plot into `dir`; returns the files written.
+pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut out = Vec::new();
+    for plot in svg::report_plots(report)? {
+        let p = dir.join(format!("{}.svg", plot.name));
+        std::fs::write(&p, plot.svg).with_context(|| format!("writing {}", p.display()))?;
+        out.push(p);
+    }
+    Ok(out)
+}
+
+/// `ctxbench report`.
+pub fn run(args: &ReportArgs) -> Result<()> {
+    let loaded = load(&args.files)?;
+    let report = build(&loaded);
+    let text = render::renderer(args.format).report(&report)?;
+    match &args.out {
+        Some(p) => std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?,
+        None => {
+            use std::io::Write;
+            let mut o = std::io::stdout().lock();
+            o.write_all(text.as_bytes())?;
+        }
+    }
+    if let Some(dir) = &args.plots {
+        for p in write_plots(&report, dir)? {
+            eprintln!("plot: {}", p.display());
+        }
+    }
+    Ok(())
+}
+
+/// The report a sweep writes when it ends: `<results>.md`, `<results>.html` and
+/// `<results>-plots/` beside the results file, and the fits on the terminal.
+pub fn after_sweep(results_path: &Path) -> Result<()> {
+    let loaded = load(&[results_path.to_path_buf()])?;
+    let report = build(&loaded);
+    let fits = render::table::fits_text(&report);
+    if !fits.is_empty() {
+        println!("\n{fits}");
+    }
+    // Never overwrite the results file itself (`--out run.html` would otherwise be clobbered).
+    let beside = |ext: &str| {
+        let p = results_path.with_extension(ext);
+        if p == results_path {
+            results_path.with_extension(format!("report.{ext}"))
+        } else {
+            p
+        }
+    };
+    let md = beside("md");
+    let html = beside("html");
+    let stem = results_path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "results".into());
+    let plots = results_path.with_file_name(format!("{stem}-plots"));
+    std::fs::write(&md, render::renderer(ReportFormat::Md).report(&report)?)
+        .with_context(|| format!("writing {}", md.display()))?;
+    std::fs::write(&html, render::renderer(ReportFormat::Html).report(&report)?)
+        .with_context(|| format!("writing {}", html.display()))?;
+    write_plots(&report, &plots)?;
+    eprintln!(
+        "report: {} · {} · {}/",
+        md.display(),
+        html.display(),
+        plots.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{ResultsWriter, RunHeader, SCHEMA_VERSION};
+    use serde_json::json;
+
+    #[test]
+    fn the_sweep_report_never_overwrites_the_results_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.html");
+        let header = RunHeader {
+            kind: "run".into(),
+            schema: SCHEMA_VERSION,
+            run_id: "r".into(),
+            ctxbench_version: "0".into(),
+            started_at: "t".into(),
+            host: Host::current(),
+            config: json!({"contexts": [1024]}),
+            server: json!({}),
+            corpus: json!({}),
+        };
+        drop(ResultsWriter::create(&path, &header).unwrap());
+        let before = std::fs::read(&path).unwrap();
+        after_sweep(&path).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        assert!(dir.path().join("run.report.html").exists());
+        assert!(dir.path().join("run.md").exists());
+        assert!(dir.path().join("run-plots").is_dir());
+        // And the rebuilt report of that file still reads it as results.
+        assert_eq!(load(&[path]).unwrap()[0].2.header.run_id, "r");
+    }
+}
