@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::client::{Backend, GenOutcome, GenRequest, Timeouts};
+use crate::client::{Backend, GenOutcome, GenRequest, SpecStats, Timeouts};
 use crate::error::{ClientError, RecordError};
+use crate::metrics::{self, Scraper};
 use crate::progress::Observer;
 use crate::prompt::PromptBuilder;
 use crate::record::{ResultsWriter, Sample, SampleError, Status};
@@ -43,6 +44,10 @@ pub struct BenchSettings {
     pub stall_timeout: Duration,
     /// Failure policy.
     pub on_error: OnError,
+    /// Flush the server's prefix cache before every measured request.
+    pub flush: bool,
+    /// Scrape Prometheus counters before and after every sample.
+    pub metrics: Option<Scraper>,
 }
 
 impl BenchSettings {
@@ -134,6 +139,16 @@ pub fn make_sample(
         finish_reason: None,
         flags: Vec::new(),
         server: None,
+        method: "stream".into(),
+        spec_accept_length: None,
+        spec_accept_rate: None,
+        spec_verify_steps: None,
+        spec_draft_tokens: None,
+        spec_accepted_tokens: None,
+        spec_source: None,
+        ms_per_verify_step: None,
+        metrics: None,
+        flush: None,
     };
     let out = match result {
         Ok(o) => o,
@@ -174,6 +189,9 @@ pub fn make_sample(
             s.ms_per_step = Some(span_ms / (n - 1) as f64);
         }
     }
+    if let Some(spec) = out.spec {
+        set_spec(&mut s, spec);
+    }
     if s.contaminated {
         s.flags.push("contaminated".into());
     }
@@ -195,6 +213,35 @@ pub fn make_sample(
         s.flags.push("no_tokens".into());
     }
     s
+}
+
+/// Stores speculative statistics on a sample; time per verify step is the decode span over
+/// the verify steps, kept apart from the per-token `ms_per_step`.
+pub fn set_spec(s: &mut Sample, spec: SpecStats) {
+    s.spec_accept_length = spec.accept_length;
+    s.spec_accept_rate = spec.accept_rate;
+    s.spec_verify_steps = spec.verify_steps;
+    s.spec_draft_tokens = spec.draft_tokens;
+    s.spec_accepted_tokens = spec.accepted_tokens;
+    s.spec_source = Some(spec.source);
+    s.ms_per_verify_step = match (s.ms_per_step, s.output_tokens, spec.verify_steps) {
+        (Some(per_token), Some(n), Some(v)) if n >= 2 && v > 0 => {
+            Some(per_token * (n - 1) as f64 / v as f64)
+        }
+        _ => None,
+    };
+}
+
+/// Adds Prometheus deltas to a sample; speculative statistics come from them when the
+/// response itself had none (vLLM).
+fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &metrics::Snapshot) {
+    let d = metrics::deltas(before, after);
+    if s.spec_source.is_none() {
+        if let Some(spec) = metrics::spec_from_deltas(&d) {
+            set_spec(s, spec);
+        }
+    }
+    s.metrics = serde_json::to_value(&d).ok();
 }
 
 /// How the measuring loop ended.
@@ -240,6 +287,14 @@ pub async fn run(
             break;
         }
         observer.sample_started(context, rep);
+        let flushed = match settings.flush {
+            true => Some(backend.flush().await),
+            false => None,
+        };
+        let before = match &settings.metrics {
+            Some(m) => m.scrape().await.ok(),
+            None => None,
+        };
         let prompt = builder.build(context, slot);
         let sent = prompt.len() as u64;
         let at = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
@@ -260,7 +315,21 @@ pub async fn run(
             result,
             Err(ClientError::Connect { .. } | ClientError::Unauthorized { .. })
         );
-        let sample = make_sample(settings, context, rep, sent, at, result);
+        let mut sample = make_sample(settings, context, rep, sent, at, result);
+        match flushed {
+            Some(Ok(what)) => sample.flush = Some(what),
+            Some(Err(e)) => {
+                sample.flush = Some(format!("failed: {e}"));
+                sample.flags.push("flush_failed".into());
+            }
+            None => {}
+        }
+        if let (Some(m), Some(before)) = (&settings.metrics, &before) {
+            match m.scrape().await {
+                Ok(after) => apply_metric_deltas(&mut sample, before, &after),
+                Err(_) => sample.flags.push("metrics_unavailable".into()),
+            }
+        }
         writer.append(&sample)?;
         tally.recorded += 1;
         tally.contaminated += sample.contaminated as usize;
@@ -294,6 +363,8 @@ mod tests {
             timeout_per_1k: Duration::from_secs(5),
             stall_timeout: Duration::from_secs(30),
             on_error: OnError::Continue,
+            flush: false,
+            metrics: None,
         }
     }
 
@@ -322,6 +393,7 @@ mod tests {
                 ..Default::default()
             }),
             finish_reason: Some("limit".into()),
+            spec: None,
         }
     }
 
@@ -358,6 +430,30 @@ mod tests {
         );
         assert!((s.decode_tokens_per_s.unwrap() - 100.0).abs() < 1e-6);
         assert_eq!(s.token_chunks, Some(9));
+    }
+
+    #[test]
+    fn spec_stats_land_in_their_fields_and_per_step_time_is_per_verify_step() {
+        // 33 tokens over 320 ms: 10 ms per token; 8 verify steps: 40 ms per step.
+        let mut o = outcome(Some(0), 4096, 33, 9);
+        o.spec = Some(
+            SpecStats {
+                source: "t".into(),
+                verify_steps: Some(8),
+                draft_tokens: Some(32),
+                accepted_tokens: Some(24),
+                accept_length: None,
+                accept_rate: None,
+            }
+            .derive(),
+        );
+        let s = make_sample(&settings(), 4096, 0, 4096, "t".into(), Ok(o));
+        assert!((s.ms_per_step.unwrap() - 10.0).abs() < 1e-6);
+        assert!((s.ms_per_verify_step.unwrap() - 40.0).abs() < 1e-6);
+        assert_eq!(s.spec_accept_length, Some(4.0));
+        assert_eq!(s.spec_accept_rate, Some(0.75));
+        assert_eq!(s.spec_verify_steps, Some(8));
+        assert_eq!(s.method, "stream");
     }
 
     #[test]

@@ -116,6 +116,19 @@ pub struct SweepArgs {
     #[arg(long, value_enum, default_value = "on")]
     pub nonce: Switch,
 
+    /// Flush the server's prefix cache before every measured request: `auto` when the server
+    /// has a flush endpoint (SGLang /flush_cache, vLLM /reset_prefix_cache, llama.cpp slot
+    /// erase), `always` (fail if it cannot), `never`. The nonce and the cached-token check stay
+    /// on regardless.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub flush: FlushMode,
+
+    /// Prometheus endpoint scraped before and after each sample [default: the server's
+    /// /metrics when it answers]; `off` disables scraping. A path (`/metrics`) is relative to
+    /// --url.
+    #[arg(long, value_name = "URL|PATH|off")]
+    pub metrics_url: Option<String>,
+
     /// Seconds to wait for a server that is still loading its model.
     #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
     pub wait_ready: f64,
@@ -123,6 +136,18 @@ pub struct SweepArgs {
     /// Only warnings and the final table.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// When to flush the server's prefix cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlushMode {
+    /// Flush where the server allows it; say so once where it does not.
+    Auto,
+    /// Flush before every sample; stop if the server cannot.
+    Always,
+    /// Never flush.
+    Never,
 }
 
 /// An on/off switch.

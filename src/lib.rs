@@ -7,6 +7,7 @@ pub mod cli;
 pub mod client;
 pub mod corpus;
 pub mod error;
+pub mod metrics;
 pub mod plan;
 pub mod probe;
 pub mod progress;

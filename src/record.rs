@@ -137,6 +137,41 @@ pub struct Sample {
     pub flags: Vec<String>,
     /// What the server reported about its own timing.
     pub server: Option<ServerTimings>,
+    /// How it was measured: `stream` (timestamps as bytes arrive) or `two-point`.
+    #[serde(default = "default_method")]
+    pub method: String,
+    /// Speculative decoding: mean tokens per verify step, bonus token included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_accept_length: Option<f64>,
+    /// Speculative decoding: accepted drafts ÷ proposed drafts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_accept_rate: Option<f64>,
+    /// Speculative decoding: verify steps of this request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_verify_steps: Option<u64>,
+    /// Speculative decoding: draft tokens proposed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_draft_tokens: Option<u64>,
+    /// Speculative decoding: draft tokens accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_accepted_tokens: Option<u64>,
+    /// Where the speculative numbers came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_source: Option<String>,
+    /// `(t_last_token − t_first_token) / spec_verify_steps`: time per verify step, distinct
+    /// from the per-token `ms_per_step`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ms_per_verify_step: Option<f64>,
+    /// Prometheus counter deltas across this sample (`name{labels}` → after − before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<Value>,
+    /// The cache flush done before this sample, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flush: Option<String>,
+}
+
+fn default_method() -> String {
+    "stream".to_owned()
 }
 
 impl Sample {

@@ -111,6 +111,27 @@ pub fn summary_table(points: &[PointSummary]) -> String {
     out
 }
 
+/// Per-point speculative medians, or `None` when no sample reported any.
+pub fn spec_table(points: &[PointSummary]) -> Option<String> {
+    if points.iter().all(|p| p.spec_accept_length.is_none()) {
+        return None;
+    }
+    let mut out =
+        String::from("context  accept length (min–max)  accept rate  ms/verify step  ms/token\n");
+    for p in points {
+        let _ = writeln!(
+            out,
+            "{:<7}  {:>23}  {:>11}  {:>14}  {:>8}",
+            fmt_ctx(p.context_tokens),
+            med_range(&p.spec_accept_length),
+            med(&p.spec_accept_rate),
+            med(&p.ms_per_verify_step),
+            med(&p.ms_per_step),
+        );
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +155,9 @@ mod tests {
             server_prefill_tokens_per_s: None,
             server_decode_tokens_per_s: sp(805.0),
             ttft_overhead_ms: None,
+            spec_accept_length: None,
+            spec_accept_rate: None,
+            ms_per_verify_step: None,
         };
         let t = summary_table(&[p]);
         let lines: Vec<&str> = t.lines().collect();

@@ -81,6 +81,12 @@ pub struct PointSummary {
     pub server_decode_tokens_per_s: Option<Spread>,
     /// Client TTFT minus server prompt time (ms): network, queueing, serialization.
     pub ttft_overhead_ms: Option<Spread>,
+    /// Speculative acceptance length (tokens per verify step).
+    pub spec_accept_length: Option<Spread>,
+    /// Speculative acceptance rate (accepted ÷ proposed drafts).
+    pub spec_accept_rate: Option<Spread>,
+    /// Client ms per verify step.
+    pub ms_per_verify_step: Option<Spread>,
 }
 
 /// Summarises samples per context length, ascending.
@@ -118,6 +124,9 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
                     ok.iter()
                         .filter_map(|s| Some(s.ttft_ms? - s.server.as_ref()?.prompt_ms?)),
                 ),
+                spec_accept_length: Spread::of(ok.iter().filter_map(|s| s.spec_accept_length)),
+                spec_accept_rate: Spread::of(ok.iter().filter_map(|s| s.spec_accept_rate)),
+                ms_per_verify_step: Spread::of(ok.iter().filter_map(|s| s.ms_per_verify_step)),
             }
         })
         .collect()
@@ -158,6 +167,16 @@ mod tests {
                 prompt_ms: Some(ttft - 2.0),
                 ..Default::default()
             }),
+            method: "stream".into(),
+            spec_accept_length: None,
+            spec_accept_rate: None,
+            spec_verify_steps: None,
+            spec_draft_tokens: None,
+            spec_accepted_tokens: None,
+            spec_source: None,
+            ms_per_verify_step: None,
+            metrics: None,
+            flush: None,
         }
     }
 

@@ -9,12 +9,16 @@ use anyhow::{bail, Context, Result};
 use serde_json::json;
 
 use crate::bench::{self, BenchSettings};
-use crate::cli::SweepArgs;
+use crate::cli::{FlushMode, SweepArgs};
 use crate::client::llamacpp::LlamaCpp;
 use crate::client::openai::OpenAi;
+use crate::client::sglang::Sglang;
+use crate::client::vllm::Vllm;
 use crate::client::{Backend, BackendKind, Http};
 use crate::corpus::{Corpus, CorpusSpec};
+use crate::error::ClientError;
 use crate::error::{RecordError, UsageError};
+use crate::metrics::Scraper;
 use crate::plan;
 use crate::probe::{self, Probe};
 use crate::progress::{Observer, Terminal};
@@ -149,7 +153,11 @@ async fn measure(
     }
 
     let backend: Box<dyn Backend> = match probe.backend {
-        BackendKind::Llamacpp => Box::new(LlamaCpp::new(http.clone())),
+        BackendKind::Llamacpp => {
+            Box::new(LlamaCpp::new(http.clone(), probe.total_slots.unwrap_or(1)))
+        }
+        BackendKind::Sglang => Box::new(Sglang::new(http.clone(), probe.model.clone())),
+        BackendKind::Vllm => Box::new(Vllm::new(http.clone(), probe.model.clone())),
         _ => Box::new(OpenAi::new(
             http.clone(),
             probe.model.clone(),
@@ -171,6 +179,8 @@ async fn measure(
     )
     .await
     .context("preparing the corpus")?;
+    let flush = decide_flush(args.flush, backend.as_ref(), args.quiet).await?;
+    let metrics = metrics_scraper(args, http, probe)?;
     let settings = BenchSettings {
         run_id: output.run_id.clone(),
         output_tokens: args.output_tokens,
@@ -181,6 +191,8 @@ async fn measure(
         timeout_per_1k: Duration::from_secs_f64(args.timeout_per_1k),
         stall_timeout: Duration::from_secs_f64(args.stall_timeout),
         on_error: args.on_error,
+        flush: flush.is_some(),
+        metrics: metrics.clone(),
     };
     let mut builder = PromptBuilder::new(&corpus, args.nonce.is_on());
     let warm = bench::warmup(backend.as_ref(), &mut builder, &settings)
@@ -213,6 +225,8 @@ async fn measure(
         "nonce_tokens": if args.nonce.is_on() { NONCE_TOKENS } else { 0 },
         "length_tolerance": args.length_tolerance,
         "method": "stream",
+        "flush": flush,
+        "metrics_url": metrics.as_ref().map(|m| probe::redact_url(&m.url())),
     });
     let header = RunHeader {
         kind: "run".into(),
@@ -261,7 +275,12 @@ async fn measure(
         observer.warn("--nonce off: repetitions send identical prompts (the seed's trap)");
     }
     if !warm.reports_cached_tokens {
-        observer.warn("the server does not report cached-token counts: cold prefill cannot be proven for this run (samples are marked cache_unverified)");
+        let hint = match probe.backend {
+            BackendKind::Vllm => " (start vLLM with --enable-prompt-tokens-details)",
+            BackendKind::Sglang => " (start SGLang with --enable-cache-report)",
+            _ => "",
+        };
+        observer.warn(&format!("the server does not report cached-token counts: cold prefill cannot be proven for this run (samples are marked cache_unverified){hint}"));
     }
 
     let tally = bench::run(
@@ -281,6 +300,9 @@ async fn measure(
     let points = stats::summarize(&results.samples);
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "\n{}", render::summary_table(&points))?;
+    if let Some(t) = render::spec_table(&points) {
+        writeln!(stdout, "speculative decoding (medians per point):\n{t}")?;
+    }
     writeln!(
         stdout,
         "TTFT and decode are client-side medians (min–max) over usable samples; server columns are the server's own timings.\ncorpus: {}; results: {}",
@@ -446,6 +468,48 @@ fn new_run_id() -> String {
         .collect()
 }
 
+/// Tries one flush up front and decides whether to flush before every sample.
+async fn decide_flush(
+    mode: FlushMode,
+    backend: &dyn Backend,
+    quiet: bool,
+) -> Result<Option<String>> {
+    if mode == FlushMode::Never {
+        return Ok(None);
+    }
+    match backend.flush().await {
+        Ok(what) => {
+            if !quiet {
+                eprintln!("flush: {what} before every sample");
+            }
+            Ok(Some(what))
+        }
+        Err(e @ ClientError::Unsupported { .. }) if mode == FlushMode::Auto => {
+            eprintln!("note: no cache flush: {e}; relying on the nonce, the per-request cache switch and cached-token verification");
+            Ok(None)
+        }
+        Err(e) => {
+            Err(anyhow::Error::new(e)
+                .context("--flush always: the server's cache cannot be flushed"))
+        }
+    }
+}
+
+/// The Prometheus scraper: `--metrics-url`, else the server's `/metrics` when it answered.
+fn metrics_scraper(args: &SweepArgs, http: &Http, probe: &Probe) -> Result<Option<Scraper>> {
+    match args.metrics_url.as_deref() {
+        Some("off") => Ok(None),
+        Some(u) if u.starts_with('/') => Ok(Some(Scraper::new(http.clone(), u))),
+        Some(u) => {
+            let api_key = std::env::var(&args.api_key_env).ok();
+            let h = Http::new(u, api_key, None).map_err(UsageError::Invalid)?;
+            Ok(Some(Scraper::new(h, "")))
+        }
+        None if probe.metrics => Ok(Some(Scraper::new(http.clone(), "/metrics"))),
+        None => Ok(None),
+    }
+}
+
 fn print_probe(p: &Probe) {
     let yn = |b: Option<bool>| match b {
         Some(true) => "yes",
@@ -469,4 +533,14 @@ fn print_probe(p: &Probe) {
         yn(Some(p.cache_bypass)),
         yn(Some(p.metrics)),
     );
+    eprintln!(
+        "limits: KV pool {}; flush: {}; speculative stats: {}",
+        p.kv_pool_tokens
+            .map_or("not reported".to_owned(), |n| format!("{n} tokens")),
+        p.flush.as_deref().unwrap_or("not available"),
+        p.spec_stats.as_deref().unwrap_or("not exposed"),
+    );
+    for n in &p.notes {
+        eprintln!("note: {n}");
+    }
 }

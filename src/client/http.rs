@@ -116,6 +116,37 @@ impl Http {
         })
     }
 
+    /// POST without a body, for endpoints that answer plain text or nothing (flushes);
+    /// non-2xx becomes a typed error, the body text is returned.
+    pub async fn post_empty(&self, path: &str, timeout: Duration) -> Result<String, ClientError> {
+        let resp = self
+            .request(reqwest::Method::POST, path)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| self.send_error(path, e, timeout))?;
+        let resp = check_status(path, resp).await?;
+        resp.text().await.map_err(|e| ClientError::Transport {
+            endpoint: path.to_owned(),
+            detail: e.to_string(),
+        })
+    }
+
+    /// GET returning the body text of a 2xx answer (Prometheus `/metrics`).
+    pub async fn get_text(&self, path: &str, timeout: Duration) -> Result<String, ClientError> {
+        let resp = self
+            .request(reqwest::Method::GET, path)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| self.send_error(path, e, timeout))?;
+        let resp = check_status(path, resp).await?;
+        resp.text().await.map_err(|e| ClientError::Transport {
+            endpoint: path.to_owned(),
+            detail: e.to_string(),
+        })
+    }
+
     /// Maps a failure to send (before any response) to a typed error.
     pub fn send_error(&self, path: &str, e: reqwest::Error, timeout: Duration) -> ClientError {
         if e.is_timeout() {

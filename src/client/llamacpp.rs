@@ -21,13 +21,44 @@ use crate::error::ClientError;
 #[derive(Debug, Clone)]
 pub struct LlamaCpp {
     http: Http,
+    slots: u64,
 }
 
 impl LlamaCpp {
-    /// A backend speaking to `http`.
-    pub fn new(http: Http) -> Self {
-        LlamaCpp { http }
+    /// A backend speaking to `http`; `slots` is `/props` `total_slots` (all are erased by
+    /// a flush).
+    pub fn new(http: Http, slots: u64) -> Self {
+        LlamaCpp {
+            http,
+            slots: slots.max(1),
+        }
     }
+}
+
+/// Erases every slot's KV cache (`POST /slots/{id}?action=erase`). llama-server answers 501
+/// unless it was started with `--slot-save-path`.
+pub async fn erase_slots(http: &Http, slots: u64) -> Result<String, ClientError> {
+    let mut erased = 0;
+    for id in 0..slots.max(1) {
+        let path = format!("/slots/{id}?action=erase");
+        match http
+            .post_json(&path, &json!({}), Duration::from_secs(30))
+            .await
+        {
+            Ok(v) => erased += get_u64(&v, "n_erased").unwrap_or(0),
+            Err(ClientError::Http { status: 501, .. }) => {
+                return Err(ClientError::Unsupported {
+                    what: "llama.cpp slot erase".to_owned(),
+                    hint: "restart llama-server with --slot-save-path DIR to enable it".to_owned(),
+                })
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(format!(
+        "llama.cpp slot erase ({} slot(s), {erased} tokens erased)",
+        slots.max(1)
+    ))
 }
 
 const ENDPOINT: &str = "/completion";
@@ -140,6 +171,10 @@ impl Backend for LlamaCpp {
         tokenize(&self.http, text).await
     }
 
+    async fn flush(&self) -> Result<String, ClientError> {
+        erase_slots(&self.http, self.slots).await
+    }
+
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
         let body = CompletionBody {
             prompt: &req.prompt,
@@ -163,6 +198,7 @@ impl Backend for LlamaCpp {
         Ok(GenOutcome {
             stream,
             counts: reader.counts,
+            spec: reader.timings.as_ref().and_then(super::llamacpp_spec),
             timings: reader.timings,
             finish_reason: reader.finish_reason,
         })

@@ -145,6 +145,22 @@ impl CompletionsReader {
     }
 }
 
+/// vLLM/SGLang `/tokenize` (`{"prompt"}`), without special tokens so ids can be spliced.
+pub async fn tokenize_vllm(
+    http: &Http,
+    model: Option<&str>,
+    text: &str,
+) -> Result<Vec<u32>, ClientError> {
+    let mut body = json!({"prompt": text, "add_special_tokens": false});
+    if let Some(m) = model {
+        body["model"] = json!(m);
+    }
+    let v = http
+        .post_json("/tokenize", &body, Duration::from_secs(300))
+        .await?;
+    super::llamacpp::parse_token_list("/tokenize", &v)
+}
+
 #[async_trait]
 impl Backend for OpenAi {
     fn kind(&self) -> BackendKind {
@@ -159,15 +175,7 @@ impl Backend for OpenAi {
         match self.tokenize {
             Some(TokenizeDialect::Llamacpp) => super::llamacpp::tokenize(&self.http, text).await,
             Some(TokenizeDialect::Vllm) => {
-                let mut body = json!({"prompt": text, "add_special_tokens": false});
-                if let Some(m) = &self.model {
-                    body["model"] = json!(m);
-                }
-                let v = self
-                    .http
-                    .post_json("/tokenize", &body, Duration::from_secs(300))
-                    .await?;
-                super::llamacpp::parse_token_list("/tokenize", &v)
+                tokenize_vllm(&self.http, self.model.as_deref(), text).await
             }
             None => Err(ClientError::Http {
                 endpoint: "/tokenize".to_owned(),
@@ -205,6 +213,7 @@ impl Backend for OpenAi {
         Ok(GenOutcome {
             stream,
             counts: reader.counts,
+            spec: reader.timings.as_ref().and_then(super::llamacpp_spec),
             timings: reader.timings,
             finish_reason: reader.finish_reason,
         })
