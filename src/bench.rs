@@ -236,7 +236,13 @@ pub fn set_spec(s: &mut Sample, spec: SpecStats) {
 /// response itself had none (vLLM).
 fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &metrics::Snapshot) {
     let d = metrics::deltas(before, after);
-    if s.spec_source.is_none() {
+    // Counted verify steps beat derived ones (llama.cpp's timings have none; its newest
+    // /metrics do).
+    let derived = s
+        .spec_source
+        .as_deref()
+        .is_some_and(|x| x.contains("derived"));
+    if s.spec_source.is_none() || derived {
         if let Some(spec) = metrics::spec_from_deltas(&d) {
             set_spec(s, spec);
         }
