@@ -52,7 +52,7 @@ fn speculative_decoding_with_a_draft_model_reports_acceptance_per_sample() {
         let rate = s.spec_accept_rate.unwrap();
         assert!(rate > 0.0 && rate <= 1.0, "{rate}");
         let len = s.spec_accept_length.unwrap();
-        assert!(len >= 1.0 && len <= 9.0, "{len}");
+        assert!((1.0..=9.0).contains(&len), "{len}");
         // A verify step yields ≥ 1 token, so it takes at least as long as a token.
         assert!(s.ms_per_verify_step.unwrap() >= s.ms_per_step.unwrap() - 1e-9);
         let m = s.metrics.as_ref().expect("metric deltas");
