@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::client::{Backend, GenOutcome, GenRequest, SpecStats, Timeouts};
+use crate::client::{Backend, GenOutcome, GenRequest, OnceOutcome, SpecStats, Timeouts};
 use crate::error::{ClientError, RecordError};
 use crate::metrics::{self, Scraper};
 use crate::progress::Observer;
@@ -48,6 +48,10 @@ pub struct BenchSettings {
     pub flush: bool,
     /// Scrape Prometheus counters before and after every sample.
     pub metrics: Option<Scraper>,
+    /// `Some((A, B))`: the two-point method (non-streamed, max_tokens A then B).
+    pub two_point: Option<(u32, u32)>,
+    /// Warm decode samples after each cold one, reusing its prefix on purpose.
+    pub decode_samples: u32,
 }
 
 impl BenchSettings {
@@ -105,16 +109,31 @@ pub async fn warmup(
     })
 }
 
-/// Turns a request's outcome into a sample. Pure: no I/O, unit-tested.
-pub fn make_sample(
-    settings: &BenchSettings,
-    context: u64,
-    rep: u32,
-    sent: u64,
-    at: String,
-    result: Result<GenOutcome, ClientError>,
-) -> Sample {
-    let mut s = Sample {
+/// Flags shared by every method.
+fn flag_common(s: &mut Sample, expected_output: u64) {
+    if s.contaminated {
+        s.flags.push("contaminated".into());
+    }
+    if !s.cache_verified {
+        s.flags.push("cache_unverified".into());
+    }
+    if s.length_ok == Some(false) {
+        s.flags.push("length_mismatch".into());
+    }
+    if s.prompt_tokens.is_none() {
+        s.flags.push("length_unreported".into());
+    }
+    if s.output_tokens.is_some_and(|n| n < expected_output) {
+        s.flags.push("short_output".into());
+    }
+    if s.ttft_ms.is_none() {
+        s.flags.push("no_tokens".into());
+    }
+}
+
+/// A sample with nothing measured yet.
+fn blank_sample(settings: &BenchSettings, context: u64, rep: u32, sent: u64, at: String) -> Sample {
+    Sample {
         kind: "sample".into(),
         run_id: settings.run_id.clone(),
         context_tokens: context,
@@ -149,15 +168,133 @@ pub fn make_sample(
         ms_per_verify_step: None,
         metrics: None,
         flush: None,
+        two_point: None,
+    }
+}
+
+fn fail(s: &mut Sample, e: &ClientError) {
+    s.status = Status::Failed;
+    s.error = Some(SampleError {
+        kind: e.kind().to_owned(),
+        message: e.to_string(),
+    });
+}
+
+/// Turns the two requests of the two-point method into one sample. Pure. Decode =
+/// (n_B − n_A) / (t_B − t_A); when t_B ≤ t_A (a cache hit, or noise larger than the
+/// decode time) no rate is computed and the sample says why.
+#[allow(clippy::too_many_arguments)]
+pub fn make_two_point_sample(
+    settings: &BenchSettings,
+    context: u64,
+    rep: u32,
+    sent: u64,
+    at: String,
+    (a_tokens, b_tokens): (u32, u32),
+    a: Result<OnceOutcome, ClientError>,
+    b: Result<OnceOutcome, ClientError>,
+) -> Sample {
+    let mut s = blank_sample(settings, context, rep, sent, at);
+    s.method = "two-point".into();
+    let (a, b) = match (a, b) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => {
+            fail(&mut s, &e);
+            return s;
+        }
     };
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let (t_a, t_b) = (ms(a.elapsed), ms(b.elapsed));
+    let n_a = a.counts.completion_tokens.unwrap_or(a_tokens as u64);
+    let n_b = b.counts.completion_tokens.unwrap_or(b_tokens as u64);
+    s.prompt_tokens = b.counts.prompt_tokens;
+    let len_ok = |p: Option<u64>| p.map(|p| p.abs_diff(context) <= settings.length_tolerance);
+    s.length_ok = match (len_ok(a.counts.prompt_tokens), len_ok(s.prompt_tokens)) {
+        (Some(x), Some(y)) => Some(x && y),
+        _ => None,
+    };
+    s.cached_tokens = match (a.counts.cached_tokens, b.counts.cached_tokens) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        _ => None,
+    };
+    s.cache_verified = s.cached_tokens.is_some();
+    s.contaminated = s.cached_tokens.is_some_and(|c| c > 0);
+    s.output_tokens = Some(n_b);
+    s.e2e_ms = Some(t_b);
+    s.server = b.timings;
+    // With one token, request A's time is the time to that token: a non-streamed TTFT.
+    if n_a == 1 {
+        s.ttft_ms = Some(t_a);
+        if let Some(p) = s.prompt_tokens.filter(|_| t_a > 0.0) {
+            s.prefill_tokens_per_s = Some(p as f64 / (t_a / 1000.0));
+        }
+    }
+    let mut reason = None;
+    if n_b <= n_a {
+        reason = Some(format!(
+            "B generated {n_b} tokens, A {n_a}: no difference to time"
+        ));
+    } else if t_b <= t_a {
+        reason = Some(if s.contaminated {
+            format!("t_B {t_b:.1} ms ≤ t_A {t_a:.1} ms: a request hit the prefix cache")
+        } else {
+            format!("t_B {t_b:.1} ms ≤ t_A {t_a:.1} ms: run-to-run noise exceeds the decode time of {} tokens; raise B", n_b - n_a)
+        });
+    } else {
+        let dt = t_b - t_a;
+        s.decode_tokens_per_s = Some((n_b - n_a) as f64 / (dt / 1000.0));
+        s.ms_per_step = Some(dt / (n_b - n_a) as f64);
+    }
+    s.two_point = Some(serde_json::json!({
+        "a_tokens": n_a, "b_tokens": n_b, "t_a_ms": t_a, "t_b_ms": t_b, "reason": reason,
+    }));
+    if reason.is_some() {
+        s.flags.push("two_point_inverted".into());
+    }
+    if let Some(spec) = b.spec {
+        set_spec(&mut s, spec);
+    }
+    flag_common(&mut s, b_tokens as u64);
+    s
+}
+
+/// Turns a warm decode request (the prefix reused on purpose) into a sample: decode only;
+/// a cache hit is the point here, not a contamination.
+pub fn make_warm_sample(
+    settings: &BenchSettings,
+    context: u64,
+    rep: u32,
+    sent: u64,
+    at: String,
+    result: Result<GenOutcome, ClientError>,
+) -> Sample {
+    let mut s = make_sample(settings, context, rep, sent, at, result);
+    s.phase = "warm".into();
+    s.contaminated = false;
+    s.prefill_tokens_per_s = None;
+    s.flags.retain(|f| f != "contaminated");
+    if let (Some(c), Some(p)) = (s.cached_tokens, s.prompt_tokens) {
+        if c * 2 < p {
+            s.flags.push("warm_prefix_not_reused".into());
+        }
+    }
+    s
+}
+
+/// Turns a request's outcome into a sample. Pure: no I/O, unit-tested.
+pub fn make_sample(
+    settings: &BenchSettings,
+    context: u64,
+    rep: u32,
+    sent: u64,
+    at: String,
+    result: Result<GenOutcome, ClientError>,
+) -> Sample {
+    let mut s = blank_sample(settings, context, rep, sent, at);
     let out = match result {
         Ok(o) => o,
         Err(e) => {
-            s.status = Status::Failed;
-            s.error = Some(SampleError {
-                kind: e.kind().to_owned(),
-                message: e.to_string(),
-            });
+            fail(&mut s, &e);
             return s;
         }
     };
@@ -192,26 +329,7 @@ pub fn make_sample(
     if let Some(spec) = out.spec {
         set_spec(&mut s, spec);
     }
-    if s.contaminated {
-        s.flags.push("contaminated".into());
-    }
-    if !s.cache_verified {
-        s.flags.push("cache_unverified".into());
-    }
-    if s.length_ok == Some(false) {
-        s.flags.push("length_mismatch".into());
-    }
-    if s.prompt_tokens.is_none() {
-        s.flags.push("length_unreported".into());
-    }
-    if s.output_tokens
-        .is_some_and(|n| n < settings.output_tokens as u64)
-    {
-        s.flags.push("short_output".into());
-    }
-    if s.ttft_ms.is_none() {
-        s.flags.push("no_tokens".into());
-    }
+    flag_common(&mut s, settings.output_tokens as u64);
     s
 }
 
@@ -248,6 +366,56 @@ fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &metri
         }
     }
     s.metrics = serde_json::to_value(&d).ok();
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+async fn scrape(settings: &BenchSettings) -> Option<metrics::Snapshot> {
+    match &settings.metrics {
+        Some(m) => m.scrape().await.ok(),
+        None => None,
+    }
+}
+
+async fn flush(
+    backend: &dyn Backend,
+    settings: &BenchSettings,
+) -> Option<Result<String, ClientError>> {
+    match settings.flush {
+        true => Some(backend.flush().await),
+        false => None,
+    }
+}
+
+fn note_flush(s: &mut Sample, flushed: Option<Result<String, ClientError>>) {
+    match flushed {
+        Some(Ok(what)) => s.flush = Some(what),
+        Some(Err(e)) => {
+            s.flush = Some(format!("failed: {e}"));
+            s.flags.push("flush_failed".into());
+        }
+        None => {}
+    }
+}
+
+/// Scrapes after a sample and stores the deltas since `before`.
+async fn finish_metrics(
+    settings: &BenchSettings,
+    s: Option<&mut Sample>,
+    before: Option<&metrics::Snapshot>,
+) {
+    let (Some(m), Some(s)) = (&settings.metrics, s) else {
+        return;
+    };
+    if s.metrics.is_some() {
+        return;
+    }
+    match (before, m.scrape().await) {
+        (Some(before), Ok(after)) => apply_metric_deltas(s, before, &after),
+        _ => s.flags.push("metrics_unavailable".into()),
+    }
 }
 
 /// How the measuring loop ended.
@@ -293,59 +461,111 @@ pub async fn run(
             break;
         }
         observer.sample_started(context, rep);
-        let flushed = match settings.flush {
-            true => Some(backend.flush().await),
-            false => None,
-        };
-        let before = match &settings.metrics {
-            Some(m) => m.scrape().await.ok(),
-            None => None,
-        };
-        let prompt = builder.build(context, slot);
-        let sent = prompt.len() as u64;
-        let at = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
-        let req = GenRequest {
-            prompt,
-            max_tokens: settings.output_tokens,
-            cache_bypass: settings.cache_bypass,
-            timeouts: settings.timeouts_for(context),
-        };
-        let result = tokio::select! {
-            r = backend.generate(&req) => r,
-            _ = interrupt.wait_for(|v| *v) => {
-                tally.interrupted = true;
-                break;
+        let mut samples = Vec::new();
+        let at = now();
+        let before = scrape(settings).await;
+        let measured = match settings.two_point {
+            Some(ab) => {
+                let prompt = builder.build(context, slot);
+                let sent = prompt.len() as u64;
+                // A and B each get their own nonce: neither can reuse the other's prefill.
+                let prompt_b = builder.build(context, slot);
+                let req = |prompt, max_tokens| GenRequest {
+                    prompt,
+                    max_tokens,
+                    cache_bypass: settings.cache_bypass,
+                    timeouts: settings.timeouts_for(context),
+                };
+                let flushed = flush(backend, settings).await;
+                let pair = async {
+                    let a = backend.generate_once(&req(prompt, ab.0)).await;
+                    if settings.flush {
+                        let _ = backend.flush().await;
+                    }
+                    let b = backend.generate_once(&req(prompt_b, ab.1)).await;
+                    (a, b)
+                };
+                tokio::select! {
+                    (a, b) = pair => {
+                        let mut s = make_two_point_sample(settings, context, rep, sent, at, ab, a, b);
+                        note_flush(&mut s, flushed);
+                        Some(s)
+                    }
+                    _ = interrupt.wait_for(|v| *v) => None,
+                }
+            }
+            None => {
+                let prompt = builder.build(context, slot);
+                let sent = prompt.len() as u64;
+                let flushed = flush(backend, settings).await;
+                let mut req = GenRequest {
+                    prompt,
+                    max_tokens: settings.output_tokens,
+                    cache_bypass: settings.cache_bypass,
+                    timeouts: settings.timeouts_for(context),
+                };
+                let r = tokio::select! {
+                    r = backend.generate(&req) => Some(r),
+                    _ = interrupt.wait_for(|v| *v) => None,
+                };
+                match r {
+                    None => None,
+                    Some(result) => {
+                        let mut s = make_sample(settings, context, rep, sent, at, result);
+                        note_flush(&mut s, flushed);
+                        // Decode at depth: the same prompt again, cache reuse allowed.
+                        if s.status == Status::Ok && settings.decode_samples > 0 {
+                            samples.push(s);
+                            finish_metrics(settings, samples.last_mut(), before.as_ref()).await;
+                            req.cache_bypass = false;
+                            for _ in 0..settings.decode_samples {
+                                let before = scrape(settings).await;
+                                let at = now();
+                                let r = tokio::select! {
+                                    r = backend.generate(&req) => r,
+                                    _ = interrupt.wait_for(|v| *v) => break,
+                                };
+                                let mut w = make_warm_sample(settings, context, rep, sent, at, r);
+                                finish_metrics(settings, Some(&mut w), before.as_ref()).await;
+                                samples.push(w);
+                            }
+                            None
+                        } else {
+                            Some(s)
+                        }
+                    }
+                }
             }
         };
-        let fatal = matches!(
-            result,
-            Err(ClientError::Connect { .. } | ClientError::Unauthorized { .. })
-        );
-        let mut sample = make_sample(settings, context, rep, sent, at, result);
-        match flushed {
-            Some(Ok(what)) => sample.flush = Some(what),
-            Some(Err(e)) => {
-                sample.flush = Some(format!("failed: {e}"));
-                sample.flags.push("flush_failed".into());
-            }
-            None => {}
+        if let Some(mut s) = measured {
+            finish_metrics(settings, Some(&mut s), before.as_ref()).await;
+            samples.insert(0, s);
         }
-        if let (Some(m), Some(before)) = (&settings.metrics, &before) {
-            match m.scrape().await {
-                Ok(after) => apply_metric_deltas(&mut sample, before, &after),
-                Err(_) => sample.flags.push("metrics_unavailable".into()),
+        if samples.is_empty() {
+            tally.interrupted = true;
+            break;
+        }
+        let mut stop = None;
+        for sample in &samples {
+            writer.append(sample)?;
+            tally.recorded += 1;
+            tally.contaminated += sample.contaminated as usize;
+            observer.sample_done(sample);
+            if let Some(e) = &sample.error {
+                tally.failed += 1;
+                let fatal = matches!(e.kind.as_str(), "connect" | "unauthorized");
+                if fatal || settings.on_error == OnError::Stop {
+                    stop = Some(e.message.clone());
+                }
             }
         }
-        writer.append(&sample)?;
-        tally.recorded += 1;
-        tally.contaminated += sample.contaminated as usize;
-        observer.sample_done(&sample);
-        if let Some(e) = &sample.error {
-            tally.failed += 1;
-            if fatal || settings.on_error == OnError::Stop {
-                tally.stopped = Some(e.message.clone());
-                break;
-            }
+        if let Some(reason) = stop {
+            tally.stopped = Some(reason);
+            break;
+        }
+        if *interrupt.borrow() {
+            tally.interrupted = true;
+            break;
         }
     }
     observer.finish();
@@ -371,6 +591,8 @@ mod tests {
             on_error: OnError::Continue,
             flush: false,
             metrics: None,
+            two_point: None,
+            decode_samples: 0,
         }
     }
 
@@ -460,6 +682,114 @@ mod tests {
         assert_eq!(s.spec_accept_rate, Some(0.75));
         assert_eq!(s.spec_verify_steps, Some(8));
         assert_eq!(s.method, "stream");
+    }
+
+    fn once(ms: u64, n: u64, cached: u64) -> Result<OnceOutcome, ClientError> {
+        Ok(OnceOutcome {
+            elapsed: Duration::from_millis(ms),
+            counts: Counts {
+                prompt_tokens: Some(2048),
+                completion_tokens: Some(n),
+                cached_tokens: Some(cached),
+            },
+            timings: None,
+            spec: None,
+        })
+    }
+
+    #[test]
+    fn two_point_decode_is_b_minus_a_over_time_difference() {
+        let s = make_two_point_sample(
+            &settings(),
+            2048,
+            0,
+            2048,
+            "t".into(),
+            (1, 17),
+            once(100, 1, 0),
+            once(260, 17, 0),
+        );
+        assert_eq!(s.method, "two-point");
+        assert!((s.decode_tokens_per_s.unwrap() - 100.0).abs() < 1e-9);
+        assert!((s.ms_per_step.unwrap() - 10.0).abs() < 1e-9);
+        assert_eq!(s.ttft_ms, Some(100.0));
+        assert!(s.flags.is_empty(), "{:?}", s.flags);
+    }
+
+    #[test]
+    fn two_point_inversion_is_flagged_with_its_reason_never_nan() {
+        // The seed's trap: B served from the cache.
+        let s = make_two_point_sample(
+            &settings(),
+            2048,
+            0,
+            2048,
+            "t".into(),
+            (1, 17),
+            once(100, 1, 0),
+            once(20, 17, 2047),
+        );
+        assert_eq!(s.decode_tokens_per_s, None);
+        assert!(s.flags.contains(&"two_point_inverted".to_owned()));
+        assert!(s.contaminated);
+        let reason = s.two_point.as_ref().unwrap()["reason"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(reason.contains("prefix cache"), "{reason}");
+        // Without a cache hit the reason is noise.
+        let s = make_two_point_sample(
+            &settings(),
+            2048,
+            0,
+            2048,
+            "t".into(),
+            (1, 17),
+            once(100, 1, 0),
+            once(99, 17, 0),
+        );
+        assert!(s.two_point.unwrap()["reason"]
+            .as_str()
+            .unwrap()
+            .contains("noise"));
+        let e = ClientError::Transport {
+            endpoint: "/c".into(),
+            detail: "x".into(),
+        };
+        let s = make_two_point_sample(
+            &settings(),
+            2048,
+            0,
+            2048,
+            "t".into(),
+            (1, 17),
+            once(1, 1, 0),
+            Err(e),
+        );
+        assert_eq!(s.status, Status::Failed);
+    }
+
+    #[test]
+    fn warm_samples_expect_the_cache_and_flag_when_it_was_not_used() {
+        let s = make_warm_sample(
+            &settings(),
+            4096,
+            0,
+            4096,
+            "t".into(),
+            Ok(outcome(Some(4095), 4096, 33, 33)),
+        );
+        assert_eq!(s.phase, "warm");
+        assert!(!s.contaminated && s.flags.is_empty(), "{:?}", s.flags);
+        let s = make_warm_sample(
+            &settings(),
+            4096,
+            0,
+            4096,
+            "t".into(),
+            Ok(outcome(Some(0), 4096, 33, 33)),
+        );
+        assert!(s.flags.contains(&"warm_prefix_not_reused".to_owned()));
     }
 
     #[test]

@@ -168,6 +168,10 @@ pub struct Sample {
     /// The cache flush done before this sample, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flush: Option<String>,
+    /// Two-point method: `{a_tokens, b_tokens, t_a_ms, t_b_ms, reason}`; `reason` is set
+    /// when no decode rate could be computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub two_point: Option<Value>,
 }
 
 fn default_method() -> String {
@@ -175,9 +179,13 @@ fn default_method() -> String {
 }
 
 impl Sample {
-    /// Usable for summaries: completed, cold, and of the right length.
+    /// Usable for cold summaries: completed, cold (warm decode samples are summarised
+    /// apart), not contaminated, and of the right length.
     pub fn usable(&self) -> bool {
-        self.status == Status::Ok && !self.contaminated && self.length_ok != Some(false)
+        self.status == Status::Ok
+            && self.phase == "cold"
+            && !self.contaminated
+            && self.length_ok != Some(false)
     }
 
     /// Server-reported counts, as stored.

@@ -132,6 +132,27 @@ pub fn spec_table(points: &[PointSummary]) -> Option<String> {
     Some(out)
 }
 
+/// Per-point warm decode (decode at depth), or `None` when there are no warm samples.
+pub fn warm_table(points: &[PointSummary]) -> Option<String> {
+    if points.iter().all(|p| p.warm == 0) {
+        return None;
+    }
+    let mut out =
+        String::from("context  warm n  decode tok/s (min–max)  ms/step  cold decode tok/s\n");
+    for p in points {
+        let _ = writeln!(
+            out,
+            "{:<7}  {:>6}  {:>22}  {:>7}  {:>17}",
+            fmt_ctx(p.context_tokens),
+            p.warm,
+            med_range(&p.warm_decode_tokens_per_s),
+            med(&p.warm_ms_per_step),
+            med(&p.decode_tokens_per_s),
+        );
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,6 +179,9 @@ mod tests {
             spec_accept_length: None,
             spec_accept_rate: None,
             ms_per_verify_step: None,
+            warm: 0,
+            warm_decode_tokens_per_s: None,
+            warm_ms_per_step: None,
         };
         let t = summary_table(&[p]);
         let lines: Vec<&str> = t.lines().collect();

@@ -87,6 +87,12 @@ pub struct PointSummary {
     pub spec_accept_rate: Option<Spread>,
     /// Client ms per verify step.
     pub ms_per_verify_step: Option<Spread>,
+    /// Warm decode-at-depth samples (prefix reused on purpose), kept apart from the cold ones.
+    pub warm: usize,
+    /// Decode rate of the warm samples (tok/s).
+    pub warm_decode_tokens_per_s: Option<Spread>,
+    /// ms per token of the warm samples.
+    pub warm_ms_per_step: Option<Spread>,
 }
 
 /// Summarises samples per context length, ascending.
@@ -99,6 +105,13 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
         .map(|c| {
             let at: Vec<&Sample> = samples.iter().filter(|s| s.context_tokens == c).collect();
             let ok: Vec<&Sample> = at.iter().copied().filter(|s| s.usable()).collect();
+            let warm: Vec<&Sample> = at
+                .iter()
+                .copied()
+                .filter(|s| s.phase == "warm" && s.status == Status::Ok)
+                .collect();
+            let cold: Vec<&Sample> = at.iter().copied().filter(|s| s.phase != "warm").collect();
+            let at = cold;
             let server = |f: fn(&crate::client::ServerTimings) -> Option<f64>| {
                 Spread::of(ok.iter().filter_map(|s| s.server.as_ref().and_then(f)))
             };
@@ -127,6 +140,11 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
                 spec_accept_length: Spread::of(ok.iter().filter_map(|s| s.spec_accept_length)),
                 spec_accept_rate: Spread::of(ok.iter().filter_map(|s| s.spec_accept_rate)),
                 ms_per_verify_step: Spread::of(ok.iter().filter_map(|s| s.ms_per_verify_step)),
+                warm: warm.len(),
+                warm_decode_tokens_per_s: Spread::of(
+                    warm.iter().filter_map(|s| s.decode_tokens_per_s),
+                ),
+                warm_ms_per_step: Spread::of(warm.iter().filter_map(|s| s.ms_per_step)),
             }
         })
         .collect()
@@ -177,6 +195,7 @@ mod tests {
             ms_per_verify_step: None,
             metrics: None,
             flush: None,
+            two_point: None,
         }
     }
 
@@ -219,6 +238,18 @@ mod tests {
         assert_eq!(s[0].length_mismatch, 1);
         assert_eq!(s[0].usable, 1);
         assert_eq!(s[0].ttft_ms.unwrap().median, 70.0);
+    }
+
+    #[test]
+    fn warm_samples_are_summarised_apart_from_cold_ones() {
+        let mut w = sample(1024, 1.0, false);
+        w.phase = "warm".into();
+        w.decode_tokens_per_s = Some(500.0);
+        let s = summarize(&[sample(1024, 50.0, false), w]);
+        assert_eq!((s[0].samples, s[0].usable, s[0].warm), (1, 1, 1));
+        assert_eq!(s[0].ttft_ms.unwrap().median, 50.0);
+        assert_eq!(s[0].decode_tokens_per_s.unwrap().median, 100.0);
+        assert_eq!(s[0].warm_decode_tokens_per_s.unwrap().median, 500.0);
     }
 
     proptest::proptest! {

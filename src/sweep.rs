@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::json;
 
 use crate::bench::{self, BenchSettings};
-use crate::cli::{FlushMode, SweepArgs};
+use crate::cli::{FlushMode, Method, SweepArgs};
 use crate::client::llamacpp::LlamaCpp;
 use crate::client::openai::OpenAi;
 use crate::client::sglang::Sglang;
@@ -179,6 +179,16 @@ async fn measure(
     )
     .await
     .context("preparing the corpus")?;
+    let two_point = match args.method {
+        Method::Stream => None,
+        Method::TwoPoint => Some(parse_two_point(&args.two_point_tokens)?),
+    };
+    if two_point.is_some() && args.decode_samples > 0 {
+        return Err(UsageError::Invalid(
+            "--decode-samples needs --method stream (warm samples are timed per token)".into(),
+        )
+        .into());
+    }
     let flush = decide_flush(args.flush, backend.as_ref(), args.quiet).await?;
     let metrics = metrics_scraper(args, http, probe)?;
     let settings = BenchSettings {
@@ -193,6 +203,8 @@ async fn measure(
         on_error: args.on_error,
         flush: flush.is_some(),
         metrics: metrics.clone(),
+        two_point,
+        decode_samples: args.decode_samples,
     };
     let mut builder = PromptBuilder::new(&corpus, args.nonce.is_on());
     let warm = bench::warmup(backend.as_ref(), &mut builder, &settings)
@@ -224,7 +236,9 @@ async fn measure(
         "nonce": args.nonce.is_on(),
         "nonce_tokens": if args.nonce.is_on() { NONCE_TOKENS } else { 0 },
         "length_tolerance": args.length_tolerance,
-        "method": "stream",
+        "method": args.method,
+        "two_point_tokens": two_point,
+        "decode_samples": args.decode_samples,
         "flush": flush,
         "metrics_url": metrics.as_ref().map(|m| probe::redact_url(&m.url())),
     });
@@ -300,6 +314,12 @@ async fn measure(
     let points = stats::summarize(&results.samples);
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "\n{}", render::summary_table(&points))?;
+    if let Some(t) = render::warm_table(&points) {
+        writeln!(
+            stdout,
+            "decode at depth (warm: prefix reused on purpose, not in the table above):\n{t}"
+        )?;
+    }
     if let Some(t) = render::spec_table(&points) {
         writeln!(stdout, "speculative decoding (medians per point):\n{t}")?;
     }
@@ -310,6 +330,14 @@ async fn measure(
         output.path.display()
     )?;
     drop(stdout);
+    let inverted = results
+        .samples
+        .iter()
+        .filter(|s| s.flags.iter().any(|f| f == "two_point_inverted"))
+        .count();
+    if inverted > 0 {
+        eprintln!("WARNING: {inverted} two-point sample(s) had t_B ≤ t_A; no decode rate was computed for them (reason in each sample's two_point.reason)");
+    }
     let total_contaminated: usize = points.iter().map(|p| p.contaminated).sum();
     let total_mismatch: usize = points.iter().map(|p| p.length_mismatch).sum();
     if total_contaminated > 0 {
@@ -466,6 +494,22 @@ fn new_run_id() -> String {
     (0..12)
         .map(|_| char::from_digit(rng.random_range(0..36), 36).unwrap_or('0'))
         .collect()
+}
+
+/// Parses `A,B` for the two-point method.
+fn parse_two_point(s: &str) -> Result<(u32, u32), UsageError> {
+    let bad = || {
+        UsageError::Invalid(format!(
+            "--two-point-tokens '{s}': give two token counts A,B with 1 ≤ A < B, e.g. 1,17"
+        ))
+    };
+    let (a, b) = s.split_once(',').ok_or_else(bad)?;
+    let a: u32 = a.trim().parse().map_err(|_| bad())?;
+    let b: u32 = b.trim().parse().map_err(|_| bad())?;
+    if a == 0 || b <= a {
+        return Err(bad());
+    }
+    Ok((a, b))
 }
 
 /// Tries one flush up front and decides whether to flush before every sample.

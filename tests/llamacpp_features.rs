@@ -151,3 +151,174 @@ fn slot_erase_without_slot_save_path_names_the_flag() {
         "{stderr}"
     );
 }
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[test]
+fn two_point_and_streaming_decode_rates_agree_within_a_factor_of_two() {
+    let _g = serial();
+    let srv = RefServer::start(8192, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let tp = dir.path().join("tp.jsonl");
+    let st = dir.path().join("st.jsonl");
+    let (code, _o, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k,2k",
+        "--reps",
+        "3",
+        "--method",
+        "two-point",
+        "--two-point-tokens",
+        "1,65",
+        "--out",
+        tp.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let (code, _o, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k,2k",
+        "--reps",
+        "3",
+        "--output-tokens",
+        "65",
+        "--out",
+        st.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let tp = read_results(&tp, false).unwrap();
+    let st = read_results(&st, false).unwrap();
+    assert_eq!(tp.header.config["method"], "two-point");
+    for c in [1024, 2048] {
+        let rates = |r: &ctxbench::record::Results| {
+            r.samples
+                .iter()
+                .filter(|s| s.context_tokens == c && s.usable())
+                .filter_map(|s| s.decode_tokens_per_s)
+                .collect::<Vec<_>>()
+        };
+        let (a, b) = (rates(&tp), rates(&st));
+        assert!(!a.is_empty() && !b.is_empty(), "{c}: {a:?} {b:?}");
+        for s in tp.samples.iter().filter(|s| s.context_tokens == c) {
+            assert_eq!(s.method, "two-point");
+            assert_eq!(s.cached_tokens, Some(0), "each request has its own nonce");
+            assert_eq!(s.output_tokens, Some(65));
+            let t = s.two_point.as_ref().unwrap();
+            assert!(
+                t["t_b_ms"].as_f64().unwrap() > t["t_a_ms"].as_f64().unwrap(),
+                "{t}"
+            );
+        }
+        // Stated tolerance: a factor of 2. Streaming costs the server per-token work (its own
+        // decode rate is ~10–20% lower when streaming), and the two runs are minutes apart on a
+        // shared 2-core machine; a unit or counting error would be off by far more.
+        let ratio = median(a.clone()) / median(b.clone());
+        assert!(
+            (0.5..=2.0).contains(&ratio),
+            "{c}: two-point {a:?} vs stream {b:?}"
+        );
+    }
+}
+
+#[test]
+fn two_point_on_a_caching_server_yields_no_nan_and_no_unflagged_sample() {
+    let _g = serial();
+    let srv = RefServer::start(8192, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("trap.jsonl");
+    // The seed's setup: no nonce, the server's cache left on, A then B on the same prompt.
+    let (_code, _o, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "2k",
+        "--reps",
+        "3",
+        "--method",
+        "two-point",
+        "--nonce",
+        "off",
+        "--cache-bypass",
+        "off",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let r = read_results(&out, false).unwrap();
+    assert_eq!(r.samples.len(), 3, "{stderr}");
+    let raw = std::fs::read_to_string(&out).unwrap();
+    assert!(!raw.contains("NaN") && !raw.contains("Infinity"), "{raw}");
+    for s in &r.samples {
+        assert_eq!(s.status, Status::Ok);
+        // B reuses A's prompt: the cache hit is seen and the sample flagged.
+        assert!(
+            s.contaminated && s.flags.contains(&"contaminated".to_owned()),
+            "{s:?}"
+        );
+        assert!(!s.usable());
+        let t = s.two_point.as_ref().unwrap();
+        match s.decode_tokens_per_s {
+            Some(d) => assert!(d.is_finite() && d > 0.0),
+            None => {
+                assert!(s.flags.contains(&"two_point_inverted".to_owned()), "{s:?}");
+                assert!(
+                    t["reason"].as_str().unwrap().contains("prefix cache"),
+                    "{t}"
+                );
+            }
+        }
+    }
+    assert!(stderr.contains("hit the prefix cache"), "{stderr}");
+}
+
+#[test]
+fn decode_at_depth_samples_are_warm_and_cold_ones_stay_cold() {
+    let _g = serial();
+    let srv = RefServer::start(8192, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("w.jsonl");
+    let (code, stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k,4k",
+        "--reps",
+        "2",
+        "--decode-samples",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let r = read_results(&out, false).unwrap();
+    assert_eq!(r.samples.len(), 2 * 2 * 3);
+    let (cold, warm): (Vec<_>, Vec<_>) = r.samples.iter().partition(|s| s.phase == "cold");
+    assert_eq!((cold.len(), warm.len()), (4, 8));
+    for s in &cold {
+        assert_eq!(s.cached_tokens, Some(0), "cold stays cold: {s:?}");
+        assert!(s.usable());
+    }
+    for s in &warm {
+        // The whole prefix but the last token comes from the cache, on purpose.
+        assert_eq!(s.cached_tokens, Some(s.context_tokens - 1), "{s:?}");
+        assert!(
+            !s.contaminated && !s.usable(),
+            "warm samples are kept apart"
+        );
+        assert!(s.decode_tokens_per_s.unwrap() > 0.0);
+        assert_eq!(s.prefill_tokens_per_s, None);
+    }
+    let points = ctxbench::stats::summarize(&r.samples);
+    assert_eq!(points[0].usable, 2);
+    assert_eq!(points[0].warm, 4);
+    assert!(stdout.contains("decode at depth"), "{stdout}");
+}

@@ -116,6 +116,31 @@ impl Http {
         })
     }
 
+    /// POSTs JSON and reads the whole answer, timing from just before the write to the last
+    /// byte (the two-point method's clock).
+    pub async fn post_timed(
+        &self,
+        path: &str,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<(Duration, String), ClientError> {
+        let rb = self
+            .request(reqwest::Method::POST, path)
+            .timeout(timeout)
+            .json(body);
+        let t0 = std::time::Instant::now();
+        let resp = rb
+            .send()
+            .await
+            .map_err(|e| self.send_error(path, e, timeout))?;
+        let resp = check_status(path, resp).await?;
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| self.send_error(path, e, timeout))?;
+        Ok((t0.elapsed(), text))
+    }
+
     /// POST without a body, for endpoints that answer plain text or nothing (flushes);
     /// non-2xx becomes a typed error, the body text is returned.
     pub async fn post_empty(&self, path: &str, timeout: Duration) -> Result<String, ClientError> {

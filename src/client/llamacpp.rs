@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::sse::SseEvent;
 use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
+use super::OnceOutcome;
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, ServerTimings};
 use crate::error::ClientError;
@@ -173,6 +174,45 @@ impl Backend for LlamaCpp {
 
     async fn flush(&self) -> Result<String, ClientError> {
         erase_slots(&self.http, self.slots).await
+    }
+
+    async fn generate_once(&self, req: &GenRequest) -> Result<OnceOutcome, ClientError> {
+        let body = CompletionBody {
+            prompt: &req.prompt,
+            n_predict: req.max_tokens,
+            temperature: 0.0,
+            top_k: 1,
+            ignore_eos: true,
+            stream: false,
+            cache_prompt: !req.cache_bypass,
+            return_progress: false,
+        };
+        let body = serde_json::to_value(&body).map_err(|e| ClientError::Malformed {
+            endpoint: ENDPOINT.to_owned(),
+            detail: e.to_string(),
+        })?;
+        let (elapsed, text) = self
+            .http
+            .post_timed(ENDPOINT, &body, req.timeouts.request)
+            .await?;
+        // The non-streamed answer is the stream's final record.
+        let mut reader = CompletionReader::default();
+        let info = reader.on_event(&SseEvent {
+            event: None,
+            data: text,
+        })?;
+        if !info.is_final {
+            return Err(ClientError::Truncated {
+                endpoint: ENDPOINT.to_owned(),
+                tokens: 0,
+            });
+        }
+        Ok(OnceOutcome {
+            elapsed,
+            counts: reader.counts,
+            spec: reader.timings.as_ref().and_then(super::llamacpp_spec),
+            timings: reader.timings,
+        })
     }
 
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {

@@ -177,6 +177,19 @@ pub struct GenOutcome {
     pub spec: Option<SpecStats>,
 }
 
+/// The result of one non-streamed generation (the two-point method).
+#[derive(Debug, Clone)]
+pub struct OnceOutcome {
+    /// From just before the request was written to the last byte of the answer.
+    pub elapsed: Duration,
+    /// Server-reported counts.
+    pub counts: Counts,
+    /// Server-reported timings.
+    pub timings: Option<ServerTimings>,
+    /// Speculative-decoding counts.
+    pub spec: Option<SpecStats>,
+}
+
 /// A server protocol.
 #[async_trait]
 pub trait Backend: Send + Sync {
@@ -188,6 +201,13 @@ pub trait Backend: Send + Sync {
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError>;
     /// Streams one generation and times it.
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError>;
+    /// One non-streamed generation, timed end to end. The default: not available.
+    async fn generate_once(&self, _req: &GenRequest) -> Result<OnceOutcome, ClientError> {
+        Err(ClientError::Unsupported {
+            what: "non-streamed generation".to_owned(),
+            hint: format!("not implemented for the {} protocol", self.kind().as_str()),
+        })
+    }
     /// Drops the server's prefix cache; returns what was done. The default: not available.
     async fn flush(&self) -> Result<String, ClientError> {
         Err(ClientError::Unsupported {

@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 use super::sse::SseEvent;
 use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
-use super::{Http, ServerTimings};
+use super::{Http, OnceOutcome, ServerTimings};
 use crate::error::ClientError;
 
 /// How a server's `/tokenize` wants its body.
@@ -24,6 +24,28 @@ pub enum TokenizeDialect {
     Llamacpp,
     /// `{"prompt": ..., "add_special_tokens": false}` (vLLM, SGLang).
     Vllm,
+}
+
+/// Fields of a streamed `/v1/completions` request.
+impl OpenAi {
+    fn body(&self, req: &GenRequest) -> Map<String, Value> {
+        let mut body = Map::new();
+        if let Some(m) = &self.model {
+            body.insert("model".into(), json!(m));
+        }
+        body.insert("prompt".into(), json!(req.prompt));
+        body.insert("max_tokens".into(), json!(req.max_tokens));
+        body.insert("temperature".into(), json!(0));
+        body.insert("ignore_eos".into(), json!(true));
+        body.insert("stream".into(), json!(true));
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+        if req.cache_bypass {
+            if let Some((k, v)) = &self.cache_bypass_field {
+                body.insert(k.clone(), v.clone());
+            }
+        }
+        body
+    }
 }
 
 /// The OpenAI-compatible protocol.
@@ -185,22 +207,36 @@ impl Backend for OpenAi {
         }
     }
 
+    async fn generate_once(&self, req: &GenRequest) -> Result<OnceOutcome, ClientError> {
+        let mut body = self.body(req);
+        body.insert("stream".into(), json!(false));
+        // vLLM answers 400 to stream_options on a non-streamed request.
+        body.remove("stream_options");
+        let (elapsed, text) = self
+            .http
+            .post_timed(ENDPOINT, &Value::Object(body), req.timeouts.request)
+            .await?;
+        let mut reader = CompletionsReader::default();
+        let info = reader.on_event(&SseEvent {
+            event: None,
+            data: text,
+        })?;
+        if !info.is_final {
+            return Err(ClientError::Truncated {
+                endpoint: ENDPOINT.to_owned(),
+                tokens: 0,
+            });
+        }
+        Ok(OnceOutcome {
+            elapsed,
+            counts: reader.counts,
+            spec: reader.timings.as_ref().and_then(super::llamacpp_spec),
+            timings: reader.timings,
+        })
+    }
+
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
-        let mut body = Map::new();
-        if let Some(m) = &self.model {
-            body.insert("model".into(), json!(m));
-        }
-        body.insert("prompt".into(), json!(req.prompt));
-        body.insert("max_tokens".into(), json!(req.max_tokens));
-        body.insert("temperature".into(), json!(0));
-        body.insert("ignore_eos".into(), json!(true));
-        body.insert("stream".into(), json!(true));
-        body.insert("stream_options".into(), json!({"include_usage": true}));
-        if req.cache_bypass {
-            if let Some((k, v)) = &self.cache_bypass_field {
-                body.insert(k.clone(), v.clone());
-            }
-        }
+        let body = self.body(req);
         let rb = self
             .http
             .request(reqwest::Method::POST, ENDPOINT)

@@ -188,6 +188,18 @@ pub fn meta_spec(meta: &Value) -> Option<SpecStats> {
     Some(s.derive())
 }
 
+fn body(req: &GenRequest, stream: bool) -> Value {
+    json!({
+        "input_ids": req.prompt,
+        "sampling_params": {
+            "max_new_tokens": req.max_tokens,
+            "temperature": 0,
+            "ignore_eos": true,
+        },
+        "stream": stream,
+    })
+}
+
 #[async_trait]
 impl Backend for Sglang {
     fn kind(&self) -> BackendKind {
@@ -202,16 +214,33 @@ impl Backend for Sglang {
         super::openai::tokenize_vllm(&self.http, self.model.as_deref(), text).await
     }
 
+    async fn generate_once(&self, req: &GenRequest) -> Result<super::OnceOutcome, ClientError> {
+        let (elapsed, text) = self
+            .http
+            .post_timed(ENDPOINT, &body(req, false), req.timeouts.request)
+            .await?;
+        // The non-streamed answer has the shape of the stream's final event.
+        let mut reader = GenerateReader::default();
+        let info = reader.on_event(&SseEvent {
+            event: None,
+            data: text,
+        })?;
+        if !info.is_final {
+            return Err(ClientError::Truncated {
+                endpoint: ENDPOINT.to_owned(),
+                tokens: 0,
+            });
+        }
+        Ok(super::OnceOutcome {
+            elapsed,
+            counts: reader.counts,
+            timings: reader.timings,
+            spec: reader.spec,
+        })
+    }
+
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
-        let body = json!({
-            "input_ids": req.prompt,
-            "sampling_params": {
-                "max_new_tokens": req.max_tokens,
-                "temperature": 0,
-                "ignore_eos": true,
-            },
-            "stream": true,
-        });
+        let body = body(req, true);
         let rb = self
             .http
             .request(reqwest::Method::POST, ENDPOINT)

@@ -45,6 +45,10 @@ impl Backend for Vllm {
         self.inner.generate(req).await
     }
 
+    async fn generate_once(&self, req: &GenRequest) -> Result<super::OnceOutcome, ClientError> {
+        self.inner.generate_once(req).await
+    }
+
     async fn flush(&self) -> Result<String, ClientError> {
         match self
             .http
