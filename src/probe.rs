@@ -50,6 +50,9 @@ pub struct Probe {
     /// vLLM `cache_config_info`).
     #[serde(default)]
     pub kv_pool_tokens: Option<u64>,
+    /// How prompts of exact length are made (`token ids`, or text re-checked by tokenizing).
+    #[serde(default)]
+    pub prompt_method: String,
     /// How the prefix cache can be flushed (`None`: no endpoint for this server).
     #[serde(default)]
     pub flush: Option<String>,
@@ -94,6 +97,21 @@ pub async fn probe(
     };
     let is_sglang = server_info.is_some() || owned_by.as_deref() == Some("sglang");
     let is_vllm = !is_llamacpp && !is_sglang && owned_by.as_deref() == Some("vllm");
+    let tgi_info = if is_llamacpp || is_sglang || is_vllm {
+        None
+    } else {
+        match http.get_probe("/info", t).await? {
+            (200, Some(v))
+                if v.get("model_id").is_some()
+                    && (v.get("max_total_tokens").is_some()
+                        || v.get("max_input_length").is_some()) =>
+            {
+                Some(v)
+            }
+            _ => None,
+        }
+    };
+    let is_tgi = tgi_info.is_some();
     let mut p = Probe {
         url: redact_url(http.base()),
         backend: requested,
@@ -104,6 +122,8 @@ pub async fn probe(
             "sglang".into()
         } else if is_vllm {
             "vllm".into()
+        } else if is_tgi {
+            "tgi".into()
         } else {
             "openai-compatible".into()
         },
@@ -121,6 +141,7 @@ pub async fn probe(
         server_added_tokens: None,
         metrics: metrics_status == 200,
         kv_pool_tokens: None,
+        prompt_method: "token ids".into(),
         flush: None,
         spec_stats: None,
         notes: Vec::new(),
@@ -182,6 +203,34 @@ pub async fn probe(
         p.tokenize = Some(TokenizeDialect::Vllm);
         p.token_id_prompts = true;
     }
+    if let Some(info) = &tgi_info {
+        p.server_version = info
+            .get("version")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        p.model = p.model.take().or_else(|| {
+            info.get("model_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+        // Newer names first, then 1.x/2.0's.
+        if let Some(n) = get_u64(info, "max_total_tokens") {
+            p.max_context = Some(n);
+            p.max_context_source = Some("tgi /info max_total_tokens (prompt + output)".into());
+        }
+        if let Some(n) =
+            get_u64(info, "max_input_tokens").or_else(|| get_u64(info, "max_input_length"))
+        {
+            p.notes.push(format!(
+                "TGI accepts prompts of at most {n} tokens (max_input_tokens)"
+            ));
+        }
+        p.token_id_prompts = false;
+        p.prompt_method = "text: tokenize → trim → re-tokenize (TGI takes no token ids)".into();
+        p.notes.push("TGI reports no cached tokens and has no flush: cold prefill rests on the nonce (samples are cache_unverified)".into());
+        p.notes
+            .push("TGI has no ignore_eos: an early EOS gives a short_output sample".into());
+    }
     if is_vllm {
         p.flush = Some("POST /reset_prefix_cache (needs VLLM_SERVER_DEV_MODE=1)".into());
         p.spec_stats = Some("vllm:spec_decode_* /metrics deltas".into());
@@ -213,6 +262,10 @@ pub async fn probe(
             BackendKind::Vllm,
             "/v1/models says owned_by \"vllm\": vLLM (/v1/completions with token ids)".to_owned(),
         ),
+        BackendKind::Auto if is_tgi => (
+            BackendKind::Tgi,
+            "GET /info answered with model_id and token limits: Hugging Face TGI (/generate_stream, text prompts)".to_owned(),
+        ),
         BackendKind::Auto if models_status == 200 => (
             BackendKind::Openai,
             "GET /v1/models answered: an OpenAI-compatible server".to_owned(),
@@ -236,6 +289,13 @@ pub async fn probe(
                 endpoint: "/server_info".into(),
                 status: 404,
                 message: "--backend sglang, but this server answers neither /server_info nor /get_server_info and /v1/models is not owned by sglang; try --backend auto".into(),
+            })
+        }
+        BackendKind::Tgi if !is_tgi => {
+            return Err(ClientError::Http {
+                endpoint: "/info".into(),
+                status: 404,
+                message: "--backend tgi, but GET /info does not answer like TGI; try --backend auto".into(),
             })
         }
         BackendKind::Sglang | BackendKind::Vllm if !p.token_id_prompts => {

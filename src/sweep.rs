@@ -13,6 +13,7 @@ use crate::cli::{FlushMode, Method, SweepArgs};
 use crate::client::llamacpp::LlamaCpp;
 use crate::client::openai::OpenAi;
 use crate::client::sglang::Sglang;
+use crate::client::tgi::Tgi;
 use crate::client::vllm::Vllm;
 use crate::client::{Backend, BackendKind, Http};
 use crate::corpus::{Corpus, CorpusSpec};
@@ -145,7 +146,7 @@ async fn measure(
             .into())
         }
     };
-    if !probe.token_id_prompts {
+    if !probe.token_id_prompts && probe.backend != BackendKind::Tgi {
         bail!(
             "{} does not accept token-id prompts or has no /tokenize, so ctxbench cannot build prompts of exact length",
             probe.url
@@ -158,6 +159,7 @@ async fn measure(
         }
         BackendKind::Sglang => Box::new(Sglang::new(http.clone(), probe.model.clone())),
         BackendKind::Vllm => Box::new(Vllm::new(http.clone(), probe.model.clone())),
+        BackendKind::Tgi => Box::new(Tgi::new(http.clone())),
         _ => Box::new(OpenAi::new(
             http.clone(),
             probe.model.clone(),
@@ -578,7 +580,8 @@ fn print_probe(p: &Probe) {
         yn(Some(p.metrics)),
     );
     eprintln!(
-        "limits: KV pool {}; flush: {}; speculative stats: {}",
+        "prompts: {}; limits: KV pool {}; flush: {}; speculative stats: {}",
+        p.prompt_method,
         p.kv_pool_tokens
             .map_or("not reported".to_owned(), |n| format!("{n} tokens")),
         p.flush.as_deref().unwrap_or("not available"),

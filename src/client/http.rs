@@ -123,7 +123,7 @@ impl Http {
         path: &str,
         body: &Value,
         timeout: Duration,
-    ) -> Result<(Duration, String), ClientError> {
+    ) -> Result<(Duration, String, reqwest::header::HeaderMap), ClientError> {
         let rb = self
             .request(reqwest::Method::POST, path)
             .timeout(timeout)
@@ -134,11 +134,12 @@ impl Http {
             .await
             .map_err(|e| self.send_error(path, e, timeout))?;
         let resp = check_status(path, resp).await?;
+        let headers = resp.headers().clone();
         let text = resp
             .text()
             .await
             .map_err(|e| self.send_error(path, e, timeout))?;
-        Ok((t0.elapsed(), text))
+        Ok((t0.elapsed(), text, headers))
     }
 
     /// POST without a body, for endpoints that answer plain text or nothing (flushes);
@@ -242,7 +243,8 @@ pub fn status_error(endpoint: &str, status: u16, body: &str) -> ClientError {
 
 /// True when an error body says the prompt is too long, in any server's wording.
 pub fn is_context_error(body: &str) -> bool {
-    const MARKERS: [&str; 7] = [
+    const MARKERS: [&str; 8] = [
+        "`max_new_tokens` must be <=",
         "exceed_context_size_error",
         "context_length_exceeded",
         "maximum context length",

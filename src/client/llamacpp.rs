@@ -191,7 +191,7 @@ impl Backend for LlamaCpp {
             endpoint: ENDPOINT.to_owned(),
             detail: e.to_string(),
         })?;
-        let (elapsed, text) = self
+        let (elapsed, text, _) = self
             .http
             .post_timed(ENDPOINT, &body, req.timeouts.request)
             .await?;

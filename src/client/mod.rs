@@ -7,6 +7,8 @@ pub mod openai;
 pub mod sglang;
 pub mod sse;
 pub mod stream;
+pub mod textprompt;
+pub mod tgi;
 pub mod vllm;
 
 use std::time::Duration;
@@ -32,6 +34,8 @@ pub enum BackendKind {
     Sglang,
     /// vLLM's `/v1/completions` with token-id prompts, plus its flush and metrics.
     Vllm,
+    /// Hugging Face TGI `/generate_stream` with exact-length text prompts.
+    Tgi,
 }
 
 impl BackendKind {
@@ -43,6 +47,7 @@ impl BackendKind {
             BackendKind::Openai => "openai",
             BackendKind::Sglang => "sglang",
             BackendKind::Vllm => "vllm",
+            BackendKind::Tgi => "tgi",
         }
     }
 }

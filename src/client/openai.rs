@@ -212,7 +212,7 @@ impl Backend for OpenAi {
         body.insert("stream".into(), json!(false));
         // vLLM answers 400 to stream_options on a non-streamed request.
         body.remove("stream_options");
-        let (elapsed, text) = self
+        let (elapsed, text, _) = self
             .http
             .post_timed(ENDPOINT, &Value::Object(body), req.timeouts.request)
             .await?;

@@ -215,7 +215,7 @@ impl Backend for Sglang {
     }
 
     async fn generate_once(&self, req: &GenRequest) -> Result<super::OnceOutcome, ClientError> {
-        let (elapsed, text) = self
+        let (elapsed, text, _) = self
             .http
             .post_timed(ENDPOINT, &body(req, false), req.timeouts.request)
             .await?;

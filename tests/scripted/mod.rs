@@ -25,6 +25,7 @@ use serde_json::{json, Value};
 pub enum Flavor {
     Sglang,
     Vllm,
+    Tgi,
 }
 
 /// How the scripted server is set up (the flags a real one would be started with).
@@ -148,6 +149,11 @@ fn router(srv: Arc<Srv>) -> Router {
             .route("/get_server_info", get(server_info))
             .route("/generate", post(generate))
             .route("/flush_cache", get(flush).post(flush)),
+        Flavor::Tgi => Router::new()
+            .route("/info", get(tgi_info))
+            .route("/tokenize", post(tgi_tokenize))
+            .route("/generate_stream", post(tgi_generate_stream))
+            .route("/generate", post(tgi_generate)),
         Flavor::Vllm => {
             let r = r.route("/v1/completions", post(completions));
             if srv.cfg.dev_mode {
@@ -163,7 +169,7 @@ fn router(srv: Arc<Srv>) -> Router {
 async fn models(State(s): State<Arc<Srv>>) -> Json<Value> {
     let owner = match s.cfg.flavor {
         Flavor::Sglang => "sglang",
-        Flavor::Vllm => "vllm",
+        _ => "vllm",
     };
     Json(json!({"object": "list", "data": [{
         "id": "scripted-model", "object": "model", "created": 1, "owned_by": owner,
@@ -201,7 +207,7 @@ async fn tokenize(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Json<Va
     // SGLang's max_model_len here is the HF tokenizer's, not the server's (a trap).
     let mml = match s.cfg.flavor {
         Flavor::Sglang => 1_000_000_000_000_000_019u64,
-        Flavor::Vllm => s.cfg.advertised_context,
+        _ => s.cfg.advertised_context,
     };
     Json(json!({"tokens": t, "count": t.len(), "max_model_len": mml}))
 }
@@ -216,7 +222,7 @@ async fn flush(State(s): State<Arc<Srv>>) -> Response {
             "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n",
         )
             .into_response(),
-        Flavor::Vllm => StatusCode::OK.into_response(),
+        _ => StatusCode::OK.into_response(),
     }
 }
 
@@ -227,7 +233,7 @@ async fn metrics(State(s): State<Arc<Srv>>) -> Response {
             "# HELP sglang:prompt_tokens_total Number of prefill tokens processed.\n# TYPE sglang:prompt_tokens_total counter\nsglang:prompt_tokens_total{{model_name=\"scripted-model\"}} {}.0\n# TYPE sglang:generation_tokens_total counter\nsglang:generation_tokens_total{{model_name=\"scripted-model\"}} {}.0\n# TYPE sglang:cached_tokens_total counter\nsglang:cached_tokens_total{{model_name=\"scripted-model\",cache_source=\"device\"}} {}.0\n# TYPE sglang:num_running_reqs gauge\nsglang:num_running_reqs{{model_name=\"scripted-model\"}} 0.0\n",
             l.prompt_tokens_total, l.generation_tokens_total, l.cached_tokens_total
         ),
-        Flavor::Vllm => {
+        _ => {
             let mut t = format!(
                 "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{{engine=\"0\",model_name=\"scripted-model\"}} {}.0\n# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total{{engine=\"0\",model_name=\"scripted-model\"}} {}.0\n# TYPE vllm:prefix_cache_hits_total counter\nvllm:prefix_cache_hits_total{{engine=\"0\",model_name=\"scripted-model\"}} {}.0\n# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{block_size=\"16\",cache_dtype=\"auto\",engine=\"0\",num_gpu_blocks=\"2048\"}} 1.0\n",
                 l.prompt_tokens_total, l.generation_tokens_total, l.cached_tokens_total
@@ -261,7 +267,7 @@ fn admit(s: &Srv, ids: &[u64], gen: u64) -> u64 {
         .unwrap_or(0);
     let cached = match s.cfg.flavor {
         Flavor::Vllm => lcp / 16 * 16,
-        Flavor::Sglang => lcp,
+        _ => lcp,
     }
     .min(ids.len() as u64 - 1);
     l.seen.push(ids.to_vec());
@@ -450,4 +456,159 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
     events.push((Duration::ZERO, u.to_string()));
     events.push((Duration::ZERO, "[DONE]".into()));
     sse(events)
+}
+
+// ---- TGI ----
+
+/// TGI's tokenizer here is word-level (a run of letters is one token, anything else one
+/// token per character), so text joined from pieces can merge into fewer tokens — the case
+/// ctxbench's re-check must handle. Spans are character offsets, as TGI returns them.
+pub fn tgi_words(text: &str) -> Vec<(u64, String, usize, usize)> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let start = i;
+        if chars[i].is_alphabetic() {
+            while i < chars.len() && chars[i].is_alphabetic() {
+                i += 1;
+            }
+        } else {
+            i += 1;
+        }
+        let w: String = chars[start..i].iter().collect();
+        let id = 300
+            + w.bytes()
+                .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(b as u64))
+                % 29_000;
+        out.push((id, w, start, i));
+    }
+    out
+}
+
+async fn tgi_info(State(s): State<Arc<Srv>>) -> Json<Value> {
+    Json(json!({
+        "model_id": "scripted/tgi-model", "model_sha": null, "model_pipeline_tag": "text-generation",
+        "max_concurrent_requests": 128, "max_best_of": 2, "max_stop_sequences": 4,
+        "max_input_tokens": s.cfg.advertised_context - 1, "max_total_tokens": s.cfg.advertised_context,
+        "validation_workers": 2, "max_client_batch_size": 4, "router": "text-generation-router",
+        "version": "3.3.6-scripted"
+    }))
+}
+
+async fn tgi_tokenize(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Json<Value> {
+    s.log
+        .lock()
+        .unwrap()
+        .requests
+        .push(("/tokenize".into(), body.clone()));
+    let text = body["inputs"].as_str().unwrap_or("");
+    let mut toks: Vec<Value> = tgi_words(text)
+        .into_iter()
+        .map(|(id, w, a, b)| json!({"id": id, "text": w, "start": a, "stop": b}))
+        .collect();
+    if body["add_special_tokens"].as_bool() != Some(false) {
+        toks.insert(0, json!({"id": 1, "text": "<s>", "start": 0, "stop": 0}));
+    }
+    Json(Value::Array(toks))
+}
+
+/// Validates like TGI: 422 for temperature 0 and for too many tokens; returns the input
+/// length (BOS included) and max_new_tokens.
+fn tgi_validate(s: &Srv, body: &Value) -> Result<(u64, u64), Box<Response>> {
+    let p = &body["parameters"];
+    let v422 = |msg: String| {
+        Box::new(
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                Json(json!({"error": msg, "error_type": "validation"})),
+            )
+                .into_response(),
+        )
+    };
+    if p.get("temperature")
+        .and_then(Value::as_f64)
+        .is_some_and(|t| t <= 0.0)
+    {
+        return Err(v422("`temperature` must be strictly positive".into()));
+    }
+    let n = tgi_words(body["inputs"].as_str().unwrap_or("")).len() as u64 + 1;
+    let max_new = p["max_new_tokens"].as_u64().unwrap_or(100);
+    if n + max_new > s.cfg.real_context {
+        return Err(v422(format!(
+            "`inputs` tokens + `max_new_tokens` must be <= {}. Given: {n} `inputs` tokens and {max_new} `max_new_tokens`",
+            s.cfg.real_context
+        )));
+    }
+    Ok((n, max_new))
+}
+
+async fn tgi_generate_stream(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Response {
+    s.log
+        .lock()
+        .unwrap()
+        .requests
+        .push(("/generate_stream".into(), body.clone()));
+    let (n, max_new) = match tgi_validate(&s, &body) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let details = body["parameters"]["details"].as_bool() == Some(true);
+    let mut events = Vec::new();
+    for i in 0..max_new {
+        let last = i + 1 == max_new;
+        let ev = json!({
+            "index": i + 1,
+            "token": {"id": 400 + i, "text": "a", "logprob": -0.5, "special": false},
+            "top_tokens": [],
+            "generated_text": if last { json!("a".repeat(max_new as usize)) } else { Value::Null },
+            "details": if last && details {
+                json!({"finish_reason": "length", "generated_tokens": max_new, "seed": null, "input_length": n})
+            } else { Value::Null },
+        });
+        let delay = if i == 0 {
+            prefill_delay(n as usize)
+        } else {
+            s.cfg.chunk_delay
+        };
+        events.push((delay, format!("{ev}")));
+    }
+    // TGI sends no [DONE].
+    let stream = futures_util::stream::iter(events).then(|(d, data)| async move {
+        tokio::time::sleep(d).await;
+        Ok::<_, Infallible>(Bytes::from(format!("data:{data}\n\n")))
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+async fn tgi_generate(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Response {
+    s.log
+        .lock()
+        .unwrap()
+        .requests
+        .push(("/generate".into(), body.clone()));
+    let (n, max_new) = match tgi_validate(&s, &body) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let t = prefill_delay(n as usize) + s.cfg.chunk_delay * max_new as u32;
+    tokio::time::sleep(t).await;
+    let ms = t.as_millis() as u64;
+    (
+        StatusCode::OK,
+        [
+            ("x-prompt-tokens", n.to_string()),
+            ("x-generated-tokens", max_new.to_string()),
+            ("x-total-time", ms.to_string()),
+            ("x-queue-time", "0".to_string()),
+            ("x-inference-time", ms.to_string()),
+            ("x-time-per-token", (ms / max_new.max(1)).to_string()),
+            ("x-compute-time", format!("{}", t.as_secs_f64())),
+        ],
+        Json(json!({"generated_text": "a".repeat(max_new as usize), "details": {"finish_reason": "length", "generated_tokens": max_new, "seed": null, "prefill": [], "tokens": []}})),
+    )
+        .into_response()
 }
