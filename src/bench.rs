@@ -36,6 +36,8 @@ pub struct BenchSettings {
     pub cache_bypass: bool,
     /// Allowed |server prompt tokens − target|.
     pub length_tolerance: u64,
+    /// Allowed difference as a fraction of the target, when larger (calibrated lengths).
+    pub length_tolerance_pct: f64,
     /// Whole-request timeout: `base + per_1k × context/1000`.
     pub timeout_base: Duration,
     /// Extra timeout per 1000 context tokens.
@@ -55,6 +57,12 @@ pub struct BenchSettings {
 }
 
 impl BenchSettings {
+    /// Allowed |server prompt tokens − target| at `context`.
+    pub fn tolerance_for(&self, context: u64) -> u64 {
+        self.length_tolerance
+            .max((self.length_tolerance_pct * context as f64).ceil() as u64)
+    }
+
     /// Timeouts for a request at `context` tokens: long prompts are allowed longer.
     pub fn timeouts_for(&self, context: u64) -> Timeouts {
         Timeouts {
@@ -208,7 +216,7 @@ pub fn make_two_point_sample(
     let n_a = a.counts.completion_tokens.unwrap_or(a_tokens as u64);
     let n_b = b.counts.completion_tokens.unwrap_or(b_tokens as u64);
     s.prompt_tokens = b.counts.prompt_tokens;
-    let len_ok = |p: Option<u64>| p.map(|p| p.abs_diff(context) <= settings.length_tolerance);
+    let len_ok = |p: Option<u64>| p.map(|p| p.abs_diff(context) <= settings.tolerance_for(context));
     s.length_ok = match (len_ok(a.counts.prompt_tokens), len_ok(s.prompt_tokens)) {
         (Some(x), Some(y)) => Some(x && y),
         _ => None,
@@ -305,7 +313,7 @@ pub fn make_sample(
     s.contaminated = s.cached_tokens.is_some_and(|c| c > 0);
     s.length_ok = s
         .prompt_tokens
-        .map(|p| p.abs_diff(context) <= settings.length_tolerance);
+        .map(|p| p.abs_diff(context) <= settings.tolerance_for(context));
     s.ttft_ms = out.stream.ttft().map(ms);
     s.e2e_ms = Some(ms(out.stream.e2e()));
     s.token_chunks = Some(out.stream.token_events as u64);
@@ -585,6 +593,7 @@ mod tests {
             reps: 1,
             cache_bypass: true,
             length_tolerance: 0,
+            length_tolerance_pct: 0.0,
             timeout_base: Duration::from_secs(60),
             timeout_per_1k: Duration::from_secs(5),
             stall_timeout: Duration::from_secs(30),

@@ -112,6 +112,15 @@ pub async fn probe(
         }
     };
     let is_tgi = tgi_info.is_some();
+    let ollama_version = if is_llamacpp || is_sglang || is_vllm || is_tgi {
+        None
+    } else {
+        match http.get_probe("/api/version", t).await? {
+            (200, Some(v)) => v.get("version").and_then(Value::as_str).map(str::to_owned),
+            _ => None,
+        }
+    };
+    let is_ollama = ollama_version.is_some();
     let mut p = Probe {
         url: redact_url(http.base()),
         backend: requested,
@@ -124,6 +133,8 @@ pub async fn probe(
             "vllm".into()
         } else if is_tgi {
             "tgi".into()
+        } else if is_ollama {
+            "ollama".into()
         } else {
             "openai-compatible".into()
         },
@@ -231,6 +242,10 @@ pub async fn probe(
         p.notes
             .push("TGI has no ignore_eos: an early EOS gives a short_output sample".into());
     }
+    if is_ollama {
+        p.server_version = ollama_version.clone();
+        apply_ollama(http, &mut p, t).await?;
+    }
     if is_vllm {
         p.flush = Some("POST /reset_prefix_cache (needs VLLM_SERVER_DEV_MODE=1)".into());
         p.spec_stats = Some("vllm:spec_decode_* /metrics deltas".into());
@@ -266,6 +281,10 @@ pub async fn probe(
             BackendKind::Tgi,
             "GET /info answered with model_id and token limits: Hugging Face TGI (/generate_stream, text prompts)".to_owned(),
         ),
+        BackendKind::Auto if is_ollama => (
+            BackendKind::Ollama,
+            "GET /api/version answered: Ollama (/api/generate, raw text, lengths calibrated on prompt_eval_count)".to_owned(),
+        ),
         BackendKind::Auto if models_status == 200 => (
             BackendKind::Openai,
             "GET /v1/models answered: an OpenAI-compatible server".to_owned(),
@@ -291,6 +310,13 @@ pub async fn probe(
                 message: "--backend sglang, but this server answers neither /server_info nor /get_server_info and /v1/models is not owned by sglang; try --backend auto".into(),
             })
         }
+        BackendKind::Ollama if !is_ollama => {
+            return Err(ClientError::Http {
+                endpoint: "/api/version".into(),
+                status: 404,
+                message: "--backend ollama, but GET /api/version does not answer like Ollama; try --backend auto".into(),
+            })
+        }
         BackendKind::Tgi if !is_tgi => {
             return Err(ClientError::Http {
                 endpoint: "/info".into(),
@@ -310,6 +336,46 @@ pub async fn probe(
     p.backend = backend;
     p.backend_reason = reason;
     Ok(p)
+}
+
+/// Ollama: the model (first of `/api/tags` unless `--model`), its trained context from
+/// `/api/show`, and the honest list of what it cannot report.
+async fn apply_ollama(http: &Http, p: &mut Probe, t: Duration) -> Result<(), ClientError> {
+    if p.model.as_deref().is_none_or(|m| m.is_empty()) {
+        let (_, tags) = http.get_probe("/api/tags", t).await?;
+        p.model = tags
+            .as_ref()
+            .and_then(|v| v.pointer("/models/0/name"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+    }
+    if let Some(m) = p.model.clone() {
+        if let Ok(show) = http.post_json("/api/show", &json!({"model": m}), t).await {
+            let ctx = show
+                .get("model_info")
+                .and_then(Value::as_object)
+                .and_then(|o| {
+                    o.iter()
+                        .find(|(k, _)| k.ends_with(".context_length"))
+                        .and_then(|(_, v)| v.as_u64())
+                });
+            if let Some(n) = ctx {
+                p.max_context = Some(n);
+                p.max_context_source =
+                    Some("ollama /api/show model_info.<arch>.context_length (trained)".into());
+            }
+        }
+    }
+    p.token_id_prompts = false;
+    p.prompt_method = "text: calibrated against the server's prompt_eval_count (Ollama has no tokenizer); tolerance 1%".into();
+    p.notes.push("Ollama reports no cached tokens and has no flush: cold prefill rests on the nonce (samples are cache_unverified)".into());
+    p.notes
+        .push("Ollama has no ignore_eos: an early EOS gives a short_output sample".into());
+    p.notes.push(
+        "each new length costs up to 5 calibration requests (num_predict 1) before it is measured"
+            .into(),
+    );
+    Ok(())
 }
 
 /// SGLang's flat server-args object: `/server_info`, or the older `/get_server_info`.

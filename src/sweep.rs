@@ -11,6 +11,7 @@ use serde_json::json;
 use crate::bench::{self, BenchSettings};
 use crate::cli::{FlushMode, Method, SweepArgs};
 use crate::client::llamacpp::LlamaCpp;
+use crate::client::ollama::Ollama;
 use crate::client::openai::OpenAi;
 use crate::client::sglang::Sglang;
 use crate::client::tgi::Tgi;
@@ -146,7 +147,7 @@ async fn measure(
             .into())
         }
     };
-    if !probe.token_id_prompts && probe.backend != BackendKind::Tgi {
+    if !probe.token_id_prompts && !matches!(probe.backend, BackendKind::Tgi | BackendKind::Ollama) {
         bail!(
             "{} does not accept token-id prompts or has no /tokenize, so ctxbench cannot build prompts of exact length",
             probe.url
@@ -160,6 +161,15 @@ async fn measure(
         BackendKind::Sglang => Box::new(Sglang::new(http.clone(), probe.model.clone())),
         BackendKind::Vllm => Box::new(Vllm::new(http.clone(), probe.model.clone())),
         BackendKind::Tgi => Box::new(Tgi::new(http.clone())),
+        BackendKind::Ollama => {
+            let model = probe.model.clone().ok_or_else(|| {
+                UsageError::Invalid("Ollama lists no model: pull one, or give --model".into())
+            })?;
+            // One context for every request: Ollama reloads the model when num_ctx changes.
+            let largest = contexts.last().copied().unwrap_or(0);
+            let output = u64::from(args.output_tokens.max(17));
+            Box::new(Ollama::new(http.clone(), model, largest + output + 64))
+        }
         _ => Box::new(OpenAi::new(
             http.clone(),
             probe.model.clone(),
@@ -199,6 +209,11 @@ async fn measure(
         reps: args.reps,
         cache_bypass,
         length_tolerance: args.length_tolerance,
+        length_tolerance_pct: if probe.backend == BackendKind::Ollama {
+            0.01
+        } else {
+            0.0
+        },
         timeout_base: Duration::from_secs_f64(args.timeout),
         timeout_per_1k: Duration::from_secs_f64(args.timeout_per_1k),
         stall_timeout: Duration::from_secs_f64(args.stall_timeout),
@@ -209,9 +224,13 @@ async fn measure(
         decode_samples: args.decode_samples,
     };
     let mut builder = PromptBuilder::new(&corpus, args.nonce.is_on());
-    let warm = bench::warmup(backend.as_ref(), &mut builder, &settings)
+    let mut warm = bench::warmup(backend.as_ref(), &mut builder, &settings)
         .await
         .context("warmup request")?;
+    if probe.backend == BackendKind::Ollama {
+        // Calibration aims at the server's own count, BOS included.
+        warm.server_added = 0;
+    }
     if warm.server_added > 1 {
         bail!(
             "the server counted {} prompt tokens for {} token ids sent; it rewrites token-id prompts (a template?), so lengths cannot be exact",
@@ -238,6 +257,7 @@ async fn measure(
         "nonce": args.nonce.is_on(),
         "nonce_tokens": if args.nonce.is_on() { NONCE_TOKENS } else { 0 },
         "length_tolerance": args.length_tolerance,
+        "length_tolerance_pct": settings.length_tolerance_pct,
         "method": args.method,
         "two_point_tokens": two_point,
         "decode_samples": args.decode_samples,

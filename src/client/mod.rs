@@ -3,6 +3,8 @@
 
 pub mod http;
 pub mod llamacpp;
+pub mod ndjson;
+pub mod ollama;
 pub mod openai;
 pub mod sglang;
 pub mod sse;
@@ -36,6 +38,8 @@ pub enum BackendKind {
     Vllm,
     /// Hugging Face TGI `/generate_stream` with exact-length text prompts.
     Tgi,
+    /// Ollama `/api/generate` (NDJSON, nanoseconds), lengths calibrated on `prompt_eval_count`.
+    Ollama,
 }
 
 impl BackendKind {
@@ -48,6 +52,7 @@ impl BackendKind {
             BackendKind::Sglang => "sglang",
             BackendKind::Vllm => "vllm",
             BackendKind::Tgi => "tgi",
+            BackendKind::Ollama => "ollama",
         }
     }
 }

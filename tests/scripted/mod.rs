@@ -26,6 +26,7 @@ pub enum Flavor {
     Sglang,
     Vllm,
     Tgi,
+    Ollama,
 }
 
 /// How the scripted server is set up (the flags a real one would be started with).
@@ -149,6 +150,11 @@ fn router(srv: Arc<Srv>) -> Router {
             .route("/get_server_info", get(server_info))
             .route("/generate", post(generate))
             .route("/flush_cache", get(flush).post(flush)),
+        Flavor::Ollama => Router::new()
+            .route("/api/version", get(|| async { Json(json!({"version": "0.12.10"})) }))
+            .route("/api/tags", get(|| async { Json(json!({"models": [{"name": "tiny:latest", "model": "tiny:latest", "size": 1, "details": {"family": "llama"}}]})) }))
+            .route("/api/show", post(ollama_show))
+            .route("/api/generate", post(ollama_generate)),
         Flavor::Tgi => Router::new()
             .route("/info", get(tgi_info))
             .route("/tokenize", post(tgi_tokenize))
@@ -611,4 +617,74 @@ async fn tgi_generate(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Res
         Json(json!({"generated_text": "a".repeat(max_new as usize), "details": {"finish_reason": "length", "generated_tokens": max_new, "seed": null, "prefill": [], "tokens": []}})),
     )
         .into_response()
+}
+
+// ---- Ollama ----
+
+async fn ollama_show(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Json<Value> {
+    s.log
+        .lock()
+        .unwrap()
+        .requests
+        .push(("/api/show".into(), body));
+    Json(json!({
+        "modelfile": "", "parameters": "", "template": "{{ .Prompt }}",
+        "details": {"family": "llama", "parameter_size": "1M", "quantization_level": "F16"},
+        "model_info": {"general.architecture": "llama", "general.parameter_count": 1_000_000,
+                       "llama.context_length": s.cfg.advertised_context, "llama.embedding_length": 128},
+        "capabilities": ["completion"]
+    }))
+}
+
+/// Ollama (v0.3x, llama-server runner): word-level tokenizer plus BOS for `prompt_eval_count`,
+/// NDJSON lines, durations in integer nanoseconds, 400 `{"error"}` for an over-long prompt.
+async fn ollama_generate(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Response {
+    s.log
+        .lock()
+        .unwrap()
+        .requests
+        .push(("/api/generate".into(), body.clone()));
+    let text = body["prompt"].as_str().unwrap_or("");
+    let n = tgi_words(text).len() as u64 + 1;
+    let num_ctx = body["options"]["num_ctx"]
+        .as_u64()
+        .unwrap_or(2048)
+        .min(s.cfg.real_context);
+    if n >= num_ctx {
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": "the prompt is longer than the context length currently available to the model; increase num_ctx or shorten the prompt"})),
+        )
+            .into_response();
+    }
+    let max_new = body["options"]["num_predict"].as_u64().unwrap_or(128);
+    let stream = body["stream"].as_bool().unwrap_or(true);
+    let prefill = prefill_delay(n as usize);
+    let eval_ns = s.cfg.chunk_delay.as_nanos() as u64 * max_new.saturating_sub(1);
+    let fin = json!({
+        "model": "tiny:latest", "created_at": "2026-01-01T00:00:00Z", "response": "", "done": true,
+        "done_reason": "length", "context": [1, 2, 3],
+        "total_duration": prefill.as_nanos() as u64 + eval_ns + 1_000_000, "load_duration": 1_000_000,
+        "prompt_eval_count": n, "prompt_eval_duration": prefill.as_nanos() as u64,
+        "eval_count": max_new, "eval_duration": eval_ns
+    });
+    if !stream {
+        tokio::time::sleep(prefill + s.cfg.chunk_delay * max_new.saturating_sub(1) as u32).await;
+        return Json(fin).into_response();
+    }
+    let mut lines = Vec::new();
+    for i in 0..max_new {
+        let delay = if i == 0 { prefill } else { s.cfg.chunk_delay };
+        let l = json!({"model": "tiny:latest", "created_at": "2026-01-01T00:00:00Z", "response": "a", "done": false});
+        lines.push((delay, l.to_string()));
+    }
+    lines.push((Duration::ZERO, fin.to_string()));
+    let stream = futures_util::stream::iter(lines).then(|(d, l)| async move {
+        tokio::time::sleep(d).await;
+        Ok::<_, Infallible>(Bytes::from(format!("{l}\n")))
+    });
+    Response::builder()
+        .header("content-type", "application/x-ndjson")
+        .body(Body::from_stream(stream))
+        .unwrap()
 }
