@@ -59,6 +59,10 @@ pub struct Probe {
     /// Where per-request speculative statistics come from (`None`: not exposed).
     #[serde(default)]
     pub spec_stats: Option<String>,
+    /// The OpenAI API omits `cached_tokens` when 0, so a missing count means 0 (SGLang with
+    /// `--enable-cache-report`).
+    #[serde(default)]
+    pub cached_missing_means_zero: bool,
     /// Capability notes, each naming the server flag that would enable what is missing.
     #[serde(default)]
     pub notes: Vec<String>,
@@ -153,6 +157,7 @@ pub async fn probe(
         metrics: metrics_status == 200,
         kv_pool_tokens: None,
         prompt_method: "token ids".into(),
+        cached_missing_means_zero: false,
         flush: None,
         spec_stats: None,
         notes: Vec::new(),
@@ -430,6 +435,8 @@ fn apply_sglang_info(p: &mut Probe, info: Option<&Value>) {
             "/metrics and meta_info timings are off: start SGLang with --enable-metrics".into(),
         );
     }
+    p.cached_missing_means_zero =
+        info.get("enable_cache_report").and_then(Value::as_bool) == Some(true);
     if info.get("enable_cache_report").and_then(Value::as_bool) == Some(false) {
         p.notes.push("cached tokens in OpenAI usage need SGLang's --enable-cache-report (native /generate reports meta_info.cached_tokens anyway)".into());
     }

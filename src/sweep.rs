@@ -51,6 +51,9 @@ pub async fn run(
         .map(plan::parse_contexts)
         .transpose()?;
     let corpus_spec = CorpusSpec::parse(&args.corpus).map_err(UsageError::Invalid)?;
+    if args.method == Method::TwoPoint {
+        parse_two_point(&args.two_point_tokens)?;
+    }
     for (name, v) in [
         ("--timeout", args.timeout),
         ("--timeout-per-1k", args.timeout_per_1k),
@@ -123,7 +126,12 @@ async fn measure(
     output: &mut Output,
     interrupt: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<Ending> {
-    let output_tokens = args.output_tokens as u64;
+    let two_point = match args.method {
+        Method::Stream => None,
+        Method::TwoPoint => Some(parse_two_point(&args.two_point_tokens)?),
+    };
+    // The longest generation a point must hold.
+    let output_tokens = two_point.map_or(args.output_tokens, |(_, b)| b) as u64;
     let contexts = match (contexts_arg, probe.max_context) {
         (Some(c), Some(limit)) => {
             plan::check_limit(&c, output_tokens, limit, probe.max_context_source.as_deref().unwrap_or("server"))?;
@@ -170,14 +178,21 @@ async fn measure(
             let output = u64::from(args.output_tokens.max(17));
             Box::new(Ollama::new(http.clone(), model, largest + output + 64))
         }
-        _ => Box::new(OpenAi::new(
-            http.clone(),
-            probe.model.clone(),
-            probe.tokenize,
-            probe
-                .cache_bypass
-                .then(|| ("cache_prompt".to_owned(), json!(false))),
-        )),
+        _ => {
+            let o = OpenAi::new(
+                http.clone(),
+                probe.model.clone(),
+                probe.tokenize,
+                probe
+                    .cache_bypass
+                    .then(|| ("cache_prompt".to_owned(), json!(false))),
+            );
+            Box::new(if probe.cached_missing_means_zero {
+                o.missing_cached_is_zero()
+            } else {
+                o
+            })
+        }
     };
     let cache_bypass = args.cache_bypass.is_on() && probe.cache_bypass;
 
@@ -191,10 +206,6 @@ async fn measure(
     )
     .await
     .context("preparing the corpus")?;
-    let two_point = match args.method {
-        Method::Stream => None,
-        Method::TwoPoint => Some(parse_two_point(&args.two_point_tokens)?),
-    };
     if two_point.is_some() && args.decode_samples > 0 {
         return Err(UsageError::Invalid(
             "--decode-samples needs --method stream (warm samples are timed per token)".into(),
@@ -609,5 +620,19 @@ fn print_probe(p: &Probe) {
     );
     for n in &p.notes {
         eprintln!("note: {n}");
+    }
+}
+
+#[cfg(test)]
+mod two_point_tests {
+    use super::parse_two_point;
+
+    #[test]
+    fn two_point_tokens_parse_and_reject_nonsense() {
+        assert_eq!(parse_two_point("1,17").unwrap(), (1, 17));
+        assert_eq!(parse_two_point(" 4 , 64 ").unwrap(), (4, 64));
+        for bad in ["17,1", "0,5", "5,5", "1", "a,b", "1,2,3"] {
+            assert!(parse_two_point(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -191,3 +191,59 @@ fn protocol_sglang_over_long_prompt_is_a_clear_context_error() {
         "{e:?}"
     );
 }
+
+#[test]
+fn protocol_sglang_openai_api_with_cache_report_reads_a_missing_count_as_zero() {
+    // --enable-cache-report on: usage carries cached_tokens only when it is positive.
+    let srv = Scripted::start(Config::new(Flavor::Sglang));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let (code, _stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--backend",
+        "openai",
+        "--contexts",
+        "1k",
+        "--reps",
+        "2",
+        "--output-tokens",
+        "8",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let r = read_results(&out, false).unwrap();
+    for s in &r.samples {
+        assert_eq!(s.cached_tokens, Some(0), "{s:?}");
+        assert!(s.cache_verified);
+        assert_eq!(s.prompt_tokens, Some(1024));
+    }
+    let q = &srv.requests("/v1/completions")[1];
+    assert_eq!(q["prompt"].as_array().unwrap().len(), 1024, "token ids");
+    // And the trap it guards against: without the nonce the cache hit is seen and flagged.
+    let out2 = dir.path().join("trap.jsonl");
+    let (_code, _stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--backend",
+        "openai",
+        "--contexts",
+        "1k",
+        "--reps",
+        "2",
+        "--output-tokens",
+        "8",
+        "--nonce",
+        "off",
+        "--flush",
+        "never",
+        "--out",
+        out2.to_str().unwrap(),
+    ]);
+    let r = read_results(&out2, false).unwrap();
+    assert!(r.samples[1].contaminated, "{stderr}");
+    assert!(r.samples[1].cached_tokens.unwrap() >= 1000);
+}

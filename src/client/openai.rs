@@ -56,6 +56,8 @@ pub struct OpenAi {
     tokenize: Option<TokenizeDialect>,
     /// Extra body fields the probe found the server accepts (e.g. llama.cpp `cache_prompt`).
     cache_bypass_field: Option<(String, Value)>,
+    /// The server omits `cached_tokens` when it is 0 (SGLang with `--enable-cache-report`).
+    missing_cached_is_zero: bool,
 }
 
 impl OpenAi {
@@ -71,7 +73,15 @@ impl OpenAi {
             model,
             tokenize,
             cache_bypass_field,
+            missing_cached_is_zero: false,
         }
+    }
+
+    /// Reads a missing `cached_tokens` as 0: SGLang with `--enable-cache-report` sends the
+    /// field only when it is positive.
+    pub fn missing_cached_is_zero(mut self) -> Self {
+        self.missing_cached_is_zero = true;
+        self
     }
 }
 
@@ -81,6 +91,8 @@ const ENDPOINT: &str = "/v1/completions";
 #[derive(Debug, Default)]
 pub struct CompletionsReader {
     completion_seen: u64,
+    /// Read a missing `cached_tokens` as 0 (see [`OpenAi::missing_cached_is_zero`]).
+    pub missing_cached_is_zero: bool,
     /// Counts from the usage record.
     pub counts: Counts,
     /// llama.cpp's non-standard `timings`, if sent.
@@ -155,7 +167,8 @@ impl CompletionsReader {
                 cached_tokens: u
                     .get("prompt_tokens_details")
                     .and_then(|d| get_u64(d, "cached_tokens"))
-                    .or_else(|| timings.as_ref().and_then(|t| t.cache_n)),
+                    .or_else(|| timings.as_ref().and_then(|t| t.cache_n))
+                    .or(self.missing_cached_is_zero.then_some(0)),
             };
             self.timings = timings;
         }
@@ -216,7 +229,10 @@ impl Backend for OpenAi {
             .http
             .post_timed(ENDPOINT, &Value::Object(body), req.timeouts.request)
             .await?;
-        let mut reader = CompletionsReader::default();
+        let mut reader = CompletionsReader {
+            missing_cached_is_zero: self.missing_cached_is_zero,
+            ..Default::default()
+        };
         let info = reader.on_event(&SseEvent {
             event: None,
             data: text,
@@ -241,7 +257,10 @@ impl Backend for OpenAi {
             .http
             .request(reqwest::Method::POST, ENDPOINT)
             .json(&Value::Object(body));
-        let mut reader = CompletionsReader::default();
+        let mut reader = CompletionsReader {
+            missing_cached_is_zero: self.missing_cached_is_zero,
+            ..Default::default()
+        };
         let stream = drive_sse(ENDPOINT, &self.http, rb, req.timeouts, |ev| {
             reader.on_event(ev)
         })
@@ -323,6 +342,19 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(r.counts.cached_tokens, None);
+    }
+
+    #[test]
+    fn sglang_cache_report_omits_zero_cached_tokens() {
+        let mut r = CompletionsReader {
+            missing_cached_is_zero: true,
+            ..Default::default()
+        };
+        r.on_event(&ev(
+            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}"#,
+        ))
+        .unwrap();
+        assert_eq!(r.counts.cached_tokens, Some(0));
     }
 
     #[test]

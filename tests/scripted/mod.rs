@@ -149,6 +149,7 @@ fn router(srv: Arc<Srv>) -> Router {
             .route("/server_info", get(server_info))
             .route("/get_server_info", get(server_info))
             .route("/generate", post(generate))
+            .route("/v1/completions", post(completions))
             .route("/flush_cache", get(flush).post(flush)),
         Flavor::Ollama => Router::new()
             .route("/api/version", get(|| async { Json(json!({"version": "0.12.10"})) }))
@@ -453,7 +454,13 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
         events.push((delay, c.to_string()));
     }
     let mut usage = json!({"prompt_tokens": ids.len(), "completion_tokens": max_tokens, "total_tokens": ids.len() as u64 + max_tokens});
-    if s.cfg.cache_report {
+    // vLLM (--enable-prompt-tokens-details) always sends the field; SGLang
+    // (--enable-cache-report) only when it is positive.
+    let send = match s.cfg.flavor {
+        Flavor::Sglang => s.cfg.cache_report && cached > 0,
+        _ => s.cfg.cache_report,
+    };
+    if send {
         usage["prompt_tokens_details"] = json!({"cached_tokens": cached});
     }
     let mut u = base.clone();
