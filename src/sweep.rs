@@ -18,7 +18,6 @@ use crate::client::tgi::Tgi;
 use crate::client::vllm::Vllm;
 use crate::client::{Backend, BackendKind, Http};
 use crate::corpus::{Corpus, CorpusSpec};
-use crate::error::ClientError;
 use crate::error::{RecordError, UsageError};
 use crate::metrics::Scraper;
 use crate::plan;
@@ -561,7 +560,7 @@ async fn decide_flush(
             }
             Ok(Some(what))
         }
-        Err(e @ ClientError::Unsupported { .. }) if mode == FlushMode::Auto => {
+        Err(e) if mode == FlushMode::Auto => {
             eprintln!("note: no cache flush: {e}; relying on the nonce, the per-request cache switch and cached-token verification");
             Ok(None)
         }
@@ -578,7 +577,10 @@ fn metrics_scraper(args: &SweepArgs, http: &Http, probe: &Probe) -> Result<Optio
         Some("off") => Ok(None),
         Some(u) if u.starts_with('/') => Ok(Some(Scraper::new(http.clone(), u))),
         Some(u) => {
-            let api_key = std::env::var(&args.api_key_env).ok();
+            // The API key goes only to the server it belongs to.
+            let api_key = std::env::var(&args.api_key_env)
+                .ok()
+                .filter(|_| u.starts_with(http.base()));
             let h = Http::new(u, api_key, None).map_err(UsageError::Invalid)?;
             Ok(Some(Scraper::new(h, "")))
         }

@@ -247,3 +247,31 @@ fn protocol_sglang_openai_api_with_cache_report_reads_a_missing_count_as_zero() 
     assert!(r.samples[1].contaminated, "{stderr}");
     assert!(r.samples[1].cached_tokens.unwrap() >= 1000);
 }
+
+#[test]
+fn protocol_sglang_incremental_streaming_output_reads_the_same_as_cumulative() {
+    let mut c = spec_config();
+    c.incremental = true;
+    let srv = Scripted::start(c);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let (code, _stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k",
+        "--reps",
+        "1",
+        "--output-tokens",
+        "16",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let s = &read_results(&out, false).unwrap().samples[0];
+    assert_eq!(s.output_tokens, Some(16));
+    assert_eq!(s.token_chunks, Some(6));
+    assert_eq!(s.spec_verify_steps, Some(5));
+    assert!(s.decode_tokens_per_s.unwrap() > 0.0);
+}

@@ -51,6 +51,8 @@ pub struct Config {
     pub enable_metrics: bool,
     /// Pause before each chunk.
     pub chunk_delay: Duration,
+    /// SGLang `--incremental-streaming-output`: deltas instead of cumulative text/ids.
+    pub incremental: bool,
 }
 
 impl Config {
@@ -66,6 +68,7 @@ impl Config {
             dev_mode: true,
             enable_metrics: true,
             chunk_delay: Duration::from_millis(3),
+            incremental: false,
         }
     }
 }
@@ -353,9 +356,12 @@ async fn generate(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Respons
     let mut events = Vec::new();
     let bounds = chunks(&s.cfg, max_new);
     let last = bounds.len() - 1;
+    let mut prev = 0;
     for (i, &n) in bounds.iter().enumerate() {
-        let out_ids: Vec<u64> = (0..n).map(|k| 400 + k).collect();
-        let text: String = (0..n).map(|_| 'a').collect();
+        let from = if s.cfg.incremental { prev } else { 0 };
+        prev = n;
+        let out_ids: Vec<u64> = (from..n).map(|k| 400 + k).collect();
+        let text: String = (from..n).map(|_| 'a').collect();
         let mut meta = json!({
             "id": "rid-1", "finish_reason": Value::Null,
             "prompt_tokens": ids.len(), "completion_tokens": n, "cached_tokens": cached,
