@@ -61,6 +61,9 @@ pub fn summary_table(points: &[PointSummary]) -> String {
             if p.failed > 0 {
                 excluded.push(format!("{} failed", p.failed));
             }
+            if p.two_point_inverted > 0 {
+                excluded.push(format!("{} t_B≤t_A (no decode)", p.two_point_inverted));
+            }
             [
                 fmt_ctx(p.context_tokens),
                 format!("{}/{}", p.usable, p.samples),
@@ -179,6 +182,7 @@ mod tests {
             spec_accept_length: None,
             spec_accept_rate: None,
             ms_per_verify_step: None,
+            two_point_inverted: 1,
             warm: 0,
             warm_decode_tokens_per_s: None,
             warm_ms_per_step: None,
@@ -189,6 +193,7 @@ mod tests {
         assert!(lines[2].starts_with("4k "), "{t}");
         assert!(lines[2].contains("120.0 (108.0–132.0)"), "{t}");
         assert!(lines[2].contains("1 cached"), "{t}");
+        assert!(lines[2].contains("1 t_B≤t_A"), "{t}");
         assert_eq!(fmt_ctx(1000), "1000");
     }
 }

@@ -87,6 +87,8 @@ pub struct PointSummary {
     pub spec_accept_rate: Option<Spread>,
     /// Client ms per verify step.
     pub ms_per_verify_step: Option<Spread>,
+    /// Two-point samples with t_B ≤ t_A (no decode rate; the reason is in each sample).
+    pub two_point_inverted: usize,
     /// Warm decode-at-depth samples (prefix reused on purpose), kept apart from the cold ones.
     pub warm: usize,
     /// Decode rate of the warm samples (tok/s).
@@ -140,6 +142,10 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
                 spec_accept_length: Spread::of(ok.iter().filter_map(|s| s.spec_accept_length)),
                 spec_accept_rate: Spread::of(ok.iter().filter_map(|s| s.spec_accept_rate)),
                 ms_per_verify_step: Spread::of(ok.iter().filter_map(|s| s.ms_per_verify_step)),
+                two_point_inverted: at
+                    .iter()
+                    .filter(|s| s.flags.iter().any(|f| f == "two_point_inverted"))
+                    .count(),
                 warm: warm.len(),
                 warm_decode_tokens_per_s: Spread::of(
                     warm.iter().filter_map(|s| s.decode_tokens_per_s),

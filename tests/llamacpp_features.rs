@@ -235,7 +235,7 @@ fn two_point_on_a_caching_server_yields_no_nan_and_no_unflagged_sample() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("trap.jsonl");
     // The seed's setup: no nonce, the server's cache left on, A then B on the same prompt.
-    let (_code, _o, stderr) = run(&[
+    let (_code, stdout, stderr) = run(&[
         "sweep",
         "--url",
         &srv.url(),
@@ -277,6 +277,16 @@ fn two_point_on_a_caching_server_yields_no_nan_and_no_unflagged_sample() {
         }
     }
     assert!(stderr.contains("hit the prefix cache"), "{stderr}");
+    // An inversion is flagged on the point too, not only in the file.
+    let inverted = r
+        .samples
+        .iter()
+        .filter(|s| s.decode_tokens_per_s.is_none())
+        .count();
+    if inverted > 0 {
+        assert!(stdout.contains(&format!("{inverted} t_B≤t_A")), "{stdout}");
+        assert!(stderr.contains("t_B ≤ t_A"), "{stderr}");
+    }
 }
 
 #[test]
