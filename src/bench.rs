@@ -462,7 +462,11 @@ pub async fn run(
         .filter(|k| !done.contains(k))
         .collect();
     tally.skipped = contexts.len() * settings.reps as usize - todo.len();
-    observer.start(todo.len(), tally.skipped);
+    // Each cold sample is followed by its warm decode samples.
+    observer.start(
+        todo.len() * (1 + settings.decode_samples as usize),
+        tally.skipped,
+    );
     for (slot, (context, rep)) in (done.len() as u64..).zip(todo) {
         if *interrupt.borrow() {
             tally.interrupted = true;
