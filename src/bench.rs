@@ -376,6 +376,28 @@ fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &metri
     s.metrics = serde_json::to_value(&d).ok();
 }
 
+/// Writes one sample and counts it; returns why the sweep must stop, if it must.
+fn record(
+    writer: &mut ResultsWriter,
+    tally: &mut Tally,
+    observer: &mut dyn Observer,
+    settings: &BenchSettings,
+    sample: &Sample,
+) -> Result<Option<String>, RecordError> {
+    writer.append(sample)?;
+    tally.recorded += 1;
+    tally.contaminated += sample.contaminated as usize;
+    observer.sample_done(sample);
+    if let Some(e) = &sample.error {
+        tally.failed += 1;
+        let fatal = matches!(e.kind.as_str(), "connect" | "unauthorized");
+        if fatal || settings.on_error == OnError::Stop {
+            return Ok(Some(e.message.clone()));
+        }
+    }
+    Ok(None)
+}
+
 fn now() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
@@ -473,7 +495,6 @@ pub async fn run(
             break;
         }
         observer.sample_started(context, rep);
-        let mut samples = Vec::new();
         let at = now();
         let before = scrape(settings).await;
         let measured = match settings.two_point {
@@ -501,7 +522,8 @@ pub async fn run(
                     (a, b) = pair => {
                         let mut s = make_two_point_sample(settings, context, rep, sent, at, ab, a, b);
                         note_flush(&mut s, flushed);
-                        Some(s)
+                        finish_metrics(settings, Some(&mut s), before.as_ref()).await;
+                        Some((s, None))
                     }
                     _ = interrupt.wait_for(|v| *v) => None,
                 }
@@ -510,7 +532,7 @@ pub async fn run(
                 let prompt = builder.build(context, slot);
                 let sent = prompt.len() as u64;
                 let flushed = flush(backend, settings).await;
-                let mut req = GenRequest {
+                let req = GenRequest {
                     prompt,
                     max_tokens: settings.output_tokens,
                     cache_bypass: settings.cache_bypass,
@@ -525,49 +547,35 @@ pub async fn run(
                     Some(result) => {
                         let mut s = make_sample(settings, context, rep, sent, at, result);
                         note_flush(&mut s, flushed);
-                        // Decode at depth: the same prompt again, cache reuse allowed.
-                        if s.status == Status::Ok && settings.decode_samples > 0 {
-                            samples.push(s);
-                            finish_metrics(settings, samples.last_mut(), before.as_ref()).await;
-                            req.cache_bypass = false;
-                            for _ in 0..settings.decode_samples {
-                                let before = scrape(settings).await;
-                                let at = now();
-                                let r = tokio::select! {
-                                    r = backend.generate(&req) => r,
-                                    _ = interrupt.wait_for(|v| *v) => break,
-                                };
-                                let mut w = make_warm_sample(settings, context, rep, sent, at, r);
-                                finish_metrics(settings, Some(&mut w), before.as_ref()).await;
-                                samples.push(w);
-                            }
-                            None
-                        } else {
-                            Some(s)
-                        }
+                        finish_metrics(settings, Some(&mut s), before.as_ref()).await;
+                        Some((s, Some(req)))
                     }
                 }
             }
         };
-        if let Some(mut s) = measured {
-            finish_metrics(settings, Some(&mut s), before.as_ref()).await;
-            samples.insert(0, s);
-        }
-        if samples.is_empty() {
+        let Some((sample, req)) = measured else {
             tally.interrupted = true;
             break;
-        }
-        let mut stop = None;
-        for sample in &samples {
-            writer.append(sample)?;
-            tally.recorded += 1;
-            tally.contaminated += sample.contaminated as usize;
-            observer.sample_done(sample);
-            if let Some(e) = &sample.error {
-                tally.failed += 1;
-                let fatal = matches!(e.kind.as_str(), "connect" | "unauthorized");
-                if fatal || settings.on_error == OnError::Stop {
-                    stop = Some(e.message.clone());
+        };
+        // Recorded before the warm samples, so a kill during them loses nothing measured.
+        let cold_ok = sample.status == Status::Ok;
+        let mut stop = record(writer, &mut tally, observer, settings, &sample)?;
+        // Decode at depth: the same prompt again, cache reuse allowed on purpose.
+        if let (true, None, Some(mut req)) = (cold_ok, &stop, req) {
+            req.cache_bypass = false;
+            for _ in 0..settings.decode_samples {
+                let before = scrape(settings).await;
+                let at = now();
+                let r = tokio::select! {
+                    r = backend.generate(&req) => r,
+                    _ = interrupt.wait_for(|v| *v) => break,
+                };
+                let sent = req.prompt.len() as u64;
+                let mut w = make_warm_sample(settings, context, rep, sent, at, r);
+                finish_metrics(settings, Some(&mut w), before.as_ref()).await;
+                stop = record(writer, &mut tally, observer, settings, &w)?;
+                if stop.is_some() {
+                    break;
                 }
             }
         }
