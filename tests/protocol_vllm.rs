@@ -16,6 +16,7 @@ fn protocol_vllm_auto_sweep_with_flush_cached_tokens_and_spec_from_metric_deltas
     c.spec_draft = 4;
     c.spec_accepted = 3;
     c.tokens_per_chunk = 4;
+    c.per_request_metrics = true;
     let srv = Scripted::start(c);
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.jsonl");
@@ -61,6 +62,15 @@ fn protocol_vllm_auto_sweep_with_flush_cached_tokens_and_spec_from_metric_deltas
         let (t, v) = (s.ms_per_step.unwrap(), s.ms_per_verify_step.unwrap());
         assert!((v - 4.0 * t).abs() < 1e-6, "{t} {v}");
         assert!(s.flush.as_deref().unwrap().contains("/reset_prefix_cache"));
+        // --enable-per-request-metrics: ms, TTFT from scheduling (5 ms + 2 µs per token).
+        let server = s.server.as_ref().expect("per-request metrics");
+        assert_eq!(server.source, "vllm.metrics");
+        let want = 5.0 + s.context_tokens as f64 * 0.002;
+        assert!(
+            (server.prompt_ms.unwrap() - want).abs() < 1e-6,
+            "{server:?}"
+        );
+        assert_eq!(server.queue_ms, Some(0.5));
         let m = s.metrics.as_ref().unwrap();
         let key = "vllm:prompt_tokens_total{engine=\"0\",model_name=\"scripted-model\"}";
         assert_eq!(m[key].as_f64(), Some(s.context_tokens as f64));

@@ -160,7 +160,10 @@ impl CompletionsReader {
         };
         if is_final {
             let u = usage.unwrap_or(&Value::Null);
-            let timings = v.get("timings").map(llamacpp_timings);
+            let timings = v
+                .get("timings")
+                .map(llamacpp_timings)
+                .or_else(|| v.get("metrics").and_then(vllm_request_metrics));
             self.counts = Counts {
                 prompt_tokens: get_u64(u, "prompt_tokens"),
                 completion_tokens: get_u64(u, "completion_tokens"),
@@ -178,6 +181,22 @@ impl CompletionsReader {
             ends_stream: false,
         })
     }
+}
+
+/// vLLM's opt-in per-request `metrics` (`--enable-per-request-metrics`, on the final usage
+/// chunk); its TTFT is measured from scheduling, so it excludes queueing.
+fn vllm_request_metrics(m: &Value) -> Option<ServerTimings> {
+    let f = |k: &str| m.get(k).and_then(Value::as_f64);
+    let t = ServerTimings {
+        source: "vllm.metrics".to_owned(),
+        prompt_ms: f("time_to_first_token_ms"),
+        queue_ms: f("queue_time_ms"),
+        predicted_ms: f("generation_time_ms"),
+        predicted_per_token_ms: f("mean_itl_ms"),
+        predicted_per_second: f("tokens_per_second"),
+        ..Default::default()
+    };
+    (t.prompt_ms.is_some() || t.predicted_ms.is_some()).then_some(t)
 }
 
 /// vLLM/SGLang `/tokenize` (`{"prompt"}`), without special tokens so ids can be spliced.
@@ -342,6 +361,20 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(r.counts.cached_tokens, None);
+    }
+
+    #[test]
+    fn vllm_per_request_metrics_become_server_timings() {
+        let mut r = CompletionsReader::default();
+        r.on_event(&ev(r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3},"metrics":{"time_to_first_token_ms":12.5,"queue_time_ms":1.0,"generation_time_ms":20.0,"mean_itl_ms":10.0,"tokens_per_second":100.0}}"#))
+            .unwrap();
+        let t = r.timings.unwrap();
+        assert_eq!(t.source, "vllm.metrics");
+        assert_eq!(
+            (t.prompt_ms, t.queue_ms, t.predicted_ms),
+            (Some(12.5), Some(1.0), Some(20.0))
+        );
+        assert_eq!(t.predicted_per_second, Some(100.0));
     }
 
     #[test]

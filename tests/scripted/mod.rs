@@ -53,6 +53,8 @@ pub struct Config {
     pub chunk_delay: Duration,
     /// SGLang `--incremental-streaming-output`: deltas instead of cumulative text/ids.
     pub incremental: bool,
+    /// vLLM `--enable-per-request-metrics`: a `metrics` object on the usage chunk (ms).
+    pub per_request_metrics: bool,
 }
 
 impl Config {
@@ -69,6 +71,7 @@ impl Config {
             enable_metrics: true,
             chunk_delay: Duration::from_millis(3),
             incremental: false,
+            per_request_metrics: false,
         }
     }
 }
@@ -472,6 +475,15 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
     let mut u = base.clone();
     u["choices"] = json!([]);
     u["usage"] = usage;
+    if s.cfg.per_request_metrics {
+        let gen_ms = s.cfg.chunk_delay.as_secs_f64() * 1000.0 * (bounds.len() - 1) as f64;
+        u["metrics"] = json!({
+            "time_to_first_token_ms": prefill_delay(ids.len()).as_secs_f64() * 1000.0,
+            "queue_time_ms": 0.5, "generation_time_ms": gen_ms,
+            "mean_itl_ms": gen_ms / (bounds.len() - 1).max(1) as f64,
+            "tokens_per_second": max_tokens as f64 / (gen_ms / 1000.0)
+        });
+    }
     events.push((Duration::ZERO, u.to_string()));
     events.push((Duration::ZERO, "[DONE]".into()));
     sse(events)
