@@ -164,6 +164,7 @@ fn two_point_and_streaming_decode_rates_agree_within_a_factor_of_two() {
     let dir = tempfile::tempdir().unwrap();
     let tp = dir.path().join("tp.jsonl");
     let st = dir.path().join("st.jsonl");
+    // B = 129: the decode time (≈ 60–150 ms here) must dominate run-to-run noise.
     let (code, _o, stderr) = run(&[
         "sweep",
         "--url",
@@ -171,11 +172,11 @@ fn two_point_and_streaming_decode_rates_agree_within_a_factor_of_two() {
         "--contexts",
         "1k,2k",
         "--reps",
-        "3",
+        "5",
         "--method",
         "two-point",
         "--two-point-tokens",
-        "1,65",
+        "1,129",
         "--out",
         tp.to_str().unwrap(),
     ]);
@@ -187,9 +188,9 @@ fn two_point_and_streaming_decode_rates_agree_within_a_factor_of_two() {
         "--contexts",
         "1k,2k",
         "--reps",
-        "3",
+        "5",
         "--output-tokens",
-        "65",
+        "129",
         "--out",
         st.to_str().unwrap(),
     ]);
@@ -205,21 +206,25 @@ fn two_point_and_streaming_decode_rates_agree_within_a_factor_of_two() {
                 .filter_map(|s| s.decode_tokens_per_s)
                 .collect::<Vec<_>>()
         };
-        let (a, b) = (rates(&tp), rates(&st));
-        assert!(!a.is_empty() && !b.is_empty(), "{c}: {a:?} {b:?}");
         for s in tp.samples.iter().filter(|s| s.context_tokens == c) {
             assert_eq!(s.method, "two-point");
             assert_eq!(s.cached_tokens, Some(0), "each request has its own nonce");
-            assert_eq!(s.output_tokens, Some(65));
-            let t = s.two_point.as_ref().unwrap();
-            assert!(
-                t["t_b_ms"].as_f64().unwrap() > t["t_a_ms"].as_f64().unwrap(),
-                "{t}"
-            );
+            assert_eq!(s.output_tokens, Some(129));
+            // A load spike can make t_B ≤ t_A; then the sample says so, never silently.
+            match s.decode_tokens_per_s {
+                Some(d) => assert!(d.is_finite() && d > 0.0),
+                None => {
+                    assert!(s.flags.contains(&"two_point_inverted".to_owned()), "{s:?}");
+                    assert!(s.two_point.as_ref().unwrap()["reason"].is_string());
+                }
+            }
         }
-        // Stated tolerance: a factor of 2. Streaming costs the server per-token work (its own
-        // decode rate is ~10–20% lower when streaming), and the two runs are minutes apart on a
-        // shared 2-core machine; a unit or counting error would be off by far more.
+        let (a, b) = (rates(&tp), rates(&st));
+        assert!(a.len() >= 3 && b.len() >= 3, "{c}: {a:?} {b:?}");
+        // Stated tolerance: medians within a factor of 2. Streaming costs the server per-token
+        // work (its own decode rate is ~10–20% lower when streaming), and the two runs are
+        // seconds apart on a shared 2-core machine; a unit or counting error would be off by
+        // far more (×1000 for ms/s, ×64 for a chunk count).
         let ratio = median(a.clone()) / median(b.clone());
         assert!(
             (0.5..=2.0).contains(&ratio),
