@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::adaptive::{relative_half_width, PointProgress, RepPolicy, StopReason};
-use crate::client::{Backend, GenOutcome, GenRequest, Timeouts};
+use crate::client::{Backend, GenOutcome, GenRequest, OnceOutcome, SpecStats, Timeouts};
 use crate::costmodel::{CostModel, Observation};
 use crate::error::{ClientError, RecordError};
+use crate::metrics::{self, Scraper};
 use crate::progress::Observer;
 use crate::prompt::PromptBuilder;
 use crate::record::{ResultsWriter, Sample, SampleError, Status};
@@ -37,6 +38,8 @@ pub struct BenchSettings {
     pub cache_bypass: bool,
     /// Allowed |server prompt tokens − target|.
     pub length_tolerance: u64,
+    /// Allowed difference as a fraction of the target, when larger (calibrated lengths).
+    pub length_tolerance_pct: f64,
     /// Whole-request timeout: `base + per_1k × context/1000`.
     pub timeout_base: Duration,
     /// Extra timeout per 1000 context tokens.
@@ -45,9 +48,23 @@ pub struct BenchSettings {
     pub stall_timeout: Duration,
     /// Failure policy.
     pub on_error: OnError,
+    /// Flush the server's prefix cache before every measured request.
+    pub flush: bool,
+    /// Scrape Prometheus counters before and after every sample.
+    pub metrics: Option<Scraper>,
+    /// `Some((A, B))`: the two-point method (non-streamed, max_tokens A then B).
+    pub two_point: Option<(u32, u32)>,
+    /// Warm decode samples after each cold one, reusing its prefix on purpose.
+    pub decode_samples: u32,
 }
 
 impl BenchSettings {
+    /// Allowed |server prompt tokens − target| at `context`.
+    pub fn tolerance_for(&self, context: u64) -> u64 {
+        self.length_tolerance
+            .max((self.length_tolerance_pct * context as f64).ceil() as u64)
+    }
+
     /// Timeouts for a request at `context` tokens: long prompts are allowed longer.
     pub fn timeouts_for(&self, context: u64) -> Timeouts {
         Timeouts {
@@ -120,16 +137,31 @@ pub async fn warmup(
     })
 }
 
-/// Turns a request's outcome into a sample. Pure: no I/O, unit-tested.
-pub fn make_sample(
-    settings: &BenchSettings,
-    context: u64,
-    rep: u32,
-    sent: u64,
-    at: String,
-    result: Result<GenOutcome, ClientError>,
-) -> Sample {
-    let mut s = Sample {
+/// Flags shared by every method.
+fn flag_common(s: &mut Sample, expected_output: u64) {
+    if s.contaminated {
+        s.flags.push("contaminated".into());
+    }
+    if !s.cache_verified {
+        s.flags.push("cache_unverified".into());
+    }
+    if s.length_ok == Some(false) {
+        s.flags.push("length_mismatch".into());
+    }
+    if s.prompt_tokens.is_none() {
+        s.flags.push("length_unreported".into());
+    }
+    if s.output_tokens.is_some_and(|n| n < expected_output) {
+        s.flags.push("short_output".into());
+    }
+    if s.ttft_ms.is_none() {
+        s.flags.push("no_tokens".into());
+    }
+}
+
+/// A sample with nothing measured yet.
+fn blank_sample(settings: &BenchSettings, context: u64, rep: u32, sent: u64, at: String) -> Sample {
+    Sample {
         kind: "sample".into(),
         run_id: settings.run_id.clone(),
         context_tokens: context,
@@ -154,16 +186,148 @@ pub fn make_sample(
         finish_reason: None,
         flags: Vec::new(),
         server: None,
+        method: "stream".into(),
         spec_accept_length: None,
+        spec_accept_rate: None,
+        spec_verify_steps: None,
+        spec_draft_tokens: None,
+        spec_accepted_tokens: None,
+        spec_source: None,
+        ms_per_verify_step: None,
+        metrics: None,
+        flush: None,
+        two_point: None,
+    }
+}
+
+fn fail(s: &mut Sample, e: &ClientError) {
+    s.status = Status::Failed;
+    s.error = Some(SampleError {
+        kind: e.kind().to_owned(),
+        message: e.to_string(),
+    });
+}
+
+/// Turns the two requests of the two-point method into one sample. Pure. Decode =
+/// (n_B − n_A) / (t_B − t_A); when t_B ≤ t_A (a cache hit, or noise larger than the
+/// decode time) no rate is computed and the sample says why.
+#[allow(clippy::too_many_arguments)]
+pub fn make_two_point_sample(
+    settings: &BenchSettings,
+    context: u64,
+    rep: u32,
+    sent: u64,
+    at: String,
+    (a_tokens, b_tokens): (u32, u32),
+    a: Result<OnceOutcome, ClientError>,
+    b: Result<OnceOutcome, ClientError>,
+) -> Sample {
+    let mut s = blank_sample(settings, context, rep, sent, at);
+    s.method = "two-point".into();
+    let (a, b) = match (a, b) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => {
+            fail(&mut s, &e);
+            return s;
+        }
     };
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let (t_a, t_b) = (ms(a.elapsed), ms(b.elapsed));
+    let n_a = a.counts.completion_tokens.unwrap_or(a_tokens as u64);
+    let n_b = b.counts.completion_tokens.unwrap_or(b_tokens as u64);
+    s.prompt_tokens = b.counts.prompt_tokens;
+    let len_ok = |p: Option<u64>| p.map(|p| p.abs_diff(context) <= settings.tolerance_for(context));
+    s.length_ok = match (len_ok(a.counts.prompt_tokens), len_ok(s.prompt_tokens)) {
+        (Some(x), Some(y)) => Some(x && y),
+        _ => None,
+    };
+    s.cached_tokens = match (a.counts.cached_tokens, b.counts.cached_tokens) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        _ => None,
+    };
+    s.cache_verified = s.cached_tokens.is_some();
+    s.contaminated = s.cached_tokens.is_some_and(|c| c > 0);
+    s.output_tokens = Some(n_b);
+    s.e2e_ms = Some(t_b);
+    s.server = b.timings;
+    // With one token, request A's time is the time to that token: a non-streamed TTFT.
+    if n_a == 1 {
+        s.ttft_ms = Some(t_a);
+        if let Some(p) = s.prompt_tokens.filter(|_| t_a > 0.0) {
+            s.prefill_tokens_per_s = Some(p as f64 / (t_a / 1000.0));
+        }
+    }
+    let mut reason = None;
+    if n_b <= n_a {
+        reason = Some(format!(
+            "B generated {n_b} tokens, A {n_a}: no difference to time"
+        ));
+    } else if t_b <= t_a {
+        reason = Some(if s.contaminated {
+            format!("t_B {t_b:.1} ms ≤ t_A {t_a:.1} ms: a request hit the prefix cache")
+        } else {
+            format!("t_B {t_b:.1} ms ≤ t_A {t_a:.1} ms: run-to-run noise exceeds the decode time of {} tokens; raise B", n_b - n_a)
+        });
+    } else {
+        let dt = t_b - t_a;
+        s.decode_tokens_per_s = Some((n_b - n_a) as f64 / (dt / 1000.0));
+        s.ms_per_step = Some(dt / (n_b - n_a) as f64);
+    }
+    let a_busy = a
+        .timings
+        .as_ref()
+        .map(|t| t.prompt_ms.unwrap_or(0.0) + t.predicted_ms.unwrap_or(0.0));
+    s.two_point = Some(serde_json::json!({
+        "a_tokens": n_a, "b_tokens": n_b, "t_a_ms": t_a, "t_b_ms": t_b, "reason": reason,
+        "a_server_busy_ms": a_busy,
+    }));
+    if reason.is_some() {
+        s.flags.push("two_point_inverted".into());
+    }
+    if let Some(spec) = b.spec {
+        set_spec(&mut s, spec);
+    }
+    flag_common(&mut s, b_tokens as u64);
+    s
+}
+
+/// Turns a warm decode request (the prefix reused on purpose) into a sample: decode only;
+/// a cache hit is the point here, not a contamination.
+pub fn make_warm_sample(
+    settings: &BenchSettings,
+    context: u64,
+    rep: u32,
+    sent: u64,
+    at: String,
+    result: Result<GenOutcome, ClientError>,
+) -> Sample {
+    let mut s = make_sample(settings, context, rep, sent, at, result);
+    s.phase = "warm".into();
+    s.contaminated = false;
+    s.prefill_tokens_per_s = None;
+    s.flags.retain(|f| f != "contaminated");
+    if let (Some(c), Some(p)) = (s.cached_tokens, s.prompt_tokens) {
+        if c * 2 < p {
+            s.flags.push("warm_prefix_not_reused".into());
+        }
+    }
+    s
+}
+
+/// Turns a request's outcome into a sample. Pure: no I/O, unit-tested.
+pub fn make_sample(
+    settings: &BenchSettings,
+    context: u64,
+    rep: u32,
+    sent: u64,
+    at: String,
+    result: Result<GenOutcome, ClientError>,
+) -> Sample {
+    let mut s = blank_sample(settings, context, rep, sent, at);
     let out = match result {
         Ok(o) => o,
         Err(e) => {
-            s.status = Status::Failed;
-            s.error = Some(SampleError {
-                kind: e.kind().to_owned(),
-                message: e.to_string(),
-            });
+            fail(&mut s, &e);
             return s;
         }
     };
@@ -174,7 +338,7 @@ pub fn make_sample(
     s.contaminated = s.cached_tokens.is_some_and(|c| c > 0);
     s.length_ok = s
         .prompt_tokens
-        .map(|p| p.abs_diff(context) <= settings.length_tolerance);
+        .map(|p| p.abs_diff(context) <= settings.tolerance_for(context));
     s.ttft_ms = out.stream.ttft().map(ms);
     s.e2e_ms = Some(ms(out.stream.e2e()));
     s.token_chunks = Some(out.stream.token_events as u64);
@@ -195,27 +359,119 @@ pub fn make_sample(
             s.ms_per_step = Some(span_ms / (n - 1) as f64);
         }
     }
-    if s.contaminated {
-        s.flags.push("contaminated".into());
+    if let Some(spec) = out.spec {
+        set_spec(&mut s, spec);
     }
-    if !s.cache_verified {
-        s.flags.push("cache_unverified".into());
-    }
-    if s.length_ok == Some(false) {
-        s.flags.push("length_mismatch".into());
-    }
-    if s.prompt_tokens.is_none() {
-        s.flags.push("length_unreported".into());
-    }
-    if s.output_tokens
-        .is_some_and(|n| n < settings.output_tokens as u64)
-    {
-        s.flags.push("short_output".into());
-    }
-    if s.ttft_ms.is_none() {
-        s.flags.push("no_tokens".into());
-    }
+    flag_common(&mut s, settings.output_tokens as u64);
     s
+}
+
+/// Stores speculative statistics on a sample; time per verify step is the decode span over
+/// the verify steps, kept apart from the per-token `ms_per_step`.
+pub fn set_spec(s: &mut Sample, spec: SpecStats) {
+    s.spec_accept_length = spec.accept_length;
+    s.spec_accept_rate = spec.accept_rate;
+    s.spec_verify_steps = spec.verify_steps;
+    s.spec_draft_tokens = spec.draft_tokens;
+    s.spec_accepted_tokens = spec.accepted_tokens;
+    s.spec_source = Some(spec.source);
+    s.ms_per_verify_step = match (s.ms_per_step, s.output_tokens, spec.verify_steps) {
+        (Some(per_token), Some(n), Some(v)) if n >= 2 && v > 0 => {
+            Some(per_token * (n - 1) as f64 / v as f64)
+        }
+        _ => None,
+    };
+}
+
+/// Adds Prometheus deltas to a sample; speculative statistics come from them when the
+/// response itself had none (vLLM).
+fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &metrics::Snapshot) {
+    let d = metrics::deltas(before, after);
+    // Counted verify steps beat derived ones (llama.cpp's timings have none; its newest
+    // /metrics do).
+    let derived = s
+        .spec_source
+        .as_deref()
+        .is_some_and(|x| x.contains("derived"));
+    if s.spec_source.is_none() || derived {
+        if let Some(spec) = metrics::spec_from_deltas(&d) {
+            set_spec(s, spec);
+        }
+    }
+    s.metrics = serde_json::to_value(&d).ok();
+}
+
+/// Writes one sample and counts it; returns why the sweep must stop, if it must.
+fn record(
+    writer: &mut ResultsWriter,
+    tally: &mut Tally,
+    observer: &mut dyn Observer,
+    settings: &BenchSettings,
+    sample: &Sample,
+) -> Result<Option<String>, RecordError> {
+    writer.append(sample)?;
+    tally.recorded += 1;
+    tally.contaminated += sample.contaminated as usize;
+    tally.server_busy_ms += server_busy_ms(sample);
+    observer.sample_done(sample);
+    if let Some(e) = &sample.error {
+        tally.failed += 1;
+        let fatal = matches!(e.kind.as_str(), "connect" | "unauthorized");
+        if fatal || settings.on_error == OnError::Stop {
+            return Ok(Some(e.message.clone()));
+        }
+    }
+    Ok(None)
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+async fn scrape(settings: &BenchSettings) -> Option<metrics::Snapshot> {
+    match &settings.metrics {
+        Some(m) => m.scrape().await.ok(),
+        None => None,
+    }
+}
+
+async fn flush(
+    backend: &dyn Backend,
+    settings: &BenchSettings,
+) -> Option<Result<String, ClientError>> {
+    match settings.flush {
+        true => Some(backend.flush().await),
+        false => None,
+    }
+}
+
+fn note_flush(s: &mut Sample, flushed: Option<Result<String, ClientError>>) {
+    match flushed {
+        Some(Ok(what)) => s.flush = Some(what),
+        Some(Err(e)) => {
+            s.flush = Some(format!("failed: {e}"));
+            s.flags.push("flush_failed".into());
+        }
+        None => {}
+    }
+}
+
+/// Scrapes after a sample and stores the deltas since `before`.
+async fn finish_metrics(
+    settings: &BenchSettings,
+    s: Option<&mut Sample>,
+    before: Option<&metrics::Snapshot>,
+) {
+    let (Some(m), Some(s)) = (&settings.metrics, s) else {
+        return;
+    };
+    if s.metrics.is_some() {
+        return;
+    }
+    match (before, m.scrape().await) {
+        (Some(before), Ok(after)) => apply_metric_deltas(s, before, &after),
+        _ => s.flags.push("metrics_unavailable".into()),
+    }
 }
 
 /// How the measuring loop ended.
@@ -285,12 +541,16 @@ pub async fn run(
     let policy = settings.policy;
     let done: HashSet<(u64, u32)> = prior
         .iter()
-        .filter(|s| s.status == Status::Ok)
+        .filter(|s| s.status == Status::Ok && s.phase == "cold")
         .map(|s| (s.context_tokens, s.rep))
         .collect();
     tally.skipped = done.len();
     let planned = contexts.len() * policy.min_reps.max(1) as usize;
-    observer.start(planned.saturating_sub(done.len()), tally.skipped);
+    // Each cold sample is followed by its warm decode samples.
+    observer.start(
+        planned.saturating_sub(done.len()) * (1 + settings.decode_samples as usize),
+        tally.skipped,
+    );
     let run_start = Instant::now();
     let mut observations: Vec<Observation> = Vec::new();
     let mut slot = prior.len() as u64;
@@ -299,7 +559,7 @@ pub async fn run(
         let mut steps = Vec::new();
         for s in prior
             .iter()
-            .filter(|s| s.context_tokens == context && s.status == Status::Ok)
+            .filter(|s| s.context_tokens == context && s.status == Status::Ok && s.phase == "cold")
         {
             prog.reps += 1;
             prog.elapsed_s += s.e2e_ms.unwrap_or(0.0) / 1000.0;
@@ -339,37 +599,21 @@ pub async fn run(
             next_rep += 1;
             observer.eta(remaining_s(&model, contexts, pi, &prog, settings));
             observer.sample_started(context, rep);
-            let prompt = builder.build(context, slot);
-            slot += 1;
-            let sent = prompt.len() as u64;
-            let at = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
-            let req = GenRequest {
-                prompt,
-                max_tokens: settings.output_tokens,
-                cache_bypass: settings.cache_bypass,
-                timeouts: settings.timeouts_with_prediction(context, cost),
-            };
+            let timeouts = settings.timeouts_with_prediction(context, cost);
             let t0 = Instant::now();
-            let result = tokio::select! {
-                r = backend.generate(&req) => r,
-                _ = interrupt.wait_for(|v| *v) => {
-                    tally.interrupted = true;
-                    break 'points;
-                }
+            let measured = measure_cold(
+                backend, builder, settings, context, rep, slot, timeouts, interrupt,
+            )
+            .await;
+            slot += 2; // two-point uses two prompts
+            let Some((sample, req)) = measured else {
+                tally.interrupted = true;
+                break 'points;
             };
-            let mut fatal = matches!(
-                result,
-                Err(ClientError::Connect { .. } | ClientError::Unauthorized { .. })
-            );
             // A lost connection is fatal when the server is gone: further requests would
             // only record "cannot connect" failures.
-            if matches!(result, Err(ClientError::Transport { .. }))
-                && !backend.http().reachable().await
-            {
-                fatal = true;
-            }
-            let sample = make_sample(settings, context, rep, sent, at, result);
-            writer.append(&sample)?;
+            let server_gone = sample.error.as_ref().is_some_and(|e| e.kind == "transport")
+                && !backend.http().reachable().await;
             prog.reps += 1;
             prog.elapsed_s += t0.elapsed().as_secs_f64();
             if sample.usable() {
@@ -377,27 +621,124 @@ pub async fn run(
                 prog.decode.extend(sample.decode_tokens_per_s);
                 steps.extend(sample.ms_per_step);
             }
-            if let Some(t) = &sample.server {
-                tally.server_busy_ms += t.prompt_ms.unwrap_or(0.0) + t.predicted_ms.unwrap_or(0.0);
-            }
-            tally.recorded += 1;
-            tally.contaminated += sample.contaminated as usize;
-            observer.sample_done(&sample);
             if let Some(o) = observation(context, &prog, &steps) {
                 observations.retain(|x| x.context != o.context);
                 observations.push(o);
             }
-            if let Some(e) = &sample.error {
-                tally.failed += 1;
-                if fatal || settings.on_error == OnError::Stop {
-                    tally.stopped = Some(e.message.clone());
-                    break 'points;
+            // Recorded before the warm samples, so a kill during them loses nothing measured.
+            let cold_ok = sample.status == Status::Ok;
+            let mut stop = record(writer, &mut tally, observer, settings, &sample)?;
+            if server_gone && stop.is_none() {
+                stop = sample.error.as_ref().map(|e| e.message.clone());
+            }
+            // Decode at depth: the same prompt again, cache reuse allowed on purpose.
+            if let (true, None, Some(mut req)) = (cold_ok, &stop, req) {
+                req.cache_bypass = false;
+                for _ in 0..settings.decode_samples {
+                    let before = scrape(settings).await;
+                    let at = now();
+                    let r = tokio::select! {
+                        r = backend.generate(&req) => r,
+                        _ = interrupt.wait_for(|v| *v) => break,
+                    };
+                    let sent = req.prompt.len() as u64;
+                    let mut w = make_warm_sample(settings, context, rep, sent, at, r);
+                    finish_metrics(settings, Some(&mut w), before.as_ref()).await;
+                    stop = record(writer, &mut tally, observer, settings, &w)?;
+                    if stop.is_some() {
+                        break;
+                    }
                 }
+            }
+            if let Some(reason) = stop {
+                tally.stopped = Some(reason);
+                break 'points;
+            }
+            if *interrupt.borrow() {
+                tally.interrupted = true;
+                break 'points;
             }
         }
     }
     observer.finish();
     Ok(tally)
+}
+
+/// One cold measurement (streamed, or the two requests of the two-point method), with the
+/// flush and metric scrapes around it. `None` when interrupted. The request is handed back
+/// for decode-at-depth samples.
+#[allow(clippy::too_many_arguments)]
+async fn measure_cold(
+    backend: &dyn Backend,
+    builder: &mut PromptBuilder<'_>,
+    settings: &BenchSettings,
+    context: u64,
+    rep: u32,
+    slot: u64,
+    timeouts: Timeouts,
+    interrupt: &mut tokio::sync::watch::Receiver<bool>,
+) -> Option<(Sample, Option<GenRequest>)> {
+    let at = now();
+    let before = scrape(settings).await;
+    let prompt = builder.build(context, slot);
+    let sent = prompt.len() as u64;
+    let req = |prompt, max_tokens| GenRequest {
+        prompt,
+        max_tokens,
+        cache_bypass: settings.cache_bypass,
+        timeouts,
+    };
+    match settings.two_point {
+        Some(ab) => {
+            // A and B each get their own nonce: neither can reuse the other's prefill.
+            let prompt_b = builder.build(context, slot + 1);
+            let flushed = flush(backend, settings).await;
+            let pair = async {
+                let a = backend.generate_once(&req(prompt, ab.0)).await;
+                if settings.flush {
+                    let _ = backend.flush().await;
+                }
+                let b = backend.generate_once(&req(prompt_b, ab.1)).await;
+                (a, b)
+            };
+            tokio::select! {
+                (a, b) = pair => {
+                    let mut s = make_two_point_sample(settings, context, rep, sent, at, ab, a, b);
+                    note_flush(&mut s, flushed);
+                    finish_metrics(settings, Some(&mut s), before.as_ref()).await;
+                    Some((s, None))
+                }
+                _ = interrupt.wait_for(|v| *v) => None,
+            }
+        }
+        None => {
+            let flushed = flush(backend, settings).await;
+            let req = req(prompt, settings.output_tokens);
+            let result = tokio::select! {
+                r = backend.generate(&req) => r,
+                _ = interrupt.wait_for(|v| *v) => return None,
+            };
+            let mut s = make_sample(settings, context, rep, sent, at, result);
+            note_flush(&mut s, flushed);
+            finish_metrics(settings, Some(&mut s), before.as_ref()).await;
+            Some((s, Some(req)))
+        }
+    }
+}
+
+/// Server-reported busy time of a sample (prompt + generation; both requests of a
+/// two-point sample), in ms.
+pub fn server_busy_ms(s: &Sample) -> f64 {
+    let main = s.server.as_ref().map_or(0.0, |t| {
+        t.prompt_ms.unwrap_or(0.0) + t.predicted_ms.unwrap_or(0.0)
+    });
+    let a = s
+        .two_point
+        .as_ref()
+        .and_then(|v| v.get("a_server_busy_ms"))
+        .and_then(serde_json::Value::as_f64)
+        .unwrap_or(0.0);
+    main + a
 }
 
 /// Predicted seconds left: this point's and every later point's planned repetitions.
@@ -440,10 +781,15 @@ mod tests {
             },
             cache_bypass: true,
             length_tolerance: 0,
+            length_tolerance_pct: 0.0,
             timeout_base: Duration::from_secs(60),
             timeout_per_1k: Duration::from_secs(5),
             stall_timeout: Duration::from_secs(30),
             on_error: OnError::Continue,
+            flush: false,
+            metrics: None,
+            two_point: None,
+            decode_samples: 0,
         }
     }
 
@@ -472,6 +818,7 @@ mod tests {
                 ..Default::default()
             }),
             finish_reason: Some("limit".into()),
+            spec: None,
         }
     }
 
@@ -508,6 +855,138 @@ mod tests {
         );
         assert!((s.decode_tokens_per_s.unwrap() - 100.0).abs() < 1e-6);
         assert_eq!(s.token_chunks, Some(9));
+    }
+
+    #[test]
+    fn spec_stats_land_in_their_fields_and_per_step_time_is_per_verify_step() {
+        // 33 tokens over 320 ms: 10 ms per token; 8 verify steps: 40 ms per step.
+        let mut o = outcome(Some(0), 4096, 33, 9);
+        o.spec = Some(
+            SpecStats {
+                source: "t".into(),
+                verify_steps: Some(8),
+                draft_tokens: Some(32),
+                accepted_tokens: Some(24),
+                accept_length: None,
+                accept_rate: None,
+            }
+            .derive(),
+        );
+        let s = make_sample(&settings(), 4096, 0, 4096, "t".into(), Ok(o));
+        assert!((s.ms_per_step.unwrap() - 10.0).abs() < 1e-6);
+        assert!((s.ms_per_verify_step.unwrap() - 40.0).abs() < 1e-6);
+        assert_eq!(s.spec_accept_length, Some(4.0));
+        assert_eq!(s.spec_accept_rate, Some(0.75));
+        assert_eq!(s.spec_verify_steps, Some(8));
+        assert_eq!(s.method, "stream");
+    }
+
+    fn once(ms: u64, n: u64, cached: u64) -> Result<OnceOutcome, ClientError> {
+        Ok(OnceOutcome {
+            elapsed: Duration::from_millis(ms),
+            counts: Counts {
+                prompt_tokens: Some(2048),
+                completion_tokens: Some(n),
+                cached_tokens: Some(cached),
+            },
+            timings: None,
+            spec: None,
+        })
+    }
+
+    #[test]
+    fn two_point_decode_is_b_minus_a_over_time_difference() {
+        let s = make_two_point_sample(
+            &settings(),
+            2048,
+            0,
+            2048,
+            "t".into(),
+            (1, 17),
+            once(100, 1, 0),
+            once(260, 17, 0),
+        );
+        assert_eq!(s.method, "two-point");
+        assert!((s.decode_tokens_per_s.unwrap() - 100.0).abs() < 1e-9);
+        assert!((s.ms_per_step.unwrap() - 10.0).abs() < 1e-9);
+        assert_eq!(s.ttft_ms, Some(100.0));
+        assert!(s.flags.is_empty(), "{:?}", s.flags);
+    }
+
+    #[test]
+    fn two_point_inversion_is_flagged_with_its_reason_never_nan() {
+        // The seed's trap: B served from the cache.
+        let s = make_two_point_sample(
+            &settings(),
+            2048,
+            0,
+            2048,
+            "t".into(),
+            (1, 17),
+            once(100, 1, 0),
+            once(20, 17, 2047),
+        );
+        assert_eq!(s.decode_tokens_per_s, None);
+        assert!(s.flags.contains(&"two_point_inverted".to_owned()));
+        assert!(s.contaminated);
+        let reason = s.two_point.as_ref().unwrap()["reason"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(reason.contains("prefix cache"), "{reason}");
+        // Without a cache hit the reason is noise.
+        let s = make_two_point_sample(
+            &settings(),
+            2048,
+            0,
+            2048,
+            "t".into(),
+            (1, 17),
+            once(100, 1, 0),
+            once(99, 17, 0),
+        );
+        assert!(s.two_point.unwrap()["reason"]
+            .as_str()
+            .unwrap()
+            .contains("noise"));
+        let e = ClientError::Transport {
+            endpoint: "/c".into(),
+            detail: "x".into(),
+        };
+        let s = make_two_point_sample(
+            &settings(),
+            2048,
+            0,
+            2048,
+            "t".into(),
+            (1, 17),
+            once(1, 1, 0),
+            Err(e),
+        );
+        assert_eq!(s.status, Status::Failed);
+    }
+
+    #[test]
+    fn warm_samples_expect_the_cache_and_flag_when_it_was_not_used() {
+        let s = make_warm_sample(
+            &settings(),
+            4096,
+            0,
+            4096,
+            "t".into(),
+            Ok(outcome(Some(4095), 4096, 33, 33)),
+        );
+        assert_eq!(s.phase, "warm");
+        assert!(!s.contaminated && s.flags.is_empty(), "{:?}", s.flags);
+        let s = make_warm_sample(
+            &settings(),
+            4096,
+            0,
+            4096,
+            "t".into(),
+            Ok(outcome(Some(0), 4096, 33, 33)),
+        );
+        assert!(s.flags.contains(&"warm_prefix_not_reused".to_owned()));
     }
 
     #[test]

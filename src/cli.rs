@@ -250,6 +250,34 @@ pub struct SweepArgs {
     #[arg(long, value_enum, default_value = "on")]
     pub nonce: Switch,
 
+    /// `stream`: timestamps as bytes arrive (primary). `two-point`: the seed's method,
+    /// non-streamed requests of --two-point-tokens A and B tokens, decode = (B − A)/(t_B − t_A),
+    /// each request with its own nonce; a sample where t_B ≤ t_A is flagged with the reason.
+    #[arg(long, value_enum, default_value = "stream")]
+    pub method: Method,
+
+    /// max_tokens of the two requests of `--method two-point`.
+    #[arg(long, value_name = "A,B", default_value = "1,17")]
+    pub two_point_tokens: String,
+
+    /// Decode at depth: after each cold sample, K more requests with the same prompt that
+    /// reuse its prefix on purpose; recorded with phase `warm`, summarised apart.
+    #[arg(long, default_value_t = 0, value_name = "K", value_parser = clap::value_parser!(u32).range(0..=1000))]
+    pub decode_samples: u32,
+
+    /// Flush the server's prefix cache before every measured request: `auto` when the server
+    /// has a flush endpoint (SGLang /flush_cache, vLLM /reset_prefix_cache, llama.cpp slot
+    /// erase), `always` (fail if it cannot), `never`. The nonce and the cached-token check stay
+    /// on regardless.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub flush: FlushMode,
+
+    /// Prometheus endpoint scraped before and after each sample [default: the server's
+    /// /metrics when it answers]; `off` disables scraping. A path (`/metrics`) is relative to
+    /// --url.
+    #[arg(long, value_name = "URL|PATH|off")]
+    pub metrics_url: Option<String>,
+
     /// Seconds to wait for a server that is still loading its model.
     #[arg(
         long,
@@ -262,6 +290,28 @@ pub struct SweepArgs {
     /// Only warnings and the final table.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// How a sample is timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// Streamed, timestamps as bytes arrive.
+    Stream,
+    /// Two non-streamed requests of different lengths.
+    TwoPoint,
+}
+
+/// When to flush the server's prefix cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlushMode {
+    /// Flush where the server allows it; say so once where it does not.
+    Auto,
+    /// Flush before every sample; stop if the server cannot.
+    Always,
+    /// Never flush.
+    Never,
 }
 
 /// An on/off switch.

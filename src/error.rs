@@ -51,6 +51,9 @@ pub enum ClientError {
     /// The connection broke mid-request.
     #[error("{endpoint}: connection lost: {detail} (did the server die?)")]
     Transport { endpoint: String, detail: String },
+    /// The server cannot do this (e.g. flush), with what would enable it.
+    #[error("{what} is not available: {hint}")]
+    Unsupported { what: String, hint: String },
 }
 
 impl ClientError {
@@ -67,6 +70,7 @@ impl ClientError {
             ClientError::Stalled { .. } => "stalled",
             ClientError::TimedOut { .. } => "timeout",
             ClientError::Transport { .. } => "transport",
+            ClientError::Unsupported { .. } => "unsupported",
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod compare;
 pub mod corpus;
 pub mod costmodel;
 pub mod error;
+pub mod metrics;
 pub mod overhead;
 pub mod plan;
 pub mod probe;

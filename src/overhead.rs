@@ -34,7 +34,7 @@ pub async fn run(args: OverheadArgs) -> Result<()> {
     let (port, _server) = start_server(args.tokens).context("starting the loopback server")?;
     let http =
         Http::new(&format!("http://127.0.0.1:{port}"), None, None).map_err(anyhow::Error::msg)?;
-    let backend = LlamaCpp::new(http);
+    let backend = LlamaCpp::new(http, 1);
     let mut figures = Vec::new();
     for _ in 0..args.runs.max(1) {
         let cpu0 = thread_cpu_us();

@@ -74,6 +74,12 @@ fn describe(s: &Sample) -> String {
                 s.cached_tokens
                     .map_or("not reported".to_owned(), |c| c.to_string()),
             );
+            if s.phase != "cold" {
+                line = format!("{line} ({})", s.phase);
+            }
+            if let Some(a) = s.spec_accept_length {
+                line.push_str(&format!(", accept length {a:.2}"));
+            }
             if !s.flags.is_empty() {
                 line.push_str(&format!("  [{}]", s.flags.join(", ")));
             }

@@ -66,10 +66,11 @@ impl Host {
 }
 
 /// Whether a sample's request completed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// Measured.
+    #[default]
     Ok,
     /// The request failed; see `error`.
     Failed,
@@ -84,8 +85,8 @@ pub struct SampleError {
     pub message: String,
 }
 
-/// One measured (or failed) request.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+/// One measured (or failed) request. `Default` is for building samples in tests.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct Sample {
     /// Always `"sample"`.
     #[serde(rename = "type")]
@@ -137,15 +138,55 @@ pub struct Sample {
     pub flags: Vec<String>,
     /// What the server reported about its own timing.
     pub server: Option<ServerTimings>,
-    /// Speculative decoding: mean tokens accepted per verify step (absent without it).
+    /// How it was measured: `stream` (timestamps as bytes arrive) or `two-point`.
+    #[serde(default = "default_method")]
+    pub method: String,
+    /// Speculative decoding: mean tokens per verify step, bonus token included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_accept_length: Option<f64>,
+    /// Speculative decoding: accepted drafts ÷ proposed drafts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_accept_rate: Option<f64>,
+    /// Speculative decoding: verify steps of this request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_verify_steps: Option<u64>,
+    /// Speculative decoding: draft tokens proposed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_draft_tokens: Option<u64>,
+    /// Speculative decoding: draft tokens accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_accepted_tokens: Option<u64>,
+    /// Where the speculative numbers came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_source: Option<String>,
+    /// `(t_last_token − t_first_token) / spec_verify_steps`: time per verify step, distinct
+    /// from the per-token `ms_per_step`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ms_per_verify_step: Option<f64>,
+    /// Prometheus counter deltas across this sample (`name{labels}` → after − before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics: Option<Value>,
+    /// The cache flush done before this sample, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flush: Option<String>,
+    /// Two-point method: `{a_tokens, b_tokens, t_a_ms, t_b_ms, reason}`; `reason` is set
+    /// when no decode rate could be computed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub two_point: Option<Value>,
+}
+
+fn default_method() -> String {
+    "stream".to_owned()
 }
 
 impl Sample {
-    /// Usable for summaries: completed, cold, and of the right length.
+    /// Usable for cold summaries: completed, cold (warm decode samples are summarised
+    /// apart), not contaminated, and of the right length.
     pub fn usable(&self) -> bool {
-        self.status == Status::Ok && !self.contaminated && self.length_ok != Some(false)
+        self.status == Status::Ok
+            && self.phase == "cold"
+            && !self.contaminated
+            && self.length_ok != Some(false)
     }
 
     /// Server-reported counts, as stored.

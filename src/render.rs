@@ -106,6 +106,9 @@ pub fn summary_table(points: &[PointSummary]) -> String {
             if p.failed > 0 {
                 excluded.push(format!("{} failed", p.failed));
             }
+            if p.two_point_inverted > 0 {
+                excluded.push(format!("{} t_B≤t_A (no decode)", p.two_point_inverted));
+            }
             [
                 fmt_ctx(p.context_tokens),
                 format!("{}/{}", p.usable, p.samples),
@@ -156,6 +159,48 @@ pub fn summary_table(points: &[PointSummary]) -> String {
     out
 }
 
+/// Per-point speculative medians, or `None` when no sample reported any.
+pub fn spec_table(points: &[PointSummary]) -> Option<String> {
+    if points.iter().all(|p| p.spec_accept_length.is_none()) {
+        return None;
+    }
+    let mut out =
+        String::from("context  accept length (min–max)  accept rate  ms/verify step  ms/token\n");
+    for p in points {
+        let _ = writeln!(
+            out,
+            "{:<7}  {:>23}  {:>11}  {:>14}  {:>8}",
+            fmt_ctx(p.context_tokens),
+            med_range(&p.spec_accept_length),
+            med(&p.spec_accept_rate),
+            med(&p.ms_per_verify_step),
+            med(&p.ms_per_step),
+        );
+    }
+    Some(out)
+}
+
+/// Per-point warm decode (decode at depth), or `None` when there are no warm samples.
+pub fn warm_table(points: &[PointSummary]) -> Option<String> {
+    if points.iter().all(|p| p.warm == 0) {
+        return None;
+    }
+    let mut out =
+        String::from("context  warm n  decode tok/s (min–max)  ms/step  cold decode tok/s\n");
+    for p in points {
+        let _ = writeln!(
+            out,
+            "{:<7}  {:>6}  {:>22}  {:>7}  {:>17}",
+            fmt_ctx(p.context_tokens),
+            p.warm,
+            med_range(&p.warm_decode_tokens_per_s),
+            med(&p.warm_ms_per_step),
+            med(&p.decode_tokens_per_s),
+        );
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,6 +224,13 @@ mod tests {
             server_prefill_tokens_per_s: None,
             server_decode_tokens_per_s: sp(805.0),
             ttft_overhead_ms: None,
+            spec_accept_length: None,
+            spec_accept_rate: None,
+            ms_per_verify_step: None,
+            two_point_inverted: 1,
+            warm: 0,
+            warm_decode_tokens_per_s: None,
+            warm_ms_per_step: None,
         };
         let t = summary_table(&[p]);
         let lines: Vec<&str> = t.lines().collect();
@@ -186,6 +238,7 @@ mod tests {
         assert!(lines[2].starts_with("4k "), "{t}");
         assert!(lines[2].contains("120.0 (108.0–132.0)"), "{t}");
         assert!(lines[2].contains("1 cached"), "{t}");
+        assert!(lines[2].contains("1 t_B≤t_A"), "{t}");
         assert_eq!(fmt_ctx(1000), "1000");
     }
 }

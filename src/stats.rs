@@ -85,6 +85,20 @@ pub struct PointSummary {
     pub server_decode_tokens_per_s: Option<Spread>,
     /// Client TTFT minus server prompt time (ms): network, queueing, serialization.
     pub ttft_overhead_ms: Option<Spread>,
+    /// Speculative acceptance length (tokens per verify step).
+    pub spec_accept_length: Option<Spread>,
+    /// Speculative acceptance rate (accepted ÷ proposed drafts).
+    pub spec_accept_rate: Option<Spread>,
+    /// Client ms per verify step.
+    pub ms_per_verify_step: Option<Spread>,
+    /// Two-point samples with t_B ≤ t_A (no decode rate; the reason is in each sample).
+    pub two_point_inverted: usize,
+    /// Warm decode-at-depth samples (prefix reused on purpose), kept apart from the cold ones.
+    pub warm: usize,
+    /// Decode rate of the warm samples (tok/s).
+    pub warm_decode_tokens_per_s: Option<Spread>,
+    /// ms per token of the warm samples.
+    pub warm_ms_per_step: Option<Spread>,
 }
 
 /// Summarises samples per context length, ascending.
@@ -97,6 +111,13 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
         .map(|c| {
             let at: Vec<&Sample> = samples.iter().filter(|s| s.context_tokens == c).collect();
             let ok: Vec<&Sample> = at.iter().copied().filter(|s| s.usable()).collect();
+            let warm: Vec<&Sample> = at
+                .iter()
+                .copied()
+                .filter(|s| s.phase == "warm" && s.status == Status::Ok)
+                .collect();
+            let cold: Vec<&Sample> = at.iter().copied().filter(|s| s.phase != "warm").collect();
+            let at = cold;
             let server = |f: fn(&crate::client::ServerTimings) -> Option<f64>| {
                 Spread::of(ok.iter().filter_map(|s| s.server.as_ref().and_then(f)))
             };
@@ -129,6 +150,18 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
                     ok.iter()
                         .filter_map(|s| Some(s.ttft_ms? - s.server.as_ref()?.prompt_ms?)),
                 ),
+                spec_accept_length: Spread::of(ok.iter().filter_map(|s| s.spec_accept_length)),
+                spec_accept_rate: Spread::of(ok.iter().filter_map(|s| s.spec_accept_rate)),
+                ms_per_verify_step: Spread::of(ok.iter().filter_map(|s| s.ms_per_verify_step)),
+                two_point_inverted: at
+                    .iter()
+                    .filter(|s| s.flags.iter().any(|f| f == "two_point_inverted"))
+                    .count(),
+                warm: warm.len(),
+                warm_decode_tokens_per_s: Spread::of(
+                    warm.iter().filter_map(|s| s.decode_tokens_per_s),
+                ),
+                warm_ms_per_step: Spread::of(warm.iter().filter_map(|s| s.ms_per_step)),
             }
         })
         .collect()
@@ -169,7 +202,17 @@ mod tests {
                 prompt_ms: Some(ttft - 2.0),
                 ..Default::default()
             }),
+            method: "stream".into(),
             spec_accept_length: None,
+            spec_accept_rate: None,
+            spec_verify_steps: None,
+            spec_draft_tokens: None,
+            spec_accepted_tokens: None,
+            spec_source: None,
+            ms_per_verify_step: None,
+            metrics: None,
+            flush: None,
+            two_point: None,
         }
     }
 
@@ -221,6 +264,18 @@ mod tests {
         assert_eq!(s[0].length_mismatch, 1);
         assert_eq!(s[0].usable, 1);
         assert_eq!(s[0].ttft_ms.unwrap().median, 70.0);
+    }
+
+    #[test]
+    fn warm_samples_are_summarised_apart_from_cold_ones() {
+        let mut w = sample(1024, 1.0, false);
+        w.phase = "warm".into();
+        w.decode_tokens_per_s = Some(500.0);
+        let s = summarize(&[sample(1024, 50.0, false), w]);
+        assert_eq!((s[0].samples, s[0].usable, s[0].warm), (1, 1, 1));
+        assert_eq!(s[0].ttft_ms.unwrap().median, 50.0);
+        assert_eq!(s[0].decode_tokens_per_s.unwrap().median, 100.0);
+        assert_eq!(s[0].warm_decode_tokens_per_s.unwrap().median, 500.0);
     }
 
     proptest::proptest! {

@@ -9,14 +9,19 @@ use serde_json::json;
 
 use crate::adaptive::RepPolicy;
 use crate::bench::{self, BenchSettings};
-use crate::cli::SweepArgs;
+use crate::cli::{FlushMode, Method, SweepArgs};
 use crate::client::llamacpp::LlamaCpp;
+use crate::client::ollama::Ollama;
 use crate::client::openai::OpenAi;
+use crate::client::sglang::Sglang;
+use crate::client::tgi::Tgi;
+use crate::client::vllm::Vllm;
 use crate::client::GenRequest;
 use crate::client::{Backend, BackendKind, Http};
 use crate::corpus::{Corpus, CorpusSpec};
 use crate::costmodel::{CostModel, Observation};
 use crate::error::{RecordError, UsageError};
+use crate::metrics::Scraper;
 use crate::plan;
 use crate::probe::{self, Probe};
 use crate::progress::{Observer, Terminal};
@@ -47,6 +52,9 @@ pub async fn run(
         .map(plan::parse_contexts)
         .transpose()?;
     let corpus_spec = CorpusSpec::parse(&args.corpus).map_err(UsageError::Invalid)?;
+    if args.method == Method::TwoPoint {
+        parse_two_point(&args.two_point_tokens)?;
+    }
     for (name, v) in [
         ("--timeout", args.timeout),
         ("--timeout-per-1k", args.timeout_per_1k),
@@ -128,7 +136,12 @@ async fn measure(
     interrupt: &mut tokio::sync::watch::Receiver<bool>,
     started: std::time::Instant,
 ) -> Result<Ending> {
-    let output_tokens = args.output_tokens as u64;
+    let two_point = match args.method {
+        Method::Stream => None,
+        Method::TwoPoint => Some(parse_two_point(&args.two_point_tokens)?),
+    };
+    // The longest generation a point must hold.
+    let output_tokens = two_point.map_or(args.output_tokens, |(_, b)| b) as u64;
     let contexts = match (contexts_arg, probe.max_context) {
         (Some(c), Some(limit)) => {
             plan::check_limit(&c, output_tokens, limit, probe.max_context_source.as_deref().unwrap_or("server"))?;
@@ -152,7 +165,7 @@ async fn measure(
             .into())
         }
     };
-    if !probe.token_id_prompts {
+    if !probe.token_id_prompts && !matches!(probe.backend, BackendKind::Tgi | BackendKind::Ollama) {
         bail!(
             "{} does not accept token-id prompts or has no /tokenize, so ctxbench cannot build prompts of exact length",
             probe.url
@@ -160,15 +173,36 @@ async fn measure(
     }
 
     let backend: Box<dyn Backend> = match probe.backend {
-        BackendKind::Llamacpp => Box::new(LlamaCpp::new(http.clone())),
-        _ => Box::new(OpenAi::new(
-            http.clone(),
-            probe.model.clone(),
-            probe.tokenize,
-            probe
-                .cache_bypass
-                .then(|| ("cache_prompt".to_owned(), json!(false))),
-        )),
+        BackendKind::Llamacpp => {
+            Box::new(LlamaCpp::new(http.clone(), probe.total_slots.unwrap_or(1)))
+        }
+        BackendKind::Sglang => Box::new(Sglang::new(http.clone(), probe.model.clone())),
+        BackendKind::Vllm => Box::new(Vllm::new(http.clone(), probe.model.clone())),
+        BackendKind::Tgi => Box::new(Tgi::new(http.clone())),
+        BackendKind::Ollama => {
+            let model = probe.model.clone().ok_or_else(|| {
+                UsageError::Invalid("Ollama lists no model: pull one, or give --model".into())
+            })?;
+            // One context for every request: Ollama reloads the model when num_ctx changes.
+            let largest = contexts.last().copied().unwrap_or(0);
+            let output = u64::from(args.output_tokens.max(17));
+            Box::new(Ollama::new(http.clone(), model, largest + output + 64))
+        }
+        _ => {
+            let o = OpenAi::new(
+                http.clone(),
+                probe.model.clone(),
+                probe.tokenize,
+                probe
+                    .cache_bypass
+                    .then(|| ("cache_prompt".to_owned(), json!(false))),
+            );
+            Box::new(if probe.cached_missing_means_zero {
+                o.missing_cached_is_zero()
+            } else {
+                o
+            })
+        }
     };
     let cache_bypass = args.cache_bypass.is_on() && probe.cache_bypass;
 
@@ -216,21 +250,42 @@ async fn measure(
     let run_id = output
         .as_ref()
         .map_or_else(|| "dry-run".to_owned(), |o| o.run_id.clone());
+    if two_point.is_some() && args.decode_samples > 0 {
+        return Err(UsageError::Invalid(
+            "--decode-samples needs --method stream (warm samples are timed per token)".into(),
+        )
+        .into());
+    }
+    let flush = decide_flush(args.flush, backend.as_ref(), args.quiet).await?;
+    let metrics = metrics_scraper(args, http, probe)?;
     let settings = BenchSettings {
         run_id: run_id.clone(),
         output_tokens: args.output_tokens,
         policy,
         cache_bypass,
         length_tolerance: args.length_tolerance,
+        length_tolerance_pct: if probe.backend == BackendKind::Ollama {
+            0.01
+        } else {
+            0.0
+        },
         timeout_base: Duration::from_secs_f64(args.timeout),
         timeout_per_1k: Duration::from_secs_f64(args.timeout_per_1k),
         stall_timeout: Duration::from_secs_f64(args.stall_timeout),
         on_error: args.on_error,
+        flush: flush.is_some(),
+        metrics: metrics.clone(),
+        two_point,
+        decode_samples: args.decode_samples,
     };
     let mut builder = PromptBuilder::new(&corpus, args.nonce.is_on());
-    let warm = bench::warmup(backend.as_ref(), &mut builder, &settings)
+    let mut warm = bench::warmup(backend.as_ref(), &mut builder, &settings)
         .await
         .context("warmup request")?;
+    if probe.backend == BackendKind::Ollama {
+        // Calibration aims at the server's own count, BOS included.
+        warm.server_added = 0;
+    }
     if warm.server_added > 1 {
         bail!(
             "the server counted {} prompt tokens for {} token ids sent; it rewrites token-id prompts (a template?), so lengths cannot be exact",
@@ -272,7 +327,12 @@ async fn measure(
         "nonce": args.nonce.is_on(),
         "nonce_tokens": if args.nonce.is_on() { NONCE_TOKENS } else { 0 },
         "length_tolerance": args.length_tolerance,
-        "method": "stream",
+        "length_tolerance_pct": settings.length_tolerance_pct,
+        "method": args.method,
+        "two_point_tokens": two_point,
+        "decode_samples": args.decode_samples,
+        "flush": flush,
+        "metrics_url": metrics.as_ref().map(|m| probe::redact_url(&m.url())),
     });
     let header = RunHeader {
         kind: "run".into(),
@@ -321,7 +381,12 @@ async fn measure(
         observer.warn("--nonce off: repetitions send identical prompts (the seed's trap)");
     }
     if !warm.reports_cached_tokens {
-        observer.warn("the server does not report cached-token counts: cold prefill cannot be proven for this run (samples are marked cache_unverified)");
+        let hint = match probe.backend {
+            BackendKind::Vllm => " (start vLLM with --enable-prompt-tokens-details)",
+            BackendKind::Sglang => " (start SGLang with --enable-cache-report)",
+            _ => "",
+        };
+        observer.warn(&format!("the server does not report cached-token counts: cold prefill cannot be proven for this run (samples are marked cache_unverified){hint}"));
     }
 
     let mut tally = bench::run(
@@ -355,6 +420,15 @@ async fn measure(
     let points = stats::summarize(&results.samples);
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "\n{}", render::summary_table(&points))?;
+    if let Some(t) = render::warm_table(&points) {
+        writeln!(
+            stdout,
+            "decode at depth (warm: prefix reused on purpose, not in the table above):\n{t}"
+        )?;
+    }
+    if let Some(t) = render::spec_table(&points) {
+        writeln!(stdout, "speculative decoding (medians per point):\n{t}")?;
+    }
     writeln!(
         stdout,
         "TTFT and decode are client-side medians (min–max) over usable samples; server columns are the server's own timings.\ncorpus: {}; results: {}",
@@ -371,6 +445,14 @@ async fn measure(
         writeln!(stdout, "{line}")?;
     }
     drop(stdout);
+    let inverted = results
+        .samples
+        .iter()
+        .filter(|s| s.flags.iter().any(|f| f == "two_point_inverted"))
+        .count();
+    if inverted > 0 {
+        eprintln!("WARNING: {inverted} two-point sample(s) had t_B ≤ t_A; no decode rate was computed for them (reason in each sample's two_point.reason)");
+    }
     let total_contaminated: usize = points.iter().map(|p| p.contaminated).sum();
     let total_mismatch: usize = points.iter().map(|p| p.length_mismatch).sum();
     if total_contaminated > 0 {
@@ -649,6 +731,67 @@ fn new_run_id() -> String {
         .collect()
 }
 
+/// Parses `A,B` for the two-point method.
+fn parse_two_point(s: &str) -> Result<(u32, u32), UsageError> {
+    let bad = || {
+        UsageError::Invalid(format!(
+            "--two-point-tokens '{s}': give two token counts A,B with 1 ≤ A < B, e.g. 1,17"
+        ))
+    };
+    let (a, b) = s.split_once(',').ok_or_else(bad)?;
+    let a: u32 = a.trim().parse().map_err(|_| bad())?;
+    let b: u32 = b.trim().parse().map_err(|_| bad())?;
+    if a == 0 || b <= a {
+        return Err(bad());
+    }
+    Ok((a, b))
+}
+
+/// Tries one flush up front and decides whether to flush before every sample.
+async fn decide_flush(
+    mode: FlushMode,
+    backend: &dyn Backend,
+    quiet: bool,
+) -> Result<Option<String>> {
+    if mode == FlushMode::Never {
+        return Ok(None);
+    }
+    match backend.flush().await {
+        Ok(what) => {
+            if !quiet {
+                eprintln!("flush: {what} before every sample");
+            }
+            Ok(Some(what))
+        }
+        Err(e) if mode == FlushMode::Auto => {
+            eprintln!("note: no cache flush: {e}; relying on the nonce, the per-request cache switch and cached-token verification");
+            Ok(None)
+        }
+        Err(e) => {
+            Err(anyhow::Error::new(e)
+                .context("--flush always: the server's cache cannot be flushed"))
+        }
+    }
+}
+
+/// The Prometheus scraper: `--metrics-url`, else the server's `/metrics` when it answered.
+fn metrics_scraper(args: &SweepArgs, http: &Http, probe: &Probe) -> Result<Option<Scraper>> {
+    match args.metrics_url.as_deref() {
+        Some("off") => Ok(None),
+        Some(u) if u.starts_with('/') => Ok(Some(Scraper::new(http.clone(), u))),
+        Some(u) => {
+            // The API key goes only to the server it belongs to.
+            let api_key = std::env::var(&args.api_key_env)
+                .ok()
+                .filter(|_| u.starts_with(http.base()));
+            let h = Http::new(u, api_key, None).map_err(UsageError::Invalid)?;
+            Ok(Some(Scraper::new(h, "")))
+        }
+        None if probe.metrics => Ok(Some(Scraper::new(http.clone(), "/metrics"))),
+        None => Ok(None),
+    }
+}
+
 fn print_probe(p: &Probe) {
     let yn = |b: Option<bool>| match b {
         Some(true) => "yes",
@@ -672,4 +815,29 @@ fn print_probe(p: &Probe) {
         yn(Some(p.cache_bypass)),
         yn(Some(p.metrics)),
     );
+    eprintln!(
+        "prompts: {}; limits: KV pool {}; flush: {}; speculative stats: {}",
+        p.prompt_method,
+        p.kv_pool_tokens
+            .map_or("not reported".to_owned(), |n| format!("{n} tokens")),
+        p.flush.as_deref().unwrap_or("not available"),
+        p.spec_stats.as_deref().unwrap_or("not exposed"),
+    );
+    for n in &p.notes {
+        eprintln!("note: {n}");
+    }
+}
+
+#[cfg(test)]
+mod two_point_tests {
+    use super::parse_two_point;
+
+    #[test]
+    fn two_point_tokens_parse_and_reject_nonsense() {
+        assert_eq!(parse_two_point("1,17").unwrap(), (1, 17));
+        assert_eq!(parse_two_point(" 4 , 64 ").unwrap(), (4, 64));
+        for bad in ["17,1", "0,5", "5,5", "1", "a,b", "1,2,3"] {
+            assert!(parse_two_point(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -125,6 +125,63 @@ impl Http {
             .is_ok()
     }
 
+    /// POSTs JSON and reads the whole answer, timing from just before the write to the last
+    /// byte (the two-point method's clock).
+    pub async fn post_timed(
+        &self,
+        path: &str,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<(Duration, String, reqwest::header::HeaderMap), ClientError> {
+        let rb = self
+            .request(reqwest::Method::POST, path)
+            .timeout(timeout)
+            .json(body);
+        let t0 = std::time::Instant::now();
+        let resp = rb
+            .send()
+            .await
+            .map_err(|e| self.send_error(path, e, timeout))?;
+        let resp = check_status(path, resp).await?;
+        let headers = resp.headers().clone();
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| self.send_error(path, e, timeout))?;
+        Ok((t0.elapsed(), text, headers))
+    }
+
+    /// POST without a body, for endpoints that answer plain text or nothing (flushes);
+    /// non-2xx becomes a typed error, the body text is returned.
+    pub async fn post_empty(&self, path: &str, timeout: Duration) -> Result<String, ClientError> {
+        let resp = self
+            .request(reqwest::Method::POST, path)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| self.send_error(path, e, timeout))?;
+        let resp = check_status(path, resp).await?;
+        resp.text().await.map_err(|e| ClientError::Transport {
+            endpoint: path.to_owned(),
+            detail: e.to_string(),
+        })
+    }
+
+    /// GET returning the body text of a 2xx answer (Prometheus `/metrics`).
+    pub async fn get_text(&self, path: &str, timeout: Duration) -> Result<String, ClientError> {
+        let resp = self
+            .request(reqwest::Method::GET, path)
+            .timeout(timeout)
+            .send()
+            .await
+            .map_err(|e| self.send_error(path, e, timeout))?;
+        let resp = check_status(path, resp).await?;
+        resp.text().await.map_err(|e| ClientError::Transport {
+            endpoint: path.to_owned(),
+            detail: e.to_string(),
+        })
+    }
+
     /// Maps a failure to send (before any response) to a typed error.
     pub fn send_error(&self, path: &str, e: reqwest::Error, timeout: Duration) -> ClientError {
         if e.is_timeout() {
@@ -201,7 +258,8 @@ pub fn status_error(endpoint: &str, status: u16, body: &str) -> ClientError {
 
 /// True when an error body says the prompt is too long, in any server's wording.
 pub fn is_context_error(body: &str) -> bool {
-    const MARKERS: [&str; 7] = [
+    const MARKERS: [&str; 8] = [
+        "`max_new_tokens` must be <=",
         "exceed_context_size_error",
         "context_length_exceeded",
         "maximum context length",

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::sse::SseEvent;
 use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
+use super::OnceOutcome;
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, ServerTimings};
 use crate::error::ClientError;
@@ -21,13 +22,44 @@ use crate::error::ClientError;
 #[derive(Debug, Clone)]
 pub struct LlamaCpp {
     http: Http,
+    slots: u64,
 }
 
 impl LlamaCpp {
-    /// A backend speaking to `http`.
-    pub fn new(http: Http) -> Self {
-        LlamaCpp { http }
+    /// A backend speaking to `http`; `slots` is `/props` `total_slots` (all are erased by
+    /// a flush).
+    pub fn new(http: Http, slots: u64) -> Self {
+        LlamaCpp {
+            http,
+            slots: slots.max(1),
+        }
     }
+}
+
+/// Erases every slot's KV cache (`POST /slots/{id}?action=erase`). llama-server answers 501
+/// unless it was started with `--slot-save-path`.
+pub async fn erase_slots(http: &Http, slots: u64) -> Result<String, ClientError> {
+    let mut erased = 0;
+    for id in 0..slots.max(1) {
+        let path = format!("/slots/{id}?action=erase");
+        match http
+            .post_json(&path, &json!({}), Duration::from_secs(30))
+            .await
+        {
+            Ok(v) => erased += get_u64(&v, "n_erased").unwrap_or(0),
+            Err(ClientError::Http { status: 501, .. }) => {
+                return Err(ClientError::Unsupported {
+                    what: "llama.cpp slot erase".to_owned(),
+                    hint: "restart llama-server with --slot-save-path DIR to enable it".to_owned(),
+                })
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(format!(
+        "llama.cpp slot erase ({} slot(s), {erased} tokens erased)",
+        slots.max(1)
+    ))
 }
 
 const ENDPOINT: &str = "/completion";
@@ -144,6 +176,49 @@ impl Backend for LlamaCpp {
         tokenize(&self.http, text).await
     }
 
+    async fn flush(&self) -> Result<String, ClientError> {
+        erase_slots(&self.http, self.slots).await
+    }
+
+    async fn generate_once(&self, req: &GenRequest) -> Result<OnceOutcome, ClientError> {
+        let body = CompletionBody {
+            prompt: &req.prompt,
+            n_predict: req.max_tokens,
+            temperature: 0.0,
+            top_k: 1,
+            ignore_eos: true,
+            stream: false,
+            cache_prompt: !req.cache_bypass,
+            return_progress: false,
+        };
+        let body = serde_json::to_value(&body).map_err(|e| ClientError::Malformed {
+            endpoint: ENDPOINT.to_owned(),
+            detail: e.to_string(),
+        })?;
+        let (elapsed, text, _) = self
+            .http
+            .post_timed(ENDPOINT, &body, req.timeouts.request)
+            .await?;
+        // The non-streamed answer is the stream's final record.
+        let mut reader = CompletionReader::default();
+        let info = reader.on_event(&SseEvent {
+            event: None,
+            data: text,
+        })?;
+        if !info.is_final {
+            return Err(ClientError::Truncated {
+                endpoint: ENDPOINT.to_owned(),
+                tokens: 0,
+            });
+        }
+        Ok(OnceOutcome {
+            elapsed,
+            counts: reader.counts,
+            spec: reader.timings.as_ref().and_then(super::llamacpp_spec),
+            timings: reader.timings,
+        })
+    }
+
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
         let body = CompletionBody {
             prompt: &req.prompt,
@@ -167,6 +242,7 @@ impl Backend for LlamaCpp {
         Ok(GenOutcome {
             stream,
             counts: reader.counts,
+            spec: reader.timings.as_ref().and_then(super::llamacpp_spec),
             timings: reader.timings,
             finish_reason: reader.finish_reason,
         })

@@ -3,9 +3,15 @@
 
 pub mod http;
 pub mod llamacpp;
+pub mod ndjson;
+pub mod ollama;
 pub mod openai;
+pub mod sglang;
 pub mod sse;
 pub mod stream;
+pub mod textprompt;
+pub mod tgi;
+pub mod vllm;
 
 use std::time::Duration;
 
@@ -26,6 +32,14 @@ pub enum BackendKind {
     Llamacpp,
     /// Any OpenAI-compatible `/v1/completions`.
     Openai,
+    /// SGLang's native `/generate` with `input_ids`.
+    Sglang,
+    /// vLLM's `/v1/completions` with token-id prompts, plus its flush and metrics.
+    Vllm,
+    /// Hugging Face TGI `/generate_stream` with exact-length text prompts.
+    Tgi,
+    /// Ollama `/api/generate` (NDJSON, nanoseconds), lengths calibrated on `prompt_eval_count`.
+    Ollama,
 }
 
 impl BackendKind {
@@ -35,6 +49,10 @@ impl BackendKind {
             BackendKind::Auto => "auto",
             BackendKind::Llamacpp => "llamacpp",
             BackendKind::Openai => "openai",
+            BackendKind::Sglang => "sglang",
+            BackendKind::Vllm => "vllm",
+            BackendKind::Tgi => "tgi",
+            BackendKind::Ollama => "ollama",
         }
     }
 }
@@ -107,6 +125,51 @@ pub struct ServerTimings {
     /// Draft tokens accepted.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub draft_n_accepted: Option<u64>,
+    /// Time spent queued before scheduling (SGLang `queue_time`, converted from s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_ms: Option<f64>,
+    /// Whole request as the server timed it (SGLang `e2e_latency`, converted from s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub e2e_ms: Option<f64>,
+}
+
+/// Speculative-decoding counts for one request, as the server exposes them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpecStats {
+    /// Where the numbers came from (`sglang.meta_info`, `llamacpp.timings`, `vllm.metrics`).
+    pub source: String,
+    /// Verify (target-model) steps that checked drafts.
+    pub verify_steps: Option<u64>,
+    /// Draft tokens proposed.
+    pub draft_tokens: Option<u64>,
+    /// Draft tokens accepted.
+    pub accepted_tokens: Option<u64>,
+    /// Mean tokens produced per verify step, bonus token included.
+    pub accept_length: Option<f64>,
+    /// Accepted ÷ proposed drafts.
+    pub accept_rate: Option<f64>,
+}
+
+impl SpecStats {
+    /// Fills the derived ratios the server did not send: rate = accepted ÷ proposed,
+    /// length = 1 + accepted ÷ verify steps (each step yields its accepted drafts plus one).
+    pub fn derive(mut self) -> Self {
+        if self.accept_rate.is_none() {
+            if let (Some(a), Some(d)) = (self.accepted_tokens, self.draft_tokens) {
+                if d > 0 {
+                    self.accept_rate = Some(a as f64 / d as f64);
+                }
+            }
+        }
+        if self.accept_length.is_none() {
+            if let (Some(a), Some(v)) = (self.accepted_tokens, self.verify_steps) {
+                if v > 0 {
+                    self.accept_length = Some(1.0 + a as f64 / v as f64);
+                }
+            }
+        }
+        self
+    }
 }
 
 /// The result of one streamed generation.
@@ -120,6 +183,21 @@ pub struct GenOutcome {
     pub timings: Option<ServerTimings>,
     /// Why generation stopped, as the server said.
     pub finish_reason: Option<String>,
+    /// Speculative-decoding counts, when the response carries them.
+    pub spec: Option<SpecStats>,
+}
+
+/// The result of one non-streamed generation (the two-point method).
+#[derive(Debug, Clone)]
+pub struct OnceOutcome {
+    /// From just before the request was written to the last byte of the answer.
+    pub elapsed: Duration,
+    /// Server-reported counts.
+    pub counts: Counts,
+    /// Server-reported timings.
+    pub timings: Option<ServerTimings>,
+    /// Speculative-decoding counts.
+    pub spec: Option<SpecStats>,
 }
 
 /// A server protocol.
@@ -135,6 +213,23 @@ pub trait Backend: Send + Sync {
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError>;
     /// The HTTP client, for checks that are the same on every protocol.
     fn http(&self) -> &Http;
+    /// One non-streamed generation, timed end to end. The default: not available.
+    async fn generate_once(&self, _req: &GenRequest) -> Result<OnceOutcome, ClientError> {
+        Err(ClientError::Unsupported {
+            what: "non-streamed generation".to_owned(),
+            hint: format!("not implemented for the {} protocol", self.kind().as_str()),
+        })
+    }
+    /// Drops the server's prefix cache; returns what was done. The default: not available.
+    async fn flush(&self) -> Result<String, ClientError> {
+        Err(ClientError::Unsupported {
+            what: "flush".to_owned(),
+            hint: format!(
+                "the {} protocol has no cache-flush endpoint",
+                self.kind().as_str()
+            ),
+        })
+    }
 }
 
 /// Reads an optional unsigned count from a JSON object.
@@ -164,5 +259,30 @@ pub(crate) fn llamacpp_timings(t: &serde_json::Value) -> ServerTimings {
         predicted_per_token_ms: get_f64(t, "predicted_per_token_ms"),
         draft_n: get_u64(t, "draft_n"),
         draft_n_accepted: get_u64(t, "draft_n_accepted"),
+        queue_ms: None,
+        e2e_ms: None,
     }
+}
+
+/// Speculative counts from llama.cpp `timings` (present only when `draft_n > 0`). llama.cpp
+/// does not count verify steps; every step after the first token yields its accepted drafts
+/// plus one, so steps = (predicted − 1) − accepted.
+pub(crate) fn llamacpp_spec(t: &ServerTimings) -> Option<SpecStats> {
+    let draft = t.draft_n.filter(|d| *d > 0)?;
+    let accepted = t.draft_n_accepted.unwrap_or(0);
+    let steps = t
+        .predicted_n
+        .map(|n| n.saturating_sub(1).saturating_sub(accepted))
+        .filter(|s| *s > 0);
+    Some(
+        SpecStats {
+            source: "llamacpp.timings (verify steps derived)".to_owned(),
+            verify_steps: steps,
+            draft_tokens: Some(draft),
+            accepted_tokens: Some(accepted),
+            accept_length: None,
+            accept_rate: None,
+        }
+        .derive(),
+    )
 }

@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 use super::sse::SseEvent;
 use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
-use super::{Http, ServerTimings};
+use super::{Http, OnceOutcome, ServerTimings};
 use crate::error::ClientError;
 
 /// How a server's `/tokenize` wants its body.
@@ -26,6 +26,28 @@ pub enum TokenizeDialect {
     Vllm,
 }
 
+/// Fields of a streamed `/v1/completions` request.
+impl OpenAi {
+    fn body(&self, req: &GenRequest) -> Map<String, Value> {
+        let mut body = Map::new();
+        if let Some(m) = &self.model {
+            body.insert("model".into(), json!(m));
+        }
+        body.insert("prompt".into(), json!(req.prompt));
+        body.insert("max_tokens".into(), json!(req.max_tokens));
+        body.insert("temperature".into(), json!(0));
+        body.insert("ignore_eos".into(), json!(true));
+        body.insert("stream".into(), json!(true));
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+        if req.cache_bypass {
+            if let Some((k, v)) = &self.cache_bypass_field {
+                body.insert(k.clone(), v.clone());
+            }
+        }
+        body
+    }
+}
+
 /// The OpenAI-compatible protocol.
 #[derive(Debug, Clone)]
 pub struct OpenAi {
@@ -34,6 +56,8 @@ pub struct OpenAi {
     tokenize: Option<TokenizeDialect>,
     /// Extra body fields the probe found the server accepts (e.g. llama.cpp `cache_prompt`).
     cache_bypass_field: Option<(String, Value)>,
+    /// The server omits `cached_tokens` when it is 0 (SGLang with `--enable-cache-report`).
+    missing_cached_is_zero: bool,
 }
 
 impl OpenAi {
@@ -49,7 +73,15 @@ impl OpenAi {
             model,
             tokenize,
             cache_bypass_field,
+            missing_cached_is_zero: false,
         }
+    }
+
+    /// Reads a missing `cached_tokens` as 0: SGLang with `--enable-cache-report` sends the
+    /// field only when it is positive.
+    pub fn missing_cached_is_zero(mut self) -> Self {
+        self.missing_cached_is_zero = true;
+        self
     }
 }
 
@@ -59,6 +91,8 @@ const ENDPOINT: &str = "/v1/completions";
 #[derive(Debug, Default)]
 pub struct CompletionsReader {
     completion_seen: u64,
+    /// Read a missing `cached_tokens` as 0 (see [`OpenAi::missing_cached_is_zero`]).
+    pub missing_cached_is_zero: bool,
     /// Counts from the usage record.
     pub counts: Counts,
     /// llama.cpp's non-standard `timings`, if sent.
@@ -126,14 +160,18 @@ impl CompletionsReader {
         };
         if is_final {
             let u = usage.unwrap_or(&Value::Null);
-            let timings = v.get("timings").map(llamacpp_timings);
+            let timings = v
+                .get("timings")
+                .map(llamacpp_timings)
+                .or_else(|| v.get("metrics").and_then(vllm_request_metrics));
             self.counts = Counts {
                 prompt_tokens: get_u64(u, "prompt_tokens"),
                 completion_tokens: get_u64(u, "completion_tokens"),
                 cached_tokens: u
                     .get("prompt_tokens_details")
                     .and_then(|d| get_u64(d, "cached_tokens"))
-                    .or_else(|| timings.as_ref().and_then(|t| t.cache_n)),
+                    .or_else(|| timings.as_ref().and_then(|t| t.cache_n))
+                    .or(self.missing_cached_is_zero.then_some(0)),
             };
             self.timings = timings;
         }
@@ -143,6 +181,38 @@ impl CompletionsReader {
             ends_stream: false,
         })
     }
+}
+
+/// vLLM's opt-in per-request `metrics` (`--enable-per-request-metrics`, on the final usage
+/// chunk); its TTFT is measured from scheduling, so it excludes queueing.
+fn vllm_request_metrics(m: &Value) -> Option<ServerTimings> {
+    let f = |k: &str| m.get(k).and_then(Value::as_f64);
+    let t = ServerTimings {
+        source: "vllm.metrics".to_owned(),
+        prompt_ms: f("time_to_first_token_ms"),
+        queue_ms: f("queue_time_ms"),
+        predicted_ms: f("generation_time_ms"),
+        predicted_per_token_ms: f("mean_itl_ms"),
+        predicted_per_second: f("tokens_per_second"),
+        ..Default::default()
+    };
+    (t.prompt_ms.is_some() || t.predicted_ms.is_some()).then_some(t)
+}
+
+/// vLLM/SGLang `/tokenize` (`{"prompt"}`), without special tokens so ids can be spliced.
+pub async fn tokenize_vllm(
+    http: &Http,
+    model: Option<&str>,
+    text: &str,
+) -> Result<Vec<u32>, ClientError> {
+    let mut body = json!({"prompt": text, "add_special_tokens": false});
+    if let Some(m) = model {
+        body["model"] = json!(m);
+    }
+    let v = http
+        .post_json("/tokenize", &body, Duration::from_secs(300))
+        .await?;
+    super::llamacpp::parse_token_list("/tokenize", &v)
 }
 
 #[async_trait]
@@ -163,15 +233,7 @@ impl Backend for OpenAi {
         match self.tokenize {
             Some(TokenizeDialect::Llamacpp) => super::llamacpp::tokenize(&self.http, text).await,
             Some(TokenizeDialect::Vllm) => {
-                let mut body = json!({"prompt": text, "add_special_tokens": false});
-                if let Some(m) = &self.model {
-                    body["model"] = json!(m);
-                }
-                let v = self
-                    .http
-                    .post_json("/tokenize", &body, Duration::from_secs(300))
-                    .await?;
-                super::llamacpp::parse_token_list("/tokenize", &v)
+                tokenize_vllm(&self.http, self.model.as_deref(), text).await
             }
             None => Err(ClientError::Http {
                 endpoint: "/tokenize".to_owned(),
@@ -181,27 +243,47 @@ impl Backend for OpenAi {
         }
     }
 
+    async fn generate_once(&self, req: &GenRequest) -> Result<OnceOutcome, ClientError> {
+        let mut body = self.body(req);
+        body.insert("stream".into(), json!(false));
+        // vLLM answers 400 to stream_options on a non-streamed request.
+        body.remove("stream_options");
+        let (elapsed, text, _) = self
+            .http
+            .post_timed(ENDPOINT, &Value::Object(body), req.timeouts.request)
+            .await?;
+        let mut reader = CompletionsReader {
+            missing_cached_is_zero: self.missing_cached_is_zero,
+            ..Default::default()
+        };
+        let info = reader.on_event(&SseEvent {
+            event: None,
+            data: text,
+        })?;
+        if !info.is_final {
+            return Err(ClientError::Truncated {
+                endpoint: ENDPOINT.to_owned(),
+                tokens: 0,
+            });
+        }
+        Ok(OnceOutcome {
+            elapsed,
+            counts: reader.counts,
+            spec: reader.timings.as_ref().and_then(super::llamacpp_spec),
+            timings: reader.timings,
+        })
+    }
+
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
-        let mut body = Map::new();
-        if let Some(m) = &self.model {
-            body.insert("model".into(), json!(m));
-        }
-        body.insert("prompt".into(), json!(req.prompt));
-        body.insert("max_tokens".into(), json!(req.max_tokens));
-        body.insert("temperature".into(), json!(0));
-        body.insert("ignore_eos".into(), json!(true));
-        body.insert("stream".into(), json!(true));
-        body.insert("stream_options".into(), json!({"include_usage": true}));
-        if req.cache_bypass {
-            if let Some((k, v)) = &self.cache_bypass_field {
-                body.insert(k.clone(), v.clone());
-            }
-        }
+        let body = self.body(req);
         let rb = self
             .http
             .request(reqwest::Method::POST, ENDPOINT)
             .json(&Value::Object(body));
-        let mut reader = CompletionsReader::default();
+        let mut reader = CompletionsReader {
+            missing_cached_is_zero: self.missing_cached_is_zero,
+            ..Default::default()
+        };
         let stream = drive_sse(ENDPOINT, &self.http, rb, req.timeouts, |ev| {
             reader.on_event(ev)
         })
@@ -209,6 +291,7 @@ impl Backend for OpenAi {
         Ok(GenOutcome {
             stream,
             counts: reader.counts,
+            spec: reader.timings.as_ref().and_then(super::llamacpp_spec),
             timings: reader.timings,
             finish_reason: reader.finish_reason,
         })
@@ -282,6 +365,33 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(r.counts.cached_tokens, None);
+    }
+
+    #[test]
+    fn vllm_per_request_metrics_become_server_timings() {
+        let mut r = CompletionsReader::default();
+        r.on_event(&ev(r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3},"metrics":{"time_to_first_token_ms":12.5,"queue_time_ms":1.0,"generation_time_ms":20.0,"mean_itl_ms":10.0,"tokens_per_second":100.0}}"#))
+            .unwrap();
+        let t = r.timings.unwrap();
+        assert_eq!(t.source, "vllm.metrics");
+        assert_eq!(
+            (t.prompt_ms, t.queue_ms, t.predicted_ms),
+            (Some(12.5), Some(1.0), Some(20.0))
+        );
+        assert_eq!(t.predicted_per_second, Some(100.0));
+    }
+
+    #[test]
+    fn sglang_cache_report_omits_zero_cached_tokens() {
+        let mut r = CompletionsReader {
+            missing_cached_is_zero: true,
+            ..Default::default()
+        };
+        r.on_event(&ev(
+            r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}"#,
+        ))
+        .unwrap();
+        assert_eq!(r.counts.cached_tokens, Some(0));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 
+use super::ndjson::NdjsonParser;
 use super::sse::{SseEvent, SseParser};
 use super::Timeouts;
 use crate::error::ClientError;
@@ -62,8 +63,52 @@ impl StreamStats {
     }
 }
 
+/// How a streamed body is cut into events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Server-Sent Events.
+    Sse,
+    /// One JSON object per line (Ollama).
+    Ndjson,
+}
+
+enum Parser {
+    Sse(SseParser),
+    Ndjson(NdjsonParser),
+}
+
+impl Parser {
+    fn push(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
+        match self {
+            Parser::Sse(p) => p.push(bytes, out),
+            Parser::Ndjson(p) => p.push(bytes, out),
+        }
+    }
+    fn finish(&mut self, out: &mut Vec<SseEvent>) {
+        match self {
+            Parser::Sse(p) => p.finish(out),
+            Parser::Ndjson(p) => p.finish(out),
+        }
+    }
+}
+
 /// Sends `rb` and drives its SSE body to the end, calling `on_event` for each event.
 pub async fn drive_sse<F>(
+    endpoint: &str,
+    http: &super::Http,
+    rb: reqwest::RequestBuilder,
+    timeouts: Timeouts,
+    on_event: F,
+) -> Result<StreamStats, ClientError>
+where
+    F: FnMut(&SseEvent) -> Result<EventInfo, ClientError>,
+{
+    drive_stream(Framing::Sse, endpoint, http, rb, timeouts, on_event).await
+}
+
+/// Sends `rb` and drives its streamed body, cut by `framing`, to the end.
+pub async fn drive_stream<F>(
+    framing: Framing,
     endpoint: &str,
     http: &super::Http,
     rb: reqwest::RequestBuilder,
@@ -98,7 +143,10 @@ where
         saw_final: false,
     };
     let mut body = resp.bytes_stream();
-    let mut parser = SseParser::new();
+    let mut parser = match framing {
+        Framing::Sse => Parser::Sse(SseParser::new()),
+        Framing::Ndjson => Parser::Ndjson(NdjsonParser::default()),
+    };
     let mut events = Vec::new();
     let mut ended = false;
     while !ended {

@@ -64,6 +64,8 @@ fn sample(run_id: &str, c: u64, rep: u32, speed: f64, accept: Option<f64>) -> Sa
         flags: vec![],
         server: None,
         spec_accept_length: accept.map(|a| a - l / 65536.0),
+        method: "stream".into(),
+        ..Default::default()
     }
 }
 

@@ -1,0 +1,384 @@
+//! Ollama `/api/generate`: `raw: true` text prompts, NDJSON stream, durations in nanoseconds.
+//!
+//! Ollama has no tokenizer endpoint and takes no token ids, so lengths are calibrated
+//! against the server's own `prompt_eval_count`: the corpus is cut into whitespace-led
+//! "units" (client-side ids that are *not* model tokens); for each new target length,
+//! requests with `num_predict: 1` and a different nonce find how many units the server
+//! counts as that many tokens (at most [`ROUNDS`] requests, before t0 of the measured one);
+//! the measured request then records the server's count, and the run accepts a small
+//! tolerance, because a unit can be worth several tokens. There is no `ignore_eos`, no
+//! cached-token count, no flush and no speculative statistics.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+use super::sse::SseEvent;
+use super::stream::{drive_stream, event_json, in_stream_error, EventInfo, Framing};
+use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest, Http};
+use super::{OnceOutcome, ServerTimings};
+use crate::error::ClientError;
+use crate::prompt::NONCE_TOKENS;
+
+/// Calibration requests allowed per target length.
+pub const ROUNDS: usize = 5;
+
+const ENDPOINT: &str = "/api/generate";
+
+#[derive(Debug, Default)]
+struct Units {
+    text: Vec<String>,
+    ids: HashMap<String, u32>,
+}
+
+#[derive(Debug, Default)]
+struct Calibration {
+    /// Tokens per unit, last observed.
+    ratio: Option<f64>,
+    /// Units that the server counted as the target, per target.
+    units_for: HashMap<usize, usize>,
+}
+
+/// The Ollama protocol.
+#[derive(Debug)]
+pub struct Ollama {
+    http: Http,
+    model: String,
+    num_ctx: u64,
+    units: Mutex<Units>,
+    calib: Mutex<Calibration>,
+    calibration_requests: AtomicUsize,
+}
+
+impl Ollama {
+    /// A backend for `model`, loaded with a context of `num_ctx` tokens (sent with every
+    /// request: Ollama reloads the model when it changes).
+    pub fn new(http: Http, model: String, num_ctx: u64) -> Self {
+        Ollama {
+            http,
+            model,
+            num_ctx,
+            units: Mutex::new(Units::default()),
+            calib: Mutex::new(Calibration::default()),
+            calibration_requests: AtomicUsize::new(0),
+        }
+    }
+
+    /// Calibration requests sent so far.
+    pub fn calibration_requests(&self) -> usize {
+        self.calibration_requests.load(Ordering::Relaxed)
+    }
+
+    fn body(&self, text: &str, max_tokens: u32, stream: bool) -> Value {
+        json!({
+            "model": self.model,
+            "prompt": text,
+            "raw": true,
+            "stream": stream,
+            "keep_alive": "30m",
+            "options": {"num_predict": max_tokens, "temperature": 0, "seed": 0, "num_ctx": self.num_ctx},
+        })
+    }
+
+    /// The text of `n` units of `ids`, wrapping over the body (after the nonce) if needed.
+    fn text(&self, ids: &[u32], n: usize) -> String {
+        let Ok(u) = self.units.lock() else {
+            return String::new();
+        };
+        let skip = NONCE_TOKENS.min(ids.len().saturating_sub(1));
+        let body = &ids[skip..];
+        (0..n)
+            .map(|i| {
+                let id = if i < ids.len() {
+                    ids[i]
+                } else {
+                    body[(i - ids.len()) % body.len().max(1)]
+                };
+                u.text.get(id as usize).map_or("", String::as_str)
+            })
+            .collect()
+    }
+
+    /// Units whose text the server counts as `ids.len()` tokens.
+    async fn units_for(&self, ids: &[u32], timeout: Duration) -> Result<usize, ClientError> {
+        let target = ids.len();
+        let (known, ratio) = match self.calib.lock() {
+            Ok(c) => (c.units_for.get(&target).copied(), c.ratio),
+            Err(_) => (None, None),
+        };
+        if let Some(u) = known {
+            return Ok(u);
+        }
+        // The calibration prompt must not share a prefix with the measured one: reverse
+        // its nonce (same units, so the same count).
+        let mut probe_ids = ids.to_vec();
+        let k = NONCE_TOKENS.min(probe_ids.len());
+        probe_ids[..k].reverse();
+        if k > 1 && probe_ids[0] == ids[0] {
+            probe_ids.swap(0, 1);
+        }
+        let mut units = ((target as f64) / ratio.unwrap_or(1.0)).round().max(1.0) as usize;
+        let mut best = (usize::MAX, units);
+        for _ in 0..ROUNDS {
+            let text = self.text(&probe_ids, units);
+            self.calibration_requests.fetch_add(1, Ordering::Relaxed);
+            let (_, body, _) = self
+                .http
+                .post_timed(ENDPOINT, &self.body(&text, 1, false), timeout)
+                .await?;
+            let v: Value = serde_json::from_str(&body).map_err(|e| ClientError::Malformed {
+                endpoint: ENDPOINT.to_owned(),
+                detail: format!("not JSON: {e}"),
+            })?;
+            let counted = get_u64(&v, "prompt_eval_count").ok_or(ClientError::Malformed {
+                endpoint: ENDPOINT.to_owned(),
+                detail: "no prompt_eval_count: the length cannot be calibrated".to_owned(),
+            })? as usize;
+            let r = counted as f64 / units as f64;
+            if let Ok(mut c) = self.calib.lock() {
+                c.ratio = Some(r);
+            }
+            let off = counted.abs_diff(target);
+            if off < best.0 {
+                best = (off, units);
+            }
+            if off == 0 {
+                break;
+            }
+            let step = ((target as f64 - counted as f64) / r).round() as i64;
+            let step = if step == 0 {
+                if counted < target {
+                    1
+                } else {
+                    -1
+                }
+            } else {
+                step
+            };
+            units = (units as i64 + step).max(1) as usize;
+        }
+        if let Ok(mut c) = self.calib.lock() {
+            c.units_for.insert(target, best.1);
+        }
+        Ok(best.1)
+    }
+}
+
+/// Reads `/api/generate` NDJSON lines.
+#[derive(Debug, Default)]
+pub struct GenerateReader {
+    /// Counts from the final line.
+    pub counts: Counts,
+    /// Durations from the final line, converted from ns.
+    pub timings: Option<ServerTimings>,
+    /// `done_reason`.
+    pub finish_reason: Option<String>,
+}
+
+impl GenerateReader {
+    /// Interprets one line.
+    pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
+        let v = event_json(ENDPOINT, ev)?;
+        if let Some(e) = in_stream_error(ENDPOINT, ev, Some(&v)) {
+            return Err(e);
+        }
+        let done = v.get("done").and_then(Value::as_bool) == Some(true);
+        if done {
+            self.read_final(&v);
+        }
+        Ok(EventInfo {
+            // Ollama sends one line per generated token.
+            has_token: !done && v.get("response").is_some(),
+            is_final: done,
+            ends_stream: done,
+        })
+    }
+
+    fn read_final(&mut self, v: &Value) {
+        let ns_to_ms = |k: &str| get_f64(v, k).map(|ns| ns / 1e6);
+        let prompt = get_u64(v, "prompt_eval_count");
+        let eval = get_u64(v, "eval_count");
+        self.counts = Counts {
+            prompt_tokens: prompt,
+            completion_tokens: eval,
+            cached_tokens: None,
+        };
+        let per_s = |n: Option<u64>, ms: Option<f64>| match (n, ms) {
+            (Some(n), Some(ms)) if ms > 0.0 => Some(n as f64 / (ms / 1000.0)),
+            _ => None,
+        };
+        let prompt_ms = ns_to_ms("prompt_eval_duration");
+        let predicted_ms = ns_to_ms("eval_duration");
+        self.timings = Some(ServerTimings {
+            source: "ollama durations (ns)".to_owned(),
+            prompt_n: prompt,
+            prompt_ms,
+            prompt_per_second: per_s(prompt, prompt_ms),
+            predicted_n: eval,
+            predicted_ms,
+            predicted_per_second: per_s(eval, predicted_ms),
+            e2e_ms: ns_to_ms("total_duration"),
+            ..Default::default()
+        });
+        self.finish_reason = v
+            .get("done_reason")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+    }
+}
+
+#[async_trait]
+impl Backend for Ollama {
+    fn http(&self) -> &Http {
+        &self.http
+    }
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Ollama
+    }
+
+    fn endpoint(&self) -> &'static str {
+        ENDPOINT
+    }
+
+    /// Cuts text into whitespace-led units with client-side ids (Ollama has no tokenizer).
+    async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
+        let mut u = self.units.lock().map_err(|_| ClientError::Malformed {
+            endpoint: "units".to_owned(),
+            detail: "poisoned".to_owned(),
+        })?;
+        let mut out = Vec::new();
+        let mut cur = String::new();
+        let mut in_word = false;
+        let mut push = |w: &mut String, u: &mut Units| {
+            if w.is_empty() {
+                return;
+            }
+            let id = match u.ids.get(w.as_str()) {
+                Some(&id) => id,
+                None => {
+                    let id = u.text.len() as u32;
+                    u.text.push(w.clone());
+                    u.ids.insert(w.clone(), id);
+                    id
+                }
+            };
+            out.push(id);
+            w.clear();
+        };
+        for c in text.chars() {
+            if c.is_whitespace() && in_word {
+                push(&mut cur, &mut u);
+                in_word = false;
+            }
+            if !c.is_whitespace() {
+                in_word = true;
+            }
+            cur.push(c);
+        }
+        push(&mut cur, &mut u);
+        Ok(out)
+    }
+
+    async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
+        let units = self.units_for(&req.prompt, req.timeouts.request).await?;
+        let text = self.text(&req.prompt, units);
+        let rb = self
+            .http
+            .request(reqwest::Method::POST, ENDPOINT)
+            .json(&self.body(&text, req.max_tokens, true));
+        let mut reader = GenerateReader::default();
+        let stream = drive_stream(
+            Framing::Ndjson,
+            ENDPOINT,
+            &self.http,
+            rb,
+            req.timeouts,
+            |ev| reader.on_event(ev),
+        )
+        .await?;
+        Ok(GenOutcome {
+            stream,
+            counts: reader.counts,
+            timings: reader.timings,
+            finish_reason: reader.finish_reason,
+            spec: None,
+        })
+    }
+
+    async fn generate_once(&self, req: &GenRequest) -> Result<OnceOutcome, ClientError> {
+        let units = self.units_for(&req.prompt, req.timeouts.request).await?;
+        let text = self.text(&req.prompt, units);
+        let (elapsed, body, _) = self
+            .http
+            .post_timed(
+                ENDPOINT,
+                &self.body(&text, req.max_tokens, false),
+                req.timeouts.request,
+            )
+            .await?;
+        let mut reader = GenerateReader::default();
+        let info = reader.on_event(&SseEvent {
+            event: None,
+            data: body,
+        })?;
+        if !info.is_final {
+            return Err(ClientError::Truncated {
+                endpoint: ENDPOINT.to_owned(),
+                tokens: 0,
+            });
+        }
+        Ok(OnceOutcome {
+            elapsed,
+            counts: reader.counts,
+            timings: reader.timings,
+            spec: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(data: &str) -> SseEvent {
+        SseEvent {
+            event: None,
+            data: data.to_owned(),
+        }
+    }
+
+    #[test]
+    fn lines_are_tokens_and_the_final_line_converts_nanoseconds() {
+        let mut r = GenerateReader::default();
+        let t = r
+            .on_event(&ev(
+                r#"{"model":"m","created_at":"t","response":"a","done":false}"#,
+            ))
+            .unwrap();
+        assert!(t.has_token && !t.is_final);
+        let f = r
+            .on_event(&ev(r#"{"model":"m","created_at":"t","response":"","done":true,"done_reason":"length","context":[1,2],"total_duration":250000000,"load_duration":1000000,"prompt_eval_count":1024,"prompt_eval_duration":50000000,"eval_count":16,"eval_duration":150000000}"#))
+            .unwrap();
+        assert!(f.is_final && f.ends_stream && !f.has_token);
+        assert_eq!(r.counts.prompt_tokens, Some(1024));
+        assert_eq!(r.counts.completion_tokens, Some(16));
+        let t = r.timings.unwrap();
+        assert_eq!(t.prompt_ms, Some(50.0));
+        assert_eq!(t.predicted_ms, Some(150.0));
+        assert_eq!(t.e2e_ms, Some(250.0));
+        assert!((t.prompt_per_second.unwrap() - 20480.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn missing_counts_stay_unknown_and_errors_are_errors() {
+        let mut r = GenerateReader::default();
+        r.on_event(&ev(r#"{"done":true,"eval_count":3}"#)).unwrap();
+        assert_eq!(r.counts.prompt_tokens, None);
+        assert!(r.on_event(&ev(r#"{"error":"model not found"}"#)).is_err());
+    }
+}

@@ -1,0 +1,349 @@
+//! SGLang's native `/generate`: prompts as `input_ids`, counts and speculative statistics from
+//! `meta_info`.
+//!
+//! By default SGLang streams *cumulative* `text`/`output_ids` (unless started with
+//! `--incremental-streaming-output`), and one chunk can carry several tokens, so "this event
+//! carries a token" is read from the cumulative `meta_info.completion_tokens` rising; both
+//! streaming modes read the same way. The final event has a non-null `finish_reason`; the
+//! stream then ends with `[DONE]`.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+use super::sse::SseEvent;
+use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
+use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest};
+use super::{Http, ServerTimings, SpecStats};
+use crate::error::ClientError;
+
+/// The SGLang native protocol.
+#[derive(Debug, Clone)]
+pub struct Sglang {
+    http: Http,
+    model: Option<String>,
+}
+
+impl Sglang {
+    /// A backend speaking to `http`.
+    pub fn new(http: Http, model: Option<String>) -> Self {
+        Sglang { http, model }
+    }
+}
+
+const ENDPOINT: &str = "/generate";
+
+/// Reads SGLang `/generate` stream events.
+#[derive(Debug, Default)]
+pub struct GenerateReader {
+    completion_seen: u64,
+    ids_seen: usize,
+    /// Counts from the latest `meta_info`.
+    pub counts: Counts,
+    /// Server timing from the final `meta_info`.
+    pub timings: Option<ServerTimings>,
+    /// Speculative statistics from the final `meta_info`.
+    pub spec: Option<SpecStats>,
+    /// `finish_reason.type` of the final event.
+    pub finish_reason: Option<String>,
+}
+
+impl GenerateReader {
+    /// Interprets one event.
+    pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
+        if ev.data.trim() == "[DONE]" {
+            return Ok(EventInfo {
+                ends_stream: true,
+                ..Default::default()
+            });
+        }
+        let v = event_json(ENDPOINT, ev)?;
+        if let Some(e) = in_stream_error(ENDPOINT, ev, Some(&v)) {
+            // An over-long prompt may be refused after HTTP 200: keep it recognisable.
+            return Err(match e {
+                ClientError::InStream { endpoint, message }
+                    if super::http::is_context_error(&message) =>
+                {
+                    ClientError::ContextExceeded {
+                        endpoint,
+                        status: 200,
+                        message,
+                    }
+                }
+                e => e,
+            });
+        }
+        let meta = v.get("meta_info").ok_or_else(|| ClientError::Malformed {
+            endpoint: ENDPOINT.to_owned(),
+            detail: format!(
+                "stream event without meta_info: {}",
+                super::http::snippet(&ev.data)
+            ),
+        })?;
+        let completion = get_u64(meta, "completion_tokens");
+        // Fallback for a build without the counter: cumulative `output_ids` growing.
+        let ids = v.get("output_ids").and_then(Value::as_array).map(Vec::len);
+        let has_token = match (completion, ids) {
+            (Some(n), _) if n > self.completion_seen => {
+                self.completion_seen = n;
+                true
+            }
+            (Some(_), _) => false,
+            (None, Some(n)) if n > self.ids_seen => {
+                self.ids_seen = n;
+                true
+            }
+            _ => false,
+        };
+        self.counts = Counts {
+            prompt_tokens: get_u64(meta, "prompt_tokens"),
+            completion_tokens: completion.or(self.counts.completion_tokens),
+            cached_tokens: get_u64(meta, "cached_tokens"),
+        };
+        let finish = meta.get("finish_reason").filter(|f| !f.is_null());
+        let is_final = finish.is_some();
+        if let Some(f) = finish {
+            self.finish_reason = f
+                .get("type")
+                .and_then(Value::as_str)
+                .or_else(|| f.as_str())
+                .map(str::to_owned);
+            self.timings = meta_timings(meta, &self.counts);
+            self.spec = meta_spec(meta);
+        }
+        Ok(EventInfo {
+            has_token,
+            is_final,
+            ends_stream: false,
+        })
+    }
+}
+
+/// Server timing from `meta_info`: seconds and epoch-seconds converted to ms.
+fn meta_timings(meta: &Value, counts: &Counts) -> Option<ServerTimings> {
+    let s_to_ms = |k: &str| get_f64(meta, k).map(|s| s * 1000.0);
+    let span = |a: &str, b: &str| Some((get_f64(meta, b)? - get_f64(meta, a)?) * 1000.0);
+    let t = ServerTimings {
+        source: "sglang.meta_info".to_owned(),
+        prompt_n: counts
+            .prompt_tokens
+            .map(|p| p.saturating_sub(counts.cached_tokens.unwrap_or(0))),
+        cache_n: counts.cached_tokens,
+        prompt_ms: span("forward_entry_time", "prefill_finished_time"),
+        predicted_n: counts.completion_tokens,
+        predicted_ms: span("prefill_finished_time", "request_finished_ts"),
+        queue_ms: s_to_ms("queue_time"),
+        e2e_ms: s_to_ms("e2e_latency"),
+        predicted_per_second: get_f64(meta, "decode_throughput"),
+        ..Default::default()
+    };
+    let t = ServerTimings {
+        prompt_per_second: match (t.prompt_n, t.prompt_ms) {
+            (Some(n), Some(ms)) if ms > 0.0 => Some(n as f64 / (ms / 1000.0)),
+            _ => None,
+        },
+        ..t
+    };
+    let any = t.prompt_ms.is_some() || t.e2e_ms.is_some() || t.queue_ms.is_some();
+    any.then_some(t)
+}
+
+/// Speculative statistics from `meta_info`, under every name SGLang has used.
+pub fn meta_spec(meta: &Value) -> Option<SpecStats> {
+    let first = |names: &[&str]| names.iter().find_map(|n| get_u64(meta, n));
+    let verify = get_u64(meta, "spec_verify_ct");
+    let accepted = first(&[
+        "spec_num_correct_drafts",
+        "spec_accepted_drafts",
+        "spec_accept_token_num",
+    ]);
+    let proposed = first(&[
+        "spec_num_proposed_drafts",
+        "spec_proposed_drafts",
+        "spec_draft_token_num",
+    ]);
+    let length = get_f64(meta, "spec_accept_length");
+    let rate = get_f64(meta, "spec_accept_rate");
+    if verify.is_none() && length.is_none() && accepted.is_none() {
+        return None;
+    }
+    let mut s = SpecStats {
+        source: "sglang.meta_info".to_owned(),
+        verify_steps: verify,
+        draft_tokens: proposed,
+        accepted_tokens: accepted,
+        accept_length: length,
+        accept_rate: rate,
+    };
+    // SGLang defines accept length as completion_tokens ÷ verify steps; use it when the
+    // server sent the counts but not the ratio.
+    if s.accept_length.is_none() {
+        if let (Some(n), Some(v)) = (get_u64(meta, "completion_tokens"), verify) {
+            if v > 0 {
+                s.accept_length = Some(n as f64 / v as f64);
+            }
+        }
+    }
+    Some(s.derive())
+}
+
+fn body(req: &GenRequest, stream: bool) -> Value {
+    json!({
+        "input_ids": req.prompt,
+        "sampling_params": {
+            "max_new_tokens": req.max_tokens,
+            "temperature": 0,
+            "ignore_eos": true,
+        },
+        "stream": stream,
+    })
+}
+
+#[async_trait]
+impl Backend for Sglang {
+    fn http(&self) -> &Http {
+        &self.http
+    }
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Sglang
+    }
+
+    fn endpoint(&self) -> &'static str {
+        ENDPOINT
+    }
+
+    async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
+        super::openai::tokenize_vllm(&self.http, self.model.as_deref(), text).await
+    }
+
+    async fn generate_once(&self, req: &GenRequest) -> Result<super::OnceOutcome, ClientError> {
+        let (elapsed, text, _) = self
+            .http
+            .post_timed(ENDPOINT, &body(req, false), req.timeouts.request)
+            .await?;
+        // The non-streamed answer has the shape of the stream's final event.
+        let mut reader = GenerateReader::default();
+        let info = reader.on_event(&SseEvent {
+            event: None,
+            data: text,
+        })?;
+        if !info.is_final {
+            return Err(ClientError::Truncated {
+                endpoint: ENDPOINT.to_owned(),
+                tokens: 0,
+            });
+        }
+        Ok(super::OnceOutcome {
+            elapsed,
+            counts: reader.counts,
+            timings: reader.timings,
+            spec: reader.spec,
+        })
+    }
+
+    async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
+        let body = body(req, true);
+        let rb = self
+            .http
+            .request(reqwest::Method::POST, ENDPOINT)
+            .json(&body);
+        let mut reader = GenerateReader::default();
+        let stream = drive_sse(ENDPOINT, &self.http, rb, req.timeouts, |ev| {
+            reader.on_event(ev)
+        })
+        .await?;
+        Ok(GenOutcome {
+            stream,
+            counts: reader.counts,
+            timings: reader.timings,
+            finish_reason: reader.finish_reason,
+            spec: reader.spec,
+        })
+    }
+
+    async fn flush(&self) -> Result<String, ClientError> {
+        match self
+            .http
+            .post_empty("/flush_cache", Duration::from_secs(60))
+            .await
+        {
+            Ok(_) => Ok("sglang /flush_cache".to_owned()),
+            Err(ClientError::Http { status: 404, .. }) => Err(ClientError::Unsupported {
+                what: "sglang /flush_cache".to_owned(),
+                hint: "this SGLang build has no /flush_cache".to_owned(),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(data: &str) -> SseEvent {
+        SseEvent {
+            event: None,
+            data: data.to_owned(),
+        }
+    }
+
+    #[test]
+    fn cumulative_stream_counts_tokens_from_meta_info() {
+        let mut r = GenerateReader::default();
+        let a = r
+            .on_event(&ev(r#"{"text":"a","output_ids":[5],"meta_info":{"id":"x","finish_reason":null,"prompt_tokens":100,"completion_tokens":1,"cached_tokens":0}}"#))
+            .unwrap();
+        assert!(a.has_token && !a.is_final);
+        // A chunk carrying three tokens is one event with the counter +3.
+        let b = r
+            .on_event(&ev(r#"{"text":"abcd","output_ids":[5,6,7,8],"meta_info":{"id":"x","finish_reason":null,"prompt_tokens":100,"completion_tokens":4,"cached_tokens":0}}"#))
+            .unwrap();
+        assert!(b.has_token);
+        let f = r
+            .on_event(&ev(r#"{"text":"abcd","output_ids":[5,6,7,8],"meta_info":{"id":"x","finish_reason":{"type":"length","length":4},"prompt_tokens":100,"completion_tokens":4,"cached_tokens":0,"e2e_latency":0.25,"spec_verify_ct":2,"spec_accept_length":2.0,"spec_accept_rate":0.5,"spec_num_correct_drafts":2,"spec_num_proposed_drafts":4}}"#))
+            .unwrap();
+        assert!(f.is_final && !f.has_token);
+        assert_eq!(r.counts.completion_tokens, Some(4));
+        assert_eq!(r.counts.cached_tokens, Some(0));
+        assert_eq!(r.finish_reason.as_deref(), Some("length"));
+        assert_eq!(r.timings.as_ref().unwrap().e2e_ms, Some(250.0));
+        let s = r.spec.clone().unwrap();
+        assert_eq!(
+            (s.verify_steps, s.accepted_tokens, s.draft_tokens),
+            (Some(2), Some(2), Some(4))
+        );
+        assert_eq!(s.accept_length, Some(2.0));
+        assert!(r.on_event(&ev("[DONE]")).unwrap().ends_stream);
+    }
+
+    #[test]
+    fn old_spec_counter_names_are_read_and_ratios_derived() {
+        let meta: Value = serde_json::from_str(
+            r#"{"completion_tokens":30,"spec_verify_ct":10,"spec_accept_token_num":20,"spec_draft_token_num":40}"#,
+        )
+        .unwrap();
+        let s = meta_spec(&meta).unwrap();
+        assert_eq!(s.accepted_tokens, Some(20));
+        assert_eq!(s.draft_tokens, Some(40));
+        assert_eq!(s.accept_rate, Some(0.5));
+        assert_eq!(s.accept_length, Some(3.0));
+        let alias: Value = serde_json::from_str(
+            r#"{"spec_verify_ct":1,"spec_accepted_drafts":3,"spec_proposed_drafts":4}"#,
+        )
+        .unwrap();
+        assert_eq!(meta_spec(&alias).unwrap().accepted_tokens, Some(3));
+        assert!(meta_spec(&serde_json::json!({"completion_tokens": 3})).is_none());
+    }
+
+    #[test]
+    fn in_stream_context_error_is_recognised() {
+        let mut r = GenerateReader::default();
+        let e = r
+            .on_event(&ev(r#"{"error":{"message":"The input (9000 tokens) is longer than the model's context length (8192 tokens)."}}"#))
+            .unwrap_err();
+        assert!(matches!(e, ClientError::ContextExceeded { .. }), "{e:?}");
+    }
+}

@@ -1,0 +1,252 @@
+//! Hugging Face TGI: `/generate_stream` with a text prompt (TGI takes no token ids), made
+//! exact with its `/tokenize` (char offsets; there is no detokenize) — see `textprompt`.
+//!
+//! TGI has no `ignore_eos` (a short output is flagged), rejects `temperature: 0` (greedy is
+//! `do_sample: false` with no temperature), sends one token per event and no `[DONE]`: the
+//! event with `details` is final and carries `input_length` and `generated_tokens`. It
+//! reports no cached tokens, no per-request timings when streaming, and has no flush.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+use super::sse::SseEvent;
+use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
+use super::textprompt::{exact_text, Pieces, Span};
+use super::ServerTimings;
+use super::{get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest, Http, OnceOutcome};
+use crate::error::ClientError;
+use crate::prompt::NONCE_TOKENS;
+
+/// The TGI protocol.
+#[derive(Debug)]
+pub struct Tgi {
+    http: Http,
+    pieces: Pieces,
+}
+
+impl Tgi {
+    /// A backend speaking to `http`.
+    pub fn new(http: Http) -> Self {
+        Tgi {
+            http,
+            pieces: Pieces::default(),
+        }
+    }
+
+    async fn spans(&self, text: String) -> Result<Vec<Span>, ClientError> {
+        let body = json!({"inputs": text, "add_special_tokens": false, "parameters": {}});
+        let v = self
+            .http
+            .post_json("/tokenize", &body, Duration::from_secs(300))
+            .await?;
+        parse_spans(&v)
+    }
+
+    async fn text_for(&self, req: &GenRequest) -> Result<String, ClientError> {
+        exact_text("/tokenize", &self.pieces, &req.prompt, NONCE_TOKENS, |t| {
+            self.spans(t)
+        })
+        .await
+    }
+
+    fn body(text: String, req: &GenRequest) -> Value {
+        json!({
+            "inputs": text,
+            "parameters": {"max_new_tokens": req.max_tokens, "details": true, "do_sample": false},
+        })
+    }
+}
+
+const ENDPOINT: &str = "/generate_stream";
+
+/// Reads TGI's `[{id, text, start, stop}]`.
+pub fn parse_spans(v: &Value) -> Result<Vec<Span>, ClientError> {
+    let bad = |d: String| ClientError::Malformed {
+        endpoint: "/tokenize".to_owned(),
+        detail: d,
+    };
+    let arr = v
+        .as_array()
+        .ok_or_else(|| bad("expected an array of tokens".to_owned()))?;
+    arr.iter()
+        .map(|t| {
+            let n = |k: &str| get_u64(t, k);
+            match (n("id"), n("start"), n("stop")) {
+                (Some(id), Some(start), Some(stop)) => Ok(Span {
+                    id: u32::try_from(id).map_err(|_| bad(format!("token id {id}")))?,
+                    start: start as usize,
+                    stop: stop as usize,
+                }),
+                _ => Err(bad(format!("token without id/start/stop: {t}"))),
+            }
+        })
+        .collect()
+}
+
+/// Reads `/generate_stream` events.
+#[derive(Debug, Default)]
+pub struct StreamReader {
+    /// Counts from the final event's `details`.
+    pub counts: Counts,
+    /// `details.finish_reason`.
+    pub finish_reason: Option<String>,
+}
+
+impl StreamReader {
+    /// Interprets one event.
+    pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
+        let v = event_json(ENDPOINT, ev)?;
+        if let Some(e) = in_stream_error(ENDPOINT, ev, Some(&v)) {
+            return Err(e);
+        }
+        let has_token = v.get("token").is_some_and(|t| {
+            t.is_object() && t.get("special").and_then(Value::as_bool) != Some(true)
+        });
+        let details = v.get("details").filter(|d| d.is_object());
+        let is_final = details.is_some() || v.get("generated_text").is_some_and(|g| !g.is_null());
+        if let Some(d) = details {
+            self.counts = Counts {
+                prompt_tokens: get_u64(d, "input_length"),
+                completion_tokens: get_u64(d, "generated_tokens"),
+                cached_tokens: None,
+            };
+            self.finish_reason = d
+                .get("finish_reason")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+        }
+        Ok(EventInfo {
+            has_token,
+            is_final,
+            ends_stream: is_final,
+        })
+    }
+}
+
+#[async_trait]
+impl Backend for Tgi {
+    fn http(&self) -> &Http {
+        &self.http
+    }
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Tgi
+    }
+
+    fn endpoint(&self) -> &'static str {
+        ENDPOINT
+    }
+
+    async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
+        let spans = self.spans(text.to_owned()).await?;
+        self.pieces.learn(text, &spans);
+        Ok(spans.iter().map(|s| s.id).collect())
+    }
+
+    async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
+        // Built before t0: the tokenize round-trips are not part of the measurement.
+        let text = self.text_for(req).await?;
+        let rb = self
+            .http
+            .request(reqwest::Method::POST, ENDPOINT)
+            .json(&Self::body(text, req));
+        let mut reader = StreamReader::default();
+        let stream = drive_sse(ENDPOINT, &self.http, rb, req.timeouts, |ev| {
+            reader.on_event(ev)
+        })
+        .await?;
+        Ok(GenOutcome {
+            stream,
+            counts: reader.counts,
+            timings: None,
+            finish_reason: reader.finish_reason,
+            spec: None,
+        })
+    }
+
+    async fn generate_once(&self, req: &GenRequest) -> Result<OnceOutcome, ClientError> {
+        let text = self.text_for(req).await?;
+        let (elapsed, body, headers) = self
+            .http
+            .post_timed("/generate", &Self::body(text, req), req.timeouts.request)
+            .await?;
+        let v: Value = serde_json::from_str(&body).map_err(|e| ClientError::Malformed {
+            endpoint: "/generate".to_owned(),
+            detail: e.to_string(),
+        })?;
+        let d = v.get("details").cloned().unwrap_or(Value::Null);
+        let h = |k: &str| {
+            headers
+                .get(k)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        };
+        Ok(OnceOutcome {
+            elapsed,
+            counts: Counts {
+                // Non-streamed, the counts are in headers.
+                prompt_tokens: h("x-prompt-tokens").map(|x| x as u64),
+                completion_tokens: h("x-generated-tokens")
+                    .map(|x| x as u64)
+                    .or_else(|| get_u64(&d, "generated_tokens")),
+                cached_tokens: None,
+            },
+            timings: Some(ServerTimings {
+                source: "tgi.headers".to_owned(),
+                queue_ms: h("x-queue-time"),
+                e2e_ms: h("x-total-time"),
+                predicted_per_token_ms: h("x-time-per-token"),
+                ..Default::default()
+            }),
+            spec: None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(data: &str) -> SseEvent {
+        SseEvent {
+            event: None,
+            data: data.to_owned(),
+        }
+    }
+
+    #[test]
+    fn tokens_then_final_details() {
+        let mut r = StreamReader::default();
+        let t = r
+            .on_event(&ev(r#"{"index":1,"token":{"id":5,"text":"a","logprob":-0.1,"special":false},"top_tokens":[],"generated_text":null,"details":null}"#))
+            .unwrap();
+        assert!(t.has_token && !t.is_final);
+        let f = r
+            .on_event(&ev(r#"{"index":2,"token":{"id":6,"text":"b","logprob":-0.1,"special":false},"top_tokens":[],"generated_text":"ab","details":{"finish_reason":"length","generated_tokens":2,"seed":null,"input_length":100}}"#))
+            .unwrap();
+        assert!(f.has_token && f.is_final && f.ends_stream);
+        assert_eq!(r.counts.prompt_tokens, Some(100));
+        assert_eq!(r.counts.completion_tokens, Some(2));
+        assert_eq!(r.counts.cached_tokens, None);
+        assert_eq!(r.finish_reason.as_deref(), Some("length"));
+    }
+
+    #[test]
+    fn in_stream_error_and_spans() {
+        let mut r = StreamReader::default();
+        assert!(r
+            .on_event(&ev(r#"{"error":"overloaded","error_type":"overloaded"}"#))
+            .is_err());
+        let v: Value = serde_json::from_str(r#"[{"id":1,"text":"a","start":0,"stop":1}]"#).unwrap();
+        assert_eq!(
+            parse_spans(&v).unwrap(),
+            vec![Span {
+                id: 1,
+                start: 0,
+                stop: 1
+            }]
+        );
+    }
+}

@@ -1,0 +1,339 @@
+//! Speculative statistics and slot-erase flush against the real reference llama-server.
+
+mod common;
+
+use common::{ref_paths, run, serial, RefServer};
+use ctxbench::record::{read_results, Status};
+
+#[test]
+fn speculative_decoding_with_a_draft_model_reports_acceptance_per_sample() {
+    let _g = serial();
+    let model = ref_paths().model.to_str().unwrap().to_owned();
+    // The tiny model as its own draft.
+    let srv = RefServer::start(
+        8192,
+        &[
+            "-md",
+            &model,
+            "--spec-type",
+            "draft-simple",
+            "--spec-draft-n-max",
+            "8",
+        ],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("spec.jsonl");
+    let (code, stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k,2k",
+        "--reps",
+        "2",
+        "--output-tokens",
+        "32",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let r = read_results(&out, false).unwrap();
+    assert_eq!(r.samples.len(), 4);
+    for s in &r.samples {
+        assert_eq!(s.status, Status::Ok, "{s:?}");
+        let server = s.server.as_ref().unwrap();
+        let drafted = server.draft_n.expect("draft_n reported with a draft model");
+        assert!(drafted > 0);
+        // Per-request timings and the /metrics counters are two server sources: they agree.
+        assert_eq!(s.spec_draft_tokens, Some(drafted), "{s:?}");
+        assert_eq!(s.spec_accepted_tokens, server.draft_n_accepted, "{s:?}");
+        let steps = s.spec_verify_steps.expect("verify steps");
+        assert!(steps > 0 && steps <= 31, "{steps}");
+        let rate = s.spec_accept_rate.unwrap();
+        assert!(rate > 0.0 && rate <= 1.0, "{rate}");
+        let len = s.spec_accept_length.unwrap();
+        assert!((1.0..=9.0).contains(&len), "{len}");
+        // A verify step yields ≥ 1 token, so it takes at least as long as a token.
+        assert!(s.ms_per_verify_step.unwrap() >= s.ms_per_step.unwrap() - 1e-9);
+        let m = s.metrics.as_ref().expect("metric deltas");
+        assert_eq!(
+            m["llamacpp:prompt_tokens_total"].as_f64(),
+            Some(s.context_tokens as f64)
+        );
+    }
+    assert!(stdout.contains("accept length"), "{stdout}");
+}
+
+#[test]
+fn slot_erase_flush_runs_before_every_sample_with_slot_save_path() {
+    let _g = serial();
+    let slots = tempfile::tempdir().unwrap();
+    let srv = RefServer::start(8192, &["--slot-save-path", slots.path().to_str().unwrap()]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("f.jsonl");
+    let (code, _stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k",
+        "--reps",
+        "2",
+        "--output-tokens",
+        "8",
+        "--flush",
+        "always",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let r = read_results(&out, false).unwrap();
+    assert_eq!(
+        r.header.config["flush"]
+            .as_str()
+            .map(|f| f.contains("slot erase")),
+        Some(true)
+    );
+    for s in &r.samples {
+        let f = s.flush.as_deref().expect("flushed");
+        assert!(f.starts_with("llama.cpp slot erase"), "{f}");
+        // The previous request's prompt was in the slot and was erased.
+        assert!(!f.contains(" 0 tokens erased"), "{f}");
+        assert_eq!(s.cached_tokens, Some(0));
+    }
+}
+
+#[test]
+fn slot_erase_without_slot_save_path_names_the_flag() {
+    let _g = serial();
+    let srv = RefServer::start(8192, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("a.jsonl");
+    let (code, _stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k",
+        "--reps",
+        "1",
+        "--output-tokens",
+        "8",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "auto falls back: {stderr}");
+    assert!(stderr.contains("--slot-save-path"), "{stderr}");
+    let r = read_results(&out, false).unwrap();
+    assert_eq!(r.samples[0].flush, None);
+    assert_eq!(
+        r.samples[0].cached_tokens,
+        Some(0),
+        "nonce and cache_prompt:false still hold"
+    );
+    let out2 = dir.path().join("b.jsonl");
+    let (code, _stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k",
+        "--reps",
+        "1",
+        "--flush",
+        "always",
+        "--out",
+        out2.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("--flush always") && stderr.contains("--slot-save-path"),
+        "{stderr}"
+    );
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[test]
+fn two_point_and_streaming_decode_rates_agree_within_a_factor_of_two() {
+    let _g = serial();
+    let srv = RefServer::start(8192, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let tp = dir.path().join("tp.jsonl");
+    let st = dir.path().join("st.jsonl");
+    // B = 129: the decode time (≈ 60–150 ms here) must dominate run-to-run noise.
+    let (code, _o, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k,2k",
+        "--reps",
+        "5",
+        "--method",
+        "two-point",
+        "--two-point-tokens",
+        "1,129",
+        "--out",
+        tp.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let (code, _o, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k,2k",
+        "--reps",
+        "5",
+        "--output-tokens",
+        "129",
+        "--out",
+        st.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let tp = read_results(&tp, false).unwrap();
+    let st = read_results(&st, false).unwrap();
+    assert_eq!(tp.header.config["method"], "two-point");
+    for c in [1024, 2048] {
+        let rates = |r: &ctxbench::record::Results| {
+            r.samples
+                .iter()
+                .filter(|s| s.context_tokens == c && s.usable())
+                .filter_map(|s| s.decode_tokens_per_s)
+                .collect::<Vec<_>>()
+        };
+        for s in tp.samples.iter().filter(|s| s.context_tokens == c) {
+            assert_eq!(s.method, "two-point");
+            assert_eq!(s.cached_tokens, Some(0), "each request has its own nonce");
+            assert_eq!(s.output_tokens, Some(129));
+            // A load spike can make t_B ≤ t_A; then the sample says so, never silently.
+            match s.decode_tokens_per_s {
+                Some(d) => assert!(d.is_finite() && d > 0.0),
+                None => {
+                    assert!(s.flags.contains(&"two_point_inverted".to_owned()), "{s:?}");
+                    assert!(s.two_point.as_ref().unwrap()["reason"].is_string());
+                }
+            }
+        }
+        let (a, b) = (rates(&tp), rates(&st));
+        assert!(a.len() >= 3 && b.len() >= 3, "{c}: {a:?} {b:?}");
+        // Stated tolerance: medians within a factor of 2. Streaming costs the server per-token
+        // work (its own decode rate is ~10–20% lower when streaming), and the two runs are
+        // seconds apart on a shared 2-core machine; a unit or counting error would be off by
+        // far more (×1000 for ms/s, ×64 for a chunk count).
+        let ratio = median(a.clone()) / median(b.clone());
+        assert!(
+            (0.5..=2.0).contains(&ratio),
+            "{c}: two-point {a:?} vs stream {b:?}"
+        );
+    }
+}
+
+#[test]
+fn two_point_on_a_caching_server_yields_no_nan_and_no_unflagged_sample() {
+    let _g = serial();
+    let srv = RefServer::start(8192, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("trap.jsonl");
+    // The seed's setup: no nonce, the server's cache left on, A then B on the same prompt.
+    let (_code, stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "2k",
+        "--reps",
+        "3",
+        "--method",
+        "two-point",
+        "--nonce",
+        "off",
+        "--cache-bypass",
+        "off",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    let r = read_results(&out, false).unwrap();
+    assert_eq!(r.samples.len(), 3, "{stderr}");
+    let raw = std::fs::read_to_string(&out).unwrap();
+    assert!(!raw.contains("NaN") && !raw.contains("Infinity"), "{raw}");
+    for s in &r.samples {
+        assert_eq!(s.status, Status::Ok);
+        // B reuses A's prompt: the cache hit is seen and the sample flagged.
+        assert!(
+            s.contaminated && s.flags.contains(&"contaminated".to_owned()),
+            "{s:?}"
+        );
+        assert!(!s.usable());
+        let t = s.two_point.as_ref().unwrap();
+        match s.decode_tokens_per_s {
+            Some(d) => assert!(d.is_finite() && d > 0.0),
+            None => {
+                assert!(s.flags.contains(&"two_point_inverted".to_owned()), "{s:?}");
+                assert!(
+                    t["reason"].as_str().unwrap().contains("prefix cache"),
+                    "{t}"
+                );
+            }
+        }
+    }
+    assert!(stderr.contains("hit the prefix cache"), "{stderr}");
+    // An inversion is flagged on the point too, not only in the file.
+    let inverted = r
+        .samples
+        .iter()
+        .filter(|s| s.decode_tokens_per_s.is_none())
+        .count();
+    if inverted > 0 {
+        assert!(stdout.contains(&format!("{inverted} t_B≤t_A")), "{stdout}");
+        assert!(stderr.contains("t_B ≤ t_A"), "{stderr}");
+    }
+}
+
+#[test]
+fn decode_at_depth_samples_are_warm_and_cold_ones_stay_cold() {
+    let _g = serial();
+    let srv = RefServer::start(8192, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("w.jsonl");
+    let (code, stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k,4k",
+        "--reps",
+        "2",
+        "--decode-samples",
+        "2",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let r = read_results(&out, false).unwrap();
+    assert_eq!(r.samples.len(), 2 * 2 * 3);
+    let (cold, warm): (Vec<_>, Vec<_>) = r.samples.iter().partition(|s| s.phase == "cold");
+    assert_eq!((cold.len(), warm.len()), (4, 8));
+    for s in &cold {
+        assert_eq!(s.cached_tokens, Some(0), "cold stays cold: {s:?}");
+        assert!(s.usable());
+    }
+    for s in &warm {
+        // The whole prefix but the last token comes from the cache, on purpose.
+        assert_eq!(s.cached_tokens, Some(s.context_tokens - 1), "{s:?}");
+        assert!(
+            !s.contaminated && !s.usable(),
+            "warm samples are kept apart"
+        );
+        assert!(s.decode_tokens_per_s.unwrap() > 0.0);
+        assert_eq!(s.prefill_tokens_per_s, None);
+    }
+    let points = ctxbench::stats::summarize(&r.samples);
+    assert_eq!(points[0].usable, 2);
+    assert_eq!(points[0].warm, 4);
+    assert!(stdout.contains("decode at depth"), "{stdout}");
+}

@@ -1,0 +1,131 @@
+//! Ollama cannot run here: these tests drive ctxbench against a scripted in-process server
+//! that follows server-apis.md (/api/version, /api/tags, /api/show, /api/generate with
+//! raw text, NDJSON lines, nanosecond durations, 400 {"error"} when too long, no tokenizer).
+
+mod common;
+mod scripted;
+
+use common::run;
+use ctxbench::record::{read_results, Status};
+use scripted::{tgi_words, Config, Flavor, Scripted};
+
+#[test]
+fn protocol_ollama_calibrated_lengths_ndjson_and_nanoseconds() {
+    let srv = Scripted::start(Config::new(Flavor::Ollama));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let (code, _stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k,2k",
+        "--reps",
+        "2",
+        "--output-tokens",
+        "16",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(stderr.contains("backend: ollama"), "{stderr}");
+    assert!(
+        stderr.contains("calibrated against the server's prompt_eval_count"),
+        "{stderr}"
+    );
+    let r = read_results(&out, false).unwrap();
+    assert_eq!(r.header.server["backend"], "ollama");
+    assert_eq!(r.header.server["max_context"], 8192, "from /api/show");
+    assert_eq!(r.header.config["length_tolerance_pct"], 0.01);
+    assert_eq!(r.samples.len(), 4);
+    for s in &r.samples {
+        assert_eq!(s.status, Status::Ok, "{s:?}");
+        let p = s.prompt_tokens.unwrap();
+        // The server's count is within the stated 1% of the target.
+        assert!(
+            p.abs_diff(s.context_tokens) * 100 <= s.context_tokens,
+            "{p} vs {}",
+            s.context_tokens
+        );
+        assert_eq!(s.length_ok, Some(true));
+        assert_eq!(s.cached_tokens, None);
+        assert_eq!(s.output_tokens, Some(16));
+        assert_eq!(s.token_chunks, Some(16), "one NDJSON line per token");
+        let server = s.server.as_ref().unwrap();
+        assert_eq!(server.prompt_n, Some(p));
+        // 15 intervals of 3 ms = 45 ms, sent as 45_000_000 ns.
+        assert!(
+            (server.predicted_ms.unwrap() - 45.0).abs() < 1e-6,
+            "{server:?}"
+        );
+    }
+    let reqs = srv.requests("/api/generate");
+    let measured: Vec<_> = reqs.iter().filter(|q| q["stream"] == true).collect();
+    let calib: Vec<_> = reqs.iter().filter(|q| q["stream"] == false).collect();
+    assert_eq!(measured.len(), 5, "warmup + 4");
+    assert!(
+        !calib.is_empty() && calib.len() <= 3 * 5,
+        "{} calibration requests",
+        calib.len()
+    );
+    let num_ctx = &reqs[0]["options"]["num_ctx"];
+    for q in &reqs {
+        assert_eq!(q["raw"], true);
+        assert_eq!(q["options"]["temperature"], 0);
+        assert_eq!(
+            &q["options"]["num_ctx"], num_ctx,
+            "one num_ctx: no model reloads"
+        );
+    }
+    for q in &calib {
+        assert_eq!(q["options"]["num_predict"], 1);
+    }
+    // No measured prompt shares its first words with a calibration prompt (the nonce).
+    let head = |q: &serde_json::Value| {
+        let t = q["prompt"].as_str().unwrap();
+        tgi_words(t)
+            .into_iter()
+            .take(6)
+            .map(|w| w.1)
+            .collect::<String>()
+    };
+    for m in &measured {
+        assert!(
+            calib.iter().all(|c| head(c) != head(m)),
+            "calibration shares the nonce"
+        );
+    }
+}
+
+#[test]
+fn protocol_ollama_over_long_prompt_is_a_clear_context_error() {
+    let mut c = Config::new(Flavor::Ollama);
+    c.advertised_context = 32768;
+    c.real_context = 4096;
+    let srv = Scripted::start(c);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let (code, _stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--backend",
+        "ollama",
+        "--contexts",
+        "8k",
+        "--reps",
+        "1",
+        "--output-tokens",
+        "8",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    let r = read_results(&out, false).unwrap();
+    let e = r.samples[0].error.as_ref().unwrap();
+    assert_eq!(e.kind, "context_exceeded", "{e:?}");
+    assert!(
+        e.message.contains("longer than the context length"),
+        "{e:?}"
+    );
+}

@@ -1,0 +1,277 @@
+//! SGLang cannot run here: these tests drive ctxbench against a scripted in-process server
+//! that follows server-apis.md (native /generate, cumulative streaming, meta_info in seconds,
+//! /server_info, /flush_cache, sglang:* metrics).
+
+mod common;
+mod scripted;
+
+use common::run;
+use ctxbench::record::{read_results, Status};
+use scripted::{Config, Flavor, Scripted};
+
+fn spec_config() -> Config {
+    let mut c = Config::new(Flavor::Sglang);
+    // EAGLE-like: 3 drafts per step, 2 accepted, chunks of 3 tokens.
+    c.spec_draft = 3;
+    c.spec_accepted = 2;
+    c.tokens_per_chunk = 3;
+    c
+}
+
+#[test]
+fn protocol_sglang_auto_sweep_lands_counts_timings_cache_and_spec_in_their_fields() {
+    let srv = Scripted::start(spec_config());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let (code, stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k,2k",
+        "--reps",
+        "2",
+        "--output-tokens",
+        "16",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(stderr.contains("backend: sglang"), "{stderr}");
+    assert!(
+        stderr.contains("/server_info"),
+        "the reason names the probe: {stderr}"
+    );
+    assert!(stderr.contains("KV pool 500000 tokens"), "{stderr}");
+    assert!(stderr.contains("sglang /flush_cache"), "{stderr}");
+    let r = read_results(&out, false).unwrap();
+    assert_eq!(r.header.server["backend"], "sglang");
+    assert_eq!(r.header.server["kv_pool_tokens"], 500_000);
+    assert_eq!(r.header.server["max_context"], 8192);
+    assert_eq!(r.samples.len(), 4);
+    // 16 tokens: first from prefill, then 5 verify steps of 3.
+    for s in &r.samples {
+        assert_eq!(s.status, Status::Ok, "{s:?}");
+        assert_eq!(s.prompt_tokens, Some(s.context_tokens));
+        assert_eq!(
+            s.cached_tokens,
+            Some(0),
+            "the nonce defeats the radix cache"
+        );
+        assert!(s.cache_verified && !s.contaminated);
+        assert_eq!(s.output_tokens, Some(16));
+        assert_eq!(
+            s.token_chunks,
+            Some(6),
+            "multi-token chunks counted as chunks"
+        );
+        assert_eq!(s.spec_verify_steps, Some(5));
+        assert_eq!(s.spec_accepted_tokens, Some(10));
+        assert_eq!(s.spec_draft_tokens, Some(15));
+        assert_eq!(s.spec_accept_length, Some(16.0 / 5.0));
+        assert!((s.spec_accept_rate.unwrap() - 2.0 / 3.0).abs() < 1e-9);
+        // Per token vs per verify step: 15 intervals over 5 steps.
+        let per_tok = s.ms_per_step.unwrap();
+        let per_step = s.ms_per_verify_step.unwrap();
+        assert!(
+            (per_step - per_tok * 3.0).abs() < 1e-6,
+            "{per_tok} {per_step}"
+        );
+        let server = s.server.as_ref().expect("meta_info timings");
+        assert_eq!(server.source, "sglang.meta_info");
+        assert_eq!(server.e2e_ms, Some(125.0), "e2e_latency is seconds");
+        assert_eq!(server.queue_ms, Some(2.0));
+        assert!(
+            (server.prompt_ms.unwrap() - 50.0).abs() < 0.01,
+            "epoch-s difference"
+        );
+        assert_eq!(s.flush.as_deref(), Some("sglang /flush_cache"));
+        let m = s.metrics.as_ref().expect("metric deltas");
+        let prompt_delta = m["sglang:prompt_tokens_total{model_name=\"scripted-model\"}"]
+            .as_f64()
+            .unwrap();
+        assert_eq!(prompt_delta, s.context_tokens as f64);
+    }
+    // One flush to test it, then one before every sample.
+    assert_eq!(srv.flushes(), 1 + 4);
+    // What ctxbench sent: token ids of the exact length, greedy, EOS ignored.
+    let gens = srv.requests("/generate");
+    assert_eq!(gens.len(), 5, "warmup + 4 samples");
+    for g in &gens[1..] {
+        let ids = g["input_ids"].as_array().unwrap();
+        assert!(ids.len() == 1024 || ids.len() == 2048, "{}", ids.len());
+        assert_eq!(g["sampling_params"]["ignore_eos"], true);
+        assert_eq!(g["sampling_params"]["max_new_tokens"], 16);
+        assert_eq!(g["sampling_params"]["temperature"], 0);
+        assert_eq!(g["stream"], true);
+    }
+    assert!(stdout.contains("speculative decoding"), "{stdout}");
+}
+
+#[test]
+fn protocol_sglang_without_metrics_or_spec_leaves_optional_fields_empty() {
+    let mut c = Config::new(Flavor::Sglang);
+    c.enable_metrics = false;
+    c.cache_report = false;
+    let srv = Scripted::start(c);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let (code, _stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--backend",
+        "sglang",
+        "--contexts",
+        "1k",
+        "--reps",
+        "1",
+        "--output-tokens",
+        "8",
+        "--flush",
+        "never",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(
+        stderr.contains("--enable-metrics"),
+        "names the flag: {stderr}"
+    );
+    assert!(
+        stderr.contains("--enable-cache-report"),
+        "names the flag: {stderr}"
+    );
+    let r = read_results(&out, false).unwrap();
+    let s = &r.samples[0];
+    assert_eq!(s.spec_accept_length, None);
+    assert_eq!(s.ms_per_verify_step, None);
+    assert_eq!(s.flush, None);
+    assert_eq!(srv.flushes(), 0);
+    let server = s.server.as_ref().unwrap();
+    assert_eq!(
+        server.prompt_ms, None,
+        "no epoch stamps without --enable-metrics"
+    );
+    assert_eq!(server.e2e_ms, Some(125.0));
+    // Native meta_info reports cached tokens regardless of --enable-cache-report.
+    assert_eq!(s.cached_tokens, Some(0));
+}
+
+#[test]
+fn protocol_sglang_over_long_prompt_is_a_clear_context_error() {
+    let mut c = Config::new(Flavor::Sglang);
+    // The server advertises more than it accepts, so the request reaches its error path.
+    c.advertised_context = 32768;
+    c.real_context = 4096;
+    let srv = Scripted::start(c);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let (code, _stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k,8k",
+        "--reps",
+        "1",
+        "--output-tokens",
+        "8",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "incomplete run: {stderr}");
+    let r = read_results(&out, false).unwrap();
+    assert_eq!(r.samples[0].status, Status::Ok);
+    let e = r.samples[1].error.as_ref().expect("8k failed");
+    assert_eq!(e.kind, "context_exceeded", "{e:?}");
+    assert!(
+        e.message
+            .contains("longer than the model's context length (4096 tokens)"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn protocol_sglang_openai_api_with_cache_report_reads_a_missing_count_as_zero() {
+    // --enable-cache-report on: usage carries cached_tokens only when it is positive.
+    let srv = Scripted::start(Config::new(Flavor::Sglang));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let (code, _stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--backend",
+        "openai",
+        "--contexts",
+        "1k",
+        "--reps",
+        "2",
+        "--output-tokens",
+        "8",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let r = read_results(&out, false).unwrap();
+    for s in &r.samples {
+        assert_eq!(s.cached_tokens, Some(0), "{s:?}");
+        assert!(s.cache_verified);
+        assert_eq!(s.prompt_tokens, Some(1024));
+    }
+    let q = &srv.requests("/v1/completions")[1];
+    assert_eq!(q["prompt"].as_array().unwrap().len(), 1024, "token ids");
+    // And the trap it guards against: without the nonce the cache hit is seen and flagged.
+    let out2 = dir.path().join("trap.jsonl");
+    let (_code, _stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--backend",
+        "openai",
+        "--contexts",
+        "1k",
+        "--reps",
+        "2",
+        "--output-tokens",
+        "8",
+        "--nonce",
+        "off",
+        "--flush",
+        "never",
+        "--out",
+        out2.to_str().unwrap(),
+    ]);
+    let r = read_results(&out2, false).unwrap();
+    assert!(r.samples[1].contaminated, "{stderr}");
+    assert!(r.samples[1].cached_tokens.unwrap() >= 1000);
+}
+
+#[test]
+fn protocol_sglang_incremental_streaming_output_reads_the_same_as_cumulative() {
+    let mut c = spec_config();
+    c.incremental = true;
+    let srv = Scripted::start(c);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let (code, _stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k",
+        "--reps",
+        "1",
+        "--output-tokens",
+        "16",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    let s = &read_results(&out, false).unwrap().samples[0];
+    assert_eq!(s.output_tokens, Some(16));
+    assert_eq!(s.token_chunks, Some(6));
+    assert_eq!(s.spec_verify_steps, Some(5));
+    assert!(s.decode_tokens_per_s.unwrap() > 0.0);
+}

@@ -1,0 +1,190 @@
+//! vLLM cannot run here: these tests drive ctxbench against a scripted in-process server that
+//! follows server-apis.md (/v1/completions with token ids, a `choices: []` usage chunk,
+//! cached tokens only with --enable-prompt-tokens-details, /reset_prefix_cache only in dev
+//! mode, vllm:* counters including spec_decode_*).
+
+mod common;
+mod scripted;
+
+use common::run;
+use ctxbench::record::{read_results, Status};
+use scripted::{Config, Flavor, Scripted};
+
+#[test]
+fn protocol_vllm_auto_sweep_with_flush_cached_tokens_and_spec_from_metric_deltas() {
+    let mut c = Config::new(Flavor::Vllm);
+    c.spec_draft = 4;
+    c.spec_accepted = 3;
+    c.tokens_per_chunk = 4;
+    c.per_request_metrics = true;
+    let srv = Scripted::start(c);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let (code, stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k,2k",
+        "--reps",
+        "2",
+        "--output-tokens",
+        "17",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(stderr.contains("backend: vllm"), "{stderr}");
+    assert!(
+        stderr.contains("owned_by"),
+        "the reason names the probe: {stderr}"
+    );
+    assert!(
+        stderr.contains("KV pool 32768 tokens"),
+        "blocks × block size: {stderr}"
+    );
+    let r = read_results(&out, false).unwrap();
+    assert_eq!(r.header.server["backend"], "vllm");
+    assert_eq!(r.samples.len(), 4);
+    for s in &r.samples {
+        assert_eq!(s.status, Status::Ok, "{s:?}");
+        assert_eq!(s.prompt_tokens, Some(s.context_tokens));
+        assert_eq!(s.cached_tokens, Some(0));
+        assert!(s.cache_verified);
+        assert_eq!(s.output_tokens, Some(17));
+        // 16 tokens after the first, 4 per verify step: 4 steps, 3 of 4 drafts accepted.
+        assert_eq!(s.spec_verify_steps, Some(4));
+        assert_eq!(s.spec_draft_tokens, Some(16));
+        assert_eq!(s.spec_accepted_tokens, Some(12));
+        assert_eq!(s.spec_accept_length, Some(4.0));
+        assert_eq!(s.spec_accept_rate, Some(0.75));
+        assert!(s.spec_source.as_deref().unwrap().contains("vllm:"));
+        let (t, v) = (s.ms_per_step.unwrap(), s.ms_per_verify_step.unwrap());
+        assert!((v - 4.0 * t).abs() < 1e-6, "{t} {v}");
+        assert!(s.flush.as_deref().unwrap().contains("/reset_prefix_cache"));
+        // --enable-per-request-metrics: ms, TTFT from scheduling (5 ms + 2 µs per token).
+        let server = s.server.as_ref().expect("per-request metrics");
+        assert_eq!(server.source, "vllm.metrics");
+        let want = 5.0 + s.context_tokens as f64 * 0.002;
+        assert!(
+            (server.prompt_ms.unwrap() - want).abs() < 1e-6,
+            "{server:?}"
+        );
+        assert_eq!(server.queue_ms, Some(0.5));
+        let m = s.metrics.as_ref().unwrap();
+        let key = "vllm:prompt_tokens_total{engine=\"0\",model_name=\"scripted-model\"}";
+        assert_eq!(m[key].as_f64(), Some(s.context_tokens as f64));
+    }
+    assert_eq!(srv.flushes(), 5);
+    let reqs = srv.requests("/v1/completions");
+    for q in &reqs[1..] {
+        assert!(
+            q["prompt"].as_array().unwrap().len() >= 1024,
+            "token ids sent"
+        );
+        assert_eq!(q["ignore_eos"], true);
+        assert_eq!(q["temperature"], 0);
+        assert_eq!(q["max_tokens"], 17);
+        assert_eq!(q["model"], "scripted-model");
+        assert_eq!(q["stream_options"]["include_usage"], true);
+    }
+    assert!(stdout.contains("speculative decoding"), "{stdout}");
+}
+
+#[test]
+fn protocol_vllm_without_flags_names_them_and_marks_samples_unverified() {
+    let mut c = Config::new(Flavor::Vllm);
+    c.cache_report = false;
+    c.dev_mode = false;
+    let srv = Scripted::start(c);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let (code, _stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k",
+        "--reps",
+        "1",
+        "--output-tokens",
+        "8",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "stderr: {stderr}");
+    assert!(stderr.contains("VLLM_SERVER_DEV_MODE=1"), "{stderr}");
+    assert!(
+        stderr.contains("--enable-prompt-tokens-details"),
+        "{stderr}"
+    );
+    let r = read_results(&out, false).unwrap();
+    let s = &r.samples[0];
+    assert_eq!(s.cached_tokens, None);
+    assert!(!s.cache_verified && s.flags.contains(&"cache_unverified".to_owned()));
+    assert_eq!(s.flush, None);
+    assert_eq!(
+        s.spec_accept_length, None,
+        "no spec counters, no spec stats"
+    );
+}
+
+#[test]
+fn protocol_vllm_flush_always_fails_clearly_without_dev_mode() {
+    let mut c = Config::new(Flavor::Vllm);
+    c.dev_mode = false;
+    let srv = Scripted::start(c);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let (code, _stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--contexts",
+        "1k",
+        "--reps",
+        "1",
+        "--flush",
+        "always",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0);
+    assert!(
+        stderr.contains("--flush always") && stderr.contains("VLLM_SERVER_DEV_MODE=1"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn protocol_vllm_over_long_prompt_is_a_clear_context_error() {
+    let mut c = Config::new(Flavor::Vllm);
+    c.advertised_context = 32768;
+    c.real_context = 4096;
+    let srv = Scripted::start(c);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let (code, _stdout, stderr) = run(&[
+        "sweep",
+        "--url",
+        &srv.url(),
+        "--backend",
+        "vllm",
+        "--contexts",
+        "8k",
+        "--reps",
+        "1",
+        "--output-tokens",
+        "8",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    let r = read_results(&out, false).unwrap();
+    let e = r.samples[0].error.as_ref().unwrap();
+    assert_eq!(e.kind, "context_exceeded");
+    assert!(
+        e.message.contains("maximum context length is 4096"),
+        "{e:?}"
+    );
+}
