@@ -208,18 +208,43 @@ fn the_api_key_authenticates_and_appears_in_no_output() {
         String::from_utf8_lossy(&o.stderr),
     );
     assert_eq!(o.status.code(), Some(0), "{stderr}");
-    let file = std::fs::read_to_string(&out).unwrap();
-    for (name, text) in [
-        ("results", file.as_str()),
-        ("stdout", &stdout),
-        ("stderr", &stderr),
-    ] {
+    // Every file the sweep wrote (results, Markdown and HTML reports, SVG plots), and the
+    // terminal output.
+    let mut outputs = vec![
+        ("stdout".to_owned(), stdout.to_string()),
+        ("stderr".to_owned(), stderr.to_string()),
+    ];
+    let mut dirs = vec![dir.path().to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                let bytes = std::fs::read(&p).unwrap();
+                outputs.push((
+                    p.display().to_string(),
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                ));
+            }
+        }
+    }
+    assert!(
+        outputs.len() >= 5,
+        "expected results, reports and plots: {:?}",
+        outputs.iter().map(|o| &o.0).collect::<Vec<_>>()
+    );
+    for (name, text) in &outputs {
         assert!(!text.contains(KEY), "the API key leaked into {name}");
         assert!(
             !text.contains("SECRET"),
             "part of the API key leaked into {name}"
         );
     }
+    // The report subcommand, run on the results, prints no key either.
+    let (code, report, _) = run(&["report", out.to_str().unwrap(), "--format", "html"]);
+    assert_eq!(code, 0);
+    assert!(!report.contains("SECRET"));
     // --api-key-env names another variable; a wrong key is a one-line usage error.
     let wrong = "sk-wrong-SECRET-000";
     let o = ctxbench()
