@@ -201,16 +201,7 @@ impl Backend for LlamaCpp {
             .await?;
         // The non-streamed answer is the stream's final record.
         let mut reader = CompletionReader::default();
-        let info = reader.on_event(&SseEvent {
-            event: None,
-            data: text,
-        })?;
-        if !info.is_final {
-            return Err(ClientError::Truncated {
-                endpoint: ENDPOINT.to_owned(),
-                tokens: 0,
-            });
-        }
+        super::stream::read_final(ENDPOINT, text, |ev| reader.on_event(ev))?;
         Ok(OnceOutcome {
             elapsed,
             counts: reader.counts,
@@ -285,10 +276,7 @@ mod tests {
     use super::*;
 
     fn ev(data: &str) -> SseEvent {
-        SseEvent {
-            event: None,
-            data: data.to_owned(),
-        }
+        SseEvent::data(data)
     }
 
     #[test]

@@ -322,16 +322,7 @@ impl Backend for Ollama {
             )
             .await?;
         let mut reader = GenerateReader::default();
-        let info = reader.on_event(&SseEvent {
-            event: None,
-            data: body,
-        })?;
-        if !info.is_final {
-            return Err(ClientError::Truncated {
-                endpoint: ENDPOINT.to_owned(),
-                tokens: 0,
-            });
-        }
+        super::stream::read_final(ENDPOINT, body, |ev| reader.on_event(ev))?;
         Ok(OnceOutcome {
             elapsed,
             counts: reader.counts,
@@ -346,10 +337,7 @@ mod tests {
     use super::*;
 
     fn ev(data: &str) -> SseEvent {
-        SseEvent {
-            event: None,
-            data: data.to_owned(),
-        }
+        SseEvent::data(data)
     }
 
     #[test]

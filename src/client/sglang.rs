@@ -225,16 +225,7 @@ impl Backend for Sglang {
             .await?;
         // The non-streamed answer has the shape of the stream's final event.
         let mut reader = GenerateReader::default();
-        let info = reader.on_event(&SseEvent {
-            event: None,
-            data: text,
-        })?;
-        if !info.is_final {
-            return Err(ClientError::Truncated {
-                endpoint: ENDPOINT.to_owned(),
-                tokens: 0,
-            });
-        }
+        super::stream::read_final(ENDPOINT, text, |ev| reader.on_event(ev))?;
         Ok(super::OnceOutcome {
             elapsed,
             counts: reader.counts,
@@ -284,10 +275,7 @@ mod tests {
     use super::*;
 
     fn ev(data: &str) -> SseEvent {
-        SseEvent {
-            event: None,
-            data: data.to_owned(),
-        }
+        SseEvent::data(data)
     }
 
     #[test]

@@ -13,6 +13,16 @@ pub struct SseEvent {
     pub data: String,
 }
 
+impl SseEvent {
+    /// An event with only data, as a non-streamed body read like a stream record.
+    pub fn data(data: impl Into<String>) -> Self {
+        SseEvent {
+            event: None,
+            data: data.into(),
+        }
+    }
+}
+
 /// Accumulates bytes and yields complete events; tolerant of CRLF, comments and split UTF-8.
 #[derive(Debug, Default)]
 pub struct SseParser {

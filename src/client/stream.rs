@@ -249,3 +249,20 @@ pub fn in_stream_error(
         message,
     })
 }
+
+/// Reads a non-streamed answer as the stream's final record (the APIs give both the same
+/// shape); an answer that is not a final record is named as truncated.
+pub fn read_final(
+    endpoint: &str,
+    body: String,
+    on_event: impl FnOnce(&SseEvent) -> Result<EventInfo, ClientError>,
+) -> Result<(), ClientError> {
+    if on_event(&SseEvent::data(body))?.is_final {
+        Ok(())
+    } else {
+        Err(ClientError::Truncated {
+            endpoint: endpoint.to_owned(),
+            tokens: 0,
+        })
+    }
+}

@@ -210,10 +210,7 @@ mod tests {
     use super::*;
 
     fn ev(data: &str) -> SseEvent {
-        SseEvent {
-            event: None,
-            data: data.to_owned(),
-        }
+        SseEvent::data(data)
     }
 
     #[test]
