@@ -44,12 +44,19 @@ impl CostModel {
 
     /// Predicted seconds for one request of `context` tokens generating `output` tokens.
     pub fn request_s(&self, context: f64, output: u32) -> Option<f64> {
-        let ttft = self.interp(context, |o| o.ttft_s)?;
-        let step = self.interp(context, |o| o.step_s)?;
+        // Beyond the data, prefill grows at least linearly (every token is computed) even
+        // when small points, dominated by fixed overhead, suggest less.
+        let ttft = self.interp(context, |o| o.ttft_s, 1.0)?;
+        let step = self.interp(context, |o| o.step_s, 0.0)?;
         Some(ttft + step * output.saturating_sub(1) as f64)
     }
 
-    fn interp(&self, x: f64, f: impl Fn(&Observation) -> f64) -> Option<f64> {
+    fn interp(
+        &self,
+        x: f64,
+        f: impl Fn(&Observation) -> f64,
+        min_extrap_slope: f64,
+    ) -> Option<f64> {
         let p = &self.points;
         match p.len() {
             0 => None,
@@ -67,7 +74,12 @@ impl CostModel {
                 let (ya, yb) = (f(a).ln(), f(b).ln());
                 // Slope clamped to [0, 3]: noise must not predict costs that shrink with
                 // context or explode beyond cubic.
-                let slope = ((yb - ya) / (lb - la)).clamp(0.0, 3.0);
+                let mut slope = ((yb - ya) / (lb - la)).clamp(0.0, 3.0);
+                if x > b.context {
+                    slope = slope.max(min_extrap_slope);
+                    // Beyond the data: extend from the last point.
+                    return Some((yb + slope * (lx - lb)).exp());
+                }
                 Some((ya + slope * (lx - la)).exp())
             }
         }
@@ -107,6 +119,17 @@ mod tests {
         assert!(CostModel::new(vec![]).request_s(1.0, 1).is_none());
         let m = CostModel::new(vec![obs(1000.0, 0.1, 0.001)]);
         assert!((m.request_s(4000.0, 1).unwrap() - 0.4).abs() < 1e-9);
+    }
+
+    #[test]
+    fn prefill_extrapolates_at_least_linearly() {
+        // Fixed overhead makes small points look flat; far beyond them TTFT still grows ∝ L.
+        let m = CostModel::new(vec![obs(500.0, 0.010, 0.001), obs(1000.0, 0.011, 0.001)]);
+        let t = m.request_s(100_000.0, 1).unwrap();
+        assert!((t - 1.1).abs() < 1e-9, "{t}");
+        // Between the points, the data rules.
+        let t = m.request_s(750.0, 1).unwrap();
+        assert!(t < 0.011 && t > 0.010);
     }
 
     #[test]

@@ -635,7 +635,10 @@ async fn dry_run(
     corpus_spec: &CorpusSpec,
     corpus: &Corpus,
 ) -> Result<Ending> {
-    let cal_sizes = [512u64, 1024];
+    // Calibrate as large as cheaply possible (4k, or the plan's largest point if smaller):
+    // at small sizes fixed overhead hides how cost grows.
+    let top = contexts.last().copied().unwrap_or(1024).clamp(64, 4096);
+    let cal_sizes = [top / 2, top];
     let mut obs = Vec::new();
     for (i, &c) in cal_sizes.iter().enumerate() {
         let prompt = builder.build(c, u64::MAX / 4 + i as u64);
@@ -690,8 +693,10 @@ async fn dry_run(
     }
     writeln!(
         out,
-        "predicted duration: {} (extrapolated from calibration requests at 512 and 1024 tokens; long points are extrapolated, so treat it as a rough guide){}",
+        "predicted duration: {} (from calibration requests at {} and {} tokens; points far beyond them are extrapolated, prefill at least linearly, so treat long points as a lower bound){}",
         crate::progress::fmt_secs(total),
+        cal_sizes[0],
+        cal_sizes[1],
         if settings.policy.precision.is_some() {
             "; adaptive repetitions may add more"
         } else {

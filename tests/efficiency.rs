@@ -90,11 +90,11 @@ fn dry_run_prints_the_plan_and_measures_nothing() {
         stdout.contains("predicted duration") && stdout.contains("peak memory"),
         "{stdout}"
     );
-    // Only the warmup (64) and the two calibration requests (512 + 1024) were sent.
+    // Only the warmup (64) and the two calibration requests (2048 + 4096) were sent.
     let sent = srv.metric("llamacpp:prompt_tokens_total") - before;
     assert_eq!(
         sent,
-        64.0 + 512.0 + 1024.0,
+        64.0 + 2048.0 + 4096.0,
         "dry run sent more than calibration"
     );
 }
