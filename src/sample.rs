@@ -1,0 +1,522 @@
+//! Turning request outcomes into [`Sample`] records: the measurement arithmetic (TTFT,
+//! decode rate over first→last token, two-point differences, speculative statistics) and
+//! the flags that keep a wrong number out of summaries. Pure: no I/O.
+
+use std::time::Duration;
+
+use crate::bench::BenchSettings;
+use crate::client::{GenOutcome, OnceOutcome, SpecStats};
+use crate::error::ClientError;
+use crate::metrics;
+use crate::record::{Sample, SampleError, Status};
+
+/// Flags shared by every method.
+fn flag_common(s: &mut Sample, expected_output: u64) {
+    if s.contaminated {
+        s.flags.push("contaminated".into());
+    }
+    if !s.cache_verified {
+        s.flags.push("cache_unverified".into());
+    }
+    if s.length_ok == Some(false) {
+        s.flags.push("length_mismatch".into());
+    }
+    if s.prompt_tokens.is_none() {
+        s.flags.push("length_unreported".into());
+    }
+    if s.output_tokens.is_some_and(|n| n < expected_output) {
+        s.flags.push("short_output".into());
+    }
+    if s.ttft_ms.is_none() {
+        s.flags.push("no_tokens".into());
+    }
+}
+
+/// A sample with nothing measured yet.
+fn blank_sample(settings: &BenchSettings, context: u64, rep: u32, sent: u64, at: String) -> Sample {
+    Sample {
+        kind: "sample".into(),
+        run_id: settings.run_id.clone(),
+        context_tokens: context,
+        rep,
+        phase: "cold".into(),
+        status: Status::Ok,
+        error: None,
+        at,
+        prompt_tokens_sent: sent,
+        prompt_tokens: None,
+        length_ok: None,
+        cached_tokens: None,
+        cache_verified: false,
+        contaminated: false,
+        ttft_ms: None,
+        prefill_tokens_per_s: None,
+        decode_tokens_per_s: None,
+        ms_per_step: None,
+        output_tokens: None,
+        token_chunks: None,
+        e2e_ms: None,
+        finish_reason: None,
+        flags: Vec::new(),
+        server: None,
+        method: "stream".into(),
+        spec_accept_length: None,
+        spec_accept_rate: None,
+        spec_verify_steps: None,
+        spec_draft_tokens: None,
+        spec_accepted_tokens: None,
+        spec_source: None,
+        ms_per_verify_step: None,
+        metrics: None,
+        flush: None,
+        two_point: None,
+    }
+}
+
+fn fail(s: &mut Sample, e: &ClientError) {
+    s.status = Status::Failed;
+    s.error = Some(SampleError {
+        kind: e.kind().to_owned(),
+        message: e.to_string(),
+    });
+}
+
+/// Turns the two requests of the two-point method into one sample. Pure. Decode =
+/// (n_B − n_A) / (t_B − t_A); when t_B ≤ t_A (a cache hit, or noise larger than the
+/// decode time) no rate is computed and the sample says why.
+#[allow(clippy::too_many_arguments)]
+pub fn make_two_point_sample(
+    settings: &BenchSettings,
+    context: u64,
+    rep: u32,
+    sent: u64,
+    at: String,
+    (a_tokens, b_tokens): (u32, u32),
+    a: Result<OnceOutcome, ClientError>,
+    b: Result<OnceOutcome, ClientError>,
+) -> Sample {
+    let mut s = blank_sample(settings, context, rep, sent, at);
+    s.method = "two-point".into();
+    let (a, b) = match (a, b) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => {
+            fail(&mut s, &e);
+            return s;
+        }
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let (t_a, t_b) = (ms(a.elapsed), ms(b.elapsed));
+    let n_a = a.counts.completion_tokens.unwrap_or(a_tokens as u64);
+    let n_b = b.counts.completion_tokens.unwrap_or(b_tokens as u64);
+    s.prompt_tokens = b.counts.prompt_tokens;
+    let len_ok = |p: Option<u64>| p.map(|p| p.abs_diff(context) <= settings.tolerance_for(context));
+    s.length_ok = match (len_ok(a.counts.prompt_tokens), len_ok(s.prompt_tokens)) {
+        (Some(x), Some(y)) => Some(x && y),
+        _ => None,
+    };
+    s.cached_tokens = match (a.counts.cached_tokens, b.counts.cached_tokens) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        _ => None,
+    };
+    s.cache_verified = s.cached_tokens.is_some();
+    s.contaminated = s.cached_tokens.is_some_and(|c| c > 0);
+    s.output_tokens = Some(n_b);
+    s.e2e_ms = Some(t_b);
+    s.server = b.timings;
+    // With one token, request A's time is the time to that token: a non-streamed TTFT.
+    if n_a == 1 {
+        s.ttft_ms = Some(t_a);
+        if let Some(p) = s.prompt_tokens.filter(|_| t_a > 0.0) {
+            s.prefill_tokens_per_s = Some(p as f64 / (t_a / 1000.0));
+        }
+    }
+    let mut reason = None;
+    if n_b <= n_a {
+        reason = Some(format!(
+            "B generated {n_b} tokens, A {n_a}: no difference to time"
+        ));
+    } else if t_b <= t_a {
+        reason = Some(if s.contaminated {
+            format!("t_B {t_b:.1} ms ≤ t_A {t_a:.1} ms: a request hit the prefix cache")
+        } else {
+            format!("t_B {t_b:.1} ms ≤ t_A {t_a:.1} ms: run-to-run noise exceeds the decode time of {} tokens; raise B", n_b - n_a)
+        });
+    } else {
+        let dt = t_b - t_a;
+        s.decode_tokens_per_s = Some((n_b - n_a) as f64 / (dt / 1000.0));
+        s.ms_per_step = Some(dt / (n_b - n_a) as f64);
+    }
+    let a_busy = a
+        .timings
+        .as_ref()
+        .map(|t| t.prompt_ms.unwrap_or(0.0) + t.predicted_ms.unwrap_or(0.0));
+    s.two_point = Some(serde_json::json!({
+        "a_tokens": n_a, "b_tokens": n_b, "t_a_ms": t_a, "t_b_ms": t_b, "reason": reason,
+        "a_server_busy_ms": a_busy,
+    }));
+    if reason.is_some() {
+        s.flags.push("two_point_inverted".into());
+    }
+    if let Some(spec) = b.spec {
+        set_spec(&mut s, spec);
+    }
+    flag_common(&mut s, b_tokens as u64);
+    s
+}
+
+/// Turns a warm decode request (the prefix reused on purpose) into a sample: decode only;
+/// a cache hit is the point here, not a contamination.
+pub fn make_warm_sample(
+    settings: &BenchSettings,
+    context: u64,
+    rep: u32,
+    sent: u64,
+    at: String,
+    result: Result<GenOutcome, ClientError>,
+) -> Sample {
+    let mut s = make_sample(settings, context, rep, sent, at, result);
+    s.phase = "warm".into();
+    s.contaminated = false;
+    s.prefill_tokens_per_s = None;
+    s.flags.retain(|f| f != "contaminated");
+    if let (Some(c), Some(p)) = (s.cached_tokens, s.prompt_tokens) {
+        if c * 2 < p {
+            s.flags.push("warm_prefix_not_reused".into());
+        }
+    }
+    s
+}
+
+/// Turns a request's outcome into a sample. Pure: no I/O, unit-tested.
+pub fn make_sample(
+    settings: &BenchSettings,
+    context: u64,
+    rep: u32,
+    sent: u64,
+    at: String,
+    result: Result<GenOutcome, ClientError>,
+) -> Sample {
+    let mut s = blank_sample(settings, context, rep, sent, at);
+    let out = match result {
+        Ok(o) => o,
+        Err(e) => {
+            fail(&mut s, &e);
+            return s;
+        }
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    s.prompt_tokens = out.counts.prompt_tokens;
+    s.cached_tokens = out.counts.cached_tokens;
+    s.cache_verified = s.cached_tokens.is_some();
+    s.contaminated = s.cached_tokens.is_some_and(|c| c > 0);
+    s.length_ok = s
+        .prompt_tokens
+        .map(|p| p.abs_diff(context) <= settings.tolerance_for(context));
+    s.ttft_ms = out.stream.ttft().map(ms);
+    s.e2e_ms = Some(ms(out.stream.e2e()));
+    s.token_chunks = Some(out.stream.token_events as u64);
+    s.output_tokens = out.counts.completion_tokens;
+    s.finish_reason = out.finish_reason;
+    s.server = out.timings;
+    if let (Some(p), Some(t)) = (s.prompt_tokens, s.ttft_ms) {
+        if t > 0.0 {
+            s.prefill_tokens_per_s = Some(p as f64 / (t / 1000.0));
+        }
+    }
+    // Decode: (n − 1) tokens over first→last token, n from the server's count, so a chunk
+    // carrying several tokens (speculative decoding) is not mistaken for one step.
+    if let (Some(n), Some(span)) = (s.output_tokens, out.stream.decode_span()) {
+        let span_ms = ms(span);
+        if n >= 2 && span_ms > 0.0 {
+            s.decode_tokens_per_s = Some((n - 1) as f64 / (span_ms / 1000.0));
+            s.ms_per_step = Some(span_ms / (n - 1) as f64);
+        }
+    }
+    if let Some(spec) = out.spec {
+        set_spec(&mut s, spec);
+    }
+    flag_common(&mut s, settings.output_tokens as u64);
+    s
+}
+
+/// Stores speculative statistics on a sample; time per verify step is the decode span over
+/// the verify steps, kept apart from the per-token `ms_per_step`.
+pub fn set_spec(s: &mut Sample, spec: SpecStats) {
+    s.spec_accept_length = spec.accept_length;
+    s.spec_accept_rate = spec.accept_rate;
+    s.spec_verify_steps = spec.verify_steps;
+    s.spec_draft_tokens = spec.draft_tokens;
+    s.spec_accepted_tokens = spec.accepted_tokens;
+    s.spec_source = Some(spec.source);
+    s.ms_per_verify_step = match (s.ms_per_step, s.output_tokens, spec.verify_steps) {
+        (Some(per_token), Some(n), Some(v)) if n >= 2 && v > 0 => {
+            Some(per_token * (n - 1) as f64 / v as f64)
+        }
+        _ => None,
+    };
+}
+
+/// Adds Prometheus deltas to a sample; speculative statistics come from them when the
+/// response itself had none (vLLM).
+pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &metrics::Snapshot) {
+    let d = metrics::deltas(before, after);
+    // Counted verify steps beat derived ones (llama.cpp's timings have none; its newest
+    // /metrics do).
+    let derived = s
+        .spec_source
+        .as_deref()
+        .is_some_and(|x| x.contains("derived"));
+    if s.spec_source.is_none() || derived {
+        if let Some(spec) = metrics::spec_from_deltas(&d) {
+            set_spec(s, spec);
+        }
+    }
+    s.metrics = serde_json::to_value(&d).ok();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::tests::settings;
+    use crate::client::{Counts, ServerTimings, StreamStats};
+    use std::time::Instant;
+
+    fn outcome(cached: Option<u64>, prompt: u64, n: u64, token_events: usize) -> GenOutcome {
+        let t0 = Instant::now();
+        GenOutcome {
+            stream: StreamStats {
+                t_sent: t0,
+                t_first_byte: Some(t0 + Duration::from_millis(10)),
+                t_first_token: Some(t0 + Duration::from_millis(100)),
+                t_last_token: Some(t0 + Duration::from_millis(420)),
+                t_end: t0 + Duration::from_millis(421),
+                events: token_events + 3,
+                token_events,
+                bytes: 1000,
+                saw_final: true,
+            },
+            counts: Counts {
+                prompt_tokens: Some(prompt),
+                completion_tokens: Some(n),
+                cached_tokens: cached,
+            },
+            timings: Some(ServerTimings {
+                source: "t".into(),
+                prompt_ms: Some(95.0),
+                ..Default::default()
+            }),
+            finish_reason: Some("limit".into()),
+            spec: None,
+        }
+    }
+
+    #[test]
+    fn cold_sample_metrics_use_server_count_over_first_to_last() {
+        let s = make_sample(
+            &settings(),
+            4096,
+            0,
+            4096,
+            "t".into(),
+            Ok(outcome(Some(0), 4096, 33, 33)),
+        );
+        assert_eq!(s.status, Status::Ok);
+        assert!(s.usable() && s.cache_verified && !s.contaminated);
+        assert!((s.ttft_ms.unwrap() - 100.0).abs() < 1e-6);
+        // 32 intervals over 320 ms.
+        assert!((s.decode_tokens_per_s.unwrap() - 100.0).abs() < 1e-6);
+        assert!((s.ms_per_step.unwrap() - 10.0).abs() < 1e-6);
+        assert!((s.prefill_tokens_per_s.unwrap() - 40960.0).abs() < 1e-6);
+        assert!(s.flags.is_empty(), "{:?}", s.flags);
+    }
+
+    #[test]
+    fn multi_token_chunks_do_not_change_the_per_token_rate() {
+        // Speculative decoding: 33 tokens in 9 chunks, same interval: same tok/s.
+        let s = make_sample(
+            &settings(),
+            4096,
+            0,
+            4096,
+            "t".into(),
+            Ok(outcome(Some(0), 4096, 33, 9)),
+        );
+        assert!((s.decode_tokens_per_s.unwrap() - 100.0).abs() < 1e-6);
+        assert_eq!(s.token_chunks, Some(9));
+    }
+
+    #[test]
+    fn spec_stats_land_in_their_fields_and_per_step_time_is_per_verify_step() {
+        // 33 tokens over 320 ms: 10 ms per token; 8 verify steps: 40 ms per step.
+        let mut o = outcome(Some(0), 4096, 33, 9);
+        o.spec = Some(
+            SpecStats {
+                source: "t".into(),
+                verify_steps: Some(8),
+                draft_tokens: Some(32),
+                accepted_tokens: Some(24),
+                accept_length: None,
+                accept_rate: None,
+            }
+            .derive(),
+        );
+        let s = make_sample(&settings(), 4096, 0, 4096, "t".into(), Ok(o));
+        assert!((s.ms_per_step.unwrap() - 10.0).abs() < 1e-6);
+        assert!((s.ms_per_verify_step.unwrap() - 40.0).abs() < 1e-6);
+        assert_eq!(s.spec_accept_length, Some(4.0));
+        assert_eq!(s.spec_accept_rate, Some(0.75));
+        assert_eq!(s.spec_verify_steps, Some(8));
+        assert_eq!(s.method, "stream");
+    }
+
+    fn once(ms: u64, n: u64, cached: u64) -> Result<OnceOutcome, ClientError> {
+        Ok(OnceOutcome {
+            elapsed: Duration::from_millis(ms),
+            counts: Counts {
+                prompt_tokens: Some(2048),
+                completion_tokens: Some(n),
+                cached_tokens: Some(cached),
+            },
+            timings: None,
+            spec: None,
+        })
+    }
+
+    #[test]
+    fn two_point_decode_is_b_minus_a_over_time_difference() {
+        let s = make_two_point_sample(
+            &settings(),
+            2048,
+            0,
+            2048,
+            "t".into(),
+            (1, 17),
+            once(100, 1, 0),
+            once(260, 17, 0),
+        );
+        assert_eq!(s.method, "two-point");
+        assert!((s.decode_tokens_per_s.unwrap() - 100.0).abs() < 1e-9);
+        assert!((s.ms_per_step.unwrap() - 10.0).abs() < 1e-9);
+        assert_eq!(s.ttft_ms, Some(100.0));
+        assert!(s.flags.is_empty(), "{:?}", s.flags);
+    }
+
+    #[test]
+    fn two_point_inversion_is_flagged_with_its_reason_never_nan() {
+        // The seed's trap: B served from the cache.
+        let s = make_two_point_sample(
+            &settings(),
+            2048,
+            0,
+            2048,
+            "t".into(),
+            (1, 17),
+            once(100, 1, 0),
+            once(20, 17, 2047),
+        );
+        assert_eq!(s.decode_tokens_per_s, None);
+        assert!(s.flags.contains(&"two_point_inverted".to_owned()));
+        assert!(s.contaminated);
+        let reason = s.two_point.as_ref().unwrap()["reason"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(reason.contains("prefix cache"), "{reason}");
+        // Without a cache hit the reason is noise.
+        let s = make_two_point_sample(
+            &settings(),
+            2048,
+            0,
+            2048,
+            "t".into(),
+            (1, 17),
+            once(100, 1, 0),
+            once(99, 17, 0),
+        );
+        assert!(s.two_point.unwrap()["reason"]
+            .as_str()
+            .unwrap()
+            .contains("noise"));
+        let e = ClientError::Transport {
+            endpoint: "/c".into(),
+            detail: "x".into(),
+        };
+        let s = make_two_point_sample(
+            &settings(),
+            2048,
+            0,
+            2048,
+            "t".into(),
+            (1, 17),
+            once(1, 1, 0),
+            Err(e),
+        );
+        assert_eq!(s.status, Status::Failed);
+    }
+
+    #[test]
+    fn warm_samples_expect_the_cache_and_flag_when_it_was_not_used() {
+        let s = make_warm_sample(
+            &settings(),
+            4096,
+            0,
+            4096,
+            "t".into(),
+            Ok(outcome(Some(4095), 4096, 33, 33)),
+        );
+        assert_eq!(s.phase, "warm");
+        assert!(!s.contaminated && s.flags.is_empty(), "{:?}", s.flags);
+        let s = make_warm_sample(
+            &settings(),
+            4096,
+            0,
+            4096,
+            "t".into(),
+            Ok(outcome(Some(0), 4096, 33, 33)),
+        );
+        assert!(s.flags.contains(&"warm_prefix_not_reused".to_owned()));
+    }
+
+    #[test]
+    fn cache_hit_is_contaminated_and_unusable() {
+        let s = make_sample(
+            &settings(),
+            4096,
+            0,
+            4096,
+            "t".into(),
+            Ok(outcome(Some(4095), 4096, 33, 33)),
+        );
+        assert!(s.contaminated && !s.usable());
+        assert!(s.flags.contains(&"contaminated".to_owned()));
+    }
+
+    #[test]
+    fn wrong_length_and_unverified_cache_are_flagged() {
+        let s = make_sample(
+            &settings(),
+            4096,
+            0,
+            4096,
+            "t".into(),
+            Ok(outcome(None, 4097, 33, 33)),
+        );
+        assert_eq!(s.length_ok, Some(false));
+        assert!(!s.usable());
+        assert!(s.flags.contains(&"cache_unverified".to_owned()));
+        assert!(s.flags.contains(&"length_mismatch".to_owned()));
+    }
+
+    #[test]
+    fn failures_keep_their_cause() {
+        let e = ClientError::Transport {
+            endpoint: "/completion".into(),
+            detail: "connection reset".into(),
+        };
+        let s = make_sample(&settings(), 4096, 1, 4096, "t".into(), Err(e));
+        assert_eq!(s.status, Status::Failed);
+        let err = s.error.unwrap();
+        assert_eq!(err.kind, "transport");
+        assert!(err.message.contains("connection reset"));
+    }
+}
