@@ -99,6 +99,13 @@ impl Corpus {
         let mut requests = 0;
         let alphabet = backend.tokenize(NONCE_ALPHABET).await?;
         requests += 1;
+        if alphabet.is_empty() {
+            // A /tokenize that ignores our request body: usually the wrong --backend.
+            return Err(CorpusError::Empty(format!(
+                "the server's tokenizer returned no tokens for non-empty text; check that --backend {} matches this server (or use --backend auto)",
+                backend.kind().as_str()
+            )));
+        }
         let (tokens, wraps) = match spec {
             CorpusSpec::Repeat => {
                 // One block, tokenized once, repeated: the text is periodic anyway.
@@ -133,7 +140,7 @@ impl Corpus {
         };
         if tokens.is_empty() {
             return Err(CorpusError::Empty(
-                "the corpus tokenized to zero tokens".to_owned(),
+                "the corpus tokenized to zero tokens: is the text empty?".to_owned(),
             ));
         }
         let mut pool: Vec<u32> = alphabet;

@@ -293,3 +293,29 @@ fn scripted_disk_full_names_the_error_and_keeps_every_written_line() {
     assert!(!r.samples.is_empty() && r.samples.len() < 20);
     assert!(r.samples.iter().all(|s| s.status == Status::Ok));
 }
+
+#[test]
+fn scripted_wrong_backend_is_named_not_a_silent_empty_corpus() {
+    // A llama.cpp-shaped server driven as vLLM: its /tokenize ignores vLLM's request body.
+    let srv = Scripted::start(4096, |_, body| good(body));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let url = srv.url();
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--url",
+        &url,
+        "--backend",
+        "vllm",
+        "--contexts",
+        "64",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("--backend vllm matches this server"),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+}
