@@ -227,7 +227,9 @@ pub fn make_sample(
     // carrying several tokens (speculative decoding) is not mistaken for one step.
     if let (Some(n), Some(span)) = (s.output_tokens, out.stream.decode_span()) {
         let span_ms = ms(span);
-        if n >= 2 && span_ms > 0.0 {
+        if coalesced(&out.stream, span_ms, s.server.as_ref()) {
+            s.flags.push("coalesced_tokens".into());
+        } else if n >= 2 && span_ms > 0.0 {
             s.decode_tokens_per_s = Some((n - 1) as f64 / (span_ms / 1000.0));
             s.ms_per_step = Some(span_ms / (n - 1) as f64);
         }
@@ -237,6 +239,22 @@ pub fn make_sample(
     }
     flag_common(&mut s, settings.output_tokens as u64);
     s
+}
+
+/// Whether the tokens arrived in bursts, so first→last arrival does not time the decode:
+/// three quarters or more of the stream came in the first token's read (a speculative step
+/// can legitimately bring several), or the client saw the tokens
+/// spread over less than half the time the server says it spent generating them.
+fn coalesced(
+    st: &crate::client::StreamStats,
+    span_ms: f64,
+    server: Option<&crate::client::ServerTimings>,
+) -> bool {
+    let burst = st.token_events >= 4 && st.first_read_token_events * 4 >= st.token_events * 3;
+    let squeezed = server
+        .and_then(|t| t.predicted_ms)
+        .is_some_and(|p| p > 1.0 && span_ms < 0.5 * p);
+    burst || squeezed
 }
 
 /// Stores speculative statistics on a sample; time per verify step is the decode span over
@@ -292,6 +310,7 @@ mod tests {
                 t_end: t0 + Duration::from_millis(421),
                 events: token_events + 3,
                 token_events,
+                first_read_token_events: 1,
                 bytes: 1000,
                 saw_final: true,
             },
@@ -475,6 +494,32 @@ mod tests {
             Ok(outcome(Some(0), 4096, 33, 33)),
         );
         assert!(s.flags.contains(&"warm_prefix_not_reused".to_owned()));
+    }
+
+    #[test]
+    fn a_burst_of_tokens_in_one_read_gives_no_decode_rate() {
+        // The client was descheduled: 30 of 33 token events arrived with the first one.
+        let mut o = outcome(Some(0), 4096, 33, 33);
+        o.stream.first_read_token_events = 30;
+        let s = make_sample(&settings(), 4096, 0, 4096, "t".into(), Ok(o));
+        assert!(s.decode_tokens_per_s.is_none() && s.ms_per_step.is_none());
+        assert!(s.flags.contains(&"coalesced_tokens".to_owned()));
+        assert!(s.ttft_ms.is_some(), "TTFT is still measured");
+    }
+
+    #[test]
+    fn a_client_span_far_below_the_servers_is_coalesced() {
+        // Client saw 320 ms between first and last token; the server spent 1000 ms.
+        let mut o = outcome(Some(0), 4096, 33, 33);
+        o.timings.as_mut().unwrap().predicted_ms = Some(1000.0);
+        let s = make_sample(&settings(), 4096, 0, 4096, "t".into(), Ok(o));
+        assert!(s.decode_tokens_per_s.is_none());
+        assert!(s.flags.contains(&"coalesced_tokens".to_owned()));
+        // Agreeing spans keep their rate.
+        let mut o = outcome(Some(0), 4096, 33, 33);
+        o.timings.as_mut().unwrap().predicted_ms = Some(330.0);
+        let s = make_sample(&settings(), 4096, 0, 4096, "t".into(), Ok(o));
+        assert!(s.decode_tokens_per_s.is_some());
     }
 
     #[test]

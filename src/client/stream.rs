@@ -39,6 +39,10 @@ pub struct StreamStats {
     pub events: usize,
     /// Events that carried at least one generated token.
     pub token_events: usize,
+    /// Token-carrying events that arrived in the same read as the first one: when most of
+    /// the stream arrives at once (client descheduled, proxy buffering), arrival times no
+    /// longer time the decode.
+    pub first_read_token_events: usize,
     /// Body bytes received.
     pub bytes: usize,
     /// Whether the final record arrived.
@@ -139,6 +143,7 @@ where
         t_end: t_sent,
         events: 0,
         token_events: 0,
+        first_read_token_events: 0,
         bytes: 0,
         saw_final: false,
     };
@@ -191,6 +196,7 @@ where
             stats.bytes += c.len();
             parser.push(c, &mut events);
         }
+        let first_read = stats.t_first_token.is_none();
         for ev in events.drain(..) {
             stats.events += 1;
             let info = on_event(&ev)?;
@@ -198,6 +204,9 @@ where
                 stats.token_events += 1;
                 stats.t_first_token.get_or_insert(arrived);
                 stats.t_last_token = Some(arrived);
+                if first_read {
+                    stats.first_read_token_events += 1;
+                }
             }
             stats.saw_final |= info.is_final;
             if info.ends_stream {
