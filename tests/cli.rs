@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{free_port, run};
+use common::{free_port, run, sweep};
 
 #[test]
 fn malformed_contexts_are_a_usage_error() {
@@ -47,24 +47,15 @@ fn unknown_backend_is_a_usage_error() {
 
 #[test]
 fn an_unreachable_server_is_named_and_leaves_no_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("x.jsonl");
     let url = format!("http://127.0.0.1:{}", free_port());
-    let (code, _, stderr) = run(&[
-        "sweep",
-        "--url",
-        &url,
-        "--contexts",
-        "1k",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 1, "{stderr}");
+    let run = sweep(&url, &["--contexts", "1k"]);
+    let stderr = &run.stderr;
+    assert_eq!(run.code, 1, "{stderr}");
     assert!(
         stderr.contains("cannot connect") && stderr.contains(&url),
         "{stderr}"
     );
-    assert!(!out.exists());
+    assert!(!run.out.exists());
 }
 
 #[test]

@@ -3,39 +3,34 @@
 
 mod common;
 
-use common::{run, serial, RefServer};
-use ctxbench::record::read_results;
+use common::{run, serial, sweep, RefServer};
 
 #[test]
 fn adaptive_repetitions_record_why_each_point_stopped() {
     let _g = serial();
     let srv = RefServer::start(8192, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("a.jsonl");
-    let (code, _, stderr) = run(&[
-        "sweep",
-        "--url",
+    let run = sweep(
         &srv.url(),
-        "--contexts",
-        "1k,2k",
-        "--precision",
-        "0.5",
-        "--min-reps",
-        "2",
-        "--max-reps",
-        "8",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    let text = std::fs::read_to_string(&out).unwrap();
+        &[
+            "--contexts",
+            "1k,2k",
+            "--precision",
+            "0.5",
+            "--min-reps",
+            "2",
+            "--max-reps",
+            "8",
+        ],
+    )
+    .ok();
+    let text = std::fs::read_to_string(&run.out).unwrap();
     let points: Vec<serde_json::Value> = text
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter(|v| v["type"] == "point")
         .collect();
     assert_eq!(points.len(), 2, "{text}");
-    let samples = read_results(&out, false).unwrap().samples;
+    let samples = run.results().samples;
     for p in &points {
         let c = p["context_tokens"].as_u64().unwrap();
         let reps = p["reps"].as_u64().unwrap();
@@ -65,21 +60,10 @@ fn adaptive_repetitions_record_why_each_point_stopped() {
 fn dry_run_prints_the_plan_and_measures_nothing() {
     let _g = serial();
     let srv = RefServer::start(20000, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("never.jsonl");
     let before = srv.metric("llamacpp:prompt_tokens_total");
-    let (code, stdout, stderr) = run(&[
-        "sweep",
-        "--url",
-        &srv.url(),
-        "--contexts",
-        "1k,4k,16k",
-        "--dry-run",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    assert!(!out.exists(), "a dry run must not write results");
+    let run = sweep(&srv.url(), &["--contexts", "1k,4k,16k", "--dry-run"]).ok();
+    let stdout = &run.stdout;
+    assert!(!run.out.exists(), "a dry run must not write results");
     for row in ["1k", "4k", "16k"] {
         assert!(
             stdout.lines().any(|l| l.trim_start().starts_with(row)),

@@ -4,20 +4,39 @@
 mod common;
 
 use std::collections::HashSet;
+use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::{ctxbench, run, serial, signal, wait_for_samples, RefServer};
+use common::{ctxbench, run, serial, signal, sweep, wait_for_samples, RefServer};
 use ctxbench::record::{read_results, Status};
 
-fn spawn_sweep(args: &[&str]) -> Child {
-    ctxbench()
+/// A sweep running in the background, writing to a fresh temporary results file.
+struct Running {
+    child: Child,
+    out: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts `ctxbench sweep --url URL ARGS... --out <tmp>/r.jsonl` without waiting for it.
+fn spawn_sweep(url: &str, args: &[&str]) -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let child = ctxbench()
+        .args(["sweep", "--url", url])
         .args(args)
+        .arg("--out")
+        .arg(&out)
         .env_remove("CTXBENCH_API_KEY")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn ctxbench")
+        .expect("spawn ctxbench");
+    Running {
+        child,
+        out,
+        _dir: dir,
+    }
 }
 
 fn finish(child: Child) -> (i32, String, String) {
@@ -34,29 +53,17 @@ fn a_server_killed_mid_prefill_loses_nothing_and_resume_completes_the_run() {
     let _g = serial();
     let srv = RefServer::start(32768, &[]);
     let port = srv.port;
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("kill.jsonl");
     let url = srv.url();
-    let args = [
-        "sweep",
-        "--url",
-        &url,
-        "--contexts",
-        "1k,16k",
-        "--reps",
-        "2",
-        "--out",
-        out.to_str().unwrap(),
-    ];
-    let child = spawn_sweep(&args);
-    wait_for_samples(&out, 2, Duration::from_secs(60));
+    let args = ["--contexts", "1k,16k", "--reps", "2"];
+    let running = spawn_sweep(&url, &args);
+    wait_for_samples(&running.out, 2, Duration::from_secs(60));
     // The 16k request (a prefill of over a second here) is now in flight: kill the server.
     std::thread::sleep(Duration::from_millis(300));
     drop(srv);
-    let (code, _, stderr) = finish(child);
+    let (code, _, stderr) = finish(running.child);
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("--resume"), "no resume hint: {stderr}");
-    let before = read_results(&out, false).unwrap().samples;
+    let before = read_results(&running.out, false).unwrap().samples;
     assert_eq!(before.len(), 3, "{before:?}");
     assert!(before[..2]
         .iter()
@@ -69,9 +76,16 @@ fn a_server_killed_mid_prefill_loses_nothing_and_resume_completes_the_run() {
 
     // Restart the server where it was and resume.
     let srv = RefServer::start_on(port, 32768, &[]);
-    let (code, stdout, stderr) = run(&[&args[..], &["--resume"]].concat());
+    // The same command line, with --resume.
+    let out = running.out.to_str().unwrap();
+    let resume = [
+        &["sweep", "--url", &url][..],
+        &args,
+        &["--out", out, "--resume"],
+    ];
+    let (code, stdout, stderr) = run(&resume.concat());
     assert_eq!(code, 0, "{stderr}");
-    let after = read_results(&out, false).unwrap().samples;
+    let after = read_results(&running.out, false).unwrap().samples;
     assert_eq!(after[..3], before[..], "resume changed earlier lines");
     let ok: Vec<_> = after.iter().filter(|s| s.status == Status::Ok).collect();
     let keys: HashSet<_> = ok.iter().map(|s| (s.context_tokens, s.rep)).collect();
@@ -88,30 +102,25 @@ fn a_server_killed_mid_prefill_loses_nothing_and_resume_completes_the_run() {
 fn a_stalled_server_hits_the_stall_timeout_and_the_sweep_reports_it() {
     let _g = serial();
     let srv = RefServer::start(32768, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("stall.jsonl");
-    let url = srv.url();
-    let child = spawn_sweep(&[
-        "sweep",
-        "--url",
-        &url,
-        "--contexts",
-        "1k,16k",
-        "--reps",
-        "1",
-        "--stall-timeout",
-        "2",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    wait_for_samples(&out, 1, Duration::from_secs(60));
+    let running = spawn_sweep(
+        &srv.url(),
+        &[
+            "--contexts",
+            "1k,16k",
+            "--reps",
+            "1",
+            "--stall-timeout",
+            "2",
+        ],
+    );
+    wait_for_samples(&running.out, 1, Duration::from_secs(60));
     // Let the 16k prefill start (its progress events start the byte flow), then freeze it.
     std::thread::sleep(Duration::from_millis(300));
     signal(srv.pid(), "-STOP");
-    let (code, _, stderr) = finish(child);
+    let (code, _, stderr) = finish(running.child);
     signal(srv.pid(), "-CONT");
     assert_eq!(code, 1, "{stderr}");
-    let s = read_results(&out, false).unwrap().samples;
+    let s = read_results(&running.out, false).unwrap().samples;
     assert_eq!(s.len(), 2);
     assert_eq!(s[0].status, Status::Ok);
     let e = s[1].error.as_ref().expect("16k sample failed");
@@ -123,30 +132,20 @@ fn a_stalled_server_hits_the_stall_timeout_and_the_sweep_reports_it() {
 fn ctrl_c_keeps_every_sample_prints_the_partial_summary_and_exits_130() {
     let _g = serial();
     let srv = RefServer::start(32768, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("int.jsonl");
-    let url = srv.url();
-    let child = spawn_sweep(&[
-        "sweep",
-        "--url",
-        &url,
-        "--contexts",
-        "1k,2k,4k,8k,16k",
-        "--reps",
-        "3",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    wait_for_samples(&out, 3, Duration::from_secs(60));
-    signal(child.id(), "-INT");
-    let (code, stdout, stderr) = finish(child);
+    let running = spawn_sweep(
+        &srv.url(),
+        &["--contexts", "1k,2k,4k,8k,16k", "--reps", "3"],
+    );
+    wait_for_samples(&running.out, 3, Duration::from_secs(60));
+    signal(running.child.id(), "-INT");
+    let (code, stdout, stderr) = finish(running.child);
     assert_eq!(code, 130, "{stderr}");
     assert!(
         stderr.contains("interrupted") && stderr.contains("--resume"),
         "{stderr}"
     );
     assert!(stdout.contains("1k "), "partial summary missing: {stdout}");
-    let r = read_results(&out, false).unwrap();
+    let r = read_results(&running.out, false).unwrap();
     assert_eq!(r.torn_bytes, 0);
     assert!(r.samples.len() >= 3 && r.samples.len() < 15);
     assert!(r.samples.iter().all(|s| s.status == Status::Ok));
@@ -156,26 +155,13 @@ fn ctrl_c_keeps_every_sample_prints_the_partial_summary_and_exits_130() {
 fn a_second_ctrl_c_exits_at_once_with_130() {
     let _g = serial();
     let srv = RefServer::start(32768, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("int2.jsonl");
-    let url = srv.url();
-    let child = spawn_sweep(&[
-        "sweep",
-        "--url",
-        &url,
-        "--contexts",
-        "1k,16k",
-        "--reps",
-        "3",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    wait_for_samples(&out, 1, Duration::from_secs(60));
-    signal(child.id(), "-INT");
-    signal(child.id(), "-INT");
-    let (code, _, stderr) = finish(child);
+    let running = spawn_sweep(&srv.url(), &["--contexts", "1k,16k", "--reps", "3"]);
+    wait_for_samples(&running.out, 1, Duration::from_secs(60));
+    signal(running.child.id(), "-INT");
+    signal(running.child.id(), "-INT");
+    let (code, _, stderr) = finish(running.child);
     assert_eq!(code, 130, "{stderr}");
-    let r = read_results(&out, false).unwrap();
+    let r = read_results(&running.out, false).unwrap();
     assert!(!r.samples.is_empty(), "measured samples lost");
 }
 
@@ -271,14 +257,6 @@ fn the_api_key_authenticates_and_appears_in_no_output() {
     );
     assert!(!stderr.contains("SECRET"), "a key leaked into the error");
     // Without any key the server refuses too, with the same advice.
-    let (code, _, stderr) = run(&[
-        "sweep",
-        "--url",
-        &url,
-        "--contexts",
-        "1k",
-        "--out",
-        dir.path().join("n.jsonl").to_str().unwrap(),
-    ]);
-    assert_eq!(code, 2, "{stderr}");
+    let keyless = sweep(&url, &["--contexts", "1k"]);
+    assert_eq!(keyless.code, 2, "{}", keyless.stderr);
 }

@@ -5,8 +5,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::run;
 use common::scripted::{good, good_events, json_reply, Reply, Scripted};
+use common::sweep;
 use ctxbench::record::{read_results, Sample, Status};
 use serde_json::{json, Value};
 
@@ -20,25 +20,15 @@ fn sweep_with_fault(
         4096,
         move |i, body| if i == 1 { fault(body) } else { good(body) },
     );
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let url = srv.url();
-    let mut args = vec![
-        "sweep",
-        "--url",
-        &url,
-        "--contexts",
-        "64",
-        "--reps",
-        "2",
-        "--out",
-        out.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    let (code, _, stderr) = run(&args);
+    let run = sweep(
+        &srv.url(),
+        &[&["--contexts", "64", "--reps", "2"][..], extra].concat(),
+    );
+    let (code, stderr) = (run.code, run.stderr);
     assert_ne!(code, 101, "ctxbench panicked: {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
-    let samples = read_results(&out, false)
+    // A run may fail before writing anything: then there are no samples.
+    let samples = read_results(&run.out, false)
         .map(|r| r.samples)
         .unwrap_or_default();
     (code, stderr, samples)
@@ -230,19 +220,9 @@ fn scripted_401_is_a_usage_error_that_names_the_api_key() {
             json!({"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}),
         )
     });
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let url = srv.url();
-    let (code, _, stderr) = run(&[
-        "sweep",
-        "--url",
-        &url,
-        "--contexts",
-        "64",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 2, "{stderr}");
+    let run = sweep(&srv.url(), &["--contexts", "64"]);
+    let stderr = &run.stderr;
+    assert_eq!(run.code, 2, "{stderr}");
     let err: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
     assert_eq!(err.len(), 1, "one error line: {stderr}");
     assert!(
@@ -250,7 +230,7 @@ fn scripted_401_is_a_usage_error_that_names_the_api_key() {
         "{stderr}"
     );
     assert!(
-        !out.exists(),
+        !run.out.exists(),
         "no results file for a run that measured nothing"
     );
 }

@@ -2,8 +2,8 @@
 
 mod common;
 
-use common::{ref_paths, run, serial, RefServer};
-use ctxbench::record::{read_results, Status};
+use common::{ref_paths, serial, sweep, RefServer};
+use ctxbench::record::Status;
 
 #[test]
 fn speculative_decoding_with_a_draft_model_reports_acceptance_per_sample() {
@@ -21,23 +21,19 @@ fn speculative_decoding_with_a_draft_model_reports_acceptance_per_sample() {
             "8",
         ],
     );
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("spec.jsonl");
-    let (code, stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let run = sweep(
         &srv.url(),
-        "--contexts",
-        "1k,2k",
-        "--reps",
-        "2",
-        "--output-tokens",
-        "32",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
-    let r = read_results(&out, false).unwrap();
+        &[
+            "--contexts",
+            "1k,2k",
+            "--reps",
+            "2",
+            "--output-tokens",
+            "32",
+        ],
+    )
+    .ok();
+    let r = run.results();
     assert_eq!(r.samples.len(), 4);
     for s in &r.samples {
         assert_eq!(s.status, Status::Ok, "{s:?}");
@@ -61,7 +57,7 @@ fn speculative_decoding_with_a_draft_model_reports_acceptance_per_sample() {
             Some(s.context_tokens as f64)
         );
     }
-    assert!(stdout.contains("accept length"), "{stdout}");
+    assert!(run.stdout.contains("accept length"), "{}", run.stdout);
 }
 
 #[test]
@@ -69,25 +65,21 @@ fn slot_erase_flush_runs_before_every_sample_with_slot_save_path() {
     let _g = serial();
     let slots = tempfile::tempdir().unwrap();
     let srv = RefServer::start(8192, &["--slot-save-path", slots.path().to_str().unwrap()]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("f.jsonl");
-    let (code, _stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let r = sweep(
         &srv.url(),
-        "--contexts",
-        "1k",
-        "--reps",
-        "2",
-        "--output-tokens",
-        "8",
-        "--flush",
-        "always",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
-    let r = read_results(&out, false).unwrap();
+        &[
+            "--contexts",
+            "1k",
+            "--reps",
+            "2",
+            "--output-tokens",
+            "8",
+            "--flush",
+            "always",
+        ],
+    )
+    .ok()
+    .results();
     assert_eq!(
         r.header.config["flush"]
             .as_str()
@@ -107,45 +99,26 @@ fn slot_erase_flush_runs_before_every_sample_with_slot_save_path() {
 fn slot_erase_without_slot_save_path_names_the_flag() {
     let _g = serial();
     let srv = RefServer::start(8192, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("a.jsonl");
-    let (code, _stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let run = sweep(
         &srv.url(),
-        "--contexts",
-        "1k",
-        "--reps",
-        "1",
-        "--output-tokens",
-        "8",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "auto falls back: {stderr}");
+        &["--contexts", "1k", "--reps", "1", "--output-tokens", "8"],
+    );
+    let stderr = &run.stderr;
+    assert_eq!(run.code, 0, "auto falls back: {stderr}");
     assert!(stderr.contains("--slot-save-path"), "{stderr}");
-    let r = read_results(&out, false).unwrap();
+    let r = run.results();
     assert_eq!(r.samples[0].flush, None);
     assert_eq!(
         r.samples[0].cached_tokens,
         Some(0),
         "nonce and cache_prompt:false still hold"
     );
-    let out2 = dir.path().join("b.jsonl");
-    let (code, _stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let refused = sweep(
         &srv.url(),
-        "--contexts",
-        "1k",
-        "--reps",
-        "1",
-        "--flush",
-        "always",
-        "--out",
-        out2.to_str().unwrap(),
-    ]);
-    assert_ne!(code, 0);
+        &["--contexts", "1k", "--reps", "1", "--flush", "always"],
+    );
+    let stderr = &refused.stderr;
+    assert_ne!(refused.code, 0);
     assert!(
         stderr.contains("--flush always") && stderr.contains("--slot-save-path"),
         "{stderr}"
@@ -161,42 +134,35 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn two_point_and_streaming_decode_rates_agree_within_a_factor_of_two() {
     let _g = serial();
     let srv = RefServer::start(8192, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let tp = dir.path().join("tp.jsonl");
-    let st = dir.path().join("st.jsonl");
     // B = 129: the decode time (≈ 60–150 ms here) must dominate run-to-run noise.
-    let (code, _o, stderr) = run(&[
-        "sweep",
-        "--url",
+    let tp = sweep(
         &srv.url(),
-        "--contexts",
-        "1k,2k",
-        "--reps",
-        "5",
-        "--method",
-        "two-point",
-        "--two-point-tokens",
-        "1,129",
-        "--out",
-        tp.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
-    let (code, _o, stderr) = run(&[
-        "sweep",
-        "--url",
+        &[
+            "--contexts",
+            "1k,2k",
+            "--reps",
+            "5",
+            "--method",
+            "two-point",
+            "--two-point-tokens",
+            "1,129",
+        ],
+    )
+    .ok();
+    let st = sweep(
         &srv.url(),
-        "--contexts",
-        "1k,2k",
-        "--reps",
-        "5",
-        "--output-tokens",
-        "129",
-        "--out",
-        st.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
-    let tp = read_results(&tp, false).unwrap();
-    let st = read_results(&st, false).unwrap();
+        &[
+            "--contexts",
+            "1k,2k",
+            "--reps",
+            "5",
+            "--output-tokens",
+            "129",
+        ],
+    )
+    .ok();
+    let tp = tp.results();
+    let st = st.results();
     assert_eq!(tp.header.config["method"], "two-point");
     for c in [1024, 2048] {
         let rates = |r: &ctxbench::record::Results| {
@@ -237,29 +203,26 @@ fn two_point_and_streaming_decode_rates_agree_within_a_factor_of_two() {
 fn two_point_on_a_caching_server_yields_no_nan_and_no_unflagged_sample() {
     let _g = serial();
     let srv = RefServer::start(8192, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("trap.jsonl");
     // The seed's setup: no nonce, the server's cache left on, A then B on the same prompt.
-    let (_code, stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let run = sweep(
         &srv.url(),
-        "--contexts",
-        "2k",
-        "--reps",
-        "3",
-        "--method",
-        "two-point",
-        "--nonce",
-        "off",
-        "--cache-bypass",
-        "off",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    let r = read_results(&out, false).unwrap();
+        &[
+            "--contexts",
+            "2k",
+            "--reps",
+            "3",
+            "--method",
+            "two-point",
+            "--nonce",
+            "off",
+            "--cache-bypass",
+            "off",
+        ],
+    );
+    let (stdout, stderr) = (&run.stdout, &run.stderr);
+    let r = run.results();
     assert_eq!(r.samples.len(), 3, "{stderr}");
-    let raw = std::fs::read_to_string(&out).unwrap();
+    let raw = std::fs::read_to_string(&run.out).unwrap();
     assert!(!raw.contains("NaN") && !raw.contains("Infinity"), "{raw}");
     for s in &r.samples {
         assert_eq!(s.status, Status::Ok);
@@ -298,23 +261,19 @@ fn two_point_on_a_caching_server_yields_no_nan_and_no_unflagged_sample() {
 fn decode_at_depth_samples_are_warm_and_cold_ones_stay_cold() {
     let _g = serial();
     let srv = RefServer::start(8192, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("w.jsonl");
-    let (code, stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let run = sweep(
         &srv.url(),
-        "--contexts",
-        "1k,4k",
-        "--reps",
-        "2",
-        "--decode-samples",
-        "2",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
-    let r = read_results(&out, false).unwrap();
+        &[
+            "--contexts",
+            "1k,4k",
+            "--reps",
+            "2",
+            "--decode-samples",
+            "2",
+        ],
+    )
+    .ok();
+    let r = run.results();
     assert_eq!(r.samples.len(), 2 * 2 * 3);
     let (cold, warm): (Vec<_>, Vec<_>) = r.samples.iter().partition(|s| s.phase == "cold");
     assert_eq!((cold.len(), warm.len()), (4, 8));
@@ -335,5 +294,5 @@ fn decode_at_depth_samples_are_warm_and_cold_ones_stay_cold() {
     let points = ctxbench::stats::summarize(&r.samples);
     assert_eq!(points[0].usable, 2);
     assert_eq!(points[0].warm, 4);
-    assert!(stdout.contains("decode at depth"), "{stdout}");
+    assert!(run.stdout.contains("decode at depth"), "{}", run.stdout);
 }

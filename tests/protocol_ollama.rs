@@ -5,35 +5,32 @@
 mod common;
 mod scripted;
 
-use common::run;
-use ctxbench::record::{read_results, Status};
-use scripted::{tgi_words, Config, Flavor, Scripted};
+use common::sweep;
+use ctxbench::record::Status;
+use scripted::{over_long_prompt_error, tgi_words, Config, Flavor, Scripted};
 
 #[test]
 fn protocol_ollama_calibrated_lengths_ndjson_and_nanoseconds() {
     let srv = Scripted::start(Config::new(Flavor::Ollama));
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let (code, _stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let run = sweep(
         &srv.url(),
-        "--contexts",
-        "1k,2k",
-        "--reps",
-        "2",
-        "--output-tokens",
-        "16",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
+        &[
+            "--contexts",
+            "1k,2k",
+            "--reps",
+            "2",
+            "--output-tokens",
+            "16",
+        ],
+    )
+    .ok();
+    let stderr = &run.stderr;
     assert!(stderr.contains("backend: ollama"), "{stderr}");
     assert!(
         stderr.contains("calibrated against the server's prompt_eval_count"),
         "{stderr}"
     );
-    let r = read_results(&out, false).unwrap();
+    let r = run.results();
     assert_eq!(r.header.server["backend"], "ollama");
     assert_eq!(r.header.server["max_context"], 8192, "from /api/show");
     assert_eq!(r.header.config["length_tolerance_pct"], 0.01);
@@ -99,30 +96,7 @@ fn protocol_ollama_calibrated_lengths_ndjson_and_nanoseconds() {
 
 #[test]
 fn protocol_ollama_over_long_prompt_is_a_clear_context_error() {
-    let mut c = Config::new(Flavor::Ollama);
-    c.advertised_context = 32768;
-    c.real_context = 4096;
-    let srv = Scripted::start(c);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let (code, _stdout, stderr) = run(&[
-        "sweep",
-        "--url",
-        &srv.url(),
-        "--backend",
-        "ollama",
-        "--contexts",
-        "8k",
-        "--reps",
-        "1",
-        "--output-tokens",
-        "8",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 1, "{stderr}");
-    let r = read_results(&out, false).unwrap();
-    let e = r.samples[0].error.as_ref().unwrap();
+    let e = over_long_prompt_error(Flavor::Ollama, "ollama");
     assert_eq!(e.kind, "context_exceeded", "{e:?}");
     assert!(
         e.message.contains("longer than the context length"),

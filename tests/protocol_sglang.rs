@@ -5,8 +5,8 @@
 mod common;
 mod scripted;
 
-use common::run;
-use ctxbench::record::{read_results, Status};
+use common::sweep;
+use ctxbench::record::Status;
 use scripted::{Config, Flavor, Scripted};
 
 fn spec_config() -> Config {
@@ -21,22 +21,19 @@ fn spec_config() -> Config {
 #[test]
 fn protocol_sglang_auto_sweep_lands_counts_timings_cache_and_spec_in_their_fields() {
     let srv = Scripted::start(spec_config());
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let (code, stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let run = sweep(
         &srv.url(),
-        "--contexts",
-        "1k,2k",
-        "--reps",
-        "2",
-        "--output-tokens",
-        "16",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
+        &[
+            "--contexts",
+            "1k,2k",
+            "--reps",
+            "2",
+            "--output-tokens",
+            "16",
+        ],
+    )
+    .ok();
+    let (stdout, stderr) = (&run.stdout, &run.stderr);
     assert!(stderr.contains("backend: sglang"), "{stderr}");
     assert!(
         stderr.contains("/server_info"),
@@ -44,7 +41,7 @@ fn protocol_sglang_auto_sweep_lands_counts_timings_cache_and_spec_in_their_field
     );
     assert!(stderr.contains("KV pool 500000 tokens"), "{stderr}");
     assert!(stderr.contains("sglang /flush_cache"), "{stderr}");
-    let r = read_results(&out, false).unwrap();
+    let r = run.results();
     assert_eq!(r.header.server["backend"], "sglang");
     assert_eq!(r.header.server["kv_pool_tokens"], 500_000);
     assert_eq!(r.header.server["max_context"], 8192);
@@ -114,26 +111,23 @@ fn protocol_sglang_without_metrics_or_spec_leaves_optional_fields_empty() {
     c.enable_metrics = false;
     c.cache_report = false;
     let srv = Scripted::start(c);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let (code, _stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let run = sweep(
         &srv.url(),
-        "--backend",
-        "sglang",
-        "--contexts",
-        "1k",
-        "--reps",
-        "1",
-        "--output-tokens",
-        "8",
-        "--flush",
-        "never",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
+        &[
+            "--backend",
+            "sglang",
+            "--contexts",
+            "1k",
+            "--reps",
+            "1",
+            "--output-tokens",
+            "8",
+            "--flush",
+            "never",
+        ],
+    )
+    .ok();
+    let stderr = &run.stderr;
     assert!(
         stderr.contains("--enable-metrics"),
         "names the flag: {stderr}"
@@ -142,7 +136,7 @@ fn protocol_sglang_without_metrics_or_spec_leaves_optional_fields_empty() {
         stderr.contains("--enable-cache-report"),
         "names the flag: {stderr}"
     );
-    let r = read_results(&out, false).unwrap();
+    let r = run.results();
     let s = &r.samples[0];
     assert_eq!(s.spec_accept_length, None);
     assert_eq!(s.ms_per_verify_step, None);
@@ -165,23 +159,12 @@ fn protocol_sglang_over_long_prompt_is_a_clear_context_error() {
     c.advertised_context = 32768;
     c.real_context = 4096;
     let srv = Scripted::start(c);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let (code, _stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let run = sweep(
         &srv.url(),
-        "--contexts",
-        "1k,8k",
-        "--reps",
-        "1",
-        "--output-tokens",
-        "8",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 1, "incomplete run: {stderr}");
-    let r = read_results(&out, false).unwrap();
+        &["--contexts", "1k,8k", "--reps", "1", "--output-tokens", "8"],
+    );
+    assert_eq!(run.code, 1, "incomplete run: {}", run.stderr);
+    let r = run.results();
     assert_eq!(r.samples[0].status, Status::Ok);
     let e = r.samples[1].error.as_ref().expect("8k failed");
     assert_eq!(e.kind, "context_exceeded", "{e:?}");
@@ -196,12 +179,7 @@ fn protocol_sglang_over_long_prompt_is_a_clear_context_error() {
 fn protocol_sglang_openai_api_with_cache_report_reads_a_missing_count_as_zero() {
     // --enable-cache-report on: usage carries cached_tokens only when it is positive.
     let srv = Scripted::start(Config::new(Flavor::Sglang));
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let (code, _stdout, stderr) = run(&[
-        "sweep",
-        "--url",
-        &srv.url(),
+    let openai = [
         "--backend",
         "openai",
         "--contexts",
@@ -210,11 +188,8 @@ fn protocol_sglang_openai_api_with_cache_report_reads_a_missing_count_as_zero() 
         "2",
         "--output-tokens",
         "8",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
-    let r = read_results(&out, false).unwrap();
+    ];
+    let r = sweep(&srv.url(), &openai).ok().results();
     for s in &r.samples {
         assert_eq!(s.cached_tokens, Some(0), "{s:?}");
         assert!(s.cache_verified);
@@ -223,28 +198,12 @@ fn protocol_sglang_openai_api_with_cache_report_reads_a_missing_count_as_zero() 
     let q = &srv.requests("/v1/completions")[1];
     assert_eq!(q["prompt"].as_array().unwrap().len(), 1024, "token ids");
     // And the trap it guards against: without the nonce the cache hit is seen and flagged.
-    let out2 = dir.path().join("trap.jsonl");
-    let (_code, _stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let trap = sweep(
         &srv.url(),
-        "--backend",
-        "openai",
-        "--contexts",
-        "1k",
-        "--reps",
-        "2",
-        "--output-tokens",
-        "8",
-        "--nonce",
-        "off",
-        "--flush",
-        "never",
-        "--out",
-        out2.to_str().unwrap(),
-    ]);
-    let r = read_results(&out2, false).unwrap();
-    assert!(r.samples[1].contaminated, "{stderr}");
+        &[&openai[..], &["--nonce", "off", "--flush", "never"]].concat(),
+    );
+    let r = trap.results();
+    assert!(r.samples[1].contaminated, "{}", trap.stderr);
     assert!(r.samples[1].cached_tokens.unwrap() >= 1000);
 }
 
@@ -253,23 +212,12 @@ fn protocol_sglang_incremental_streaming_output_reads_the_same_as_cumulative() {
     let mut c = spec_config();
     c.incremental = true;
     let srv = Scripted::start(c);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let (code, _stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let run = sweep(
         &srv.url(),
-        "--contexts",
-        "1k",
-        "--reps",
-        "1",
-        "--output-tokens",
-        "16",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
-    let s = &read_results(&out, false).unwrap().samples[0];
+        &["--contexts", "1k", "--reps", "1", "--output-tokens", "16"],
+    )
+    .ok();
+    let s = &run.results().samples[0];
     assert_eq!(s.output_tokens, Some(16));
     assert_eq!(s.token_chunks, Some(6));
     assert_eq!(s.spec_verify_steps, Some(5));

@@ -5,32 +5,29 @@
 mod common;
 mod scripted;
 
-use common::run;
-use ctxbench::record::{read_results, Status};
-use scripted::{tgi_words, Config, Flavor, Scripted};
+use common::sweep;
+use ctxbench::record::Status;
+use scripted::{over_long_prompt_error, tgi_words, Config, Flavor, Scripted};
 
 #[test]
 fn protocol_tgi_text_prompts_have_exact_length_by_the_servers_count() {
     let srv = Scripted::start(Config::new(Flavor::Tgi));
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let (code, _stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let run = sweep(
         &srv.url(),
-        "--contexts",
-        "1k,2k",
-        "--reps",
-        "2",
-        "--output-tokens",
-        "16",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
+        &[
+            "--contexts",
+            "1k,2k",
+            "--reps",
+            "2",
+            "--output-tokens",
+            "16",
+        ],
+    )
+    .ok();
+    let stderr = &run.stderr;
     assert!(stderr.contains("backend: tgi"), "{stderr}");
     assert!(stderr.contains("tokenize → trim → re-tokenize"), "{stderr}");
-    let r = read_results(&out, false).unwrap();
+    let r = run.results();
     assert_eq!(r.header.server["backend"], "tgi");
     assert_eq!(
         r.header.server["server_added_tokens"], 1,
@@ -69,23 +66,12 @@ fn protocol_tgi_text_prompts_have_exact_length_by_the_servers_count() {
 #[test]
 fn protocol_tgi_two_point_reads_counts_and_timings_from_headers() {
     let srv = Scripted::start(Config::new(Flavor::Tgi));
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let (code, _stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let r = sweep(
         &srv.url(),
-        "--contexts",
-        "1k",
-        "--reps",
-        "1",
-        "--method",
-        "two-point",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
-    let r = read_results(&out, false).unwrap();
+        &["--contexts", "1k", "--reps", "1", "--method", "two-point"],
+    )
+    .ok()
+    .results();
     let s = &r.samples[0];
     assert_eq!(s.prompt_tokens, Some(1024), "x-prompt-tokens");
     assert_eq!(s.output_tokens, Some(17), "x-generated-tokens");
@@ -100,30 +86,7 @@ fn protocol_tgi_two_point_reads_counts_and_timings_from_headers() {
 
 #[test]
 fn protocol_tgi_over_long_prompt_is_a_clear_422_context_error() {
-    let mut c = Config::new(Flavor::Tgi);
-    c.advertised_context = 32768;
-    c.real_context = 4096;
-    let srv = Scripted::start(c);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let (code, _stdout, stderr) = run(&[
-        "sweep",
-        "--url",
-        &srv.url(),
-        "--backend",
-        "tgi",
-        "--contexts",
-        "8k",
-        "--reps",
-        "1",
-        "--output-tokens",
-        "8",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 1, "{stderr}");
-    let r = read_results(&out, false).unwrap();
-    let e = r.samples[0].error.as_ref().unwrap();
+    let e = over_long_prompt_error(Flavor::Tgi, "tgi");
     assert_eq!(e.kind, "context_exceeded", "{e:?}");
     assert!(
         e.message.contains("422") && e.message.contains("must be <= 4096"),

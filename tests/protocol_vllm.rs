@@ -6,9 +6,9 @@
 mod common;
 mod scripted;
 
-use common::run;
-use ctxbench::record::{read_results, Status};
-use scripted::{Config, Flavor, Scripted};
+use common::sweep;
+use ctxbench::record::Status;
+use scripted::{over_long_prompt_error, Config, Flavor, Scripted};
 
 #[test]
 fn protocol_vllm_auto_sweep_with_flush_cached_tokens_and_spec_from_metric_deltas() {
@@ -18,22 +18,19 @@ fn protocol_vllm_auto_sweep_with_flush_cached_tokens_and_spec_from_metric_deltas
     c.tokens_per_chunk = 4;
     c.per_request_metrics = true;
     let srv = Scripted::start(c);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let (code, stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let run = sweep(
         &srv.url(),
-        "--contexts",
-        "1k,2k",
-        "--reps",
-        "2",
-        "--output-tokens",
-        "17",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
+        &[
+            "--contexts",
+            "1k,2k",
+            "--reps",
+            "2",
+            "--output-tokens",
+            "17",
+        ],
+    )
+    .ok();
+    let (stdout, stderr) = (&run.stdout, &run.stderr);
     assert!(stderr.contains("backend: vllm"), "{stderr}");
     assert!(
         stderr.contains("owned_by"),
@@ -43,7 +40,7 @@ fn protocol_vllm_auto_sweep_with_flush_cached_tokens_and_spec_from_metric_deltas
         stderr.contains("KV pool 32768 tokens"),
         "blocks × block size: {stderr}"
     );
-    let r = read_results(&out, false).unwrap();
+    let r = run.results();
     assert_eq!(r.header.server["backend"], "vllm");
     assert_eq!(r.samples.len(), 4);
     for s in &r.samples {
@@ -97,28 +94,18 @@ fn protocol_vllm_without_flags_names_them_and_marks_samples_unverified() {
     c.cache_report = false;
     c.dev_mode = false;
     let srv = Scripted::start(c);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let (code, _stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let run = sweep(
         &srv.url(),
-        "--contexts",
-        "1k",
-        "--reps",
-        "1",
-        "--output-tokens",
-        "8",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
+        &["--contexts", "1k", "--reps", "1", "--output-tokens", "8"],
+    )
+    .ok();
+    let stderr = &run.stderr;
     assert!(stderr.contains("VLLM_SERVER_DEV_MODE=1"), "{stderr}");
     assert!(
         stderr.contains("--enable-prompt-tokens-details"),
         "{stderr}"
     );
-    let r = read_results(&out, false).unwrap();
+    let r = run.results();
     let s = &r.samples[0];
     assert_eq!(s.cached_tokens, None);
     assert!(!s.cache_verified && s.flags.contains(&"cache_unverified".to_owned()));
@@ -134,22 +121,12 @@ fn protocol_vllm_flush_always_fails_clearly_without_dev_mode() {
     let mut c = Config::new(Flavor::Vllm);
     c.dev_mode = false;
     let srv = Scripted::start(c);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let (code, _stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let run = sweep(
         &srv.url(),
-        "--contexts",
-        "1k",
-        "--reps",
-        "1",
-        "--flush",
-        "always",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_ne!(code, 0);
+        &["--contexts", "1k", "--reps", "1", "--flush", "always"],
+    );
+    let stderr = &run.stderr;
+    assert_ne!(run.code, 0);
     assert!(
         stderr.contains("--flush always") && stderr.contains("VLLM_SERVER_DEV_MODE=1"),
         "{stderr}"
@@ -158,30 +135,7 @@ fn protocol_vllm_flush_always_fails_clearly_without_dev_mode() {
 
 #[test]
 fn protocol_vllm_over_long_prompt_is_a_clear_context_error() {
-    let mut c = Config::new(Flavor::Vllm);
-    c.advertised_context = 32768;
-    c.real_context = 4096;
-    let srv = Scripted::start(c);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let (code, _stdout, stderr) = run(&[
-        "sweep",
-        "--url",
-        &srv.url(),
-        "--backend",
-        "vllm",
-        "--contexts",
-        "8k",
-        "--reps",
-        "1",
-        "--output-tokens",
-        "8",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 1, "{stderr}");
-    let r = read_results(&out, false).unwrap();
-    let e = r.samples[0].error.as_ref().unwrap();
+    let e = over_long_prompt_error(Flavor::Vllm, "vllm");
     assert_eq!(e.kind, "context_exceeded");
     assert!(
         e.message.contains("maximum context length is 4096"),

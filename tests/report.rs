@@ -6,16 +6,14 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use common::{run, serial, RefServer};
+use common::{run, serial, sweep_to, RefServer, SweepRun};
 use serde_json::Value;
 
 /// Two real sweeps, made once per test binary: `a` (1k,2k,4k × 2 reps) and `short`
-/// (1k,2k × 1 rep, so it does not match `a`).
+/// (1k,2k × 1 rep, so it does not match `a`). The file names are the runs' names in reports.
 struct Runs {
-    _dir: tempfile::TempDir,
-    a: PathBuf,
-    a_stdout: String,
-    short: PathBuf,
+    a: SweepRun,
+    short: SweepRun,
 }
 
 fn runs() -> &'static Runs {
@@ -23,41 +21,19 @@ fn runs() -> &'static Runs {
     R.get_or_init(|| {
         let _g = serial();
         let srv = RefServer::start(8192, &[]);
-        let dir = tempfile::tempdir().unwrap();
-        let a = dir.path().join("a.jsonl");
-        let short = dir.path().join("short.jsonl");
-        let (code, a_stdout, stderr) = run(&[
-            "sweep",
-            "--url",
+        let a = sweep_to(
+            "a.jsonl",
             &srv.url(),
-            "--contexts",
-            "1k,2k,4k",
-            "--reps",
-            "2",
-            "--quiet",
-            "--out",
-            a.to_str().unwrap(),
-        ]);
-        assert_eq!(code, 0, "{stderr}");
-        let (code, _, stderr) = run(&[
-            "sweep",
-            "--url",
+            &["--contexts", "1k,2k,4k", "--reps", "2", "--quiet"],
+        )
+        .ok();
+        let short = sweep_to(
+            "short.jsonl",
             &srv.url(),
-            "--contexts",
-            "1k,2k",
-            "--reps",
-            "1",
-            "--quiet",
-            "--out",
-            short.to_str().unwrap(),
-        ]);
-        assert_eq!(code, 0, "{stderr}");
-        Runs {
-            _dir: dir,
-            a,
-            a_stdout,
-            short,
-        }
+            &["--contexts", "1k,2k", "--reps", "1", "--quiet"],
+        )
+        .ok();
+        Runs { a, short }
     })
 }
 
@@ -68,9 +44,9 @@ fn s(p: &Path) -> &str {
 #[test]
 fn a_sweep_writes_its_report_beside_the_results() {
     let r = runs();
-    let md = r.a.with_extension("md");
-    let html = r.a.with_extension("html");
-    let plots = r.a.with_file_name("a-plots");
+    let md = r.a.out.with_extension("md");
+    let html = r.a.out.with_extension("html");
+    let plots = r.a.out.with_file_name("a-plots");
     let md_text = std::fs::read_to_string(&md).expect("markdown report written by the sweep");
     assert!(md_text.contains("| 4k | 2/2 |"), "{md_text}");
     assert!(md_text.contains("TTFT(L) ≈"), "{md_text}");
@@ -85,14 +61,14 @@ fn a_sweep_writes_its_report_beside_the_results() {
         assert!(svg.starts_with("<svg") && svg.contains("</svg>"), "{name}");
     }
     // The fits are printed after the summary table.
-    assert!(r.a_stdout.contains("fits for a"), "{}", r.a_stdout);
-    assert!(r.a_stdout.contains("ms/step(L) ≈"), "{}", r.a_stdout);
+    assert!(r.a.stdout.contains("fits for a"), "{}", r.a.stdout);
+    assert!(r.a.stdout.contains("ms/step(L) ≈"), "{}", r.a.stdout);
 }
 
 #[test]
 fn report_json_has_fits_with_nonnegative_coefficients_and_an_extrapolation() {
     let r = runs();
-    let (code, stdout, stderr) = run(&["report", s(&r.a), "--format", "json"]);
+    let (code, stdout, stderr) = run(&["report", s(&r.a.out), "--format", "json"]);
     assert_eq!(code, 0, "{stderr}");
     let v: Value = serde_json::from_str(&stdout).unwrap();
     let run0 = &v["runs"][0];
@@ -117,21 +93,21 @@ fn report_json_has_fits_with_nonnegative_coefficients_and_an_extrapolation() {
 #[test]
 fn report_csv_and_table_and_plots() {
     let r = runs();
-    let (code, csv, _) = run(&["report", s(&r.a), s(&r.short), "--format", "csv"]);
+    let (code, csv, _) = run(&["report", s(&r.a.out), s(&r.short.out), "--format", "csv"]);
     assert_eq!(code, 0);
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 1 + 3 + 2, "{csv}");
     assert!(lines[1].starts_with("a,1024,2,2,"), "{csv}");
     assert!(lines[4].starts_with("short,1024,1,1,"), "{csv}");
     let dir = tempfile::tempdir().unwrap();
-    let (code, table, stderr) = run(&["report", s(&r.a), "--plots", s(dir.path())]);
+    let (code, table, stderr) = run(&["report", s(&r.a.out), "--plots", s(dir.path())]);
     assert_eq!(code, 0, "{stderr}");
     assert!(table.lines().any(|l| l.starts_with("4k ")), "{table}");
     assert!(std::fs::read_to_string(dir.path().join("ttft_ms.svg"))
         .unwrap()
         .contains("</svg>"));
     // Two context lengths cannot carry a quadratic fit: said, not faked.
-    let (_, short_table, _) = run(&["report", s(&r.short)]);
+    let (_, short_table, _) = run(&["report", s(&r.short.out)]);
     assert!(
         short_table.contains("a quadratic fit needs 3"),
         "{short_table}"
@@ -141,7 +117,7 @@ fn report_csv_and_table_and_plots() {
 #[test]
 fn compare_a_run_with_itself_finds_no_difference() {
     let r = runs();
-    let (code, stdout, stderr) = run(&["compare", s(&r.a), s(&r.a), "--format", "json"]);
+    let (code, stdout, stderr) = run(&["compare", s(&r.a.out), s(&r.a.out), "--format", "json"]);
     assert_eq!(code, 0, "{stderr}");
     let v: Value = serde_json::from_str(&stdout).unwrap();
     let rows = v["versus"][0]["rows"].as_array().unwrap();
@@ -154,8 +130,8 @@ fn compare_a_run_with_itself_finds_no_difference() {
     let plot = dir.path().join("ab.svg");
     let (code, md, _) = run(&[
         "compare",
-        s(&r.a),
-        s(&r.a),
+        s(&r.a.out),
+        s(&r.a.out),
         "--format",
         "md",
         "--plot",
@@ -169,14 +145,14 @@ fn compare_a_run_with_itself_finds_no_difference() {
 #[test]
 fn compare_refuses_runs_with_different_points_unless_told() {
     let r = runs();
-    let (code, _, stderr) = run(&["compare", s(&r.a), s(&r.short)]);
+    let (code, _, stderr) = run(&["compare", s(&r.a.out), s(&r.short.out)]);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("context points differ"), "{stderr}");
     assert!(stderr.contains("--allow-mismatch"), "{stderr}");
     let (code, stdout, stderr) = run(&[
         "compare",
-        s(&r.a),
-        s(&r.short),
+        s(&r.a.out),
+        s(&r.short.out),
         "--allow-mismatch",
         "--format",
         "json",
@@ -204,7 +180,7 @@ fn report_of_a_missing_file_names_it() {
 #[test]
 fn the_html_report_renders_in_a_real_browser() {
     let r = runs();
-    let html = r.a.with_extension("html");
+    let html = r.a.out.with_extension("html");
     let chromium = which("chromium").expect(
         "chromium is required for this test: run scripts/install-test-deps (Debian package chromium)",
     );

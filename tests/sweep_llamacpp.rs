@@ -5,7 +5,7 @@ mod common;
 use std::collections::HashSet;
 use std::io::Write;
 
-use common::{run, serial, RefServer};
+use common::{run, serial, sweep, RefServer};
 use ctxbench::record::{read_results, Sample, Status};
 
 fn samples(path: &std::path::Path) -> Vec<Sample> {
@@ -17,21 +17,8 @@ fn every_sample_has_exact_length_and_no_cache_hit_on_a_default_caching_server() 
     let _g = serial();
     // The server is left at its defaults: cache_prompt on, prompt cache on.
     let srv = RefServer::start(16384, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let (code, stdout, stderr) = run(&[
-        "sweep",
-        "--url",
-        &srv.url(),
-        "--contexts",
-        "1k,2k,4k,8k",
-        "--reps",
-        "2",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
-    let s = samples(&out);
+    let run = sweep(&srv.url(), &["--contexts", "1k,2k,4k,8k", "--reps", "2"]).ok();
+    let s = run.results().samples;
     assert_eq!(s.len(), 8);
     for x in &s {
         assert_eq!(x.status, Status::Ok, "{x:?}");
@@ -50,8 +37,9 @@ fn every_sample_has_exact_length_and_no_cache_hit_on_a_default_caching_server() 
     // One row per context in the summary table.
     for c in ["1k", "2k", "4k", "8k"] {
         assert!(
-            stdout.lines().any(|l| l.starts_with(&format!("{c} "))),
-            "{stdout}"
+            run.stdout.lines().any(|l| l.starts_with(&format!("{c} "))),
+            "{}",
+            run.stdout
         );
     }
 }
@@ -60,26 +48,23 @@ fn every_sample_has_exact_length_and_no_cache_hit_on_a_default_caching_server() 
 fn the_seeds_repeated_prompt_trap_is_detected_and_excluded() {
     let _g = serial();
     let srv = RefServer::start(8192, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("trap.jsonl");
     // No nonce and cache reuse allowed: the seed's two identical requests.
-    let (code, stdout, stderr) = run(&[
-        "sweep",
-        "--url",
+    let run = sweep(
         &srv.url(),
-        "--contexts",
-        "2k",
-        "--reps",
-        "3",
-        "--nonce",
-        "off",
-        "--cache-bypass",
-        "off",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
-    let s = samples(&out);
+        &[
+            "--contexts",
+            "2k",
+            "--reps",
+            "3",
+            "--nonce",
+            "off",
+            "--cache-bypass",
+            "off",
+        ],
+    )
+    .ok();
+    let (stdout, stderr) = (&run.stdout, &run.stderr);
+    let s = run.results().samples;
     assert_eq!(s.len(), 3);
     // Repetitions after the first send the same prompt: the server reuses its cache.
     for x in &s[1..] {
@@ -108,23 +93,20 @@ fn the_seeds_repeated_prompt_trap_is_detected_and_excluded() {
 fn client_timing_agrees_with_the_servers_own_timings() {
     let _g = serial();
     let srv = RefServer::start(16384, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("t.jsonl");
-    let (code, _, stderr) = run(&[
-        "sweep",
-        "--url",
+    let s = sweep(
         &srv.url(),
-        "--contexts",
-        "2k,8k",
-        "--reps",
-        "3",
-        "--output-tokens",
-        "64",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "stderr: {stderr}");
-    let s = samples(&out);
+        &[
+            "--contexts",
+            "2k,8k",
+            "--reps",
+            "3",
+            "--output-tokens",
+            "64",
+        ],
+    )
+    .ok()
+    .results()
+    .samples;
     for x in &s {
         let server = x.server.as_ref().unwrap();
         let prompt_ms = server.prompt_ms.unwrap();
@@ -157,18 +139,9 @@ fn client_timing_agrees_with_the_servers_own_timings() {
 fn an_over_limit_context_is_refused_before_any_request() {
     let _g = serial();
     let srv = RefServer::start(4096, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("o.jsonl");
-    let (code, _, stderr) = run(&[
-        "sweep",
-        "--url",
-        &srv.url(),
-        "--contexts",
-        "1k,8k",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 2, "usage error expected; stderr: {stderr}");
+    let run = sweep(&srv.url(), &["--contexts", "1k,8k"]);
+    let stderr = &run.stderr;
+    assert_eq!(run.code, 2, "usage error expected; stderr: {stderr}");
     assert!(
         stderr.contains("8192") && stderr.contains("4096"),
         "{stderr}"
@@ -179,7 +152,7 @@ fn an_over_limit_context_is_refused_before_any_request() {
         0.0,
         "a prompt was sent"
     );
-    assert!(!out.exists(), "an empty results file was left behind");
+    assert!(!run.out.exists(), "an empty results file was left behind");
 }
 
 #[test]
@@ -252,23 +225,12 @@ fn a_resumed_run_does_not_repeat_samples_and_tolerates_a_torn_line() {
 fn the_openai_backend_measures_the_same_server_exactly() {
     let _g = serial();
     let srv = RefServer::start(8192, &[]);
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("oa.jsonl");
-    let (code, _, stderr) = run(&[
-        "sweep",
-        "--url",
+    let r = sweep(
         &srv.url(),
-        "--backend",
-        "openai",
-        "--contexts",
-        "1k,2k",
-        "--reps",
-        "2",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    let r = read_results(&out, false).unwrap();
+        &["--backend", "openai", "--contexts", "1k,2k", "--reps", "2"],
+    )
+    .ok()
+    .results();
     assert_eq!(r.header.config["backend"], "openai");
     assert_eq!(r.samples.len(), 4);
     for x in &r.samples {

@@ -5,8 +5,8 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{run, serial, RefServer};
-use ctxbench::record::{read_results, Status};
+use common::{serial, sweep, RefServer};
+use ctxbench::record::Status;
 use tokio_rustls::rustls;
 
 /// Starts a TLS-terminating proxy to `backend_port`; returns (port, CA certificate PEM).
@@ -62,37 +62,28 @@ fn https_with_a_private_ca_works_and_without_it_is_refused_clearly() {
     std::fs::write(&ca, pem).unwrap();
     let url = format!("https://localhost:{port}");
 
-    let out = dir.path().join("tls.jsonl");
-    let (code, _, stderr) = run(&[
-        "sweep",
-        "--url",
+    let s = sweep(
         &url,
-        "--contexts",
-        "1k",
-        "--reps",
-        "2",
-        "--ca-cert",
-        ca.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    let s = read_results(&out, false).unwrap().samples;
+        &[
+            "--contexts",
+            "1k",
+            "--reps",
+            "2",
+            "--ca-cert",
+            ca.to_str().unwrap(),
+        ],
+    )
+    .ok()
+    .results()
+    .samples;
     assert_eq!(s.len(), 2);
     assert!(s
         .iter()
         .all(|x| x.status == Status::Ok && x.prompt_tokens == Some(1024)));
 
-    let (code, _, stderr) = run(&[
-        "sweep",
-        "--url",
-        &url,
-        "--contexts",
-        "1k",
-        "--out",
-        dir.path().join("no.jsonl").to_str().unwrap(),
-    ]);
-    assert_eq!(code, 1, "{stderr}");
+    let refused = sweep(&url, &["--contexts", "1k"]);
+    let stderr = &refused.stderr;
+    assert_eq!(refused.code, 1, "{stderr}");
     let err = stderr
         .lines()
         .find(|l| l.starts_with("error:"))

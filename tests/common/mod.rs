@@ -215,3 +215,49 @@ pub fn run(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// A `ctxbench sweep` run whose results went to a fresh temporary file.
+pub struct SweepRun {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    /// The results file, inside `dir`.
+    pub out: PathBuf,
+    /// Holds the results (and the reports written beside them) until the run is dropped.
+    pub dir: tempfile::TempDir,
+}
+
+impl SweepRun {
+    /// Asserts exit 0, showing stderr otherwise; returns the run for chaining.
+    pub fn ok(self) -> Self {
+        assert_eq!(self.code, 0, "stderr: {}", self.stderr);
+        self
+    }
+
+    /// The results file, read back (panics with stderr if it cannot be read).
+    pub fn results(&self) -> ctxbench::record::Results {
+        ctxbench::record::read_results(&self.out, false)
+            .unwrap_or_else(|e| panic!("cannot read the results: {e}\nstderr: {}", self.stderr))
+    }
+}
+
+/// Runs `ctxbench sweep --url URL ARGS... --out <tmp>/r.jsonl`.
+pub fn sweep(url: &str, args: &[&str]) -> SweepRun {
+    sweep_to("r.jsonl", url, args)
+}
+
+/// Like [`sweep`], with the results file named `file` (its stem names the run in reports).
+pub fn sweep_to(file: &str, url: &str, args: &[&str]) -> SweepRun {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join(file);
+    let out_arg = out.to_str().unwrap().to_owned();
+    let (code, stdout, stderr) =
+        run(&[&["sweep", "--url", url][..], args, &["--out", &out_arg]].concat());
+    SweepRun {
+        code,
+        stdout,
+        stderr,
+        out,
+        dir,
+    }
+}

@@ -145,6 +145,32 @@ impl Scripted {
     }
 }
 
+/// Sweeps 8k tokens with `--backend BACKEND` against a `flavor` server that advertises 32k of
+/// context but accepts only 4k, so the request reaches the server's own refusal. Asserts the
+/// run is incomplete (exit 1) and returns the failed sample's error.
+pub fn over_long_prompt_error(flavor: Flavor, backend: &str) -> ctxbench::record::SampleError {
+    let mut c = Config::new(flavor);
+    c.advertised_context = 32768;
+    c.real_context = 4096;
+    let srv = Scripted::start(c);
+    let run = crate::common::sweep(
+        &srv.url(),
+        &[
+            "--backend",
+            backend,
+            "--contexts",
+            "8k",
+            "--reps",
+            "1",
+            "--output-tokens",
+            "8",
+        ],
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let r = run.results();
+    r.samples[0].error.clone().unwrap()
+}
+
 fn router(srv: Arc<Srv>) -> Router {
     let r = Router::new()
         .route("/v1/models", get(models))
