@@ -278,24 +278,38 @@ fn scripted_disk_full_names_the_error_and_keeps_every_written_line() {
 fn scripted_wrong_backend_is_named_not_a_silent_empty_corpus() {
     // A llama.cpp-shaped server driven as vLLM: its /tokenize ignores vLLM's request body.
     let srv = Scripted::start(4096, |_, body| good(body));
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("r.jsonl");
-    let url = srv.url();
-    let (code, _, stderr) = run(&[
-        "sweep",
-        "--url",
-        &url,
-        "--backend",
-        "vllm",
-        "--contexts",
-        "64",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 1, "{stderr}");
+    let r = sweep(&srv.url(), &["--backend", "vllm", "--contexts", "64"]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(
-        stderr.contains("--backend vllm matches this server"),
-        "{stderr}"
+        r.stderr.contains("--backend vllm matches this server"),
+        "{}",
+        r.stderr
     );
-    assert!(!out.exists());
+    assert!(!r.out.exists());
+}
+
+#[test]
+fn scripted_tokens_arriving_in_one_burst_give_no_decode_rate() {
+    // A buffering proxy (or a descheduled client): every token event arrives in one write.
+    let (code, stderr, s) = sweep_with_fault(
+        |body| {
+            let ev = good_events(body, None, 0);
+            Reply::Stream(vec![
+                (Duration::ZERO, ev[0].clone()),
+                (Duration::from_millis(20), ev[1..].concat()),
+            ])
+        },
+        &["--output-tokens", "16"],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let burst = &s[0];
+    assert_eq!(burst.status, Status::Ok);
+    assert!(
+        burst.flags.contains(&"coalesced_tokens".to_owned()),
+        "{burst:?}"
+    );
+    assert!(burst.decode_tokens_per_s.is_none() && burst.ms_per_step.is_none());
+    assert!(burst.ttft_ms.is_some());
+    // The next, well-spaced answer has its rate.
+    assert!(s[1].decode_tokens_per_s.is_some(), "{:?}", s[1]);
 }

@@ -74,6 +74,8 @@ fn serve(
     calls: &AtomicUsize,
     script: &Script,
 ) -> std::io::Result<()> {
+    // Like real inference servers, no Nagle delay: each event leaves at once.
+    conn.set_nodelay(true)?;
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut request_line = String::new();
     reader.read_line(&mut request_line)?;

@@ -119,7 +119,13 @@ impl Scripted {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                let l = tokio::net::TcpListener::from_std(std_listener).unwrap();
+                use axum::serve::ListenerExt;
+                // Like real inference servers, no Nagle delay: each event leaves at once.
+                let l = tokio::net::TcpListener::from_std(std_listener)
+                    .unwrap()
+                    .tap_io(|tcp| {
+                        let _ = tcp.set_nodelay(true);
+                    });
                 axum::serve(l, app).await.unwrap();
             });
         });
@@ -403,7 +409,10 @@ async fn generate(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Respons
                 meta["queue_time"] = json!(0.002);
                 meta["forward_entry_time"] = json!(1_700_000_000.0);
                 meta["prefill_finished_time"] = json!(1_700_000_000.05);
-                meta["request_finished_ts"] = json!(1_700_000_000.125);
+                // Decode as long as the stream below really takes, so client and
+                // "server" timings agree the way a real server's do.
+                let decode_s = s.cfg.chunk_delay.as_secs_f64() * last as f64;
+                meta["request_finished_ts"] = json!(1_700_000_000.05 + decode_s);
             }
             if s.cfg.spec_draft > 0 {
                 meta["spec_verify_ct"] = json!(steps);
