@@ -96,19 +96,7 @@ pub fn summary_table(points: &[PointSummary]) -> String {
     let rows: Vec<[String; 9]> = points
         .iter()
         .map(|p| {
-            let mut excluded = Vec::new();
-            if p.contaminated > 0 {
-                excluded.push(format!("{} cached", p.contaminated));
-            }
-            if p.length_mismatch > 0 {
-                excluded.push(format!("{} wrong length", p.length_mismatch));
-            }
-            if p.failed > 0 {
-                excluded.push(format!("{} failed", p.failed));
-            }
-            if p.two_point_inverted > 0 {
-                excluded.push(format!("{} t_B≤t_A (no decode)", p.two_point_inverted));
-            }
+            let excluded = p.exclusions();
             [
                 fmt_ctx(p.context_tokens),
                 format!("{}/{}", p.usable, p.samples),
@@ -228,6 +216,7 @@ mod tests {
             spec_accept_rate: None,
             ms_per_verify_step: None,
             two_point_inverted: 1,
+            coalesced: 0,
             warm: 0,
             warm_decode_tokens_per_s: None,
             warm_ms_per_step: None,

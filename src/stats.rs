@@ -93,12 +93,37 @@ pub struct PointSummary {
     pub ms_per_verify_step: Option<Spread>,
     /// Two-point samples with t_B ≤ t_A (no decode rate; the reason is in each sample).
     pub two_point_inverted: usize,
+    /// Cold samples whose tokens arrived in a burst: TTFT kept, no decode rate.
+    pub coalesced: usize,
     /// Warm decode-at-depth samples (prefix reused on purpose), kept apart from the cold ones.
     pub warm: usize,
     /// Decode rate of the warm samples (tok/s).
     pub warm_decode_tokens_per_s: Option<Spread>,
     /// ms per token of the warm samples.
     pub warm_ms_per_step: Option<Spread>,
+}
+
+impl PointSummary {
+    /// What was left out of this point's statistics, for the "excluded" column.
+    pub fn exclusions(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if self.contaminated > 0 {
+            v.push(format!("{} cached", self.contaminated));
+        }
+        if self.length_mismatch > 0 {
+            v.push(format!("{} wrong length", self.length_mismatch));
+        }
+        if self.failed > 0 {
+            v.push(format!("{} failed", self.failed));
+        }
+        if self.two_point_inverted > 0 {
+            v.push(format!("{} t_B≤t_A (no decode)", self.two_point_inverted));
+        }
+        if self.coalesced > 0 {
+            v.push(format!("{} bursty (no decode)", self.coalesced));
+        }
+        v
+    }
 }
 
 /// Summarises samples per context length, ascending.
@@ -156,6 +181,10 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
                 two_point_inverted: at
                     .iter()
                     .filter(|s| s.flags.iter().any(|f| f == "two_point_inverted"))
+                    .count(),
+                coalesced: at
+                    .iter()
+                    .filter(|s| s.flags.iter().any(|f| f == "coalesced_tokens"))
                     .count(),
                 warm: warm.len(),
                 warm_decode_tokens_per_s: Spread::of(

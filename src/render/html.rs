@@ -137,16 +137,7 @@ fn run_section(out: &mut String, run: &RunReport) {
 
     out.push_str("<h3>Results</h3>\n<table><thead><tr><th>context</th><th>usable/n</th><th>TTFT ms</th><th>prefill tok/s</th><th>decode tok/s</th><th>ms/step</th><th>server prompt ms</th><th>server decode tok/s</th><th>excluded</th></tr></thead><tbody>\n");
     for p in &run.points {
-        let mut ex = Vec::new();
-        if p.contaminated > 0 {
-            ex.push(format!("{} cached", p.contaminated));
-        }
-        if p.length_mismatch > 0 {
-            ex.push(format!("{} wrong length", p.length_mismatch));
-        }
-        if p.failed > 0 {
-            ex.push(format!("{} failed", p.failed));
-        }
+        let ex = p.exclusions();
         let _ = writeln!(
             out,
             "<tr><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td></tr>",

@@ -80,16 +80,7 @@ fn run_section(out: &mut String, run: &RunReport) {
     let _ = writeln!(out, "| context | usable/n | TTFT ms | prefill tok/s | decode tok/s | ms/step | server prompt ms | server decode tok/s | excluded |");
     let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|--:|---|");
     for p in &run.points {
-        let mut ex = Vec::new();
-        if p.contaminated > 0 {
-            ex.push(format!("{} cached", p.contaminated));
-        }
-        if p.length_mismatch > 0 {
-            ex.push(format!("{} wrong length", p.length_mismatch));
-        }
-        if p.failed > 0 {
-            ex.push(format!("{} failed", p.failed));
-        }
+        let ex = p.exclusions();
         let _ = writeln!(
             out,
             "| {} | {}/{} | {} | {} | {} | {} | {} | {} | {} |",
