@@ -155,6 +155,15 @@ impl Corpus {
         })
     }
 
+    /// Adds every ordinary id of a `n_vocab` vocabulary to the nonce pool (token-id prompts
+    /// only: text backends can only render ids they have seen tokenized).
+    pub fn widen_nonce_pool(&mut self, n_vocab: u64) {
+        let (lo, hi) = ordinary_id_range(n_vocab);
+        self.nonce_pool.extend((lo..hi).map(|i| i as u32));
+        self.nonce_pool.sort_unstable();
+        self.nonce_pool.dedup();
+    }
+
     /// `len` tokens starting at `offset`, wrapping around the end.
     pub fn window(&self, offset: usize, len: usize) -> impl Iterator<Item = u32> + '_ {
         let n = self.tokens.len();
@@ -162,14 +171,19 @@ impl Corpus {
     }
 }
 
-/// Random ids away from the ends of the vocabulary, where tokenizers keep special, control
-/// and byte tokens (llama SPM: 0–258; Llama-3: the top 256).
-pub fn random_tokens(n_vocab: u64, len: usize, seed: u64) -> Vec<u32> {
-    let (lo, hi) = if n_vocab > 2048 {
+/// Ids away from the ends of the vocabulary, where tokenizers keep special, control and
+/// byte tokens (llama SPM: 0–258; Llama-3: the top 256).
+pub fn ordinary_id_range(n_vocab: u64) -> (u64, u64) {
+    if n_vocab > 2048 {
         (259, n_vocab - 256)
     } else {
         (0, n_vocab)
-    };
+    }
+}
+
+/// Random ordinary ids (see [`ordinary_id_range`]).
+pub fn random_tokens(n_vocab: u64, len: usize, seed: u64) -> Vec<u32> {
+    let (lo, hi) = ordinary_id_range(n_vocab);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     (0..len)
         .map(|_| rng.random_range(lo..hi.max(lo + 1)) as u32)

@@ -18,6 +18,9 @@ pub struct PromptBuilder<'a> {
     nonce: bool,
     /// Tokens the server adds by itself (BOS), measured by the warmup.
     server_added: u64,
+    /// First tokens used so far: no two prompts of a run may share even token 0, since a
+    /// per-token radix cache (SGLang) would report that one token as cached.
+    used_first: std::collections::HashSet<u32>,
 }
 
 impl<'a> PromptBuilder<'a> {
@@ -28,6 +31,7 @@ impl<'a> PromptBuilder<'a> {
             rng: rand::rngs::StdRng::from_rng(&mut rand::rng()),
             nonce,
             server_added: 0,
+            used_first: std::collections::HashSet::new(),
         }
     }
 
@@ -48,7 +52,10 @@ impl<'a> PromptBuilder<'a> {
         let mut p = Vec::with_capacity(len);
         let n_nonce = if self.nonce { NONCE_TOKENS.min(len) } else { 0 };
         let pool = &self.corpus.nonce_pool;
-        for _ in 0..n_nonce {
+        if n_nonce > 0 {
+            p.push(self.fresh_first());
+        }
+        for _ in 1..n_nonce {
             p.push(pool[self.rng.random_range(0..pool.len())]);
         }
         let n = self.corpus.tokens.len();
@@ -60,6 +67,24 @@ impl<'a> PromptBuilder<'a> {
         };
         p.extend(self.corpus.window(offset, len - n_nonce));
         p
+    }
+}
+
+impl PromptBuilder<'_> {
+    /// A first token no earlier prompt of this run started with, while the pool has one.
+    fn fresh_first(&mut self) -> u32 {
+        let pool = &self.corpus.nonce_pool;
+        let mut pick = pool[self.rng.random_range(0..pool.len())];
+        if self.used_first.contains(&pick) && self.used_first.len() < pool.len() {
+            // Rejection sampling is fast while the pool is mostly free; scan otherwise.
+            pick = (0..64)
+                .map(|_| pool[self.rng.random_range(0..pool.len())])
+                .find(|t| !self.used_first.contains(t))
+                .or_else(|| pool.iter().copied().find(|t| !self.used_first.contains(t)))
+                .unwrap_or(pick);
+        }
+        self.used_first.insert(pick);
+        pick
     }
 }
 
@@ -97,6 +122,18 @@ mod tests {
         assert!(prompts
             .iter()
             .all(|p| p[..NONCE_TOKENS].iter().all(|t| *t < 60)));
+    }
+
+    #[test]
+    fn no_two_prompts_share_their_first_token_while_the_pool_lasts() {
+        let c = corpus(); // a pool of 59 ids
+        let mut b = PromptBuilder::new(&c, true);
+        let mut firsts: Vec<u32> = (0..59).map(|i| b.build(64, i)[0]).collect();
+        firsts.sort_unstable();
+        firsts.dedup();
+        assert_eq!(firsts.len(), 59);
+        // Past the pool's size prompts still get built (and verification catches any hit).
+        assert_eq!(b.build(64, 60).len(), 64);
     }
 
     #[test]

@@ -205,7 +205,7 @@ async fn measure(
     let cache_bypass = args.cache_bypass.is_on() && probe.cache_bypass;
 
     let needed = contexts.last().copied().unwrap_or(0) as usize;
-    let corpus = Corpus::load(
+    let mut corpus = Corpus::load(
         &corpus_spec,
         backend.as_ref(),
         needed,
@@ -214,6 +214,13 @@ async fn measure(
     )
     .await
     .context("preparing the corpus")?;
+    if probe.prompt_method == "token ids" {
+        // Token-id prompts can start with any ordinary id: a vocabulary-wide nonce pool
+        // makes a first-token match with an earlier run's cached prompt unlikely.
+        if let Some(v) = probe.n_vocab {
+            corpus.widen_nonce_pool(v);
+        }
+    }
     let policy = match args.precision {
         Some(p) if !(p.is_finite() && p > 0.0 && p < 1.0) => {
             return Err(UsageError::Invalid(format!(
