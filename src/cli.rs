@@ -187,6 +187,11 @@ pub struct SweepArgs {
     #[arg(long, short)]
     pub out: Option<PathBuf>,
 
+    /// What this run is, e.g. the server flag under test ("-t 2", "draft window 4096");
+    /// reports and comparisons name the run by it.
+    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+    pub label: Option<String>,
+
     /// Continue the run in --out, skipping samples already recorded.
     #[arg(long, requires = "out")]
     pub resume: bool,

@@ -196,6 +196,17 @@ pub fn differences(a: &Results, b: &Results) -> Vec<String> {
             .into_iter()
             .map(|l| format!("server.{}", l.trim_start())),
     );
+    if a.header.label != b.header.label {
+        let show = |l: &Option<String>| {
+            l.as_deref()
+                .map_or("(none)".to_owned(), |s| format!("{s:?}"))
+        };
+        d.push(format!(
+            "label: {} -> {}",
+            show(&a.header.label),
+            show(&b.header.label)
+        ));
+    }
     d
 }
 

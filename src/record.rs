@@ -36,6 +36,9 @@ pub struct RunHeader {
     pub server: Value,
     /// The corpus, tokenized.
     pub corpus: Value,
+    /// What the user says this run is (`--label`, e.g. the server flag under test).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
 }
 
 /// The client machine.
@@ -399,6 +402,7 @@ mod tests {
             config: json!({"reps": 3}),
             server: json!({}),
             corpus: json!({}),
+            label: None,
         }
     }
 

@@ -329,7 +329,7 @@ pub fn labels(paths: &[PathBuf]) -> Vec<String> {
 /// Reads results files (the only input of a report).
 pub fn load(paths: &[PathBuf]) -> Result<Vec<(String, String, Results)>> {
     let labels = labels(paths);
-    paths
+    let loaded: Vec<(String, String, Results)> = paths
         .iter()
         .zip(labels)
         .map(|(p, l)| {
@@ -337,7 +337,24 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<(String, String, Results)>> {
                 .with_context(|| format!("reading {}", p.display()))?;
             Ok((l, p.display().to_string(), r))
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    // A run's --label names it, when the labels tell the runs apart.
+    let given: Vec<Option<&String>> = loaded
+        .iter()
+        .map(|(_, _, r)| r.header.label.as_ref())
+        .collect();
+    let distinct = given
+        .iter()
+        .flatten()
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    if given.iter().all(Option::is_some) && distinct == given.len() {
+        return Ok(loaded
+            .into_iter()
+            .map(|(_, p, r)| (r.header.label.clone().unwrap_or_default(), p, r))
+            .collect());
+    }
+    Ok(loaded)
 }
 
 /// Builds the report of several results files.
@@ -440,6 +457,7 @@ mod tests {
             config: json!({"contexts": [1024]}),
             server: json!({}),
             corpus: json!({}),
+            label: None,
         };
         drop(ResultsWriter::create(&path, &header).unwrap());
         let before = std::fs::read(&path).unwrap();

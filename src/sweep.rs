@@ -355,6 +355,7 @@ async fn measure(
             "wraps": corpus.wraps,
             "tokenize_requests": corpus.tokenize_requests,
         }),
+        label: args.label.clone(),
     };
     let (mut writer, prior) = output.start(header)?;
 

@@ -248,3 +248,32 @@ fn which(name: &str) -> Option<PathBuf> {
             .find(|p| p.is_file())
     })
 }
+
+#[test]
+fn labelled_runs_are_named_by_their_label_and_compare_lists_the_change() {
+    let _g = serial();
+    let srv = RefServer::start(4096, &[]);
+    let args = |label: &'static str| ["--contexts", "1k,2k", "--reps", "2", "--label", label];
+    let base = sweep_to("x.jsonl", &srv.url(), &args("-t 2")).ok();
+    let cand = sweep_to("y.jsonl", &srv.url(), &args("draft window 4096")).ok();
+    assert_eq!(base.results().header.label.as_deref(), Some("-t 2"));
+    let (code, out, err) = run(&[
+        "compare",
+        base.out.to_str().unwrap(),
+        cand.out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("B = draft window 4096 vs A = -t 2"), "{out}");
+    assert!(
+        out.contains(r#"label: "-t 2" -> "draft window 4096""#),
+        "{out}"
+    );
+    // The report names runs by label too.
+    let (code, out, err) = run(&[
+        "report",
+        base.out.to_str().unwrap(),
+        cand.out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("draft window 4096"), "{out}");
+}

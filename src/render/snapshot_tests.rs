@@ -28,6 +28,7 @@ fn header(run_id: &str, contexts: &[u64]) -> RunHeader {
         server: json!({"server_kind": "llama.cpp", "server_version": "b1", "model": "tiny.gguf",
             "max_context": 131072, "max_context_source": "/props", "url": "http://127.0.0.1:8080"}),
         corpus: json!({"label": "repeat (synthetic: inflates speculative acceptance)", "tokens": 3000}),
+        label: None,
     }
 }
 
