@@ -77,7 +77,7 @@ pub struct Corpus {
 #[derive(Debug, thiserror::Error)]
 pub enum CorpusError {
     /// The server failed to tokenize.
-    #[error("tokenizing the corpus through the server failed: {0}")]
+    #[error(transparent)]
     Tokenize(#[from] ClientError),
     /// Unreadable corpus files.
     #[error("cannot read corpus {path}: {detail}")]

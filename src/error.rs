@@ -100,16 +100,17 @@ pub enum UsageError {
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     /// Underlying I/O failure, with the path.
-    #[error("results file {path}: {source}")]
+    #[error("results file {path}: {cause}")]
     Io {
         path: String,
-        source: std::io::Error,
+        // Not `source`: the message already says it, and a source would be printed twice.
+        cause: std::io::Error,
     },
     /// A line could not be written (disk full, size limit); `line` is what was lost.
-    #[error("cannot write to results file {path}: {source}; the earlier lines are intact. The unwritten sample was:\n{line}")]
+    #[error("cannot write to results file {path}: {cause}; the earlier lines are intact. The unwritten sample was:\n{line}")]
     WriteFailed {
         path: String,
-        source: std::io::Error,
+        cause: std::io::Error,
         line: String,
     },
     /// A line that is not valid JSON (other than a torn last line).

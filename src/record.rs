@@ -215,7 +215,7 @@ impl ResultsWriter {
     pub fn create(path: &Path, header: &RunHeader) -> Result<Self, RecordError> {
         let io = |e| RecordError::Io {
             path: path.display().to_string(),
-            source: e,
+            cause: e,
         };
         let file = OpenOptions::new()
             .write(true)
@@ -238,7 +238,7 @@ impl ResultsWriter {
             .open(path)
             .map_err(|e| RecordError::Io {
                 path: path.display().to_string(),
-                source: e,
+                cause: e,
             })?;
         Ok(ResultsWriter {
             file,
@@ -251,7 +251,7 @@ impl ResultsWriter {
     pub fn append<T: Serialize>(&mut self, line: &T) -> Result<(), RecordError> {
         let io = |e| RecordError::Io {
             path: self.path.display().to_string(),
-            source: e,
+            cause: e,
         };
         let mut buf = serde_json::to_vec(line).map_err(|e| io(std::io::Error::other(e)))?;
         buf.push(b'\n');
@@ -268,7 +268,7 @@ impl ResultsWriter {
             }
             return Err(RecordError::WriteFailed {
                 path: self.path.display().to_string(),
-                source: e,
+                cause: e,
                 line: String::from_utf8_lossy(&buf).trim_end().to_owned(),
             });
         }
@@ -304,7 +304,7 @@ pub fn read_results(path: &Path, mend: bool) -> Result<Results, RecordError> {
     let pstr = path.display().to_string();
     let io = |e| RecordError::Io {
         path: pstr.clone(),
-        source: e,
+        cause: e,
     };
     let mut file = OpenOptions::new()
         .read(true)

@@ -333,8 +333,8 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<(String, String, Results)>> {
         .iter()
         .zip(labels)
         .map(|(p, l)| {
-            let r = record::read_results(p, false)
-                .with_context(|| format!("reading {}", p.display()))?;
+            // The error names the file already.
+            let r = record::read_results(p, false)?;
             Ok((l, p.display().to_string(), r))
         })
         .collect::<Result<_>>()?;

@@ -527,7 +527,7 @@ impl Output {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| RecordError::Io {
                 path: dir.display().to_string(),
-                source: e,
+                cause: e,
             })?;
         }
         let file = std::fs::OpenOptions::new()
@@ -542,7 +542,7 @@ impl Output {
                 };
                 anyhow::Error::new(RecordError::Io {
                     path: path.display().to_string(),
-                    source: e,
+                    cause: e,
                 })
                 .context(format!("cannot create the results file{hint}"))
             })?;
