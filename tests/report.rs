@@ -277,3 +277,22 @@ fn labelled_runs_are_named_by_their_label_and_compare_lists_the_change() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("draft window 4096"), "{out}");
 }
+
+#[test]
+fn one_sample_per_length_gives_no_extrapolation_band_and_says_so() {
+    let _g = serial();
+    let srv = RefServer::start(8192, &[]);
+    let one = sweep_to(
+        "one.jsonl",
+        &srv.url(),
+        &["--contexts", "1k,2k,4k", "--reps", "1"],
+    )
+    .ok();
+    assert!(one.stdout.contains("EXTRAPOLATED"), "{}", one.stdout);
+    assert!(
+        one.stdout.contains("no band: one sample per length"),
+        "a zero-width band must not pass for certainty: {}",
+        one.stdout
+    );
+    assert!(!one.stdout.contains("90% band"), "{}", one.stdout);
+}

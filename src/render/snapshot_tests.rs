@@ -239,3 +239,20 @@ fn compare_verdicts_of_a_20_percent_speedup() {
         assert_eq!(r.verdict, compare::Verdict::Faster, "{r:?}");
     }
 }
+
+#[test]
+fn a_top_point_above_the_fit_warns_that_the_extrapolation_is_low() {
+    // TTFT growing like L^2.3 (as the reference server does past 64k on 2 cores): the
+    // quadratic fit falls short at the largest length.
+    let mut r = results("r3", 1.0, None);
+    for s in &mut r.samples {
+        let l = s.context_tokens as f64;
+        s.ttft_ms = Some(5.0 + 1e-7 * l.powf(2.3));
+    }
+    let report = report::build(&[("steep".to_owned(), "steep.jsonl".to_owned(), r)]);
+    let text = super::table::fits_text(&report);
+    assert!(text.contains("above the fit"), "{text}");
+    assert!(text.contains("likely too low"), "{text}");
+    // The fixture's exact quadratic carries no such warning.
+    assert!(!super::table::fits_text(&fixture()).contains("above the fit"));
+}

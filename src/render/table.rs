@@ -83,19 +83,37 @@ pub fn fit_notes(f: &ScalingFit) -> Vec<String> {
                 "the quadratic term overtakes the linear one at L ≈ {}",
                 tokens(x)
             ),
+            None if f.fit.quadratic_only() => {
+                "no linear term was needed: the quadratic term dominates at every length".to_owned()
+            }
             None => "no quadratic term was needed to fit these points".to_owned(),
         });
     }
     if let Some(e) = &f.extrapolation {
+        // One sample per length gives every resample the same data: no band to show.
+        let band = if e.high - e.low > 1e-9 * e.predicted.abs() {
+            format!(
+                "{:.0}% band {} – {}, from measurement noise only, not model error",
+                e.level * 100.0,
+                ms(e.low),
+                ms(e.high)
+            )
+        } else {
+            "no band: one sample per length; take more repetitions".to_owned()
+        };
         out.push(format!(
-            "EXTRAPOLATED to {} (server maximum; measured up to {}): {} ({:.0}% band {} – {}, from measurement noise only, not model error)",
+            "EXTRAPOLATED to {} (server maximum; measured up to {}): {} ({band})",
             fmt_ctx(e.context_tokens),
             fmt_ctx(e.measured_up_to),
             ms(e.predicted),
-            e.level * 100.0,
-            ms(e.low),
-            ms(e.high)
         ));
+        // Costs growing faster than the model at the top end make the extrapolation low.
+        if let Some(last) = f.fit.residuals.last().filter(|r| r.relative > 0.10) {
+            out.push(format!(
+                "the largest point lies {:.0}% above the fit: cost grows faster than the model there, so the extrapolation is likely too low",
+                last.relative * 100.0
+            ));
+        }
     }
     let res: Vec<String> = f
         .fit

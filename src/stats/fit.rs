@@ -93,12 +93,17 @@ impl Fit {
     }
 
     /// Where the quadratic term overtakes the linear one (cL² > bL, so L = b/c); `None` for a
-    /// linear model or when there is no quadratic term.
+    /// linear model, or when either term is absent (then one dominates everywhere).
     pub fn crossover(&self) -> Option<f64> {
         match (self.model, self.coef.as_slice()) {
-            (Model::Quadratic, [_, b, c]) if *c > 0.0 => Some(b / c),
+            (Model::Quadratic, [_, b, c]) if *c > 0.0 && *b > 0.0 => Some(b / c),
             _ => None,
         }
+    }
+
+    /// The quadratic term is present but the linear one is not: L² dominates at every length.
+    pub fn quadratic_only(&self) -> bool {
+        matches!((self.model, self.coef.as_slice()), (Model::Quadratic, [_, b, c]) if *c > 0.0 && *b <= 0.0)
     }
 }
 
@@ -342,6 +347,16 @@ mod tests {
         let x = f.crossover().unwrap();
         assert!((x - 6250.0).abs() < 400.0, "{x}");
         assert_eq!(f.residuals.len(), 5);
+    }
+
+    #[test]
+    fn a_purely_quadratic_cost_has_no_crossover_and_says_so() {
+        // Super-quadratic data (as a 2-core CPU gives at 128k) drives the linear term to 0.
+        let f = fit(Model::Quadratic, &obs(|l| 10.0 + 6e-6 * l * l)).unwrap();
+        assert_eq!(f.coef[1], 0.0, "{f:?}");
+        assert!(f.crossover().is_none() && f.quadratic_only());
+        let g = fit(Model::Quadratic, &obs(|l| 20.0 + 0.05 * l + 8e-6 * l * l)).unwrap();
+        assert!(!g.quadratic_only());
     }
 
     #[test]
