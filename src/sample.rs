@@ -180,7 +180,7 @@ pub fn make_warm_sample(
     s.prefill_tokens_per_s = None;
     s.flags.retain(|f| f != "contaminated");
     if let (Some(c), Some(p)) = (s.cached_tokens, s.prompt_tokens) {
-        if c * 2 < p {
+        if c.saturating_mul(2) < p {
             s.flags.push("warm_prefix_not_reused".into());
         }
     }
@@ -399,6 +399,43 @@ mod tests {
             timings: None,
             spec: None,
         })
+    }
+
+    #[test]
+    fn extreme_server_counts_never_overflow_or_give_nan() {
+        let max = u64::MAX;
+        let o = outcome(Some(max), max, max, 33);
+        for s in [
+            make_sample(&settings(), 4096, 0, 4096, "t".into(), Ok(o.clone())),
+            make_warm_sample(&settings(), 4096, 0, 4096, "t".into(), Ok(o)),
+            make_two_point_sample(
+                &settings(),
+                4096,
+                0,
+                4096,
+                "t".into(),
+                (1, 17),
+                once(10, max, max),
+                once(20, 0, max),
+            ),
+        ] {
+            for x in [
+                s.ttft_ms,
+                s.decode_tokens_per_s,
+                s.ms_per_step,
+                s.prefill_tokens_per_s,
+            ]
+            .into_iter()
+            .flatten()
+            {
+                assert!(x.is_finite(), "{s:?}");
+            }
+            assert_eq!(
+                s.length_ok,
+                Some(false),
+                "u64::MAX prompt tokens is not 4096"
+            );
+        }
     }
 
     #[test]

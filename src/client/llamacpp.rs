@@ -136,7 +136,7 @@ impl CompletionReader {
                 .or_else(|| get_u64(&v, "tokens_cached"));
             let prompt = get_u64(&v, "tokens_evaluated").or_else(|| {
                 let t = timings.as_ref()?;
-                Some(t.prompt_n? + t.cache_n.unwrap_or(0))
+                t.prompt_n?.checked_add(t.cache_n.unwrap_or(0))
             });
             self.counts = Counts {
                 prompt_tokens: prompt,

@@ -13,6 +13,9 @@ pub mod textprompt;
 pub mod tgi;
 pub mod vllm;
 
+#[cfg(test)]
+mod robustness_tests;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
