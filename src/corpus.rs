@@ -81,7 +81,12 @@ pub enum CorpusError {
     Tokenize(#[from] ClientError),
     /// Unreadable corpus files.
     #[error("cannot read corpus {path}: {detail}")]
-    Read { path: String, detail: String },
+    Read {
+        /// The file or folder.
+        path: String,
+        /// What went wrong, as the transport or parser reported it.
+        detail: String,
+    },
     /// Nothing usable.
     #[error("{0}")]
     Empty(String),

@@ -7,53 +7,102 @@ use std::time::Duration;
 pub enum ClientError {
     /// No TCP/TLS connection could be made.
     #[error("cannot connect to {url}: {detail}")]
-    Connect { url: String, detail: String },
+    Connect {
+        /// The server's base URL.
+        url: String,
+        /// What went wrong, as the transport or parser reported it.
+        detail: String,
+    },
     /// The server answered 401/403.
     #[error(
         "{endpoint} refused the request with HTTP {status}: {message} (check the API key: --api-key-env NAME or CTXBENCH_API_KEY)"
     )]
     Unauthorized {
+        /// The endpoint path.
         endpoint: String,
+        /// HTTP status.
         status: u16,
+        /// The server's own message.
         message: String,
     },
     /// The prompt is longer than the server accepts.
     #[error("{endpoint}: the server refused the prompt as too long (HTTP {status}): {message}")]
     ContextExceeded {
+        /// The endpoint path.
         endpoint: String,
+        /// HTTP status.
         status: u16,
+        /// The server's own message.
         message: String,
     },
     /// Any other non-2xx answer.
     #[error("{endpoint} answered HTTP {status}: {message}")]
     Http {
+        /// The endpoint path.
         endpoint: String,
+        /// HTTP status.
         status: u16,
+        /// The server's own message.
         message: String,
     },
     /// An error object inside a 200 stream.
     #[error("{endpoint}: the server reported an error mid-stream: {message}")]
-    InStream { endpoint: String, message: String },
+    InStream {
+        /// The endpoint path.
+        endpoint: String,
+        /// The server's own message.
+        message: String,
+    },
     /// A response we could not understand.
     #[error("{endpoint}: malformed response: {detail}")]
-    Malformed { endpoint: String, detail: String },
+    Malformed {
+        /// The endpoint path.
+        endpoint: String,
+        /// What went wrong, as the transport or parser reported it.
+        detail: String,
+    },
     /// The stream ended before the record that carries counts and timings.
     #[error(
         "{endpoint}: the stream ended without its final usage/timings record after {tokens} token chunk(s)"
     )]
-    Truncated { endpoint: String, tokens: usize },
+    Truncated {
+        /// The endpoint path.
+        endpoint: String,
+        /// Token-carrying events received before the end.
+        tokens: usize,
+    },
     /// No bytes arrived for too long.
     #[error("{endpoint}: no data for {0:?} (stall timeout); the server may be hung", .after)]
-    Stalled { endpoint: String, after: Duration },
+    Stalled {
+        /// The endpoint path.
+        endpoint: String,
+        /// How long it waited.
+        after: Duration,
+    },
     /// The whole request took longer than allowed.
     #[error("{endpoint}: request exceeded its timeout of {0:?}", .after)]
-    TimedOut { endpoint: String, after: Duration },
+    TimedOut {
+        /// The endpoint path.
+        endpoint: String,
+        /// How long it waited.
+        after: Duration,
+    },
     /// The connection broke mid-request.
     #[error("{endpoint}: connection lost: {detail} (did the server die?)")]
-    Transport { endpoint: String, detail: String },
+    Transport {
+        /// The endpoint path.
+        endpoint: String,
+        /// What went wrong, as the transport or parser reported it.
+        detail: String,
+    },
     /// The server cannot do this (e.g. flush), with what would enable it.
     #[error("{what} is not available: {hint}")]
-    Unsupported { what: String, hint: String },
+    Unsupported {
+        /// What was asked for.
+        what: String,
+        /// What would enable it.
+        hint: String,
+    },
 }
 
 impl ClientError {
@@ -86,9 +135,13 @@ pub enum UsageError {
         "context {context} + {output} output tokens exceeds the server's maximum context of {limit} tokens ({source_of_limit}); drop that point from --contexts or restart the server with a larger context"
     )]
     OverLimit {
+        /// The requested context length (tokens).
         context: u64,
+        /// Output tokens per request.
         output: u64,
+        /// The server's maximum context (tokens).
         limit: u64,
+        /// Where the limit was read.
         source_of_limit: String,
     },
     /// Anything else wrong with the options.
@@ -102,30 +155,46 @@ pub enum RecordError {
     /// Underlying I/O failure, with the path.
     #[error("results file {path}: {cause}")]
     Io {
+        /// The file or folder.
         path: String,
+        /// The I/O error.
         // Not `source`: the message already says it, and a source would be printed twice.
         cause: std::io::Error,
     },
     /// A line could not be written (disk full, size limit); `line` is what was lost.
     #[error("cannot write to results file {path}: {cause}; the earlier lines are intact. The unwritten sample was:\n{line}")]
     WriteFailed {
+        /// The file or folder.
         path: String,
+        /// The I/O error.
         cause: std::io::Error,
+        /// The line that could not be written.
         line: String,
     },
     /// A line that is not valid JSON (other than a torn last line).
     #[error("results file {path}, line {line}: {detail}")]
     Corrupt {
+        /// The file or folder.
         path: String,
+        /// The line that could not be written.
         line: usize,
+        /// What went wrong, as the transport or parser reported it.
         detail: String,
     },
     /// `--resume` with a configuration that differs from the file's.
     #[error(
         "results file {path} was recorded with a different configuration; refusing to mix runs:\n{diff}\nuse another --out, or repeat the original options"
     )]
-    ConfigMismatch { path: String, diff: String },
+    ConfigMismatch {
+        /// The file or folder.
+        path: String,
+        /// What changed, one `key: old -> new` per line.
+        diff: String,
+    },
     /// `--resume` on a file that has no header.
     #[error("results file {path} has no run header line; it is not a ctxbench results file")]
-    NoHeader { path: String },
+    NoHeader {
+        /// The file or folder.
+        path: String,
+    },
 }

@@ -2,6 +2,8 @@
 //!
 //! Data flows one way: `cli → probe → plan → bench → record → stats → render`.
 
+#![warn(missing_docs)]
+
 pub mod adaptive;
 pub mod bench;
 pub mod cli;
