@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value};
 use super::sse::SseEvent;
 use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
-use super::{Http, OnceOutcome, ServerTimings};
+use super::{Http, OnceOutcome, ServerTimings, SpecStats};
 use crate::error::ClientError;
 
 /// How a server's `/tokenize` wants its body.
@@ -99,6 +99,8 @@ pub struct CompletionsReader {
     pub timings: Option<ServerTimings>,
     /// `finish_reason` of the last choice.
     pub finish_reason: Option<String>,
+    /// Speculative counts from `usage.completion_tokens_details` (newest SGLang builds).
+    pub spec: Option<SpecStats>,
 }
 
 impl CompletionsReader {
@@ -173,6 +175,7 @@ impl CompletionsReader {
                     .or_else(|| timings.as_ref().and_then(|t| t.cache_n))
                     .or(self.missing_cached_is_zero.then_some(0)),
             };
+            self.spec = usage_spec(u).or_else(|| timings.as_ref().and_then(super::llamacpp_spec));
             self.timings = timings;
         }
         Ok(EventInfo {
@@ -181,6 +184,25 @@ impl CompletionsReader {
             ends_stream: false,
         })
     }
+}
+
+/// Speculative counts from `usage.completion_tokens_details` (accepted and rejected
+/// prediction tokens; no verify-step count, so no accept length).
+fn usage_spec(usage: &Value) -> Option<SpecStats> {
+    let d = usage.get("completion_tokens_details")?;
+    let accepted = get_u64(d, "accepted_prediction_tokens")?;
+    let rejected = get_u64(d, "rejected_prediction_tokens").unwrap_or(0);
+    Some(
+        SpecStats {
+            source: "usage.completion_tokens_details".to_owned(),
+            verify_steps: None,
+            draft_tokens: Some(accepted.saturating_add(rejected)),
+            accepted_tokens: Some(accepted),
+            accept_length: None,
+            accept_rate: None,
+        }
+        .derive(),
+    )
 }
 
 /// vLLM's opt-in per-request `metrics` (`--enable-per-request-metrics`, on the final usage
@@ -260,7 +282,7 @@ impl Backend for OpenAi {
         Ok(OnceOutcome {
             elapsed,
             counts: reader.counts,
-            spec: reader.timings.as_ref().and_then(super::llamacpp_spec),
+            spec: reader.spec,
             timings: reader.timings,
         })
     }
@@ -282,7 +304,7 @@ impl Backend for OpenAi {
         Ok(GenOutcome {
             stream,
             counts: reader.counts,
-            spec: reader.timings.as_ref().and_then(super::llamacpp_spec),
+            spec: reader.spec,
             timings: reader.timings,
             finish_reason: reader.finish_reason,
         })
@@ -343,6 +365,22 @@ mod tests {
         assert!(f.is_final);
         assert_eq!(r.counts.cached_tokens, Some(0));
         assert_eq!(r.timings.unwrap().prompt_ms, Some(150.0));
+    }
+
+    #[test]
+    fn accepted_prediction_tokens_give_speculative_counts() {
+        let mut r = CompletionsReader::default();
+        r.on_event(&ev(r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":20,"completion_tokens_details":{"accepted_prediction_tokens":12,"rejected_prediction_tokens":4}}}"#))
+            .unwrap();
+        let spec = r.spec.expect("spec stats");
+        assert_eq!(spec.accepted_tokens, Some(12));
+        assert_eq!(spec.draft_tokens, Some(16));
+        assert_eq!(spec.accept_rate, Some(0.75));
+        assert_eq!(
+            spec.verify_steps, None,
+            "not reported: no accept length is made up"
+        );
+        assert_eq!(spec.accept_length, None);
     }
 
     #[test]
