@@ -23,7 +23,7 @@ pub enum Command {
     #[command(after_help = SWEEP_EXAMPLES)]
     Sweep(Box<SweepArgs>),
     /// Measure ctxbench's own cost: stream tokens from a loopback server as fast as it can.
-    Overhead(crate::overhead::OverheadArgs),
+    Overhead(OverheadArgs),
     /// Tables, scaling fits, plots and an HTML report, from results files alone.
     #[command(after_help = REPORT_EXAMPLES)]
     Report(ReportArgs),
@@ -334,4 +334,15 @@ impl Switch {
     pub fn is_on(self) -> bool {
         self == Switch::On
     }
+}
+
+/// Options of `ctxbench overhead`.
+#[derive(Debug, Clone, Args)]
+pub struct OverheadArgs {
+    /// Tokens streamed per run.
+    #[arg(long, default_value_t = 200_000)]
+    pub tokens: u32,
+    /// Runs (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub runs: u32,
 }

@@ -1,6 +1,7 @@
 //! ctxbench: benchmark the long-context performance of LLM inference servers.
 //!
-//! Data flows one way: `cli → probe → plan → bench → record → stats → render`.
+//! Data flows one way: `cli → probe → plan → bench → record → stats → render`. The binary's
+//! `cmd` modules drive it.
 
 #![warn(missing_docs)]
 
@@ -11,10 +12,8 @@ pub mod client;
 pub mod compare;
 pub mod corpus;
 pub mod costmodel;
-pub mod dryrun;
 pub mod error;
 pub mod metrics;
-pub mod overhead;
 pub mod plan;
 pub mod probe;
 pub mod progress;
@@ -24,4 +23,3 @@ pub mod render;
 pub mod report;
 pub mod sample;
 pub mod stats;
-pub mod sweep;

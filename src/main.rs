@@ -5,7 +5,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use ctxbench::cli::{Cli, Command};
 use ctxbench::error::{ClientError, UsageError};
-use ctxbench::sweep::{self, Ending};
+mod cmd;
+
+use cmd::sweep::{self, Ending};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -33,11 +35,9 @@ fn main() -> ExitCode {
         });
         match cli.command {
             Command::Sweep(args) => sweep::run(*args, rx).await,
-            Command::Overhead(args) => ctxbench::overhead::run(args)
-                .await
-                .map(|()| Ending::Complete),
-            Command::Report(args) => ctxbench::report::run(&args).map(|()| Ending::Complete),
-            Command::Compare(args) => ctxbench::compare::run(&args).map(|()| Ending::Complete),
+            Command::Overhead(args) => cmd::overhead::run(args).await.map(|()| Ending::Complete),
+            Command::Report(args) => cmd::report::run(&args).map(|()| Ending::Complete),
+            Command::Compare(args) => cmd::compare::run(&args).map(|()| Ending::Complete),
         }
     });
     match result {

@@ -1,15 +1,14 @@
-//! `ctxbench report`: results files → statistics → renderers. Reports are built from the
-//! results files alone, so any run can be re-reported later, anywhere.
+//! The report model: results files → statistics (summaries, fits, extrapolations,
+//! warnings), ready for the renderers. Built from results files alone, so any run can be
+//! re-reported later, anywhere. No I/O here; `ctxbench report` reads and writes.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{Context, Result};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cli::{ReportArgs, ReportFormat};
-use crate::record::{self, Host, Results, Sample};
-use crate::render::{self, fmt_ctx, svg};
+use crate::record::{Host, Results, Sample};
+use crate::render::fmt_ctx;
 use crate::stats::fit::{self, Extrapolation, Fit, Model};
 use crate::stats::metric::{self, Metric};
 use crate::stats::{self, PointSummary, Spread};
@@ -326,147 +325,10 @@ pub fn labels(paths: &[PathBuf]) -> Vec<String> {
         .collect()
 }
 
-/// Reads results files (the only input of a report).
-pub fn load(paths: &[PathBuf]) -> Result<Vec<(String, String, Results)>> {
-    let labels = labels(paths);
-    let loaded: Vec<(String, String, Results)> = paths
-        .iter()
-        .zip(labels)
-        .map(|(p, l)| {
-            // The error names the file already.
-            let r = record::read_results(p, false)?;
-            Ok((l, p.display().to_string(), r))
-        })
-        .collect::<Result<_>>()?;
-    // A run's --label names it, when the labels tell the runs apart.
-    let given: Vec<Option<&String>> = loaded
-        .iter()
-        .map(|(_, _, r)| r.header.label.as_ref())
-        .collect();
-    let distinct = given
-        .iter()
-        .flatten()
-        .collect::<std::collections::HashSet<_>>()
-        .len();
-    if given.iter().all(Option::is_some) && distinct == given.len() {
-        return Ok(loaded
-            .into_iter()
-            .map(|(_, p, r)| (r.header.label.clone().unwrap_or_default(), p, r))
-            .collect());
-    }
-    Ok(loaded)
-}
-
 /// Builds the report of several results files.
 pub fn build(loaded: &[(String, String, Results)]) -> Report {
     Report {
         generated_by: format!("ctxbench {}", env!("CARGO_PKG_VERSION")),
         runs: loaded.iter().map(|(l, p, r)| build_run(l, p, r)).collect(),
-    }
-}
-
-/// Writes one SVG per plot into `dir`; returns the files written.
-pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut out = Vec::new();
-    for plot in svg::report_plots(report)? {
-        let p = dir.join(format!("{}.svg", plot.name));
-        std::fs::write(&p, plot.svg).with_context(|| format!("writing {}", p.display()))?;
-        out.push(p);
-    }
-    Ok(out)
-}
-
-/// `ctxbench report`.
-pub fn run(args: &ReportArgs) -> Result<()> {
-    let loaded = load(&args.files)?;
-    let report = build(&loaded);
-    let text = render::renderer(args.format).report(&report)?;
-    match &args.out {
-        Some(p) => std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?,
-        None => {
-            use std::io::Write;
-            let mut o = std::io::stdout().lock();
-            o.write_all(text.as_bytes())?;
-        }
-    }
-    if let Some(dir) = &args.plots {
-        for p in write_plots(&report, dir)? {
-            eprintln!("plot: {}", p.display());
-        }
-    }
-    Ok(())
-}
-
-/// The report a sweep writes when it ends: `<results>.md`, `<results>.html` and
-/// `<results>-plots/` beside the results file, and the fits on the terminal.
-pub fn after_sweep(results_path: &Path) -> Result<()> {
-    let loaded = load(&[results_path.to_path_buf()])?;
-    let report = build(&loaded);
-    let fits = render::table::fits_text(&report);
-    if !fits.is_empty() {
-        println!("\n{fits}");
-    }
-    // Never overwrite the results file itself (`--out run.html` would otherwise be clobbered).
-    let beside = |ext: &str| {
-        let p = results_path.with_extension(ext);
-        if p == results_path {
-            results_path.with_extension(format!("report.{ext}"))
-        } else {
-            p
-        }
-    };
-    let md = beside("md");
-    let html = beside("html");
-    let stem = results_path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "results".into());
-    let plots = results_path.with_file_name(format!("{stem}-plots"));
-    std::fs::write(&md, render::renderer(ReportFormat::Md).report(&report)?)
-        .with_context(|| format!("writing {}", md.display()))?;
-    std::fs::write(&html, render::renderer(ReportFormat::Html).report(&report)?)
-        .with_context(|| format!("writing {}", html.display()))?;
-    write_plots(&report, &plots)?;
-    eprintln!(
-        "report: {} · {} · {}/",
-        md.display(),
-        html.display(),
-        plots.display()
-    );
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::record::{ResultsWriter, RunHeader, SCHEMA_VERSION};
-    use serde_json::json;
-
-    #[test]
-    fn the_sweep_report_never_overwrites_the_results_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("run.html");
-        let header = RunHeader {
-            kind: "run".into(),
-            schema: SCHEMA_VERSION,
-            run_id: "r".into(),
-            ctxbench_version: "0".into(),
-            started_at: "t".into(),
-            host: Host::current(),
-            config: json!({"contexts": [1024]}),
-            server: json!({}),
-            corpus: json!({}),
-            label: None,
-        };
-        drop(ResultsWriter::create(&path, &header).unwrap());
-        let before = std::fs::read(&path).unwrap();
-        after_sweep(&path).unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), before);
-        assert!(dir.path().join("run.report.html").exists());
-        assert!(dir.path().join("run.md").exists());
-        assert!(dir.path().join("run-plots").is_dir());
-        // And the rebuilt report of that file still reads it as results.
-        assert_eq!(load(&[path]).unwrap()[0].2.header.run_id, "r");
     }
 }

@@ -7,26 +7,26 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 
-use crate::adaptive::RepPolicy;
-use crate::bench::{self, BenchSettings};
-use crate::cli::{FlushMode, Method, SweepArgs};
-use crate::client::llamacpp::LlamaCpp;
-use crate::client::ollama::Ollama;
-use crate::client::openai::OpenAi;
-use crate::client::sglang::Sglang;
-use crate::client::tgi::Tgi;
-use crate::client::vllm::Vllm;
-use crate::client::{Backend, BackendKind, Http};
-use crate::corpus::{Corpus, CorpusSpec};
-use crate::error::{RecordError, UsageError};
-use crate::metrics::Scraper;
-use crate::plan;
-use crate::probe::{self, Probe};
-use crate::progress::{Observer, Terminal};
-use crate::prompt::{PromptBuilder, NONCE_TOKENS};
-use crate::record::{self, Host, ResultsWriter, RunHeader, SCHEMA_VERSION};
-use crate::render;
-use crate::stats;
+use ctxbench::adaptive::RepPolicy;
+use ctxbench::bench::{self, BenchSettings};
+use ctxbench::cli::{FlushMode, Method, SweepArgs};
+use ctxbench::client::llamacpp::LlamaCpp;
+use ctxbench::client::ollama::Ollama;
+use ctxbench::client::openai::OpenAi;
+use ctxbench::client::sglang::Sglang;
+use ctxbench::client::tgi::Tgi;
+use ctxbench::client::vllm::Vllm;
+use ctxbench::client::{Backend, BackendKind, Http};
+use ctxbench::corpus::{Corpus, CorpusSpec};
+use ctxbench::error::{RecordError, UsageError};
+use ctxbench::metrics::Scraper;
+use ctxbench::plan;
+use ctxbench::probe::{self, Probe};
+use ctxbench::progress::{Observer, Terminal};
+use ctxbench::prompt::{PromptBuilder, NONCE_TOKENS};
+use ctxbench::record::{self, Host, ResultsWriter, RunHeader, SCHEMA_VERSION};
+use ctxbench::render;
+use ctxbench::stats;
 
 /// How a sweep ended, for the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -304,7 +304,7 @@ async fn measure(
     probe.reports_timings = Some(warm.reports_timings);
 
     if args.dry_run {
-        return crate::dryrun::run(
+        return crate::cmd::dryrun::run(
             backend.as_ref(),
             &mut builder,
             &contexts,
@@ -472,7 +472,7 @@ async fn measure(
         );
     }
     // The report beside the results file (md, html, plots) and the fits on the terminal.
-    if let Err(e) = crate::report::after_sweep(&output.path) {
+    if let Err(e) = crate::cmd::report::after_sweep(&output.path) {
         eprintln!("warning: could not write the report: {e:#}");
     }
     let resume_hint = format!(

@@ -8,19 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::client::llamacpp::LlamaCpp;
-use crate::client::{Backend, GenRequest, Http, Timeouts};
-
-/// Options of `ctxbench overhead`.
-#[derive(Debug, Clone, clap::Args)]
-pub struct OverheadArgs {
-    /// Tokens streamed per run.
-    #[arg(long, default_value_t = 200_000)]
-    pub tokens: u32,
-    /// Runs (the median is reported).
-    #[arg(long, default_value_t = 5)]
-    pub runs: u32,
-}
+use ctxbench::client::llamacpp::LlamaCpp;
+use ctxbench::client::{Backend, GenRequest, Http, Timeouts};
 
 /// One run's figures.
 #[derive(Debug, Clone, Copy)]
@@ -30,7 +19,7 @@ struct RunFigures {
 }
 
 /// Runs the benchmark and prints its figures.
-pub async fn run(args: OverheadArgs) -> Result<()> {
+pub async fn run(args: ctxbench::cli::OverheadArgs) -> Result<()> {
     let (port, _server) = start_server(args.tokens).context("starting the loopback server")?;
     let http =
         Http::new(&format!("http://127.0.0.1:{port}"), None, None).map_err(anyhow::Error::msg)?;
@@ -62,7 +51,7 @@ pub async fn run(args: OverheadArgs) -> Result<()> {
         });
     }
     let med = |f: fn(&RunFigures) -> f64| {
-        crate::stats::Spread::of(figures.iter().map(f)).map_or(f64::NAN, |s| s.median)
+        ctxbench::stats::Spread::of(figures.iter().map(f)).map_or(f64::NAN, |s| s.median)
     };
     let (res_ns, now_ns) = timestamp_resolution();
     let mut o = std::io::stdout().lock();

@@ -5,13 +5,13 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 
-use crate::bench::BenchSettings;
-use crate::client::{Backend, GenRequest};
-use crate::corpus::{Corpus, CorpusSpec};
-use crate::costmodel::{CostModel, Observation};
-use crate::prompt::PromptBuilder;
-use crate::render;
-use crate::sweep::Ending;
+use crate::cmd::sweep::Ending;
+use ctxbench::bench::BenchSettings;
+use ctxbench::client::{Backend, GenRequest};
+use ctxbench::corpus::{Corpus, CorpusSpec};
+use ctxbench::costmodel::{CostModel, Observation};
+use ctxbench::prompt::PromptBuilder;
+use ctxbench::render;
 
 /// `--dry-run`: the plan, prompt sizes and a predicted duration from two calibration
 /// requests; nothing is recorded.
@@ -39,7 +39,7 @@ pub async fn run(
             })
             .await
             .context("calibration request")?;
-        let s = crate::sample::make_sample(settings, c, 0, c, String::new(), Ok(out));
+        let s = ctxbench::sample::make_sample(settings, c, 0, c, String::new(), Ok(out));
         if let (Some(t), Some(st)) = (s.ttft_ms, s.ms_per_step) {
             obs.push(Observation {
                 context: c as f64,
@@ -82,7 +82,7 @@ pub async fn run(
     writeln!(
         out,
         "predicted duration: {} (from calibration requests at {} and {} tokens; points far beyond them are extrapolated, prefill at least linearly, so treat long points as a lower bound){}",
-        crate::progress::fmt_secs(total),
+        ctxbench::progress::fmt_secs(total),
         cal_sizes[0],
         cal_sizes[1],
         if settings.policy.precision.is_some() {
