@@ -234,3 +234,16 @@ mod tests {
 
 #[cfg(test)]
 mod snapshot_tests;
+
+/// The six measured cells of a summary row, in the order every table shows them: TTFT,
+/// prefill, decode, ms/step, server prompt ms, server decode; `spread` formats each.
+pub fn metric_cells(p: &PointSummary, spread: impl Fn(&Option<Spread>) -> String) -> [String; 6] {
+    [
+        spread(&p.ttft_ms),
+        spread(&p.prefill_tokens_per_s),
+        spread(&p.decode_tokens_per_s),
+        spread(&p.ms_per_step),
+        spread(&p.server_prompt_ms),
+        spread(&p.server_decode_tokens_per_s),
+    ]
+}

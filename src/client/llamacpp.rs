@@ -93,11 +93,8 @@ pub struct CompletionReader {
 impl CompletionReader {
     /// Interprets one event.
     pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
-        if ev.data.trim() == "[DONE]" {
-            return Ok(EventInfo {
-                ends_stream: true,
-                ..Default::default()
-            });
+        if let Some(done) = super::stream::done_sentinel(ev) {
+            return Ok(done);
         }
         if ev.event.as_deref() == Some("error") {
             let v = serde_json::from_str::<Value>(&ev.data).ok();

@@ -106,11 +106,8 @@ pub struct CompletionsReader {
 impl CompletionsReader {
     /// Interprets one event.
     pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
-        if ev.data.trim() == "[DONE]" {
-            return Ok(EventInfo {
-                ends_stream: true,
-                ..Default::default()
-            });
+        if let Some(done) = super::stream::done_sentinel(ev) {
+            return Ok(done);
         }
         let v = match event_json(ENDPOINT, ev) {
             Ok(v) => v,

@@ -52,11 +52,8 @@ pub struct GenerateReader {
 impl GenerateReader {
     /// Interprets one event.
     pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
-        if ev.data.trim() == "[DONE]" {
-            return Ok(EventInfo {
-                ends_stream: true,
-                ..Default::default()
-            });
+        if let Some(done) = super::stream::done_sentinel(ev) {
+            return Ok(done);
         }
         let v = event_json(ENDPOINT, ev)?;
         if let Some(e) = in_stream_error(ENDPOINT, ev, Some(&v)) {

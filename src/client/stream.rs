@@ -275,3 +275,12 @@ pub fn read_final(
         })
     }
 }
+
+/// The `[DONE]` sentinel that ends OpenAI-style streams (and SGLang's, and llama.cpp's
+/// `/v1`), as an event that only ends the stream.
+pub fn done_sentinel(ev: &SseEvent) -> Option<EventInfo> {
+    (ev.data.trim() == "[DONE]").then(|| EventInfo {
+        ends_stream: true,
+        ..Default::default()
+    })
+}

@@ -138,20 +138,19 @@ fn run_section(out: &mut String, run: &RunReport) {
     out.push_str("<h3>Results</h3>\n<table><thead><tr><th>context</th><th>usable/n</th><th>TTFT ms</th><th>prefill tok/s</th><th>decode tok/s</th><th>ms/step</th><th>server prompt ms</th><th>server decode tok/s</th><th>excluded</th></tr></thead><tbody>\n");
     for p in &run.points {
         let ex = p.exclusions();
+        let cells = super::metric_cells(p, spread).join("</td><td>");
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td{}>{}</td></tr>",
+            "<tr><td>{}</td><td>{}/{}</td><td>{cells}</td><td{}>{}</td></tr>",
             fmt_ctx(p.context_tokens),
             p.usable,
             p.samples,
-            spread(&p.ttft_ms),
-            spread(&p.prefill_tokens_per_s),
-            spread(&p.decode_tokens_per_s),
-            spread(&p.ms_per_step),
-            spread(&p.server_prompt_ms),
-            spread(&p.server_decode_tokens_per_s),
             if ex.is_empty() { "" } else { " class=\"bad\"" },
-            if ex.is_empty() { "–".into() } else { esc(&ex.join(", ")) }
+            if ex.is_empty() {
+                "–".into()
+            } else {
+                esc(&ex.join(", "))
+            }
         );
     }
     out.push_str("</tbody></table>\n<p class=\"muted\">Medians (min–max) over usable samples; client-side unless marked server.</p>\n");

@@ -81,18 +81,13 @@ fn run_section(out: &mut String, run: &RunReport) {
     let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|--:|---|");
     for p in &run.points {
         let ex = p.exclusions();
+        let cells = super::metric_cells(p, spread).join(" | ");
         let _ = writeln!(
             out,
-            "| {} | {}/{} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {}/{} | {cells} | {} |",
             fmt_ctx(p.context_tokens),
             p.usable,
             p.samples,
-            spread(&p.ttft_ms),
-            spread(&p.prefill_tokens_per_s),
-            spread(&p.decode_tokens_per_s),
-            spread(&p.ms_per_step),
-            spread(&p.server_prompt_ms),
-            spread(&p.server_decode_tokens_per_s),
             if ex.is_empty() {
                 "–".into()
             } else {
