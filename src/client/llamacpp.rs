@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::sse::SseEvent;
-use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
+use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
+use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::OnceOutcome;
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, ServerTimings};
@@ -90,9 +90,17 @@ pub struct CompletionReader {
     pub finish_reason: Option<String>,
 }
 
-impl CompletionReader {
-    /// Interprets one event.
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
+impl EventReader for CompletionReader {
+    fn gathered(self) -> Gathered {
+        Gathered {
+            spec: self.timings.as_ref().and_then(super::llamacpp_spec),
+            counts: self.counts,
+            timings: self.timings,
+            finish_reason: self.finish_reason,
+        }
+    }
+
+    fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
         if let Some(done) = super::stream::done_sentinel(ev) {
             return Ok(done);
         }
@@ -178,63 +186,42 @@ impl Backend for LlamaCpp {
     }
 
     async fn generate_once(&self, req: &GenRequest) -> Result<OnceOutcome, ClientError> {
-        let body = CompletionBody {
-            prompt: &req.prompt,
-            n_predict: req.max_tokens,
-            temperature: 0.0,
-            top_k: 1,
-            ignore_eos: true,
-            stream: false,
-            cache_prompt: !req.cache_bypass,
-            return_progress: false,
-        };
-        let body = serde_json::to_value(&body).map_err(|e| ClientError::Malformed {
-            endpoint: ENDPOINT.to_owned(),
-            detail: e.to_string(),
-        })?;
-        let (elapsed, text, _) = self
-            .http
-            .post_timed(ENDPOINT, &body, req.timeouts.request)
-            .await?;
-        // The non-streamed answer is the stream's final record.
-        let mut reader = CompletionReader::default();
-        super::stream::read_final(ENDPOINT, text, |ev| reader.on_event(ev))?;
-        Ok(OnceOutcome {
-            elapsed,
-            counts: reader.counts,
-            spec: reader.timings.as_ref().and_then(super::llamacpp_spec),
-            timings: reader.timings,
-        })
+        let body = body(req, false)?;
+        let reader = CompletionReader::default();
+        generate_unstreamed(&self.http, ENDPOINT, &body, req.timeouts.request, reader).await
     }
 
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
-        let body = CompletionBody {
-            prompt: &req.prompt,
-            n_predict: req.max_tokens,
-            temperature: 0.0,
-            top_k: 1,
-            ignore_eos: true,
-            stream: true,
-            cache_prompt: !req.cache_bypass,
-            return_progress: true,
-        };
-        let rb = self
-            .http
-            .request(reqwest::Method::POST, ENDPOINT)
-            .json(&body);
-        let mut reader = CompletionReader::default();
-        let stream = drive_sse(ENDPOINT, &self.http, rb, req.timeouts, |ev| {
-            reader.on_event(ev)
-        })
-        .await?;
-        Ok(GenOutcome {
-            stream,
-            counts: reader.counts,
-            spec: reader.timings.as_ref().and_then(super::llamacpp_spec),
-            timings: reader.timings,
-            finish_reason: reader.finish_reason,
-        })
+        let body = body(req, true)?;
+        let reader = CompletionReader::default();
+        generate_streamed(
+            &self.http,
+            Framing::Sse,
+            ENDPOINT,
+            &body,
+            req.timeouts,
+            reader,
+        )
+        .await
     }
+}
+
+/// The `/completion` body: greedy, EOS ignored, cache reuse off when the request says so.
+fn body(req: &GenRequest, stream: bool) -> Result<Value, ClientError> {
+    let body = CompletionBody {
+        prompt: &req.prompt,
+        n_predict: req.max_tokens,
+        temperature: 0.0,
+        top_k: 1,
+        ignore_eos: true,
+        stream,
+        cache_prompt: !req.cache_bypass,
+        return_progress: stream,
+    };
+    serde_json::to_value(&body).map_err(|e| ClientError::Malformed {
+        endpoint: ENDPOINT.to_owned(),
+        detail: e.to_string(),
+    })
 }
 
 /// llama.cpp `/tokenize` without adding BOS, so ids can be sliced and concatenated.
@@ -272,8 +259,8 @@ pub fn parse_token_list(endpoint: &str, v: &Value) -> Result<Vec<u32>, ClientErr
 mod tests {
     use super::*;
 
-    fn ev(data: &str) -> SseEvent {
-        SseEvent::data(data)
+    fn ev(data: &str) -> StreamEvent {
+        StreamEvent::data(data)
     }
 
     #[test]

@@ -17,8 +17,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::sse::SseEvent;
-use super::stream::{drive_stream, event_json, in_stream_error, EventInfo, Framing};
+use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
+use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest, Http};
 use super::{OnceOutcome, ServerTimings};
 use crate::error::ClientError;
@@ -103,6 +103,13 @@ impl Ollama {
             .collect()
     }
 
+    /// The body of a measured request: calibrated first (before t0), then the text.
+    async fn request_body(&self, req: &GenRequest, stream: bool) -> Result<Value, ClientError> {
+        let units = self.units_for(&req.prompt, req.timeouts.request).await?;
+        let text = self.text(&req.prompt, units);
+        Ok(self.body(&text, req.max_tokens, stream))
+    }
+
     /// Units whose text the server counts as `ids.len()` tokens.
     async fn units_for(&self, ids: &[u32], timeout: Duration) -> Result<usize, ClientError> {
         let target = ids.len();
@@ -179,9 +186,17 @@ pub struct GenerateReader {
     pub finish_reason: Option<String>,
 }
 
-impl GenerateReader {
-    /// Interprets one line.
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
+impl EventReader for GenerateReader {
+    fn gathered(self) -> Gathered {
+        Gathered {
+            counts: self.counts,
+            timings: self.timings,
+            finish_reason: self.finish_reason,
+            spec: None,
+        }
+    }
+
+    fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
         let v = event_json(ENDPOINT, ev)?;
         if let Some(e) = in_stream_error(ENDPOINT, ev, Some(&v)) {
             return Err(e);
@@ -197,7 +212,9 @@ impl GenerateReader {
             ends_stream: done,
         })
     }
+}
 
+impl GenerateReader {
     fn read_final(&mut self, v: &Value) {
         let ns_to_ms = |k: &str| get_f64(v, k).map(|ns| ns / 1e6);
         let prompt = get_u64(v, "prompt_eval_count");
@@ -285,50 +302,23 @@ impl Backend for Ollama {
     }
 
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
-        let units = self.units_for(&req.prompt, req.timeouts.request).await?;
-        let text = self.text(&req.prompt, units);
-        let rb = self
-            .http
-            .request(reqwest::Method::POST, ENDPOINT)
-            .json(&self.body(&text, req.max_tokens, true));
-        let mut reader = GenerateReader::default();
-        let stream = drive_stream(
+        let body = self.request_body(req, true).await?;
+        let reader = GenerateReader::default();
+        generate_streamed(
+            &self.http,
             Framing::Ndjson,
             ENDPOINT,
-            &self.http,
-            rb,
+            &body,
             req.timeouts,
-            |ev| reader.on_event(ev),
+            reader,
         )
-        .await?;
-        Ok(GenOutcome {
-            stream,
-            counts: reader.counts,
-            timings: reader.timings,
-            finish_reason: reader.finish_reason,
-            spec: None,
-        })
+        .await
     }
 
     async fn generate_once(&self, req: &GenRequest) -> Result<OnceOutcome, ClientError> {
-        let units = self.units_for(&req.prompt, req.timeouts.request).await?;
-        let text = self.text(&req.prompt, units);
-        let (elapsed, body, _) = self
-            .http
-            .post_timed(
-                ENDPOINT,
-                &self.body(&text, req.max_tokens, false),
-                req.timeouts.request,
-            )
-            .await?;
-        let mut reader = GenerateReader::default();
-        super::stream::read_final(ENDPOINT, body, |ev| reader.on_event(ev))?;
-        Ok(OnceOutcome {
-            elapsed,
-            counts: reader.counts,
-            timings: reader.timings,
-            spec: None,
-        })
+        let body = self.request_body(req, false).await?;
+        let reader = GenerateReader::default();
+        generate_unstreamed(&self.http, ENDPOINT, &body, req.timeouts.request, reader).await
     }
 }
 
@@ -336,8 +326,8 @@ impl Backend for Ollama {
 mod tests {
     use super::*;
 
-    fn ev(data: &str) -> SseEvent {
-        SseEvent::data(data)
+    fn ev(data: &str) -> StreamEvent {
+        StreamEvent::data(data)
     }
 
     #[test]

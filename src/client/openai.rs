@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::sse::SseEvent;
-use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
+use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
+use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, OnceOutcome, ServerTimings, SpecStats};
 use crate::error::ClientError;
@@ -77,6 +77,13 @@ impl OpenAi {
         }
     }
 
+    fn reader(&self) -> CompletionsReader {
+        CompletionsReader {
+            missing_cached_is_zero: self.missing_cached_is_zero,
+            ..Default::default()
+        }
+    }
+
     /// Reads a missing `cached_tokens` as 0: SGLang with `--enable-cache-report` sends the
     /// field only when it is positive.
     pub fn missing_cached_is_zero(mut self) -> Self {
@@ -103,9 +110,17 @@ pub struct CompletionsReader {
     pub spec: Option<SpecStats>,
 }
 
-impl CompletionsReader {
-    /// Interprets one event.
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
+impl EventReader for CompletionsReader {
+    fn gathered(self) -> Gathered {
+        Gathered {
+            counts: self.counts,
+            timings: self.timings,
+            finish_reason: self.finish_reason,
+            spec: self.spec,
+        }
+    }
+
+    fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
         if let Some(done) = super::stream::done_sentinel(ev) {
             return Ok(done);
         }
@@ -267,44 +282,28 @@ impl Backend for OpenAi {
         body.insert("stream".into(), json!(false));
         // vLLM answers 400 to stream_options on a non-streamed request.
         body.remove("stream_options");
-        let (elapsed, text, _) = self
-            .http
-            .post_timed(ENDPOINT, &Value::Object(body), req.timeouts.request)
-            .await?;
-        let mut reader = CompletionsReader {
-            missing_cached_is_zero: self.missing_cached_is_zero,
-            ..Default::default()
-        };
-        super::stream::read_final(ENDPOINT, text, |ev| reader.on_event(ev))?;
-        Ok(OnceOutcome {
-            elapsed,
-            counts: reader.counts,
-            spec: reader.spec,
-            timings: reader.timings,
-        })
+        let body = Value::Object(body);
+        generate_unstreamed(
+            &self.http,
+            ENDPOINT,
+            &body,
+            req.timeouts.request,
+            self.reader(),
+        )
+        .await
     }
 
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
-        let body = self.body(req);
-        let rb = self
-            .http
-            .request(reqwest::Method::POST, ENDPOINT)
-            .json(&Value::Object(body));
-        let mut reader = CompletionsReader {
-            missing_cached_is_zero: self.missing_cached_is_zero,
-            ..Default::default()
-        };
-        let stream = drive_sse(ENDPOINT, &self.http, rb, req.timeouts, |ev| {
-            reader.on_event(ev)
-        })
-        .await?;
-        Ok(GenOutcome {
-            stream,
-            counts: reader.counts,
-            spec: reader.spec,
-            timings: reader.timings,
-            finish_reason: reader.finish_reason,
-        })
+        let body = Value::Object(self.body(req));
+        generate_streamed(
+            &self.http,
+            Framing::Sse,
+            ENDPOINT,
+            &body,
+            req.timeouts,
+            self.reader(),
+        )
+        .await
     }
 }
 
@@ -312,8 +311,8 @@ impl Backend for OpenAi {
 mod tests {
     use super::*;
 
-    fn ev(data: &str) -> SseEvent {
-        SseEvent::data(data)
+    fn ev(data: &str) -> StreamEvent {
+        StreamEvent::data(data)
     }
 
     #[test]

@@ -12,8 +12,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::sse::SseEvent;
-use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
+use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
+use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, ServerTimings, SpecStats};
 use crate::error::ClientError;
@@ -49,9 +49,17 @@ pub struct GenerateReader {
     pub finish_reason: Option<String>,
 }
 
-impl GenerateReader {
-    /// Interprets one event.
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
+impl EventReader for GenerateReader {
+    fn gathered(self) -> Gathered {
+        Gathered {
+            counts: self.counts,
+            timings: self.timings,
+            finish_reason: self.finish_reason,
+            spec: self.spec,
+        }
+    }
+
+    fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
         if let Some(done) = super::stream::done_sentinel(ev) {
             return Ok(done);
         }
@@ -216,39 +224,28 @@ impl Backend for Sglang {
     }
 
     async fn generate_once(&self, req: &GenRequest) -> Result<super::OnceOutcome, ClientError> {
-        let (elapsed, text, _) = self
-            .http
-            .post_timed(ENDPOINT, &body(req, false), req.timeouts.request)
-            .await?;
-        // The non-streamed answer has the shape of the stream's final event.
-        let mut reader = GenerateReader::default();
-        super::stream::read_final(ENDPOINT, text, |ev| reader.on_event(ev))?;
-        Ok(super::OnceOutcome {
-            elapsed,
-            counts: reader.counts,
-            timings: reader.timings,
-            spec: reader.spec,
-        })
+        let reader = GenerateReader::default();
+        generate_unstreamed(
+            &self.http,
+            ENDPOINT,
+            &body(req, false),
+            req.timeouts.request,
+            reader,
+        )
+        .await
     }
 
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
-        let body = body(req, true);
-        let rb = self
-            .http
-            .request(reqwest::Method::POST, ENDPOINT)
-            .json(&body);
-        let mut reader = GenerateReader::default();
-        let stream = drive_sse(ENDPOINT, &self.http, rb, req.timeouts, |ev| {
-            reader.on_event(ev)
-        })
-        .await?;
-        Ok(GenOutcome {
-            stream,
-            counts: reader.counts,
-            timings: reader.timings,
-            finish_reason: reader.finish_reason,
-            spec: reader.spec,
-        })
+        let reader = GenerateReader::default();
+        generate_streamed(
+            &self.http,
+            Framing::Sse,
+            ENDPOINT,
+            &body(req, true),
+            req.timeouts,
+            reader,
+        )
+        .await
     }
 
     async fn flush(&self) -> Result<String, ClientError> {
@@ -271,8 +268,8 @@ impl Backend for Sglang {
 mod tests {
     use super::*;
 
-    fn ev(data: &str) -> SseEvent {
-        SseEvent::data(data)
+    fn ev(data: &str) -> StreamEvent {
+        StreamEvent::data(data)
     }
 
     #[test]

@@ -11,8 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::sse::SseEvent;
-use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
+use super::stream::{event_json, generate_streamed, in_stream_error, EventInfo, EventReader};
+use super::stream::{Framing, Gathered, StreamEvent};
 use super::textprompt::{exact_text, Pieces, Span};
 use super::ServerTimings;
 use super::{get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest, Http, OnceOutcome};
@@ -94,9 +94,17 @@ pub struct StreamReader {
     pub finish_reason: Option<String>,
 }
 
-impl StreamReader {
-    /// Interprets one event.
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
+impl EventReader for StreamReader {
+    fn gathered(self) -> Gathered {
+        Gathered {
+            counts: self.counts,
+            timings: None,
+            finish_reason: self.finish_reason,
+            spec: None,
+        }
+    }
+
+    fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
         let v = event_json(ENDPOINT, ev)?;
         if let Some(e) = in_stream_error(ENDPOINT, ev, Some(&v)) {
             return Err(e);
@@ -147,23 +155,17 @@ impl Backend for Tgi {
 
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
         // Built before t0: the tokenize round-trips are not part of the measurement.
-        let text = self.text_for(req).await?;
-        let rb = self
-            .http
-            .request(reqwest::Method::POST, ENDPOINT)
-            .json(&Self::body(text, req));
-        let mut reader = StreamReader::default();
-        let stream = drive_sse(ENDPOINT, &self.http, rb, req.timeouts, |ev| {
-            reader.on_event(ev)
-        })
-        .await?;
-        Ok(GenOutcome {
-            stream,
-            counts: reader.counts,
-            timings: None,
-            finish_reason: reader.finish_reason,
-            spec: None,
-        })
+        let body = Self::body(self.text_for(req).await?, req);
+        let reader = StreamReader::default();
+        generate_streamed(
+            &self.http,
+            Framing::Sse,
+            ENDPOINT,
+            &body,
+            req.timeouts,
+            reader,
+        )
+        .await
     }
 
     async fn generate_once(&self, req: &GenRequest) -> Result<OnceOutcome, ClientError> {
@@ -209,8 +211,8 @@ impl Backend for Tgi {
 mod tests {
     use super::*;
 
-    fn ev(data: &str) -> SseEvent {
-        SseEvent::data(data)
+    fn ev(data: &str) -> StreamEvent {
+        StreamEvent::data(data)
     }
 
     #[test]
