@@ -11,12 +11,14 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::family::{ConnectOptions, Server, ServerProfile};
+use super::openai::TokenizeDialect;
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::OnceOutcome;
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, ServerTimings};
-use crate::error::ClientError;
+use crate::error::{ClientError, UsageError};
 
 /// The llama.cpp native protocol.
 #[derive(Debug, Clone)]
@@ -222,6 +224,86 @@ fn body(req: &GenRequest, stream: bool) -> Result<Value, ClientError> {
         endpoint: ENDPOINT.to_owned(),
         detail: e.to_string(),
     })
+}
+
+/// llama.cpp's llama-server: recognised by `/props`; `n_ctx` per slot, slot erase as flush.
+#[derive(Debug, Clone, Copy)]
+pub struct Family;
+
+#[async_trait]
+impl super::Family for Family {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Llamacpp
+    }
+
+    fn server_name(&self) -> &'static str {
+        "llama.cpp"
+    }
+
+    async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
+        let props = s.json("/props").await?;
+        Ok(props
+            .filter(|p| p.get("default_generation_settings").is_some())
+            .map(|_| "GET /props answered with default_generation_settings".to_owned()))
+    }
+
+    fn reason(&self, evidence: &str) -> String {
+        format!("{evidence}: llama.cpp's llama-server")
+    }
+
+    async fn describe(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
+        let Some(props) = s.json("/props").await? else {
+            return Ok(());
+        };
+        p.server_version = props
+            .get("build_info")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if p.model.is_none() {
+            p.model = props
+                .get("model_path")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+        }
+        // n_ctx here is per slot: what one request can use.
+        if let Some(n) = props
+            .pointer("/default_generation_settings/n_ctx")
+            .and_then(Value::as_u64)
+        {
+            p.max_context = Some(n);
+            p.max_context_source =
+                Some("llama.cpp /props default_generation_settings.n_ctx (per slot)".into());
+        }
+        p.total_slots = get_u64(&props, "total_slots");
+        if !p.metrics {
+            p.notes
+                .push("/metrics is off: start llama-server with --metrics".into());
+        }
+        Ok(())
+    }
+
+    async fn capabilities(
+        &self,
+        _s: &Server<'_>,
+        p: &mut ServerProfile,
+    ) -> Result<(), ClientError> {
+        p.tokenize = Some(TokenizeDialect::Llamacpp);
+        p.token_id_prompts = true;
+        p.cache_bypass = true;
+        p.flush = Some("POST /slots/{id}?action=erase, every slot (needs --slot-save-path)".into());
+        p.spec_stats =
+            Some("llamacpp timings draft_n/draft_n_accepted (when a draft is configured)".into());
+        Ok(())
+    }
+
+    fn connect(
+        &self,
+        http: Http,
+        p: &ServerProfile,
+        _o: &ConnectOptions,
+    ) -> Result<Box<dyn Backend>, UsageError> {
+        Ok(Box::new(LlamaCpp::new(http, p.total_slots.unwrap_or(1))))
+    }
 }
 
 /// llama.cpp `/tokenize` without adding BOS, so ids can be sliced and concatenated.

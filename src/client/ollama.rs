@@ -17,12 +17,119 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
+use super::family::{ConnectOptions, LengthPolicy, Server, ServerProfile};
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest, Http};
 use super::{OnceOutcome, ServerTimings};
-use crate::error::ClientError;
-use crate::prompt::NONCE_TOKENS;
+use crate::error::{ClientError, UsageError};
+
+/// Ollama: recognised by `/api/version`.
+#[derive(Debug, Clone, Copy)]
+pub struct Family;
+
+#[async_trait]
+impl super::Family for Family {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Ollama
+    }
+
+    fn server_name(&self) -> &'static str {
+        "ollama"
+    }
+
+    async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
+        Ok(version(s)
+            .await?
+            .map(|v| format!("GET /api/version answered (version {v})")))
+    }
+
+    fn reason(&self, evidence: &str) -> String {
+        format!(
+            "{evidence}: Ollama (/api/generate, raw text, lengths calibrated on prompt_eval_count)"
+        )
+    }
+
+    /// The model (first of `/api/tags` unless `--model`) and its trained context from
+    /// `/api/show`.
+    async fn describe(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
+        p.server_version = version(s).await?;
+        if p.model.as_deref().is_none_or(|m| m.is_empty()) {
+            p.model = s
+                .json("/api/tags")
+                .await?
+                .as_ref()
+                .and_then(|v| v.pointer("/models/0/name"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+        }
+        if let Some(m) = p.model.clone() {
+            if let Ok(show) = s.post("/api/show", &json!({"model": m})).await {
+                let ctx = show
+                    .get("model_info")
+                    .and_then(Value::as_object)
+                    .and_then(|o| {
+                        o.iter()
+                            .find(|(k, _)| k.ends_with(".context_length"))
+                            .and_then(|(_, v)| v.as_u64())
+                    });
+                if let Some(n) = ctx {
+                    p.max_context = Some(n);
+                    p.max_context_source =
+                        Some("ollama /api/show model_info.<arch>.context_length (trained)".into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn capabilities(
+        &self,
+        _s: &Server<'_>,
+        p: &mut ServerProfile,
+    ) -> Result<(), ClientError> {
+        p.token_id_prompts = false;
+        p.prompt_method = "text: calibrated against the server's prompt_eval_count (Ollama has no tokenizer); tolerance 1%".into();
+        p.notes.push("Ollama reports no cached tokens and has no flush: cold prefill rests on the nonce (samples are cache_unverified)".into());
+        p.notes
+            .push("Ollama has no ignore_eos: an early EOS gives a short_output sample".into());
+        p.notes.push(
+            "each new length costs up to 5 calibration requests (num_predict 1) before it is measured"
+                .into(),
+        );
+        Ok(())
+    }
+
+    fn connect(
+        &self,
+        http: Http,
+        p: &ServerProfile,
+        o: &ConnectOptions,
+    ) -> Result<Box<dyn Backend>, UsageError> {
+        let model = p.model.clone().ok_or_else(|| {
+            UsageError::Invalid("Ollama lists no model: pull one, or give --model".into())
+        })?;
+        // One context for every request: Ollama reloads the model when num_ctx changes.
+        let num_ctx = o.largest_context + o.output_tokens.max(17) + 64;
+        Ok(Box::new(Ollama::new(http, model, num_ctx, o.nonce_tokens)))
+    }
+
+    /// Calibration aims at the server's own count, BOS included; a unit can be worth
+    /// several tokens, hence the tolerance.
+    fn length_policy(&self) -> LengthPolicy {
+        LengthPolicy {
+            text_prompts: true,
+            tolerance_pct: 0.01,
+            server_adds_bos: false,
+        }
+    }
+}
+
+async fn version(s: &Server<'_>) -> Result<Option<String>, ClientError> {
+    Ok(s.json("/api/version")
+        .await?
+        .and_then(|v| v.get("version")?.as_str().map(str::to_owned)))
+}
 
 /// Calibration requests allowed per target length.
 pub const ROUNDS: usize = 5;
@@ -49,6 +156,7 @@ pub struct Ollama {
     http: Http,
     model: String,
     num_ctx: u64,
+    nonce_tokens: usize,
     units: Mutex<Units>,
     calib: Mutex<Calibration>,
     calibration_requests: AtomicUsize,
@@ -56,12 +164,14 @@ pub struct Ollama {
 
 impl Ollama {
     /// A backend for `model`, loaded with a context of `num_ctx` tokens (sent with every
-    /// request: Ollama reloads the model when it changes).
-    pub fn new(http: Http, model: String, num_ctx: u64) -> Self {
+    /// request: Ollama reloads the model when it changes); prompts start with
+    /// `nonce_tokens` of nonce.
+    pub fn new(http: Http, model: String, num_ctx: u64, nonce_tokens: usize) -> Self {
         Ollama {
             http,
             model,
             num_ctx,
+            nonce_tokens,
             units: Mutex::new(Units::default()),
             calib: Mutex::new(Calibration::default()),
             calibration_requests: AtomicUsize::new(0),
@@ -89,7 +199,7 @@ impl Ollama {
         let Ok(u) = self.units.lock() else {
             return String::new();
         };
-        let skip = NONCE_TOKENS.min(ids.len().saturating_sub(1));
+        let skip = self.nonce_tokens.min(ids.len().saturating_sub(1));
         let body = &ids[skip..];
         (0..n)
             .map(|i| {
@@ -123,7 +233,7 @@ impl Ollama {
         // The calibration prompt must not share a prefix with the measured one: reverse
         // its nonce (same units, so the same count).
         let mut probe_ids = ids.to_vec();
-        let k = NONCE_TOKENS.min(probe_ids.len());
+        let k = self.nonce_tokens.min(probe_ids.len());
         probe_ids[..k].reverse();
         if k > 1 && probe_ids[0] == ids[0] {
             probe_ids.swap(0, 1);

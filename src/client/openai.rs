@@ -10,11 +10,80 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
+use super::family::{needs_tokenize, ConnectOptions, Server, ServerProfile};
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, OnceOutcome, ServerTimings, SpecStats};
-use crate::error::ClientError;
+use crate::error::{ClientError, UsageError};
+
+/// Any OpenAI-compatible server: recognised by `/v1/models` answering (the fallback, last
+/// in detection order).
+#[derive(Debug, Clone, Copy)]
+pub struct Family;
+
+#[async_trait]
+impl super::Family for Family {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Openai
+    }
+
+    fn server_name(&self) -> &'static str {
+        "openai-compatible"
+    }
+
+    async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
+        Ok((s.get("/v1/models").await?.0 == 200).then(|| "GET /v1/models answered".to_owned()))
+    }
+
+    fn reason(&self, evidence: &str) -> String {
+        format!("{evidence}: an OpenAI-compatible server")
+    }
+
+    /// `/v1/completions` with token ids where the server's `/tokenize` is known; on
+    /// llama.cpp also its `cache_prompt` switch and `timings`. No flush in this protocol.
+    async fn capabilities(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
+        if p.detected == Some(BackendKind::Llamacpp) {
+            p.tokenize = Some(TokenizeDialect::Llamacpp);
+            p.token_id_prompts = true;
+            p.cache_bypass = true;
+            p.spec_stats =
+                Some("llamacpp timings in the final /v1 chunk (when a draft is configured)".into());
+        } else if s.has_vllm_tokenize(p.model.as_deref()).await {
+            p.tokenize = Some(TokenizeDialect::Vllm);
+            p.token_id_prompts = true;
+        }
+        Ok(())
+    }
+
+    /// The OpenAI protocol is spoken by every family that answers `/v1/models`.
+    fn speaks_to(&self, _detected: Option<BackendKind>) -> bool {
+        true
+    }
+
+    fn connect(
+        &self,
+        http: Http,
+        p: &ServerProfile,
+        _o: &ConnectOptions,
+    ) -> Result<Box<dyn Backend>, UsageError> {
+        if !p.token_id_prompts {
+            return Err(needs_tokenize(p));
+        }
+        let o = OpenAi::new(
+            http,
+            p.model.clone(),
+            p.tokenize,
+            p.cache_bypass
+                .then(|| ("cache_prompt".to_owned(), json!(false))),
+        );
+        Ok(Box::new(if p.cached_missing_means_zero {
+            o.missing_cached_is_zero()
+        } else {
+            o
+        }))
+    }
+}
 
 /// How a server's `/tokenize` wants its body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

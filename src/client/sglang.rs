@@ -12,11 +12,138 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
+use super::family::{needs_tokenize, ConnectOptions, Server, ServerProfile};
+use super::openai::TokenizeDialect;
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, ServerTimings, SpecStats};
-use crate::error::ClientError;
+use crate::error::{ClientError, UsageError};
+
+/// SGLang: recognised by its server args at `/server_info` (or the older
+/// `/get_server_info`), or by `owned_by "sglang"` in `/v1/models`.
+#[derive(Debug, Clone, Copy)]
+pub struct Family;
+
+/// SGLang's flat server-args object, from whichever path answers with it.
+async fn server_info(s: &Server<'_>) -> Result<Option<(&'static str, Value)>, ClientError> {
+    for path in ["/server_info", "/get_server_info"] {
+        if let Some(v) = s.json(path).await?.filter(is_server_info) {
+            return Ok(Some((path, v)));
+        }
+    }
+    Ok(None)
+}
+
+fn is_server_info(v: &Value) -> bool {
+    v.get("max_total_num_tokens").is_some()
+        || v.get("internal_states").is_some()
+        || (v.get("tp_size").is_some() && v.get("model_path").is_some())
+}
+
+#[async_trait]
+impl super::Family for Family {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Sglang
+    }
+
+    fn server_name(&self) -> &'static str {
+        "sglang"
+    }
+
+    async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
+        if let Some((path, _)) = server_info(s).await? {
+            return Ok(Some(format!(
+                "GET {path} answered with SGLang's server args"
+            )));
+        }
+        Ok((s.owned_by().await?.as_deref() == Some("sglang"))
+            .then(|| "/v1/models says owned_by \"sglang\"".to_owned()))
+    }
+
+    fn reason(&self, evidence: &str) -> String {
+        format!("{evidence}: SGLang (native /generate with input_ids)")
+    }
+
+    async fn describe(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
+        let Some((_, info)) = server_info(s).await? else {
+            p.notes
+                .push("no /server_info: KV pool size and server flags unknown".into());
+            return Ok(());
+        };
+        p.server_version = info
+            .get("version")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if p.model.is_none() {
+            p.model = info
+                .get("served_model_name")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+        }
+        p.kv_pool_tokens = get_u64(&info, "max_total_num_tokens").or_else(|| {
+            info.pointer("/internal_states/0/max_total_num_tokens")
+                .and_then(Value::as_u64)
+        });
+        if let Some(n) = get_u64(&info, "context_length") {
+            p.max_context = Some(n);
+            p.max_context_source = Some("sglang /server_info context_length".into());
+        } else if let (None, Some(n)) = (p.max_context, get_u64(&info, "max_req_input_len")) {
+            p.max_context = Some(n);
+            p.max_context_source = Some("sglang /server_info max_req_input_len".into());
+        }
+        if info.get("enable_metrics").and_then(Value::as_bool) == Some(false) {
+            p.notes.push(
+                "/metrics and meta_info timings are off: start SGLang with --enable-metrics".into(),
+            );
+        }
+        let cache_report = info.get("enable_cache_report").and_then(Value::as_bool);
+        p.cached_missing_means_zero = cache_report == Some(true);
+        if cache_report == Some(false) {
+            p.notes.push("cached tokens in OpenAI usage need SGLang's --enable-cache-report (native /generate reports meta_info.cached_tokens anyway)".into());
+        }
+        Ok(())
+    }
+
+    async fn capabilities(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
+        p.flush = Some("GET/POST /flush_cache (only while idle)".into());
+        let algorithm = server_info(s).await?.and_then(|(_, info)| {
+            let a = info.get("speculative_algorithm").filter(|a| !a.is_null())?;
+            Some(a.as_str().unwrap_or("speculative").to_owned())
+        });
+        p.spec_stats = Some(match algorithm {
+            Some(a) => format!("sglang meta_info spec_* ({a} on)"),
+            None => "sglang meta_info spec_* (when a speculative algorithm is set)".into(),
+        });
+        if s.has_vllm_tokenize(p.model.as_deref()).await {
+            p.tokenize = Some(TokenizeDialect::Vllm);
+        } else {
+            p.notes.push(
+                "no /tokenize (SGLang before mid-2025): use --corpus random, or upgrade SGLang"
+                    .into(),
+            );
+        }
+        // input_ids are always accepted; only the corpus needs /tokenize.
+        p.token_id_prompts = true;
+        Ok(())
+    }
+
+    fn connect(
+        &self,
+        http: Http,
+        p: &ServerProfile,
+        _o: &ConnectOptions,
+    ) -> Result<Box<dyn Backend>, UsageError> {
+        if !p.token_id_prompts {
+            return Err(needs_tokenize(p));
+        }
+        Ok(Box::new(Sglang::new(http, p.model.clone())))
+    }
+
+    fn cached_tokens_hint(&self) -> Option<&'static str> {
+        Some("start SGLang with --enable-cache-report")
+    }
+}
 
 /// The SGLang native protocol.
 #[derive(Debug, Clone)]

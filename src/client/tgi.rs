@@ -11,27 +11,118 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
+use super::family::{ConnectOptions, LengthPolicy, Server, ServerProfile};
 use super::stream::{event_json, generate_streamed, in_stream_error, EventInfo, EventReader};
 use super::stream::{Framing, Gathered, StreamEvent};
 use super::textprompt::{exact_text, Pieces, Span};
 use super::ServerTimings;
 use super::{get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest, Http, OnceOutcome};
-use crate::error::ClientError;
-use crate::prompt::NONCE_TOKENS;
+use crate::error::{ClientError, UsageError};
+
+/// Hugging Face TGI: recognised by `/info` with `model_id` and its token limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Family;
+
+#[async_trait]
+impl super::Family for Family {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Tgi
+    }
+
+    fn server_name(&self) -> &'static str {
+        "tgi"
+    }
+
+    async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
+        Ok(s.json("/info")
+            .await?
+            .filter(is_info)
+            .map(|_| "GET /info answered with model_id and token limits".to_owned()))
+    }
+
+    fn reason(&self, evidence: &str) -> String {
+        format!("{evidence}: Hugging Face TGI (/generate_stream, text prompts)")
+    }
+
+    async fn describe(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
+        let Some(info) = s.json("/info").await?.filter(is_info) else {
+            return Ok(());
+        };
+        p.server_version = info
+            .get("version")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        p.model = p.model.take().or_else(|| {
+            info.get("model_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+        // Newer names first, then 1.x/2.0's.
+        if let Some(n) = get_u64(&info, "max_total_tokens") {
+            p.max_context = Some(n);
+            p.max_context_source = Some("tgi /info max_total_tokens (prompt + output)".into());
+        }
+        if let Some(n) =
+            get_u64(&info, "max_input_tokens").or_else(|| get_u64(&info, "max_input_length"))
+        {
+            p.notes.push(format!(
+                "TGI accepts prompts of at most {n} tokens (max_input_tokens)"
+            ));
+        }
+        Ok(())
+    }
+
+    async fn capabilities(
+        &self,
+        _s: &Server<'_>,
+        p: &mut ServerProfile,
+    ) -> Result<(), ClientError> {
+        p.token_id_prompts = false;
+        p.prompt_method = "text: tokenize → trim → re-tokenize (TGI takes no token ids)".into();
+        p.notes.push("TGI reports no cached tokens and has no flush: cold prefill rests on the nonce (samples are cache_unverified)".into());
+        p.notes
+            .push("TGI has no ignore_eos: an early EOS gives a short_output sample".into());
+        Ok(())
+    }
+
+    fn connect(
+        &self,
+        http: Http,
+        _p: &ServerProfile,
+        o: &ConnectOptions,
+    ) -> Result<Box<dyn Backend>, UsageError> {
+        Ok(Box::new(Tgi::new(http, o.nonce_tokens)))
+    }
+
+    fn length_policy(&self) -> LengthPolicy {
+        LengthPolicy {
+            text_prompts: true,
+            ..LengthPolicy::default()
+        }
+    }
+}
+
+fn is_info(v: &Value) -> bool {
+    v.get("model_id").is_some()
+        && (v.get("max_total_tokens").is_some() || v.get("max_input_length").is_some())
+}
 
 /// The TGI protocol.
 #[derive(Debug)]
 pub struct Tgi {
     http: Http,
     pieces: Pieces,
+    nonce_tokens: usize,
 }
 
 impl Tgi {
-    /// A backend speaking to `http`.
-    pub fn new(http: Http) -> Self {
+    /// A backend speaking to `http`; prompts start with `nonce_tokens` of nonce (never
+    /// reused as padding).
+    pub fn new(http: Http, nonce_tokens: usize) -> Self {
         Tgi {
             http,
             pieces: Pieces::default(),
+            nonce_tokens,
         }
     }
 
@@ -45,9 +136,13 @@ impl Tgi {
     }
 
     async fn text_for(&self, req: &GenRequest) -> Result<String, ClientError> {
-        exact_text("/tokenize", &self.pieces, &req.prompt, NONCE_TOKENS, |t| {
-            self.spans(t)
-        })
+        exact_text(
+            "/tokenize",
+            &self.pieces,
+            &req.prompt,
+            self.nonce_tokens,
+            |t| self.spans(t),
+        )
         .await
     }
 
