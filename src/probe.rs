@@ -159,11 +159,337 @@ pub fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
+    use serde_json::json;
+
     use super::*;
+    use crate::client::openai::TokenizeDialect;
+
+    /// A server made of canned answers: GET path → (status, body), POST path → JSON
+    /// answer; anything else is a 404. The first `refuse` requests find no listener.
+    #[derive(Default)]
+    struct Canned {
+        get: HashMap<&'static str, (u16, Value)>,
+        post: HashMap<&'static str, Value>,
+        text: HashMap<&'static str, &'static str>,
+        refuse: usize,
+        loading: usize,
+        asked: AtomicUsize,
+    }
+
+    impl Canned {
+        fn get(mut self, path: &'static str, body: Value) -> Self {
+            self.get.insert(path, (200, body));
+            self
+        }
+        fn post(mut self, path: &'static str, body: Value) -> Self {
+            self.post.insert(path, body);
+            self
+        }
+        /// A reachable server that forgets its first requests (not listening, or loading).
+        fn first(&self) -> Option<ClientError> {
+            let n = self.asked.fetch_add(1, Ordering::SeqCst);
+            (n < self.refuse).then(|| ClientError::Connect {
+                url: "http://canned".into(),
+                detail: "connection refused".into(),
+            })
+        }
+    }
+
+    #[async_trait]
+    impl Answers for Canned {
+        async fn get(&self, path: &str) -> Result<(u16, Option<Value>), ClientError> {
+            if let Some(e) = self.first() {
+                return Err(e);
+            }
+            if path == "/props" && self.asked.load(Ordering::SeqCst) <= self.refuse + self.loading {
+                return Ok((503, None));
+            }
+            Ok(match self.get.get(path) {
+                Some((status, body)) => (*status, Some(body.clone())),
+                None => (404, None),
+            })
+        }
+        async fn get_text(&self, path: &str) -> Result<String, ClientError> {
+            self.text
+                .get(path)
+                .map(|t| t.to_string())
+                .ok_or(ClientError::Http {
+                    endpoint: path.into(),
+                    status: 404,
+                    message: "not found".into(),
+                })
+        }
+        async fn post(&self, path: &str, _body: &Value) -> Result<Value, ClientError> {
+            self.post.get(path).cloned().ok_or(ClientError::Http {
+                endpoint: path.into(),
+                status: 404,
+                message: "not found".into(),
+            })
+        }
+    }
+
+    fn models(owned_by: &str) -> Value {
+        json!({"object": "list", "data": [{"id": "m", "owned_by": owned_by, "max_model_len": 8192}]})
+    }
+
+    fn llamacpp() -> Canned {
+        Canned::default()
+            .get(
+                "/props",
+                json!({"default_generation_settings": {"n_ctx": 4096}, "total_slots": 4, "build_info": "b1", "model_path": "/m.gguf"}),
+            )
+            .get("/v1/models", json!({"data": [{"id": "m.gguf", "owned_by": "llamacpp", "meta": {"n_vocab": 32000}}]}))
+    }
+
+    fn sglang_info() -> Value {
+        json!({"tp_size": 1, "model_path": "/m", "context_length": 32768, "max_total_num_tokens": 500000,
+               "enable_metrics": false, "enable_cache_report": true, "speculative_algorithm": "EAGLE", "version": "0.5"})
+    }
+
+    fn run(c: &Canned, requested: BackendKind) -> Result<ServerProfile, ProbeError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(probe(
+            c,
+            "http://u:secret@canned",
+            requested,
+            None,
+            Duration::ZERO,
+            &mut |_| {},
+        ))
+    }
+
+    fn usage_error(r: Result<ServerProfile, ProbeError>) -> String {
+        match r {
+            Err(ProbeError::Usage(e)) => e.to_string(),
+            other => panic!("expected a usage error, got {other:?}"),
+        }
+    }
 
     #[test]
     fn urls_lose_credentials() {
         assert_eq!(redact_url("http://u:secret@h:80/x"), "http://h:80/x");
         assert_eq!(redact_url("https://h"), "https://h");
+    }
+
+    #[test]
+    fn llamacpp_is_recognised_by_props() {
+        let p = run(&llamacpp(), BackendKind::Auto).unwrap();
+        assert_eq!(p.backend, BackendKind::Llamacpp);
+        assert_eq!(p.server_kind, "llama.cpp");
+        assert!(p
+            .backend_reason
+            .contains("GET /props answered with default_generation_settings"));
+        assert_eq!(p.url, "http://canned");
+        assert_eq!(
+            (p.max_context, p.total_slots, p.n_vocab),
+            (Some(4096), Some(4), Some(32000))
+        );
+        assert_eq!(p.server_version.as_deref(), Some("b1"));
+        assert_eq!(p.tokenize, Some(TokenizeDialect::Llamacpp));
+        assert!(p.token_id_prompts && p.cache_bypass);
+        assert!(p.flush.as_deref().unwrap().contains("--slot-save-path"));
+        assert!(
+            p.notes.iter().any(|n| n.contains("--metrics")),
+            "{:?}",
+            p.notes
+        );
+    }
+
+    #[test]
+    fn the_openai_protocol_on_llamacpp_announces_no_slot_erase() {
+        let p = run(&llamacpp(), BackendKind::Openai).unwrap();
+        assert_eq!(p.backend, BackendKind::Openai);
+        assert_eq!(p.server_kind, "llama.cpp");
+        assert_eq!(p.backend_reason, "--backend openai given");
+        assert_eq!(p.flush, None, "the OpenAI protocol has no flush");
+        assert!(
+            p.cache_bypass,
+            "cache_prompt is still sent on /v1/completions"
+        );
+        assert_eq!(p.tokenize, Some(TokenizeDialect::Llamacpp));
+        assert_eq!(p.max_context, Some(4096));
+    }
+
+    #[test]
+    fn a_backend_that_does_not_fit_is_a_usage_error_naming_the_server() {
+        let e = usage_error(run(&llamacpp(), BackendKind::Sglang));
+        assert!(
+            e.contains("it looks like llama.cpp (GET /props answered with default_generation_settings); use --backend llamacpp or auto"),
+            "{e}"
+        );
+        let tgi =
+            Canned::default().get("/info", json!({"model_id": "m", "max_total_tokens": 4096}));
+        let e = usage_error(run(&tgi, BackendKind::Llamacpp));
+        assert!(
+            e.contains("looks like tgi") && e.contains("--backend tgi"),
+            "{e}"
+        );
+        let e = usage_error(run(&Canned::default(), BackendKind::Ollama));
+        assert!(e.contains("no server family recognised"), "{e}");
+    }
+
+    #[test]
+    fn sglang_is_recognised_by_server_info_old_path_or_owned_by() {
+        for path in ["/server_info", "/get_server_info"] {
+            let c = Canned::default()
+                .get(path, sglang_info())
+                .get("/v1/models", models("sglang"))
+                .post("/tokenize", json!({"tokens": [1, 2]}));
+            let p = run(&c, BackendKind::Auto).unwrap();
+            assert_eq!(p.backend, BackendKind::Sglang, "{path}");
+            assert!(p.backend_reason.contains(path), "{}", p.backend_reason);
+            assert_eq!(p.max_context, Some(32768));
+            assert_eq!(p.kv_pool_tokens, Some(500000));
+            assert!(p.cached_missing_means_zero);
+            assert_eq!(p.tokenize, Some(TokenizeDialect::Vllm));
+            assert!(p.spec_stats.as_deref().unwrap().contains("EAGLE"));
+            assert!(p.notes.iter().any(|n| n.contains("--enable-metrics")));
+            assert!(p.flush.as_deref().unwrap().contains("/flush_cache"));
+        }
+        // Fallback: no server args, only owned_by; and no /tokenize.
+        let c = Canned::default().get("/v1/models", models("sglang"));
+        let p = run(&c, BackendKind::Auto).unwrap();
+        assert_eq!(p.backend, BackendKind::Sglang);
+        assert!(p.backend_reason.contains("owned_by \"sglang\""));
+        assert_eq!(p.max_context, Some(8192), "from /v1/models max_model_len");
+        assert!(p.notes.iter().any(|n| n.contains("no /server_info")));
+        assert!(p.notes.iter().any(|n| n.contains("no /tokenize")));
+    }
+
+    #[test]
+    fn vllm_is_recognised_by_owned_by_and_reads_its_kv_pool() {
+        let mut c = Canned::default()
+            .get("/v1/models", models("vllm"))
+            .get("/metrics", json!(null))
+            .post("/tokenize", json!({"tokens": [1], "count": 1}));
+        c.text.insert(
+            "/metrics",
+            "# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"1000\"} 1.0\n",
+        );
+        let p = run(&c, BackendKind::Auto).unwrap();
+        assert_eq!(p.backend, BackendKind::Vllm);
+        assert_eq!(p.server_kind, "vllm");
+        assert!(p.metrics);
+        assert_eq!(p.kv_pool_tokens, Some(16000));
+        assert_eq!(p.tokenize, Some(TokenizeDialect::Vllm));
+        assert!(p
+            .notes
+            .iter()
+            .any(|n| n.contains("--enable-prompt-tokens-details")));
+        assert!(p.flush.as_deref().unwrap().contains("VLLM_SERVER_DEV_MODE"));
+    }
+
+    #[test]
+    fn tgi_is_recognised_by_info_under_old_and_new_names() {
+        let c = Canned::default().get(
+            "/info",
+            json!({"model_id": "org/m", "max_total_tokens": 4096, "max_input_tokens": 4000, "version": "3.0"}),
+        );
+        let p = run(&c, BackendKind::Auto).unwrap();
+        assert_eq!(p.backend, BackendKind::Tgi);
+        assert_eq!(
+            (p.model.as_deref(), p.max_context),
+            (Some("org/m"), Some(4096))
+        );
+        assert!(!p.token_id_prompts && p.prompt_method.starts_with("text"));
+        assert!(p.notes.iter().any(|n| n.contains("at most 4000 tokens")));
+        let old =
+            Canned::default().get("/info", json!({"model_id": "m", "max_input_length": 1000}));
+        assert_eq!(
+            run(&old, BackendKind::Auto).unwrap().backend,
+            BackendKind::Tgi
+        );
+        // model_id alone is not TGI.
+        let not = Canned::default().get("/info", json!({"model_id": "m"}));
+        assert!(run(&not, BackendKind::Auto).is_err());
+    }
+
+    #[test]
+    fn ollama_is_recognised_by_api_version() {
+        let c = Canned::default()
+            .get("/api/version", json!({"version": "0.12.10"}))
+            .get("/api/tags", json!({"models": [{"name": "qwen:0.5b"}]}))
+            .get("/v1/models", models("library"))
+            .post(
+                "/api/show",
+                json!({"model_info": {"qwen2.context_length": 32768}}),
+            );
+        let p = run(&c, BackendKind::Auto).unwrap();
+        assert_eq!(p.backend, BackendKind::Ollama);
+        assert!(p.backend_reason.contains("version 0.12.10"));
+        assert_eq!(p.server_version.as_deref(), Some("0.12.10"));
+        // /v1/models' id wins over /api/tags, as before.
+        assert_eq!(p.model.as_deref(), Some("m"));
+        assert_eq!(p.max_context, Some(32768));
+        assert!(p.notes.iter().any(|n| n.contains("calibration requests")));
+    }
+
+    #[test]
+    fn a_generic_openai_server_is_the_fallback() {
+        let c = Canned::default()
+            .get("/v1/models", models("someone"))
+            .post("/tokenize", json!({"tokens": [3]}));
+        let p = run(&c, BackendKind::Auto).unwrap();
+        assert_eq!(p.backend, BackendKind::Openai);
+        assert_eq!(p.server_kind, "openai-compatible");
+        assert!(p.token_id_prompts && p.flush.is_none());
+        // vLLM's protocol may be asked for on a server no detector named.
+        assert_eq!(
+            run(&c, BackendKind::Vllm).unwrap().backend,
+            BackendKind::Vllm
+        );
+        // Without /tokenize: no token-id prompts (connecting refuses it later).
+        let bare = Canned::default().get("/v1/models", models("someone"));
+        assert!(!run(&bare, BackendKind::Auto).unwrap().token_id_prompts);
+    }
+
+    #[test]
+    fn a_server_that_answers_nothing_known_is_named() {
+        let e = run(&Canned::default(), BackendKind::Auto).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("neither llama.cpp's /props nor OpenAI's /v1/models"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn waits_for_a_server_not_listening_yet_then_loading() {
+        let mut c = llamacpp();
+        c.refuse = 2;
+        c.loading = 1;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let mut told = Vec::new();
+        let p = rt
+            .block_on(probe(
+                &c,
+                "http://canned",
+                BackendKind::Auto,
+                None,
+                Duration::from_secs(30),
+                &mut |m| told.push(m.to_owned()),
+            ))
+            .unwrap();
+        assert_eq!(p.backend, BackendKind::Llamacpp);
+        assert_eq!(told.len(), 1, "told once: {told:?}");
+        assert!(told[0].contains("not accepting connections") && told[0].contains("--wait-ready"));
+        // Without patience, a silent server is a connect error.
+        let mut c = llamacpp();
+        c.refuse = 1;
+        let e = run(&c, BackendKind::Auto).unwrap_err();
+        assert!(
+            matches!(e, ProbeError::Client(ClientError::Connect { .. })),
+            "{e:?}"
+        );
     }
 }
