@@ -75,10 +75,10 @@ pub async fn probe(
         }
     }
     if let Some((f, evidence)) = &detected {
-        p.server_kind = f.server_name().to_owned();
+        p.server_kind = f.id().server.to_owned();
         f.describe(&s, &mut p).await?;
         p.backend_reason = if requested == BackendKind::Auto {
-            f.reason(evidence)
+            format!("{evidence}: {}", f.id().chosen)
         } else {
             format!("--backend {} given", requested.as_str())
         };
@@ -95,7 +95,7 @@ fn wrong_backend(chosen: &dyn Family, detected: Option<&(&dyn Family, String)>) 
     UsageError::Invalid(match detected {
         Some((f, evidence)) => format!(
             "--backend {requested} does not fit this server: it looks like {} ({evidence}); use --backend {} or auto",
-            f.server_name(),
+            f.id().server,
             f.kind().as_str()
         ),
         None => format!(

@@ -276,18 +276,40 @@ pub struct ConnectOptions {
     pub output_tokens: u64,
 }
 
+/// A family's names.
+#[derive(Debug, Clone, Copy)]
+pub struct FamilyId {
+    /// The protocol it speaks.
+    pub kind: BackendKind,
+    /// The server software's name, as shown and recorded (`llama.cpp`, `sglang`).
+    pub server: &'static str,
+    /// What `auto` chooses when it recognises the server, for the reason line.
+    pub chosen: &'static str,
+}
+
+impl FamilyId {
+    /// The names of a family.
+    pub const fn new(kind: BackendKind, server: &'static str, chosen: &'static str) -> Self {
+        FamilyId {
+            kind,
+            server,
+            chosen,
+        }
+    }
+}
+
 /// One server family: its detector, what it reads from the server, its capabilities and
 /// notes, its backend and its length policy.
 #[async_trait]
 pub trait Family: Send + Sync {
+    /// Which family this is.
+    fn id(&self) -> FamilyId;
     /// The protocol this family speaks.
-    fn kind(&self) -> BackendKind;
-    /// The server software's name, as shown and recorded (`llama.cpp`, `sglang`).
-    fn server_name(&self) -> &'static str;
+    fn kind(&self) -> BackendKind {
+        self.id().kind
+    }
     /// `Some(evidence)` when the answers are this family's: what answered how, for the user.
     async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError>;
-    /// Why `auto` chose this family, given the detector's evidence.
-    fn reason(&self, evidence: &str) -> String;
     /// Reads the identity and limits of a server recognised as this family.
     async fn describe(&self, _s: &Server<'_>, _p: &mut ServerProfile) -> Result<(), ClientError> {
         Ok(())

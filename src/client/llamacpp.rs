@@ -11,13 +11,13 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::family::{ConnectOptions, Server, ServerProfile};
+use super::family::{ConnectOptions, FamilyId, Server, ServerProfile};
 use super::openai::TokenizeDialect;
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::OnceOutcome;
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
-use super::{Http, ServerTimings};
+use super::Http;
 use crate::error::{ClientError, UsageError};
 
 /// The llama.cpp native protocol.
@@ -84,22 +84,13 @@ struct CompletionBody<'a> {
 #[derive(Debug, Default)]
 pub struct CompletionReader {
     predicted: u64,
-    /// Counts from the final event.
-    pub counts: Counts,
-    /// `timings` from the final event.
-    pub timings: Option<ServerTimings>,
-    /// `stop_type` from the final event.
-    pub finish_reason: Option<String>,
+    /// What the events said so far.
+    pub got: Gathered,
 }
 
 impl EventReader for CompletionReader {
     fn gathered(self) -> Gathered {
-        Gathered {
-            spec: self.timings.as_ref().and_then(super::llamacpp_spec),
-            counts: self.counts,
-            timings: self.timings,
-            finish_reason: self.finish_reason,
-        }
+        self.got
     }
 
     fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
@@ -145,14 +136,15 @@ impl EventReader for CompletionReader {
                 let t = timings.as_ref()?;
                 t.prompt_n?.checked_add(t.cache_n.unwrap_or(0))
             });
-            self.counts = Counts {
+            self.got.counts = Counts {
                 prompt_tokens: prompt,
                 completion_tokens: predicted
                     .or_else(|| timings.as_ref().and_then(|t| t.predicted_n)),
                 cached_tokens: cached,
             };
-            self.timings = timings;
-            self.finish_reason = v
+            self.got.spec = timings.as_ref().and_then(super::llamacpp_spec);
+            self.got.timings = timings;
+            self.got.finish_reason = v
                 .get("stop_type")
                 .and_then(Value::as_str)
                 .map(str::to_owned);
@@ -232,12 +224,12 @@ pub struct Family;
 
 #[async_trait]
 impl super::Family for Family {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Llamacpp
-    }
-
-    fn server_name(&self) -> &'static str {
-        "llama.cpp"
+    fn id(&self) -> FamilyId {
+        FamilyId::new(
+            BackendKind::Llamacpp,
+            "llama.cpp",
+            "llama.cpp's llama-server",
+        )
     }
 
     async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
@@ -245,10 +237,6 @@ impl super::Family for Family {
         Ok(props
             .filter(|p| p.get("default_generation_settings").is_some())
             .map(|_| "GET /props answered with default_generation_settings".to_owned()))
-    }
-
-    fn reason(&self, evidence: &str) -> String {
-        format!("{evidence}: llama.cpp's llama-server")
     }
 
     async fn describe(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
@@ -363,11 +351,11 @@ mod tests {
             .on_event(&ev(r#"{"content":"","tokens":[],"stop":true,"tokens_predicted":1,"tokens_evaluated":1024,"tokens_cached":1024,"stop_type":"limit","timings":{"cache_n":0,"prompt_n":1024,"prompt_ms":50.5,"prompt_per_second":20277.2,"predicted_n":1,"predicted_ms":0.001,"predicted_per_second":0.0}}"#))
             .unwrap();
         assert!(!f.has_token && f.is_final && f.ends_stream);
-        assert_eq!(r.counts.prompt_tokens, Some(1024));
-        assert_eq!(r.counts.cached_tokens, Some(0));
-        assert_eq!(r.counts.completion_tokens, Some(1));
-        assert_eq!(r.timings.as_ref().unwrap().prompt_ms, Some(50.5));
-        assert_eq!(r.finish_reason.as_deref(), Some("limit"));
+        assert_eq!(r.got.counts.prompt_tokens, Some(1024));
+        assert_eq!(r.got.counts.cached_tokens, Some(0));
+        assert_eq!(r.got.counts.completion_tokens, Some(1));
+        assert_eq!(r.got.timings.as_ref().unwrap().prompt_ms, Some(50.5));
+        assert_eq!(r.got.finish_reason.as_deref(), Some("limit"));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::family::{ConnectOptions, LengthPolicy, Server, ServerProfile};
+use super::family::{ConnectOptions, FamilyId, LengthPolicy, Server, ServerProfile};
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest, Http};
@@ -30,24 +30,18 @@ pub struct Family;
 
 #[async_trait]
 impl super::Family for Family {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Ollama
-    }
-
-    fn server_name(&self) -> &'static str {
-        "ollama"
+    fn id(&self) -> FamilyId {
+        FamilyId::new(
+            BackendKind::Ollama,
+            "ollama",
+            "Ollama (/api/generate, raw text, lengths calibrated on prompt_eval_count)",
+        )
     }
 
     async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
         Ok(version(s)
             .await?
             .map(|v| format!("GET /api/version answered (version {v})")))
-    }
-
-    fn reason(&self, evidence: &str) -> String {
-        format!(
-            "{evidence}: Ollama (/api/generate, raw text, lengths calibrated on prompt_eval_count)"
-        )
     }
 
     /// The model (first of `/api/tags` unless `--model`) and its trained context from
@@ -288,22 +282,13 @@ impl Ollama {
 /// Reads `/api/generate` NDJSON lines.
 #[derive(Debug, Default)]
 pub struct GenerateReader {
-    /// Counts from the final line.
-    pub counts: Counts,
-    /// Durations from the final line, converted from ns.
-    pub timings: Option<ServerTimings>,
-    /// `done_reason`.
-    pub finish_reason: Option<String>,
+    /// What the events said so far.
+    pub got: Gathered,
 }
 
 impl EventReader for GenerateReader {
     fn gathered(self) -> Gathered {
-        Gathered {
-            counts: self.counts,
-            timings: self.timings,
-            finish_reason: self.finish_reason,
-            spec: None,
-        }
+        self.got
     }
 
     fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
@@ -329,7 +314,7 @@ impl GenerateReader {
         let ns_to_ms = |k: &str| get_f64(v, k).map(|ns| ns / 1e6);
         let prompt = get_u64(v, "prompt_eval_count");
         let eval = get_u64(v, "eval_count");
-        self.counts = Counts {
+        self.got.counts = Counts {
             prompt_tokens: prompt,
             completion_tokens: eval,
             cached_tokens: None,
@@ -340,7 +325,7 @@ impl GenerateReader {
         };
         let prompt_ms = ns_to_ms("prompt_eval_duration");
         let predicted_ms = ns_to_ms("eval_duration");
-        self.timings = Some(ServerTimings {
+        self.got.timings = Some(ServerTimings {
             source: "ollama durations (ns)".to_owned(),
             prompt_n: prompt,
             prompt_ms,
@@ -351,7 +336,7 @@ impl GenerateReader {
             e2e_ms: ns_to_ms("total_duration"),
             ..Default::default()
         });
-        self.finish_reason = v
+        self.got.finish_reason = v
             .get("done_reason")
             .and_then(Value::as_str)
             .map(str::to_owned);
@@ -453,9 +438,9 @@ mod tests {
             .on_event(&ev(r#"{"model":"m","created_at":"t","response":"","done":true,"done_reason":"length","context":[1,2],"total_duration":250000000,"load_duration":1000000,"prompt_eval_count":1024,"prompt_eval_duration":50000000,"eval_count":16,"eval_duration":150000000}"#))
             .unwrap();
         assert!(f.is_final && f.ends_stream && !f.has_token);
-        assert_eq!(r.counts.prompt_tokens, Some(1024));
-        assert_eq!(r.counts.completion_tokens, Some(16));
-        let t = r.timings.unwrap();
+        assert_eq!(r.got.counts.prompt_tokens, Some(1024));
+        assert_eq!(r.got.counts.completion_tokens, Some(16));
+        let t = r.got.timings.unwrap();
         assert_eq!(t.prompt_ms, Some(50.0));
         assert_eq!(t.predicted_ms, Some(150.0));
         assert_eq!(t.e2e_ms, Some(250.0));
@@ -466,7 +451,7 @@ mod tests {
     fn missing_counts_stay_unknown_and_errors_are_errors() {
         let mut r = GenerateReader::default();
         r.on_event(&ev(r#"{"done":true,"eval_count":3}"#)).unwrap();
-        assert_eq!(r.counts.prompt_tokens, None);
+        assert_eq!(r.got.counts.prompt_tokens, None);
         assert!(r.on_event(&ev(r#"{"error":"model not found"}"#)).is_err());
     }
 }

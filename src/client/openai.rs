@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::family::{needs_tokenize, ConnectOptions, Server, ServerProfile};
+use super::family::{needs_tokenize, ConnectOptions, FamilyId, Server, ServerProfile};
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
@@ -24,20 +24,16 @@ pub struct Family;
 
 #[async_trait]
 impl super::Family for Family {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Openai
-    }
-
-    fn server_name(&self) -> &'static str {
-        "openai-compatible"
+    fn id(&self) -> FamilyId {
+        FamilyId::new(
+            BackendKind::Openai,
+            "openai-compatible",
+            "an OpenAI-compatible server",
+        )
     }
 
     async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
         Ok((s.get("/v1/models").await?.0 == 200).then(|| "GET /v1/models answered".to_owned()))
-    }
-
-    fn reason(&self, evidence: &str) -> String {
-        format!("{evidence}: an OpenAI-compatible server")
     }
 
     /// `/v1/completions` with token ids where the server's `/tokenize` is known; on
@@ -169,24 +165,13 @@ pub struct CompletionsReader {
     completion_seen: u64,
     /// Read a missing `cached_tokens` as 0 (see [`OpenAi::missing_cached_is_zero`]).
     pub missing_cached_is_zero: bool,
-    /// Counts from the usage record.
-    pub counts: Counts,
-    /// llama.cpp's non-standard `timings`, if sent.
-    pub timings: Option<ServerTimings>,
-    /// `finish_reason` of the last choice.
-    pub finish_reason: Option<String>,
-    /// Speculative counts from `usage.completion_tokens_details` (newest SGLang builds).
-    pub spec: Option<SpecStats>,
+    /// What the events said so far.
+    pub got: Gathered,
 }
 
 impl EventReader for CompletionsReader {
     fn gathered(self) -> Gathered {
-        Gathered {
-            counts: self.counts,
-            timings: self.timings,
-            finish_reason: self.finish_reason,
-            spec: self.spec,
-        }
+        self.got
     }
 
     fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
@@ -231,13 +216,13 @@ impl EventReader for CompletionsReader {
             .and_then(|c| c.get("finish_reason"))
             .and_then(Value::as_str)
         {
-            self.finish_reason = Some(fr.to_owned());
+            self.got.finish_reason = Some(fr.to_owned());
         }
         // The final record: usage with prompt tokens on a chunk with no choices (OpenAI,
         // vLLM, SGLang) or with the finish reason (llama.cpp).
         let is_final = match usage {
             Some(u) if u.get("prompt_tokens").is_some() => {
-                choice.is_none() || self.finish_reason.is_some()
+                choice.is_none() || self.got.finish_reason.is_some()
             }
             _ => false,
         };
@@ -247,7 +232,7 @@ impl EventReader for CompletionsReader {
                 .get("timings")
                 .map(llamacpp_timings)
                 .or_else(|| v.get("metrics").and_then(vllm_request_metrics));
-            self.counts = Counts {
+            self.got.counts = Counts {
                 prompt_tokens: get_u64(u, "prompt_tokens"),
                 completion_tokens: get_u64(u, "completion_tokens"),
                 cached_tokens: u
@@ -256,8 +241,9 @@ impl EventReader for CompletionsReader {
                     .or_else(|| timings.as_ref().and_then(|t| t.cache_n))
                     .or(self.missing_cached_is_zero.then_some(0)),
             };
-            self.spec = usage_spec(u).or_else(|| timings.as_ref().and_then(super::llamacpp_spec));
-            self.timings = timings;
+            self.got.spec =
+                usage_spec(u).or_else(|| timings.as_ref().and_then(super::llamacpp_spec));
+            self.got.timings = timings;
         }
         Ok(EventInfo {
             has_token,
@@ -411,7 +397,7 @@ mod tests {
             .unwrap();
         assert!(u.is_final && !u.has_token);
         assert_eq!(
-            r.counts,
+            r.got.counts,
             Counts {
                 prompt_tokens: Some(100),
                 completion_tokens: Some(2),
@@ -428,8 +414,8 @@ mod tests {
             .on_event(&ev(r#"{"choices":[{"text":"","index":0,"finish_reason":"length"}],"usage":{"completion_tokens":8,"prompt_tokens":2048,"total_tokens":2056},"timings":{"cache_n":0,"prompt_n":2048,"prompt_ms":150.0,"predicted_n":8,"predicted_ms":9.0}}"#))
             .unwrap();
         assert!(f.is_final);
-        assert_eq!(r.counts.cached_tokens, Some(0));
-        assert_eq!(r.timings.unwrap().prompt_ms, Some(150.0));
+        assert_eq!(r.got.counts.cached_tokens, Some(0));
+        assert_eq!(r.got.timings.unwrap().prompt_ms, Some(150.0));
     }
 
     #[test]
@@ -437,7 +423,7 @@ mod tests {
         let mut r = CompletionsReader::default();
         r.on_event(&ev(r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":20,"completion_tokens_details":{"accepted_prediction_tokens":12,"rejected_prediction_tokens":4}}}"#))
             .unwrap();
-        let spec = r.spec.expect("spec stats");
+        let spec = r.got.spec.expect("spec stats");
         assert_eq!(spec.accepted_tokens, Some(12));
         assert_eq!(spec.draft_tokens, Some(16));
         assert_eq!(spec.accept_rate, Some(0.75));
@@ -455,7 +441,7 @@ mod tests {
             r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}"#,
         ))
         .unwrap();
-        assert_eq!(r.counts.cached_tokens, None);
+        assert_eq!(r.got.counts.cached_tokens, None);
     }
 
     #[test]
@@ -463,7 +449,7 @@ mod tests {
         let mut r = CompletionsReader::default();
         r.on_event(&ev(r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3},"metrics":{"time_to_first_token_ms":12.5,"queue_time_ms":1.0,"generation_time_ms":20.0,"mean_itl_ms":10.0,"tokens_per_second":100.0}}"#))
             .unwrap();
-        let t = r.timings.unwrap();
+        let t = r.got.timings.unwrap();
         assert_eq!(t.source, "vllm.metrics");
         assert_eq!(
             (t.prompt_ms, t.queue_ms, t.predicted_ms),
@@ -482,7 +468,7 @@ mod tests {
             r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}"#,
         ))
         .unwrap();
-        assert_eq!(r.counts.cached_tokens, Some(0));
+        assert_eq!(r.got.counts.cached_tokens, Some(0));
     }
 
     #[test]

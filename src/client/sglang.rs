@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::family::{needs_tokenize, ConnectOptions, Server, ServerProfile};
+use super::family::{needs_tokenize, ConnectOptions, FamilyId, Server, ServerProfile};
 use super::openai::TokenizeDialect;
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
@@ -43,12 +43,12 @@ fn is_server_info(v: &Value) -> bool {
 
 #[async_trait]
 impl super::Family for Family {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Sglang
-    }
-
-    fn server_name(&self) -> &'static str {
-        "sglang"
+    fn id(&self) -> FamilyId {
+        FamilyId::new(
+            BackendKind::Sglang,
+            "sglang",
+            "SGLang (native /generate with input_ids)",
+        )
     }
 
     async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
@@ -59,10 +59,6 @@ impl super::Family for Family {
         }
         Ok((s.owned_by().await?.as_deref() == Some("sglang"))
             .then(|| "/v1/models says owned_by \"sglang\"".to_owned()))
-    }
-
-    fn reason(&self, evidence: &str) -> String {
-        format!("{evidence}: SGLang (native /generate with input_ids)")
     }
 
     async fn describe(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
@@ -166,24 +162,13 @@ const ENDPOINT: &str = "/generate";
 pub struct GenerateReader {
     completion_seen: u64,
     ids_seen: usize,
-    /// Counts from the latest `meta_info`.
-    pub counts: Counts,
-    /// Server timing from the final `meta_info`.
-    pub timings: Option<ServerTimings>,
-    /// Speculative statistics from the final `meta_info`.
-    pub spec: Option<SpecStats>,
-    /// `finish_reason.type` of the final event.
-    pub finish_reason: Option<String>,
+    /// What the events said so far.
+    pub got: Gathered,
 }
 
 impl EventReader for GenerateReader {
     fn gathered(self) -> Gathered {
-        Gathered {
-            counts: self.counts,
-            timings: self.timings,
-            finish_reason: self.finish_reason,
-            spec: self.spec,
-        }
+        self.got
     }
 
     fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
@@ -228,21 +213,21 @@ impl EventReader for GenerateReader {
             }
             _ => false,
         };
-        self.counts = Counts {
+        self.got.counts = Counts {
             prompt_tokens: get_u64(meta, "prompt_tokens"),
-            completion_tokens: completion.or(self.counts.completion_tokens),
+            completion_tokens: completion.or(self.got.counts.completion_tokens),
             cached_tokens: get_u64(meta, "cached_tokens"),
         };
         let finish = meta.get("finish_reason").filter(|f| !f.is_null());
         let is_final = finish.is_some();
         if let Some(f) = finish {
-            self.finish_reason = f
+            self.got.finish_reason = f
                 .get("type")
                 .and_then(Value::as_str)
                 .or_else(|| f.as_str())
                 .map(str::to_owned);
-            self.timings = meta_timings(meta, &self.counts);
-            self.spec = meta_spec(meta);
+            self.got.timings = meta_timings(meta, &self.got.counts);
+            self.got.spec = meta_spec(meta);
         }
         Ok(EventInfo {
             has_token,
@@ -415,11 +400,11 @@ mod tests {
             .on_event(&ev(r#"{"text":"abcd","output_ids":[5,6,7,8],"meta_info":{"id":"x","finish_reason":{"type":"length","length":4},"prompt_tokens":100,"completion_tokens":4,"cached_tokens":0,"e2e_latency":0.25,"spec_verify_ct":2,"spec_accept_length":2.0,"spec_accept_rate":0.5,"spec_num_correct_drafts":2,"spec_num_proposed_drafts":4}}"#))
             .unwrap();
         assert!(f.is_final && !f.has_token);
-        assert_eq!(r.counts.completion_tokens, Some(4));
-        assert_eq!(r.counts.cached_tokens, Some(0));
-        assert_eq!(r.finish_reason.as_deref(), Some("length"));
-        assert_eq!(r.timings.as_ref().unwrap().e2e_ms, Some(250.0));
-        let s = r.spec.clone().unwrap();
+        assert_eq!(r.got.counts.completion_tokens, Some(4));
+        assert_eq!(r.got.counts.cached_tokens, Some(0));
+        assert_eq!(r.got.finish_reason.as_deref(), Some("length"));
+        assert_eq!(r.got.timings.as_ref().unwrap().e2e_ms, Some(250.0));
+        let s = r.got.spec.clone().unwrap();
         assert_eq!(
             (s.verify_steps, s.accepted_tokens, s.draft_tokens),
             (Some(2), Some(2), Some(4))

@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::family::{ConnectOptions, LengthPolicy, Server, ServerProfile};
+use super::family::{ConnectOptions, FamilyId, LengthPolicy, Server, ServerProfile};
 use super::stream::{event_json, generate_streamed, in_stream_error, EventInfo, EventReader};
 use super::stream::{Framing, Gathered, StreamEvent};
 use super::textprompt::{exact_text, Pieces, Span};
@@ -25,12 +25,12 @@ pub struct Family;
 
 #[async_trait]
 impl super::Family for Family {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Tgi
-    }
-
-    fn server_name(&self) -> &'static str {
-        "tgi"
+    fn id(&self) -> FamilyId {
+        FamilyId::new(
+            BackendKind::Tgi,
+            "tgi",
+            "Hugging Face TGI (/generate_stream, text prompts)",
+        )
     }
 
     async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
@@ -38,10 +38,6 @@ impl super::Family for Family {
             .await?
             .filter(is_info)
             .map(|_| "GET /info answered with model_id and token limits".to_owned()))
-    }
-
-    fn reason(&self, evidence: &str) -> String {
-        format!("{evidence}: Hugging Face TGI (/generate_stream, text prompts)")
     }
 
     async fn describe(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
@@ -183,20 +179,13 @@ pub fn parse_spans(v: &Value) -> Result<Vec<Span>, ClientError> {
 /// Reads `/generate_stream` events.
 #[derive(Debug, Default)]
 pub struct StreamReader {
-    /// Counts from the final event's `details`.
-    pub counts: Counts,
-    /// `details.finish_reason`.
-    pub finish_reason: Option<String>,
+    /// What the events said so far.
+    pub got: Gathered,
 }
 
 impl EventReader for StreamReader {
     fn gathered(self) -> Gathered {
-        Gathered {
-            counts: self.counts,
-            timings: None,
-            finish_reason: self.finish_reason,
-            spec: None,
-        }
+        self.got
     }
 
     fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
@@ -210,12 +199,12 @@ impl EventReader for StreamReader {
         let details = v.get("details").filter(|d| d.is_object());
         let is_final = details.is_some() || v.get("generated_text").is_some_and(|g| !g.is_null());
         if let Some(d) = details {
-            self.counts = Counts {
+            self.got.counts = Counts {
                 prompt_tokens: get_u64(d, "input_length"),
                 completion_tokens: get_u64(d, "generated_tokens"),
                 cached_tokens: None,
             };
-            self.finish_reason = d
+            self.got.finish_reason = d
                 .get("finish_reason")
                 .and_then(Value::as_str)
                 .map(str::to_owned);
@@ -321,10 +310,10 @@ mod tests {
             .on_event(&ev(r#"{"index":2,"token":{"id":6,"text":"b","logprob":-0.1,"special":false},"top_tokens":[],"generated_text":"ab","details":{"finish_reason":"length","generated_tokens":2,"seed":null,"input_length":100}}"#))
             .unwrap();
         assert!(f.has_token && f.is_final && f.ends_stream);
-        assert_eq!(r.counts.prompt_tokens, Some(100));
-        assert_eq!(r.counts.completion_tokens, Some(2));
-        assert_eq!(r.counts.cached_tokens, None);
-        assert_eq!(r.finish_reason.as_deref(), Some("length"));
+        assert_eq!(r.got.counts.prompt_tokens, Some(100));
+        assert_eq!(r.got.counts.completion_tokens, Some(2));
+        assert_eq!(r.got.counts.cached_tokens, None);
+        assert_eq!(r.got.finish_reason.as_deref(), Some("length"));
     }
 
     #[test]

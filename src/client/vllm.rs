@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::family::{needs_tokenize, ConnectOptions, Server, ServerProfile};
+use super::family::{needs_tokenize, ConnectOptions, FamilyId, Server, ServerProfile};
 use super::openai::{OpenAi, TokenizeDialect};
 use super::{Backend, BackendKind, GenOutcome, GenRequest, Http};
 use crate::error::{ClientError, UsageError};
@@ -17,21 +17,17 @@ pub struct Family;
 
 #[async_trait]
 impl super::Family for Family {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Vllm
-    }
-
-    fn server_name(&self) -> &'static str {
-        "vllm"
+    fn id(&self) -> FamilyId {
+        FamilyId::new(
+            BackendKind::Vllm,
+            "vllm",
+            "vLLM (/v1/completions with token ids)",
+        )
     }
 
     async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
         Ok((s.owned_by().await?.as_deref() == Some("vllm"))
             .then(|| "/v1/models says owned_by \"vllm\"".to_owned()))
-    }
-
-    fn reason(&self, evidence: &str) -> String {
-        format!("{evidence}: vLLM (/v1/completions with token ids)")
     }
 
     async fn describe(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
