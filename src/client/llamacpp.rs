@@ -15,9 +15,9 @@ use super::family::{ConnectOptions, FamilyId, Server, ServerProfile};
 use super::openai::TokenizeDialect;
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
+use super::Http;
 use super::OnceOutcome;
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
-use super::Http;
 use crate::error::{ClientError, UsageError};
 
 /// The llama.cpp native protocol.
