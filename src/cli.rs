@@ -261,9 +261,9 @@ pub struct SweepArgs {
     #[arg(long, value_enum, default_value = "stream")]
     pub method: Method,
 
-    /// max_tokens of the two requests of `--method two-point`.
-    #[arg(long, value_name = "A,B", default_value = "1,17")]
-    pub two_point_tokens: String,
+    /// max_tokens of the two requests of `--method two-point` [default: 1,17].
+    #[arg(long, value_name = "A,B")]
+    pub two_point_tokens: Option<String>,
 
     /// Decode at depth: after each cold sample, K more requests with the same prompt that
     /// reuse its prefix on purpose; recorded with phase `warm`, summarised apart.
@@ -283,7 +283,8 @@ pub struct SweepArgs {
     #[arg(long, value_name = "URL|PATH|off")]
     pub metrics_url: Option<String>,
 
-    /// Seconds to wait for a server that is still loading its model.
+    /// Seconds to wait for a server that is not accepting connections yet or is still
+    /// loading its model.
     #[arg(
         long,
         default_value_t = 60.0,

@@ -48,7 +48,7 @@ fn unknown_backend_is_a_usage_error() {
 #[test]
 fn an_unreachable_server_is_named_and_leaves_no_file() {
     let url = format!("http://127.0.0.1:{}", free_port());
-    let run = sweep(&url, &["--contexts", "1k"]);
+    let run = sweep(&url, &["--contexts", "1k", "--wait-ready", "0"]);
     let stderr = &run.stderr;
     assert_eq!(run.code, 1, "{stderr}");
     assert!(
@@ -74,6 +74,80 @@ fn an_unwritable_results_path_fails_before_contacting_the_server() {
     assert_ne!(code, 0);
     assert!(stderr.contains("/proc/ctxbench"), "{stderr}");
     assert!(!stderr.contains("cannot connect"), "{stderr}");
+}
+
+#[test]
+fn conflicting_options_are_refused_before_the_server_is_contacted() {
+    // The URL is unreachable: had ctxbench probed, it would wait and then say so.
+    let url = format!("http://127.0.0.1:{}", free_port());
+    for (args, needle) in [
+        (
+            &["--two-point-tokens", "1,9"][..],
+            "needs --method two-point",
+        ),
+        (
+            &["--precision", "0.05", "--min-reps", "9", "--max-reps", "3"],
+            "--min-reps 9 is larger than --max-reps 3",
+        ),
+        (
+            &["--method", "two-point", "--decode-samples", "1"],
+            "--decode-samples needs --method stream",
+        ),
+        (&["--ca-cert", "/nonexistent/ca.pem"], "--ca-cert"),
+    ] {
+        let mut a = vec!["sweep", "--url", &url, "--contexts", "1k"];
+        a.extend_from_slice(args);
+        let (code, _, stderr) = run(&a);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("cannot connect") && !stderr.contains("waiting"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn an_existing_results_file_without_resume_is_refused_before_probing() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("exist.jsonl");
+    std::fs::write(&out, "kept\n").unwrap();
+    let out_arg = out.to_str().unwrap();
+    let (code, _, stderr) = run(&["sweep", "--url", &url, "--contexts", "1k", "--out", out_arg]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("exists") && stderr.contains("--resume"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("cannot connect"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "kept\n");
+}
+
+#[test]
+fn resume_on_a_missing_file_says_it_starts_a_new_run() {
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("new.jsonl");
+    let out_arg = out.to_str().unwrap();
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--url",
+        &url,
+        "--contexts",
+        "1k",
+        "--out",
+        out_arg,
+        "--resume",
+        "--wait-ready",
+        "0",
+    ]);
+    assert_eq!(code, 1, "the server is down: {stderr}");
+    assert!(
+        stderr.contains("nothing to resume, starting a new run"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("cannot connect"), "{stderr}");
 }
 
 #[test]

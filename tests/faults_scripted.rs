@@ -275,13 +275,13 @@ fn scripted_disk_full_names_the_error_and_keeps_every_written_line() {
 }
 
 #[test]
-fn scripted_wrong_backend_is_named_not_a_silent_empty_corpus() {
+fn scripted_wrong_backend_is_a_usage_error_naming_the_server() {
     // A llama.cpp-shaped server driven as vLLM: its /tokenize ignores vLLM's request body.
     let srv = Scripted::start(4096, |_, body| good(body));
     let r = sweep(&srv.url(), &["--backend", "vllm", "--contexts", "64"]);
-    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.code, 2, "a usage error: {}", r.stderr);
     assert!(
-        r.stderr.contains("--backend vllm matches this server"),
+        r.stderr.contains("it looks like llama.cpp (GET /props answered with default_generation_settings); use --backend llamacpp or auto"),
         "{}",
         r.stderr
     );

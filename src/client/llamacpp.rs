@@ -11,12 +11,14 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::sse::SseEvent;
-use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
+use super::family::{ConnectOptions, FamilyId, Server, ServerProfile};
+use super::openai::TokenizeDialect;
+use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
+use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
+use super::Http;
 use super::OnceOutcome;
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
-use super::{Http, ServerTimings};
-use crate::error::ClientError;
+use crate::error::{ClientError, UsageError};
 
 /// The llama.cpp native protocol.
 #[derive(Debug, Clone)]
@@ -82,17 +84,16 @@ struct CompletionBody<'a> {
 #[derive(Debug, Default)]
 pub struct CompletionReader {
     predicted: u64,
-    /// Counts from the final event.
-    pub counts: Counts,
-    /// `timings` from the final event.
-    pub timings: Option<ServerTimings>,
-    /// `stop_type` from the final event.
-    pub finish_reason: Option<String>,
+    /// What the events said so far.
+    pub got: Gathered,
 }
 
-impl CompletionReader {
-    /// Interprets one event.
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
+impl EventReader for CompletionReader {
+    fn gathered(self) -> Gathered {
+        self.got
+    }
+
+    fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
         if let Some(done) = super::stream::done_sentinel(ev) {
             return Ok(done);
         }
@@ -135,14 +136,15 @@ impl CompletionReader {
                 let t = timings.as_ref()?;
                 t.prompt_n?.checked_add(t.cache_n.unwrap_or(0))
             });
-            self.counts = Counts {
+            self.got.counts = Counts {
                 prompt_tokens: prompt,
                 completion_tokens: predicted
                     .or_else(|| timings.as_ref().and_then(|t| t.predicted_n)),
                 cached_tokens: cached,
             };
-            self.timings = timings;
-            self.finish_reason = v
+            self.got.spec = timings.as_ref().and_then(super::llamacpp_spec);
+            self.got.timings = timings;
+            self.got.finish_reason = v
                 .get("stop_type")
                 .and_then(Value::as_str)
                 .map(str::to_owned);
@@ -178,62 +180,117 @@ impl Backend for LlamaCpp {
     }
 
     async fn generate_once(&self, req: &GenRequest) -> Result<OnceOutcome, ClientError> {
-        let body = CompletionBody {
-            prompt: &req.prompt,
-            n_predict: req.max_tokens,
-            temperature: 0.0,
-            top_k: 1,
-            ignore_eos: true,
-            stream: false,
-            cache_prompt: !req.cache_bypass,
-            return_progress: false,
-        };
-        let body = serde_json::to_value(&body).map_err(|e| ClientError::Malformed {
-            endpoint: ENDPOINT.to_owned(),
-            detail: e.to_string(),
-        })?;
-        let (elapsed, text, _) = self
-            .http
-            .post_timed(ENDPOINT, &body, req.timeouts.request)
-            .await?;
-        // The non-streamed answer is the stream's final record.
-        let mut reader = CompletionReader::default();
-        super::stream::read_final(ENDPOINT, text, |ev| reader.on_event(ev))?;
-        Ok(OnceOutcome {
-            elapsed,
-            counts: reader.counts,
-            spec: reader.timings.as_ref().and_then(super::llamacpp_spec),
-            timings: reader.timings,
-        })
+        let body = body(req, false)?;
+        let reader = CompletionReader::default();
+        generate_unstreamed(&self.http, ENDPOINT, &body, req.timeouts.request, reader).await
     }
 
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
-        let body = CompletionBody {
-            prompt: &req.prompt,
-            n_predict: req.max_tokens,
-            temperature: 0.0,
-            top_k: 1,
-            ignore_eos: true,
-            stream: true,
-            cache_prompt: !req.cache_bypass,
-            return_progress: true,
+        let body = body(req, true)?;
+        let reader = CompletionReader::default();
+        generate_streamed(
+            &self.http,
+            Framing::Sse,
+            ENDPOINT,
+            &body,
+            req.timeouts,
+            reader,
+        )
+        .await
+    }
+}
+
+/// The `/completion` body: greedy, EOS ignored, cache reuse off when the request says so.
+fn body(req: &GenRequest, stream: bool) -> Result<Value, ClientError> {
+    let body = CompletionBody {
+        prompt: &req.prompt,
+        n_predict: req.max_tokens,
+        temperature: 0.0,
+        top_k: 1,
+        ignore_eos: true,
+        stream,
+        cache_prompt: !req.cache_bypass,
+        return_progress: stream,
+    };
+    serde_json::to_value(&body).map_err(|e| ClientError::Malformed {
+        endpoint: ENDPOINT.to_owned(),
+        detail: e.to_string(),
+    })
+}
+
+/// llama.cpp's llama-server: recognised by `/props`; `n_ctx` per slot, slot erase as flush.
+#[derive(Debug, Clone, Copy)]
+pub struct Family;
+
+#[async_trait]
+impl super::Family for Family {
+    fn id(&self) -> FamilyId {
+        FamilyId::new(
+            BackendKind::Llamacpp,
+            "llama.cpp",
+            "llama.cpp's llama-server",
+        )
+    }
+
+    async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
+        let props = s.json("/props").await?;
+        Ok(props
+            .filter(|p| p.get("default_generation_settings").is_some())
+            .map(|_| "GET /props answered with default_generation_settings".to_owned()))
+    }
+
+    async fn describe(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
+        let Some(props) = s.json("/props").await? else {
+            return Ok(());
         };
-        let rb = self
-            .http
-            .request(reqwest::Method::POST, ENDPOINT)
-            .json(&body);
-        let mut reader = CompletionReader::default();
-        let stream = drive_sse(ENDPOINT, &self.http, rb, req.timeouts, |ev| {
-            reader.on_event(ev)
-        })
-        .await?;
-        Ok(GenOutcome {
-            stream,
-            counts: reader.counts,
-            spec: reader.timings.as_ref().and_then(super::llamacpp_spec),
-            timings: reader.timings,
-            finish_reason: reader.finish_reason,
-        })
+        p.server_version = props
+            .get("build_info")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if p.model.is_none() {
+            p.model = props
+                .get("model_path")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+        }
+        // n_ctx here is per slot: what one request can use.
+        if let Some(n) = props
+            .pointer("/default_generation_settings/n_ctx")
+            .and_then(Value::as_u64)
+        {
+            p.max_context = Some(n);
+            p.max_context_source =
+                Some("llama.cpp /props default_generation_settings.n_ctx (per slot)".into());
+        }
+        p.total_slots = get_u64(&props, "total_slots");
+        if !p.metrics {
+            p.notes
+                .push("/metrics is off: start llama-server with --metrics".into());
+        }
+        Ok(())
+    }
+
+    async fn capabilities(
+        &self,
+        _s: &Server<'_>,
+        p: &mut ServerProfile,
+    ) -> Result<(), ClientError> {
+        p.tokenize = Some(TokenizeDialect::Llamacpp);
+        p.token_id_prompts = true;
+        p.cache_bypass = true;
+        p.flush = Some("POST /slots/{id}?action=erase, every slot (needs --slot-save-path)".into());
+        p.spec_stats =
+            Some("llamacpp timings draft_n/draft_n_accepted (when a draft is configured)".into());
+        Ok(())
+    }
+
+    fn connect(
+        &self,
+        http: Http,
+        p: &ServerProfile,
+        _o: &ConnectOptions,
+    ) -> Result<Box<dyn Backend>, UsageError> {
+        Ok(Box::new(LlamaCpp::new(http, p.total_slots.unwrap_or(1))))
     }
 }
 
@@ -272,8 +329,8 @@ pub fn parse_token_list(endpoint: &str, v: &Value) -> Result<Vec<u32>, ClientErr
 mod tests {
     use super::*;
 
-    fn ev(data: &str) -> SseEvent {
-        SseEvent::data(data)
+    fn ev(data: &str) -> StreamEvent {
+        StreamEvent::data(data)
     }
 
     #[test]
@@ -294,11 +351,11 @@ mod tests {
             .on_event(&ev(r#"{"content":"","tokens":[],"stop":true,"tokens_predicted":1,"tokens_evaluated":1024,"tokens_cached":1024,"stop_type":"limit","timings":{"cache_n":0,"prompt_n":1024,"prompt_ms":50.5,"prompt_per_second":20277.2,"predicted_n":1,"predicted_ms":0.001,"predicted_per_second":0.0}}"#))
             .unwrap();
         assert!(!f.has_token && f.is_final && f.ends_stream);
-        assert_eq!(r.counts.prompt_tokens, Some(1024));
-        assert_eq!(r.counts.cached_tokens, Some(0));
-        assert_eq!(r.counts.completion_tokens, Some(1));
-        assert_eq!(r.timings.as_ref().unwrap().prompt_ms, Some(50.5));
-        assert_eq!(r.finish_reason.as_deref(), Some("limit"));
+        assert_eq!(r.got.counts.prompt_tokens, Some(1024));
+        assert_eq!(r.got.counts.cached_tokens, Some(0));
+        assert_eq!(r.got.counts.completion_tokens, Some(1));
+        assert_eq!(r.got.timings.as_ref().unwrap().prompt_ms, Some(50.5));
+        assert_eq!(r.got.finish_reason.as_deref(), Some("limit"));
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Server protocols: one module per API behind the [`Backend`] trait, plus the shared HTTP
 //! plumbing and the streaming driver that timestamps bytes as they arrive.
 
+pub mod family;
 pub mod http;
 pub mod llamacpp;
 pub mod ndjson;
@@ -22,6 +23,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ClientError;
+pub use family::{family, Family, ServerProfile, FAMILIES};
 pub use http::Http;
 pub use stream::StreamStats;
 

@@ -2,7 +2,7 @@
 //! streaming driver times it like an SSE event: the line inherits the arrival instant of
 //! the chunk that completed it.
 
-use super::sse::SseEvent;
+use super::stream::StreamEvent;
 
 /// Accumulates bytes and yields complete, non-empty lines.
 #[derive(Debug, Default)]
@@ -12,7 +12,7 @@ pub struct NdjsonParser {
 
 impl NdjsonParser {
     /// Feeds a chunk and appends every line it completes to `out`.
-    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
+    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<StreamEvent>) {
         self.buf.extend_from_slice(bytes);
         let mut start = 0;
         while let Some(pos) = self.buf[start..].iter().position(|&b| b == b'\n') {
@@ -24,17 +24,17 @@ impl NdjsonParser {
     }
 
     /// Ends the stream: a last line without a newline is still delivered.
-    pub fn finish(&mut self, out: &mut Vec<SseEvent>) {
+    pub fn finish(&mut self, out: &mut Vec<StreamEvent>) {
         let rest = std::mem::take(&mut self.buf);
         emit(&rest, out);
     }
 }
 
-fn emit(line: &[u8], out: &mut Vec<SseEvent>) {
+fn emit(line: &[u8], out: &mut Vec<StreamEvent>) {
     let s = String::from_utf8_lossy(line);
     let s = s.trim();
     if !s.is_empty() {
-        out.push(SseEvent {
+        out.push(StreamEvent {
             event: None,
             data: s.to_owned(),
         });

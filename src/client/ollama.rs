@@ -17,12 +17,113 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::sse::SseEvent;
-use super::stream::{drive_stream, event_json, in_stream_error, EventInfo, Framing};
+use super::family::{ConnectOptions, FamilyId, LengthPolicy, Server, ServerProfile};
+use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
+use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest, Http};
 use super::{OnceOutcome, ServerTimings};
-use crate::error::ClientError;
-use crate::prompt::NONCE_TOKENS;
+use crate::error::{ClientError, UsageError};
+
+/// Ollama: recognised by `/api/version`.
+#[derive(Debug, Clone, Copy)]
+pub struct Family;
+
+#[async_trait]
+impl super::Family for Family {
+    fn id(&self) -> FamilyId {
+        FamilyId::new(
+            BackendKind::Ollama,
+            "ollama",
+            "Ollama (/api/generate, raw text, lengths calibrated on prompt_eval_count)",
+        )
+    }
+
+    async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
+        Ok(version(s)
+            .await?
+            .map(|v| format!("GET /api/version answered (version {v})")))
+    }
+
+    /// The model (first of `/api/tags` unless `--model`) and its trained context from
+    /// `/api/show`.
+    async fn describe(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
+        p.server_version = version(s).await?;
+        if p.model.as_deref().is_none_or(|m| m.is_empty()) {
+            p.model = s
+                .json("/api/tags")
+                .await?
+                .as_ref()
+                .and_then(|v| v.pointer("/models/0/name"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+        }
+        if let Some(m) = p.model.clone() {
+            if let Ok(show) = s.post("/api/show", &json!({"model": m})).await {
+                let ctx = show
+                    .get("model_info")
+                    .and_then(Value::as_object)
+                    .and_then(|o| {
+                        o.iter()
+                            .find(|(k, _)| k.ends_with(".context_length"))
+                            .and_then(|(_, v)| v.as_u64())
+                    });
+                if let Some(n) = ctx {
+                    p.max_context = Some(n);
+                    p.max_context_source =
+                        Some("ollama /api/show model_info.<arch>.context_length (trained)".into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn capabilities(
+        &self,
+        _s: &Server<'_>,
+        p: &mut ServerProfile,
+    ) -> Result<(), ClientError> {
+        p.token_id_prompts = false;
+        p.prompt_method = "text: calibrated against the server's prompt_eval_count (Ollama has no tokenizer); tolerance 1%".into();
+        p.notes.push("Ollama reports no cached tokens and has no flush: cold prefill rests on the nonce (samples are cache_unverified)".into());
+        p.notes
+            .push("Ollama has no ignore_eos: an early EOS gives a short_output sample".into());
+        p.notes.push(
+            "each new length costs up to 5 calibration requests (num_predict 1) before it is measured"
+                .into(),
+        );
+        Ok(())
+    }
+
+    fn connect(
+        &self,
+        http: Http,
+        p: &ServerProfile,
+        o: &ConnectOptions,
+    ) -> Result<Box<dyn Backend>, UsageError> {
+        let model = p.model.clone().ok_or_else(|| {
+            UsageError::Invalid("Ollama lists no model: pull one, or give --model".into())
+        })?;
+        // One context for every request: Ollama reloads the model when num_ctx changes.
+        let num_ctx = o.largest_context + o.output_tokens.max(17) + 64;
+        Ok(Box::new(Ollama::new(http, model, num_ctx, o.nonce_tokens)))
+    }
+
+    /// Calibration aims at the server's own count, BOS included; a unit can be worth
+    /// several tokens, hence the tolerance.
+    fn length_policy(&self) -> LengthPolicy {
+        LengthPolicy {
+            text_prompts: true,
+            tolerance_pct: 0.01,
+            server_adds_bos: false,
+        }
+    }
+}
+
+async fn version(s: &Server<'_>) -> Result<Option<String>, ClientError> {
+    Ok(s.json("/api/version")
+        .await?
+        .and_then(|v| v.get("version")?.as_str().map(str::to_owned)))
+}
 
 /// Calibration requests allowed per target length.
 pub const ROUNDS: usize = 5;
@@ -49,6 +150,7 @@ pub struct Ollama {
     http: Http,
     model: String,
     num_ctx: u64,
+    nonce_tokens: usize,
     units: Mutex<Units>,
     calib: Mutex<Calibration>,
     calibration_requests: AtomicUsize,
@@ -56,12 +158,14 @@ pub struct Ollama {
 
 impl Ollama {
     /// A backend for `model`, loaded with a context of `num_ctx` tokens (sent with every
-    /// request: Ollama reloads the model when it changes).
-    pub fn new(http: Http, model: String, num_ctx: u64) -> Self {
+    /// request: Ollama reloads the model when it changes); prompts start with
+    /// `nonce_tokens` of nonce.
+    pub fn new(http: Http, model: String, num_ctx: u64, nonce_tokens: usize) -> Self {
         Ollama {
             http,
             model,
             num_ctx,
+            nonce_tokens,
             units: Mutex::new(Units::default()),
             calib: Mutex::new(Calibration::default()),
             calibration_requests: AtomicUsize::new(0),
@@ -89,7 +193,7 @@ impl Ollama {
         let Ok(u) = self.units.lock() else {
             return String::new();
         };
-        let skip = NONCE_TOKENS.min(ids.len().saturating_sub(1));
+        let skip = self.nonce_tokens.min(ids.len().saturating_sub(1));
         let body = &ids[skip..];
         (0..n)
             .map(|i| {
@@ -101,6 +205,13 @@ impl Ollama {
                 u.text.get(id as usize).map_or("", String::as_str)
             })
             .collect()
+    }
+
+    /// The body of a measured request: calibrated first (before t0), then the text.
+    async fn request_body(&self, req: &GenRequest, stream: bool) -> Result<Value, ClientError> {
+        let units = self.units_for(&req.prompt, req.timeouts.request).await?;
+        let text = self.text(&req.prompt, units);
+        Ok(self.body(&text, req.max_tokens, stream))
     }
 
     /// Units whose text the server counts as `ids.len()` tokens.
@@ -116,7 +227,7 @@ impl Ollama {
         // The calibration prompt must not share a prefix with the measured one: reverse
         // its nonce (same units, so the same count).
         let mut probe_ids = ids.to_vec();
-        let k = NONCE_TOKENS.min(probe_ids.len());
+        let k = self.nonce_tokens.min(probe_ids.len());
         probe_ids[..k].reverse();
         if k > 1 && probe_ids[0] == ids[0] {
             probe_ids.swap(0, 1);
@@ -171,17 +282,16 @@ impl Ollama {
 /// Reads `/api/generate` NDJSON lines.
 #[derive(Debug, Default)]
 pub struct GenerateReader {
-    /// Counts from the final line.
-    pub counts: Counts,
-    /// Durations from the final line, converted from ns.
-    pub timings: Option<ServerTimings>,
-    /// `done_reason`.
-    pub finish_reason: Option<String>,
+    /// What the events said so far.
+    pub got: Gathered,
 }
 
-impl GenerateReader {
-    /// Interprets one line.
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
+impl EventReader for GenerateReader {
+    fn gathered(self) -> Gathered {
+        self.got
+    }
+
+    fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
         let v = event_json(ENDPOINT, ev)?;
         if let Some(e) = in_stream_error(ENDPOINT, ev, Some(&v)) {
             return Err(e);
@@ -197,12 +307,14 @@ impl GenerateReader {
             ends_stream: done,
         })
     }
+}
 
+impl GenerateReader {
     fn read_final(&mut self, v: &Value) {
         let ns_to_ms = |k: &str| get_f64(v, k).map(|ns| ns / 1e6);
         let prompt = get_u64(v, "prompt_eval_count");
         let eval = get_u64(v, "eval_count");
-        self.counts = Counts {
+        self.got.counts = Counts {
             prompt_tokens: prompt,
             completion_tokens: eval,
             cached_tokens: None,
@@ -213,7 +325,7 @@ impl GenerateReader {
         };
         let prompt_ms = ns_to_ms("prompt_eval_duration");
         let predicted_ms = ns_to_ms("eval_duration");
-        self.timings = Some(ServerTimings {
+        self.got.timings = Some(ServerTimings {
             source: "ollama durations (ns)".to_owned(),
             prompt_n: prompt,
             prompt_ms,
@@ -224,7 +336,7 @@ impl GenerateReader {
             e2e_ms: ns_to_ms("total_duration"),
             ..Default::default()
         });
-        self.finish_reason = v
+        self.got.finish_reason = v
             .get("done_reason")
             .and_then(Value::as_str)
             .map(str::to_owned);
@@ -285,50 +397,23 @@ impl Backend for Ollama {
     }
 
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
-        let units = self.units_for(&req.prompt, req.timeouts.request).await?;
-        let text = self.text(&req.prompt, units);
-        let rb = self
-            .http
-            .request(reqwest::Method::POST, ENDPOINT)
-            .json(&self.body(&text, req.max_tokens, true));
-        let mut reader = GenerateReader::default();
-        let stream = drive_stream(
+        let body = self.request_body(req, true).await?;
+        let reader = GenerateReader::default();
+        generate_streamed(
+            &self.http,
             Framing::Ndjson,
             ENDPOINT,
-            &self.http,
-            rb,
+            &body,
             req.timeouts,
-            |ev| reader.on_event(ev),
+            reader,
         )
-        .await?;
-        Ok(GenOutcome {
-            stream,
-            counts: reader.counts,
-            timings: reader.timings,
-            finish_reason: reader.finish_reason,
-            spec: None,
-        })
+        .await
     }
 
     async fn generate_once(&self, req: &GenRequest) -> Result<OnceOutcome, ClientError> {
-        let units = self.units_for(&req.prompt, req.timeouts.request).await?;
-        let text = self.text(&req.prompt, units);
-        let (elapsed, body, _) = self
-            .http
-            .post_timed(
-                ENDPOINT,
-                &self.body(&text, req.max_tokens, false),
-                req.timeouts.request,
-            )
-            .await?;
-        let mut reader = GenerateReader::default();
-        super::stream::read_final(ENDPOINT, body, |ev| reader.on_event(ev))?;
-        Ok(OnceOutcome {
-            elapsed,
-            counts: reader.counts,
-            timings: reader.timings,
-            spec: None,
-        })
+        let body = self.request_body(req, false).await?;
+        let reader = GenerateReader::default();
+        generate_unstreamed(&self.http, ENDPOINT, &body, req.timeouts.request, reader).await
     }
 }
 
@@ -336,8 +421,8 @@ impl Backend for Ollama {
 mod tests {
     use super::*;
 
-    fn ev(data: &str) -> SseEvent {
-        SseEvent::data(data)
+    fn ev(data: &str) -> StreamEvent {
+        StreamEvent::data(data)
     }
 
     #[test]
@@ -353,9 +438,9 @@ mod tests {
             .on_event(&ev(r#"{"model":"m","created_at":"t","response":"","done":true,"done_reason":"length","context":[1,2],"total_duration":250000000,"load_duration":1000000,"prompt_eval_count":1024,"prompt_eval_duration":50000000,"eval_count":16,"eval_duration":150000000}"#))
             .unwrap();
         assert!(f.is_final && f.ends_stream && !f.has_token);
-        assert_eq!(r.counts.prompt_tokens, Some(1024));
-        assert_eq!(r.counts.completion_tokens, Some(16));
-        let t = r.timings.unwrap();
+        assert_eq!(r.got.counts.prompt_tokens, Some(1024));
+        assert_eq!(r.got.counts.completion_tokens, Some(16));
+        let t = r.got.timings.unwrap();
         assert_eq!(t.prompt_ms, Some(50.0));
         assert_eq!(t.predicted_ms, Some(150.0));
         assert_eq!(t.e2e_ms, Some(250.0));
@@ -366,7 +451,7 @@ mod tests {
     fn missing_counts_stay_unknown_and_errors_are_errors() {
         let mut r = GenerateReader::default();
         r.on_event(&ev(r#"{"done":true,"eval_count":3}"#)).unwrap();
-        assert_eq!(r.counts.prompt_tokens, None);
+        assert_eq!(r.got.counts.prompt_tokens, None);
         assert!(r.on_event(&ev(r#"{"error":"model not found"}"#)).is_err());
     }
 }

@@ -10,11 +10,76 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::sse::SseEvent;
-use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
+use super::family::{needs_tokenize, ConnectOptions, FamilyId, Server, ServerProfile};
+use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
+use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, OnceOutcome, ServerTimings, SpecStats};
-use crate::error::ClientError;
+use crate::error::{ClientError, UsageError};
+
+/// Any OpenAI-compatible server: recognised by `/v1/models` answering (the fallback, last
+/// in detection order).
+#[derive(Debug, Clone, Copy)]
+pub struct Family;
+
+#[async_trait]
+impl super::Family for Family {
+    fn id(&self) -> FamilyId {
+        FamilyId::new(
+            BackendKind::Openai,
+            "openai-compatible",
+            "an OpenAI-compatible server",
+        )
+    }
+
+    async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
+        Ok((s.get("/v1/models").await?.0 == 200).then(|| "GET /v1/models answered".to_owned()))
+    }
+
+    /// `/v1/completions` with token ids where the server's `/tokenize` is known; on
+    /// llama.cpp also its `cache_prompt` switch and `timings`. No flush in this protocol.
+    async fn capabilities(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
+        if p.detected == Some(BackendKind::Llamacpp) {
+            p.tokenize = Some(TokenizeDialect::Llamacpp);
+            p.token_id_prompts = true;
+            p.cache_bypass = true;
+            p.spec_stats =
+                Some("llamacpp timings in the final /v1 chunk (when a draft is configured)".into());
+        } else if s.has_vllm_tokenize(p.model.as_deref()).await {
+            p.tokenize = Some(TokenizeDialect::Vllm);
+            p.token_id_prompts = true;
+        }
+        Ok(())
+    }
+
+    /// The OpenAI protocol is spoken by every family that answers `/v1/models`.
+    fn speaks_to(&self, _detected: Option<BackendKind>) -> bool {
+        true
+    }
+
+    fn connect(
+        &self,
+        http: Http,
+        p: &ServerProfile,
+        _o: &ConnectOptions,
+    ) -> Result<Box<dyn Backend>, UsageError> {
+        if !p.token_id_prompts {
+            return Err(needs_tokenize(p));
+        }
+        let o = OpenAi::new(
+            http,
+            p.model.clone(),
+            p.tokenize,
+            p.cache_bypass
+                .then(|| ("cache_prompt".to_owned(), json!(false))),
+        );
+        Ok(Box::new(if p.cached_missing_means_zero {
+            o.missing_cached_is_zero()
+        } else {
+            o
+        }))
+    }
+}
 
 /// How a server's `/tokenize` wants its body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -77,6 +142,13 @@ impl OpenAi {
         }
     }
 
+    fn reader(&self) -> CompletionsReader {
+        CompletionsReader {
+            missing_cached_is_zero: self.missing_cached_is_zero,
+            ..Default::default()
+        }
+    }
+
     /// Reads a missing `cached_tokens` as 0: SGLang with `--enable-cache-report` sends the
     /// field only when it is positive.
     pub fn missing_cached_is_zero(mut self) -> Self {
@@ -93,19 +165,16 @@ pub struct CompletionsReader {
     completion_seen: u64,
     /// Read a missing `cached_tokens` as 0 (see [`OpenAi::missing_cached_is_zero`]).
     pub missing_cached_is_zero: bool,
-    /// Counts from the usage record.
-    pub counts: Counts,
-    /// llama.cpp's non-standard `timings`, if sent.
-    pub timings: Option<ServerTimings>,
-    /// `finish_reason` of the last choice.
-    pub finish_reason: Option<String>,
-    /// Speculative counts from `usage.completion_tokens_details` (newest SGLang builds).
-    pub spec: Option<SpecStats>,
+    /// What the events said so far.
+    pub got: Gathered,
 }
 
-impl CompletionsReader {
-    /// Interprets one event.
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
+impl EventReader for CompletionsReader {
+    fn gathered(self) -> Gathered {
+        self.got
+    }
+
+    fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
         if let Some(done) = super::stream::done_sentinel(ev) {
             return Ok(done);
         }
@@ -147,13 +216,13 @@ impl CompletionsReader {
             .and_then(|c| c.get("finish_reason"))
             .and_then(Value::as_str)
         {
-            self.finish_reason = Some(fr.to_owned());
+            self.got.finish_reason = Some(fr.to_owned());
         }
         // The final record: usage with prompt tokens on a chunk with no choices (OpenAI,
         // vLLM, SGLang) or with the finish reason (llama.cpp).
         let is_final = match usage {
             Some(u) if u.get("prompt_tokens").is_some() => {
-                choice.is_none() || self.finish_reason.is_some()
+                choice.is_none() || self.got.finish_reason.is_some()
             }
             _ => false,
         };
@@ -163,7 +232,7 @@ impl CompletionsReader {
                 .get("timings")
                 .map(llamacpp_timings)
                 .or_else(|| v.get("metrics").and_then(vllm_request_metrics));
-            self.counts = Counts {
+            self.got.counts = Counts {
                 prompt_tokens: get_u64(u, "prompt_tokens"),
                 completion_tokens: get_u64(u, "completion_tokens"),
                 cached_tokens: u
@@ -172,8 +241,9 @@ impl CompletionsReader {
                     .or_else(|| timings.as_ref().and_then(|t| t.cache_n))
                     .or(self.missing_cached_is_zero.then_some(0)),
             };
-            self.spec = usage_spec(u).or_else(|| timings.as_ref().and_then(super::llamacpp_spec));
-            self.timings = timings;
+            self.got.spec =
+                usage_spec(u).or_else(|| timings.as_ref().and_then(super::llamacpp_spec));
+            self.got.timings = timings;
         }
         Ok(EventInfo {
             has_token,
@@ -267,44 +337,28 @@ impl Backend for OpenAi {
         body.insert("stream".into(), json!(false));
         // vLLM answers 400 to stream_options on a non-streamed request.
         body.remove("stream_options");
-        let (elapsed, text, _) = self
-            .http
-            .post_timed(ENDPOINT, &Value::Object(body), req.timeouts.request)
-            .await?;
-        let mut reader = CompletionsReader {
-            missing_cached_is_zero: self.missing_cached_is_zero,
-            ..Default::default()
-        };
-        super::stream::read_final(ENDPOINT, text, |ev| reader.on_event(ev))?;
-        Ok(OnceOutcome {
-            elapsed,
-            counts: reader.counts,
-            spec: reader.spec,
-            timings: reader.timings,
-        })
+        let body = Value::Object(body);
+        generate_unstreamed(
+            &self.http,
+            ENDPOINT,
+            &body,
+            req.timeouts.request,
+            self.reader(),
+        )
+        .await
     }
 
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
-        let body = self.body(req);
-        let rb = self
-            .http
-            .request(reqwest::Method::POST, ENDPOINT)
-            .json(&Value::Object(body));
-        let mut reader = CompletionsReader {
-            missing_cached_is_zero: self.missing_cached_is_zero,
-            ..Default::default()
-        };
-        let stream = drive_sse(ENDPOINT, &self.http, rb, req.timeouts, |ev| {
-            reader.on_event(ev)
-        })
-        .await?;
-        Ok(GenOutcome {
-            stream,
-            counts: reader.counts,
-            spec: reader.spec,
-            timings: reader.timings,
-            finish_reason: reader.finish_reason,
-        })
+        let body = Value::Object(self.body(req));
+        generate_streamed(
+            &self.http,
+            Framing::Sse,
+            ENDPOINT,
+            &body,
+            req.timeouts,
+            self.reader(),
+        )
+        .await
     }
 }
 
@@ -312,8 +366,8 @@ impl Backend for OpenAi {
 mod tests {
     use super::*;
 
-    fn ev(data: &str) -> SseEvent {
-        SseEvent::data(data)
+    fn ev(data: &str) -> StreamEvent {
+        StreamEvent::data(data)
     }
 
     #[test]
@@ -343,7 +397,7 @@ mod tests {
             .unwrap();
         assert!(u.is_final && !u.has_token);
         assert_eq!(
-            r.counts,
+            r.got.counts,
             Counts {
                 prompt_tokens: Some(100),
                 completion_tokens: Some(2),
@@ -360,8 +414,8 @@ mod tests {
             .on_event(&ev(r#"{"choices":[{"text":"","index":0,"finish_reason":"length"}],"usage":{"completion_tokens":8,"prompt_tokens":2048,"total_tokens":2056},"timings":{"cache_n":0,"prompt_n":2048,"prompt_ms":150.0,"predicted_n":8,"predicted_ms":9.0}}"#))
             .unwrap();
         assert!(f.is_final);
-        assert_eq!(r.counts.cached_tokens, Some(0));
-        assert_eq!(r.timings.unwrap().prompt_ms, Some(150.0));
+        assert_eq!(r.got.counts.cached_tokens, Some(0));
+        assert_eq!(r.got.timings.unwrap().prompt_ms, Some(150.0));
     }
 
     #[test]
@@ -369,7 +423,7 @@ mod tests {
         let mut r = CompletionsReader::default();
         r.on_event(&ev(r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":20,"completion_tokens_details":{"accepted_prediction_tokens":12,"rejected_prediction_tokens":4}}}"#))
             .unwrap();
-        let spec = r.spec.expect("spec stats");
+        let spec = r.got.spec.expect("spec stats");
         assert_eq!(spec.accepted_tokens, Some(12));
         assert_eq!(spec.draft_tokens, Some(16));
         assert_eq!(spec.accept_rate, Some(0.75));
@@ -387,7 +441,7 @@ mod tests {
             r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}"#,
         ))
         .unwrap();
-        assert_eq!(r.counts.cached_tokens, None);
+        assert_eq!(r.got.counts.cached_tokens, None);
     }
 
     #[test]
@@ -395,7 +449,7 @@ mod tests {
         let mut r = CompletionsReader::default();
         r.on_event(&ev(r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":3},"metrics":{"time_to_first_token_ms":12.5,"queue_time_ms":1.0,"generation_time_ms":20.0,"mean_itl_ms":10.0,"tokens_per_second":100.0}}"#))
             .unwrap();
-        let t = r.timings.unwrap();
+        let t = r.got.timings.unwrap();
         assert_eq!(t.source, "vllm.metrics");
         assert_eq!(
             (t.prompt_ms, t.queue_ms, t.predicted_ms),
@@ -414,7 +468,7 @@ mod tests {
             r#"{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}"#,
         ))
         .unwrap();
-        assert_eq!(r.counts.cached_tokens, Some(0));
+        assert_eq!(r.got.counts.cached_tokens, Some(0));
     }
 
     #[test]

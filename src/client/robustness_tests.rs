@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
 use super::ndjson::NdjsonParser;
-use super::sse::SseEvent;
+use super::stream::{EventReader, StreamEvent};
 
 /// Every key the readers look at, across all protocols.
 const KEYS: &[&str] = &[
@@ -110,7 +110,7 @@ fn object() -> impl Strategy<Value = String> {
 }
 
 /// Feeds the same events to every reader; results are ignored, panics are the failure.
-fn feed_all(events: &[SseEvent]) {
+fn feed_all(events: &[StreamEvent]) {
     let mut a = super::llamacpp::CompletionReader::default();
     let mut b = super::openai::CompletionsReader::default();
     let mut c = super::sglang::GenerateReader::default();
@@ -146,13 +146,13 @@ proptest! {
 
     #[test]
     fn every_reader_survives_hostile_json_events(events in proptest::collection::vec(object(), 1..6)) {
-        let evs: Vec<SseEvent> = events.into_iter().map(SseEvent::data).collect();
+        let evs: Vec<StreamEvent> = events.into_iter().map(StreamEvent::data).collect();
         feed_all(&evs);
     }
 
     #[test]
     fn every_reader_survives_arbitrary_text(events in proptest::collection::vec(".{0,64}", 1..6)) {
-        let evs: Vec<SseEvent> = events.into_iter().map(SseEvent::data).collect();
+        let evs: Vec<StreamEvent> = events.into_iter().map(StreamEvent::data).collect();
         feed_all(&evs);
     }
 }
@@ -177,7 +177,10 @@ fn extreme_counts_in_final_records_do_not_overflow() {
             r#"{{"response":"","done":true,"prompt_eval_count":{max},"eval_count":{max},"prompt_eval_duration":{max},"eval_duration":{max},"total_duration":{max}}}"#
         ),
     ];
-    let evs: Vec<SseEvent> = events.iter().map(|e| SseEvent::data(e.as_str())).collect();
+    let evs: Vec<StreamEvent> = events
+        .iter()
+        .map(|e| StreamEvent::data(e.as_str()))
+        .collect();
     for ev in &evs {
         feed_all(std::slice::from_ref(ev));
     }

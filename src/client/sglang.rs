@@ -12,11 +12,134 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::sse::SseEvent;
-use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
+use super::family::{needs_tokenize, ConnectOptions, FamilyId, Server, ServerProfile};
+use super::openai::TokenizeDialect;
+use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
+use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, ServerTimings, SpecStats};
-use crate::error::ClientError;
+use crate::error::{ClientError, UsageError};
+
+/// SGLang: recognised by its server args at `/server_info` (or the older
+/// `/get_server_info`), or by `owned_by "sglang"` in `/v1/models`.
+#[derive(Debug, Clone, Copy)]
+pub struct Family;
+
+/// SGLang's flat server-args object, from whichever path answers with it.
+async fn server_info(s: &Server<'_>) -> Result<Option<(&'static str, Value)>, ClientError> {
+    for path in ["/server_info", "/get_server_info"] {
+        if let Some(v) = s.json(path).await?.filter(is_server_info) {
+            return Ok(Some((path, v)));
+        }
+    }
+    Ok(None)
+}
+
+fn is_server_info(v: &Value) -> bool {
+    v.get("max_total_num_tokens").is_some()
+        || v.get("internal_states").is_some()
+        || (v.get("tp_size").is_some() && v.get("model_path").is_some())
+}
+
+#[async_trait]
+impl super::Family for Family {
+    fn id(&self) -> FamilyId {
+        FamilyId::new(
+            BackendKind::Sglang,
+            "sglang",
+            "SGLang (native /generate with input_ids)",
+        )
+    }
+
+    async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
+        if let Some((path, _)) = server_info(s).await? {
+            return Ok(Some(format!(
+                "GET {path} answered with SGLang's server args"
+            )));
+        }
+        Ok((s.owned_by().await?.as_deref() == Some("sglang"))
+            .then(|| "/v1/models says owned_by \"sglang\"".to_owned()))
+    }
+
+    async fn describe(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
+        let Some((_, info)) = server_info(s).await? else {
+            p.notes
+                .push("no /server_info: KV pool size and server flags unknown".into());
+            return Ok(());
+        };
+        p.server_version = info
+            .get("version")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if p.model.is_none() {
+            p.model = info
+                .get("served_model_name")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+        }
+        p.kv_pool_tokens = get_u64(&info, "max_total_num_tokens").or_else(|| {
+            info.pointer("/internal_states/0/max_total_num_tokens")
+                .and_then(Value::as_u64)
+        });
+        if let Some(n) = get_u64(&info, "context_length") {
+            p.max_context = Some(n);
+            p.max_context_source = Some("sglang /server_info context_length".into());
+        } else if let (None, Some(n)) = (p.max_context, get_u64(&info, "max_req_input_len")) {
+            p.max_context = Some(n);
+            p.max_context_source = Some("sglang /server_info max_req_input_len".into());
+        }
+        if info.get("enable_metrics").and_then(Value::as_bool) == Some(false) {
+            p.notes.push(
+                "/metrics and meta_info timings are off: start SGLang with --enable-metrics".into(),
+            );
+        }
+        let cache_report = info.get("enable_cache_report").and_then(Value::as_bool);
+        p.cached_missing_means_zero = cache_report == Some(true);
+        if cache_report == Some(false) {
+            p.notes.push("cached tokens in OpenAI usage need SGLang's --enable-cache-report (native /generate reports meta_info.cached_tokens anyway)".into());
+        }
+        Ok(())
+    }
+
+    async fn capabilities(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
+        p.flush = Some("GET/POST /flush_cache (only while idle)".into());
+        let algorithm = server_info(s).await?.and_then(|(_, info)| {
+            let a = info.get("speculative_algorithm").filter(|a| !a.is_null())?;
+            Some(a.as_str().unwrap_or("speculative").to_owned())
+        });
+        p.spec_stats = Some(match algorithm {
+            Some(a) => format!("sglang meta_info spec_* ({a} on)"),
+            None => "sglang meta_info spec_* (when a speculative algorithm is set)".into(),
+        });
+        if s.has_vllm_tokenize(p.model.as_deref()).await {
+            p.tokenize = Some(TokenizeDialect::Vllm);
+        } else {
+            p.notes.push(
+                "no /tokenize (SGLang before mid-2025): use --corpus random, or upgrade SGLang"
+                    .into(),
+            );
+        }
+        // input_ids are always accepted; only the corpus needs /tokenize.
+        p.token_id_prompts = true;
+        Ok(())
+    }
+
+    fn connect(
+        &self,
+        http: Http,
+        p: &ServerProfile,
+        _o: &ConnectOptions,
+    ) -> Result<Box<dyn Backend>, UsageError> {
+        if !p.token_id_prompts {
+            return Err(needs_tokenize(p));
+        }
+        Ok(Box::new(Sglang::new(http, p.model.clone())))
+    }
+
+    fn cached_tokens_hint(&self) -> Option<&'static str> {
+        Some("start SGLang with --enable-cache-report")
+    }
+}
 
 /// The SGLang native protocol.
 #[derive(Debug, Clone)]
@@ -39,19 +162,16 @@ const ENDPOINT: &str = "/generate";
 pub struct GenerateReader {
     completion_seen: u64,
     ids_seen: usize,
-    /// Counts from the latest `meta_info`.
-    pub counts: Counts,
-    /// Server timing from the final `meta_info`.
-    pub timings: Option<ServerTimings>,
-    /// Speculative statistics from the final `meta_info`.
-    pub spec: Option<SpecStats>,
-    /// `finish_reason.type` of the final event.
-    pub finish_reason: Option<String>,
+    /// What the events said so far.
+    pub got: Gathered,
 }
 
-impl GenerateReader {
-    /// Interprets one event.
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
+impl EventReader for GenerateReader {
+    fn gathered(self) -> Gathered {
+        self.got
+    }
+
+    fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
         if let Some(done) = super::stream::done_sentinel(ev) {
             return Ok(done);
         }
@@ -93,21 +213,21 @@ impl GenerateReader {
             }
             _ => false,
         };
-        self.counts = Counts {
+        self.got.counts = Counts {
             prompt_tokens: get_u64(meta, "prompt_tokens"),
-            completion_tokens: completion.or(self.counts.completion_tokens),
+            completion_tokens: completion.or(self.got.counts.completion_tokens),
             cached_tokens: get_u64(meta, "cached_tokens"),
         };
         let finish = meta.get("finish_reason").filter(|f| !f.is_null());
         let is_final = finish.is_some();
         if let Some(f) = finish {
-            self.finish_reason = f
+            self.got.finish_reason = f
                 .get("type")
                 .and_then(Value::as_str)
                 .or_else(|| f.as_str())
                 .map(str::to_owned);
-            self.timings = meta_timings(meta, &self.counts);
-            self.spec = meta_spec(meta);
+            self.got.timings = meta_timings(meta, &self.got.counts);
+            self.got.spec = meta_spec(meta);
         }
         Ok(EventInfo {
             has_token,
@@ -216,39 +336,28 @@ impl Backend for Sglang {
     }
 
     async fn generate_once(&self, req: &GenRequest) -> Result<super::OnceOutcome, ClientError> {
-        let (elapsed, text, _) = self
-            .http
-            .post_timed(ENDPOINT, &body(req, false), req.timeouts.request)
-            .await?;
-        // The non-streamed answer has the shape of the stream's final event.
-        let mut reader = GenerateReader::default();
-        super::stream::read_final(ENDPOINT, text, |ev| reader.on_event(ev))?;
-        Ok(super::OnceOutcome {
-            elapsed,
-            counts: reader.counts,
-            timings: reader.timings,
-            spec: reader.spec,
-        })
+        let reader = GenerateReader::default();
+        generate_unstreamed(
+            &self.http,
+            ENDPOINT,
+            &body(req, false),
+            req.timeouts.request,
+            reader,
+        )
+        .await
     }
 
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
-        let body = body(req, true);
-        let rb = self
-            .http
-            .request(reqwest::Method::POST, ENDPOINT)
-            .json(&body);
-        let mut reader = GenerateReader::default();
-        let stream = drive_sse(ENDPOINT, &self.http, rb, req.timeouts, |ev| {
-            reader.on_event(ev)
-        })
-        .await?;
-        Ok(GenOutcome {
-            stream,
-            counts: reader.counts,
-            timings: reader.timings,
-            finish_reason: reader.finish_reason,
-            spec: reader.spec,
-        })
+        let reader = GenerateReader::default();
+        generate_streamed(
+            &self.http,
+            Framing::Sse,
+            ENDPOINT,
+            &body(req, true),
+            req.timeouts,
+            reader,
+        )
+        .await
     }
 
     async fn flush(&self) -> Result<String, ClientError> {
@@ -271,8 +380,8 @@ impl Backend for Sglang {
 mod tests {
     use super::*;
 
-    fn ev(data: &str) -> SseEvent {
-        SseEvent::data(data)
+    fn ev(data: &str) -> StreamEvent {
+        StreamEvent::data(data)
     }
 
     #[test]
@@ -291,11 +400,11 @@ mod tests {
             .on_event(&ev(r#"{"text":"abcd","output_ids":[5,6,7,8],"meta_info":{"id":"x","finish_reason":{"type":"length","length":4},"prompt_tokens":100,"completion_tokens":4,"cached_tokens":0,"e2e_latency":0.25,"spec_verify_ct":2,"spec_accept_length":2.0,"spec_accept_rate":0.5,"spec_num_correct_drafts":2,"spec_num_proposed_drafts":4}}"#))
             .unwrap();
         assert!(f.is_final && !f.has_token);
-        assert_eq!(r.counts.completion_tokens, Some(4));
-        assert_eq!(r.counts.cached_tokens, Some(0));
-        assert_eq!(r.finish_reason.as_deref(), Some("length"));
-        assert_eq!(r.timings.as_ref().unwrap().e2e_ms, Some(250.0));
-        let s = r.spec.clone().unwrap();
+        assert_eq!(r.got.counts.completion_tokens, Some(4));
+        assert_eq!(r.got.counts.cached_tokens, Some(0));
+        assert_eq!(r.got.finish_reason.as_deref(), Some("length"));
+        assert_eq!(r.got.timings.as_ref().unwrap().e2e_ms, Some(250.0));
+        let s = r.got.spec.clone().unwrap();
         assert_eq!(
             (s.verify_steps, s.accepted_tokens, s.draft_tokens),
             (Some(2), Some(2), Some(4))

@@ -4,24 +4,7 @@
 //! arrival instant of the bytes that completed each event: the caller timestamps every chunk
 //! as it comes off the socket and feeds it here; events completed by that chunk inherit it.
 
-/// One complete SSE event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SseEvent {
-    /// The `event:` field, if any.
-    pub event: Option<String>,
-    /// The `data:` lines, joined with `\n`.
-    pub data: String,
-}
-
-impl SseEvent {
-    /// An event with only data, as a non-streamed body read like a stream record.
-    pub fn data(data: impl Into<String>) -> Self {
-        SseEvent {
-            event: None,
-            data: data.into(),
-        }
-    }
-}
+use super::stream::StreamEvent;
 
 /// Accumulates bytes and yields complete events; tolerant of CRLF, comments and split UTF-8.
 #[derive(Debug, Default)]
@@ -38,7 +21,7 @@ impl SseParser {
     }
 
     /// Feeds a chunk of bytes and appends every event it completes to `out`.
-    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
+    pub fn push(&mut self, bytes: &[u8], out: &mut Vec<StreamEvent>) {
         self.buf.extend_from_slice(bytes);
         let mut start = 0;
         while let Some(pos) = self.buf[start..].iter().position(|&b| b == b'\n') {
@@ -55,7 +38,7 @@ impl SseParser {
     }
 
     /// Ends the stream: a last event not followed by a blank line is still delivered.
-    pub fn finish(&mut self, out: &mut Vec<SseEvent>) {
+    pub fn finish(&mut self, out: &mut Vec<StreamEvent>) {
         if !self.buf.is_empty() {
             let rest = std::mem::take(&mut self.buf);
             let line = String::from_utf8_lossy(&rest)
@@ -71,7 +54,7 @@ impl SseParser {
         self.buf.len()
     }
 
-    fn line(&mut self, line: &str, out: &mut Vec<SseEvent>) {
+    fn line(&mut self, line: &str, out: &mut Vec<StreamEvent>) {
         if line.is_empty() {
             self.dispatch(out);
             return;
@@ -101,10 +84,10 @@ impl SseParser {
         }
     }
 
-    fn dispatch(&mut self, out: &mut Vec<SseEvent>) {
+    fn dispatch(&mut self, out: &mut Vec<StreamEvent>) {
         let event = self.event.take();
         if let Some(data) = self.data.take() {
-            out.push(SseEvent { event, data });
+            out.push(StreamEvent { event, data });
         }
     }
 }
@@ -113,7 +96,7 @@ impl SseParser {
 mod tests {
     use super::*;
 
-    fn parse_all(chunks: &[&[u8]]) -> Vec<SseEvent> {
+    fn parse_all(chunks: &[&[u8]]) -> Vec<StreamEvent> {
         let mut p = SseParser::new();
         let mut out = Vec::new();
         for c in chunks {

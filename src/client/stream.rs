@@ -7,9 +7,95 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 
 use super::ndjson::NdjsonParser;
-use super::sse::{SseEvent, SseParser};
-use super::Timeouts;
+use super::sse::SseParser;
+use super::{Counts, GenOutcome, Http, OnceOutcome, ServerTimings, SpecStats, Timeouts};
 use crate::error::ClientError;
+
+/// One complete event of a streamed answer: an SSE event, or one NDJSON line (Ollama).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamEvent {
+    /// The SSE `event:` field, if any (always `None` for NDJSON).
+    pub event: Option<String>,
+    /// The SSE `data:` lines joined with `\n`, or the NDJSON line.
+    pub data: String,
+}
+
+impl StreamEvent {
+    /// An event with only data, as a non-streamed body read like a stream record.
+    pub fn data(data: impl Into<String>) -> Self {
+        StreamEvent {
+            event: None,
+            data: data.into(),
+        }
+    }
+}
+
+/// What a protocol's reader gathered from a stream or from a single answer.
+#[derive(Debug, Clone, Default)]
+pub struct Gathered {
+    /// Server-reported counts.
+    pub counts: Counts,
+    /// Server-reported timings.
+    pub timings: Option<ServerTimings>,
+    /// Why generation stopped, as the server said.
+    pub finish_reason: Option<String>,
+    /// Speculative-decoding counts.
+    pub spec: Option<SpecStats>,
+}
+
+/// One protocol's reading of its answers. Every API gives its non-streamed answer the shape
+/// of its stream's final event, so one reader serves `generate` and `generate_once`.
+pub trait EventReader: Send {
+    /// Interprets one event: does it carry a token, is it the final record, does the
+    /// stream end here.
+    fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError>;
+    /// What the events said, once the answer is over.
+    fn gathered(self) -> Gathered;
+}
+
+/// POSTs `body` to `endpoint`, drives the streamed answer through `reader` and times it.
+pub async fn generate_streamed<R: EventReader>(
+    http: &Http,
+    framing: Framing,
+    endpoint: &str,
+    body: &serde_json::Value,
+    timeouts: Timeouts,
+    mut reader: R,
+) -> Result<GenOutcome, ClientError> {
+    let rb = http.request(reqwest::Method::POST, endpoint).json(body);
+    let stream = drive_stream(framing, endpoint, http, rb, timeouts, |ev| {
+        reader.on_event(ev)
+    })
+    .await?;
+    let g = reader.gathered();
+    Ok(GenOutcome {
+        stream,
+        counts: g.counts,
+        timings: g.timings,
+        finish_reason: g.finish_reason,
+        spec: g.spec,
+    })
+}
+
+/// POSTs `body` (a non-streamed request) and reads the answer as the final record, timed
+/// from just before the write to the last byte.
+pub async fn generate_unstreamed<R: EventReader>(
+    http: &Http,
+    endpoint: &str,
+    body: &serde_json::Value,
+    timeout: Duration,
+    mut reader: R,
+) -> Result<OnceOutcome, ClientError> {
+    let (elapsed, text, _) = http.post_timed(endpoint, body, timeout).await?;
+    read_final(endpoint, text, |ev| reader.on_event(ev))?;
+    let g = reader.gathered();
+    Ok(OnceOutcome {
+        elapsed,
+        counts: g.counts,
+        timings: g.timings,
+        spec: g.spec,
+    })
+}
 
 /// What one event carried, as the protocol module reads it.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -82,13 +168,13 @@ enum Parser {
 }
 
 impl Parser {
-    fn push(&mut self, bytes: &[u8], out: &mut Vec<SseEvent>) {
+    fn push(&mut self, bytes: &[u8], out: &mut Vec<StreamEvent>) {
         match self {
             Parser::Sse(p) => p.push(bytes, out),
             Parser::Ndjson(p) => p.push(bytes, out),
         }
     }
-    fn finish(&mut self, out: &mut Vec<SseEvent>) {
+    fn finish(&mut self, out: &mut Vec<StreamEvent>) {
         match self {
             Parser::Sse(p) => p.finish(out),
             Parser::Ndjson(p) => p.finish(out),
@@ -96,31 +182,17 @@ impl Parser {
     }
 }
 
-/// Sends `rb` and drives its SSE body to the end, calling `on_event` for each event.
-pub async fn drive_sse<F>(
-    endpoint: &str,
-    http: &super::Http,
-    rb: reqwest::RequestBuilder,
-    timeouts: Timeouts,
-    on_event: F,
-) -> Result<StreamStats, ClientError>
-where
-    F: FnMut(&SseEvent) -> Result<EventInfo, ClientError>,
-{
-    drive_stream(Framing::Sse, endpoint, http, rb, timeouts, on_event).await
-}
-
 /// Sends `rb` and drives its streamed body, cut by `framing`, to the end.
 pub async fn drive_stream<F>(
     framing: Framing,
     endpoint: &str,
-    http: &super::Http,
+    http: &Http,
     rb: reqwest::RequestBuilder,
     timeouts: Timeouts,
     mut on_event: F,
 ) -> Result<StreamStats, ClientError>
 where
-    F: FnMut(&SseEvent) -> Result<EventInfo, ClientError>,
+    F: FnMut(&StreamEvent) -> Result<EventInfo, ClientError>,
 {
     let t_sent = Instant::now();
     let deadline = t_sent + timeouts.request;
@@ -225,7 +297,7 @@ where
 }
 
 /// Parses an event's data as JSON, or names the problem.
-pub fn event_json(endpoint: &str, ev: &SseEvent) -> Result<serde_json::Value, ClientError> {
+pub fn event_json(endpoint: &str, ev: &StreamEvent) -> Result<serde_json::Value, ClientError> {
     serde_json::from_str(&ev.data).map_err(|e| ClientError::Malformed {
         endpoint: endpoint.to_owned(),
         detail: format!(
@@ -238,7 +310,7 @@ pub fn event_json(endpoint: &str, ev: &SseEvent) -> Result<serde_json::Value, Cl
 /// Returns an in-stream error if the event is one (`event: error` or an `error` field).
 pub fn in_stream_error(
     endpoint: &str,
-    ev: &SseEvent,
+    ev: &StreamEvent,
     v: Option<&serde_json::Value>,
 ) -> Option<ClientError> {
     let from_value = v.and_then(|v| v.get("error")).map(|e| {
@@ -264,9 +336,9 @@ pub fn in_stream_error(
 pub fn read_final(
     endpoint: &str,
     body: String,
-    on_event: impl FnOnce(&SseEvent) -> Result<EventInfo, ClientError>,
+    on_event: impl FnOnce(&StreamEvent) -> Result<EventInfo, ClientError>,
 ) -> Result<(), ClientError> {
-    if on_event(&SseEvent::data(body))?.is_final {
+    if on_event(&StreamEvent::data(body))?.is_final {
         Ok(())
     } else {
         Err(ClientError::Truncated {
@@ -278,7 +350,7 @@ pub fn read_final(
 
 /// The `[DONE]` sentinel that ends OpenAI-style streams (and SGLang's, and llama.cpp's
 /// `/v1`), as an event that only ends the stream.
-pub fn done_sentinel(ev: &SseEvent) -> Option<EventInfo> {
+pub fn done_sentinel(ev: &StreamEvent) -> Option<EventInfo> {
     (ev.data.trim() == "[DONE]").then(|| EventInfo {
         ends_stream: true,
         ..Default::default()

@@ -11,27 +11,114 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::sse::SseEvent;
-use super::stream::{drive_sse, event_json, in_stream_error, EventInfo};
+use super::family::{ConnectOptions, FamilyId, LengthPolicy, Server, ServerProfile};
+use super::stream::{event_json, generate_streamed, in_stream_error, EventInfo, EventReader};
+use super::stream::{Framing, Gathered, StreamEvent};
 use super::textprompt::{exact_text, Pieces, Span};
 use super::ServerTimings;
 use super::{get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest, Http, OnceOutcome};
-use crate::error::ClientError;
-use crate::prompt::NONCE_TOKENS;
+use crate::error::{ClientError, UsageError};
+
+/// Hugging Face TGI: recognised by `/info` with `model_id` and its token limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Family;
+
+#[async_trait]
+impl super::Family for Family {
+    fn id(&self) -> FamilyId {
+        FamilyId::new(
+            BackendKind::Tgi,
+            "tgi",
+            "Hugging Face TGI (/generate_stream, text prompts)",
+        )
+    }
+
+    async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
+        Ok(s.json("/info")
+            .await?
+            .filter(is_info)
+            .map(|_| "GET /info answered with model_id and token limits".to_owned()))
+    }
+
+    async fn describe(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
+        let Some(info) = s.json("/info").await?.filter(is_info) else {
+            return Ok(());
+        };
+        p.server_version = info
+            .get("version")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        p.model = p.model.take().or_else(|| {
+            info.get("model_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+        // Newer names first, then 1.x/2.0's.
+        if let Some(n) = get_u64(&info, "max_total_tokens") {
+            p.max_context = Some(n);
+            p.max_context_source = Some("tgi /info max_total_tokens (prompt + output)".into());
+        }
+        if let Some(n) =
+            get_u64(&info, "max_input_tokens").or_else(|| get_u64(&info, "max_input_length"))
+        {
+            p.notes.push(format!(
+                "TGI accepts prompts of at most {n} tokens (max_input_tokens)"
+            ));
+        }
+        Ok(())
+    }
+
+    async fn capabilities(
+        &self,
+        _s: &Server<'_>,
+        p: &mut ServerProfile,
+    ) -> Result<(), ClientError> {
+        p.token_id_prompts = false;
+        p.prompt_method = "text: tokenize → trim → re-tokenize (TGI takes no token ids)".into();
+        p.notes.push("TGI reports no cached tokens and has no flush: cold prefill rests on the nonce (samples are cache_unverified)".into());
+        p.notes
+            .push("TGI has no ignore_eos: an early EOS gives a short_output sample".into());
+        Ok(())
+    }
+
+    fn connect(
+        &self,
+        http: Http,
+        _p: &ServerProfile,
+        o: &ConnectOptions,
+    ) -> Result<Box<dyn Backend>, UsageError> {
+        Ok(Box::new(Tgi::new(http, o.nonce_tokens)))
+    }
+
+    fn length_policy(&self) -> LengthPolicy {
+        LengthPolicy {
+            text_prompts: true,
+            ..LengthPolicy::default()
+        }
+    }
+}
+
+fn is_info(v: &Value) -> bool {
+    v.get("model_id").is_some()
+        && (v.get("max_total_tokens").is_some() || v.get("max_input_length").is_some())
+}
 
 /// The TGI protocol.
 #[derive(Debug)]
 pub struct Tgi {
     http: Http,
     pieces: Pieces,
+    nonce_tokens: usize,
 }
 
 impl Tgi {
-    /// A backend speaking to `http`.
-    pub fn new(http: Http) -> Self {
+    /// A backend speaking to `http`; prompts start with `nonce_tokens` of nonce (never
+    /// reused as padding).
+    pub fn new(http: Http, nonce_tokens: usize) -> Self {
         Tgi {
             http,
             pieces: Pieces::default(),
+            nonce_tokens,
         }
     }
 
@@ -45,9 +132,13 @@ impl Tgi {
     }
 
     async fn text_for(&self, req: &GenRequest) -> Result<String, ClientError> {
-        exact_text("/tokenize", &self.pieces, &req.prompt, NONCE_TOKENS, |t| {
-            self.spans(t)
-        })
+        exact_text(
+            "/tokenize",
+            &self.pieces,
+            &req.prompt,
+            self.nonce_tokens,
+            |t| self.spans(t),
+        )
         .await
     }
 
@@ -88,15 +179,16 @@ pub fn parse_spans(v: &Value) -> Result<Vec<Span>, ClientError> {
 /// Reads `/generate_stream` events.
 #[derive(Debug, Default)]
 pub struct StreamReader {
-    /// Counts from the final event's `details`.
-    pub counts: Counts,
-    /// `details.finish_reason`.
-    pub finish_reason: Option<String>,
+    /// What the events said so far.
+    pub got: Gathered,
 }
 
-impl StreamReader {
-    /// Interprets one event.
-    pub fn on_event(&mut self, ev: &SseEvent) -> Result<EventInfo, ClientError> {
+impl EventReader for StreamReader {
+    fn gathered(self) -> Gathered {
+        self.got
+    }
+
+    fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
         let v = event_json(ENDPOINT, ev)?;
         if let Some(e) = in_stream_error(ENDPOINT, ev, Some(&v)) {
             return Err(e);
@@ -107,12 +199,12 @@ impl StreamReader {
         let details = v.get("details").filter(|d| d.is_object());
         let is_final = details.is_some() || v.get("generated_text").is_some_and(|g| !g.is_null());
         if let Some(d) = details {
-            self.counts = Counts {
+            self.got.counts = Counts {
                 prompt_tokens: get_u64(d, "input_length"),
                 completion_tokens: get_u64(d, "generated_tokens"),
                 cached_tokens: None,
             };
-            self.finish_reason = d
+            self.got.finish_reason = d
                 .get("finish_reason")
                 .and_then(Value::as_str)
                 .map(str::to_owned);
@@ -147,23 +239,17 @@ impl Backend for Tgi {
 
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
         // Built before t0: the tokenize round-trips are not part of the measurement.
-        let text = self.text_for(req).await?;
-        let rb = self
-            .http
-            .request(reqwest::Method::POST, ENDPOINT)
-            .json(&Self::body(text, req));
-        let mut reader = StreamReader::default();
-        let stream = drive_sse(ENDPOINT, &self.http, rb, req.timeouts, |ev| {
-            reader.on_event(ev)
-        })
-        .await?;
-        Ok(GenOutcome {
-            stream,
-            counts: reader.counts,
-            timings: None,
-            finish_reason: reader.finish_reason,
-            spec: None,
-        })
+        let body = Self::body(self.text_for(req).await?, req);
+        let reader = StreamReader::default();
+        generate_streamed(
+            &self.http,
+            Framing::Sse,
+            ENDPOINT,
+            &body,
+            req.timeouts,
+            reader,
+        )
+        .await
     }
 
     async fn generate_once(&self, req: &GenRequest) -> Result<OnceOutcome, ClientError> {
@@ -209,8 +295,8 @@ impl Backend for Tgi {
 mod tests {
     use super::*;
 
-    fn ev(data: &str) -> SseEvent {
-        SseEvent::data(data)
+    fn ev(data: &str) -> StreamEvent {
+        StreamEvent::data(data)
     }
 
     #[test]
@@ -224,10 +310,10 @@ mod tests {
             .on_event(&ev(r#"{"index":2,"token":{"id":6,"text":"b","logprob":-0.1,"special":false},"top_tokens":[],"generated_text":"ab","details":{"finish_reason":"length","generated_tokens":2,"seed":null,"input_length":100}}"#))
             .unwrap();
         assert!(f.has_token && f.is_final && f.ends_stream);
-        assert_eq!(r.counts.prompt_tokens, Some(100));
-        assert_eq!(r.counts.completion_tokens, Some(2));
-        assert_eq!(r.counts.cached_tokens, None);
-        assert_eq!(r.finish_reason.as_deref(), Some("length"));
+        assert_eq!(r.got.counts.prompt_tokens, Some(100));
+        assert_eq!(r.got.counts.completion_tokens, Some(2));
+        assert_eq!(r.got.counts.cached_tokens, None);
+        assert_eq!(r.got.finish_reason.as_deref(), Some("length"));
     }
 
     #[test]

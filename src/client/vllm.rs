@@ -6,9 +6,78 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use super::family::{needs_tokenize, ConnectOptions, FamilyId, Server, ServerProfile};
 use super::openai::{OpenAi, TokenizeDialect};
 use super::{Backend, BackendKind, GenOutcome, GenRequest, Http};
-use crate::error::ClientError;
+use crate::error::{ClientError, UsageError};
+
+/// vLLM: recognised by `owned_by "vllm"` in `/v1/models`.
+#[derive(Debug, Clone, Copy)]
+pub struct Family;
+
+#[async_trait]
+impl super::Family for Family {
+    fn id(&self) -> FamilyId {
+        FamilyId::new(
+            BackendKind::Vllm,
+            "vllm",
+            "vLLM (/v1/completions with token ids)",
+        )
+    }
+
+    async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
+        Ok((s.owned_by().await?.as_deref() == Some("vllm"))
+            .then(|| "/v1/models says owned_by \"vllm\"".to_owned()))
+    }
+
+    async fn describe(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
+        p.notes
+            .push("cached-token counts need vLLM's --enable-prompt-tokens-details".into());
+        if p.metrics {
+            if let Ok(text) = s.text("/metrics").await {
+                if let Ok(snap) = crate::metrics::parse(&text) {
+                    p.kv_pool_tokens = crate::metrics::vllm_kv_pool_tokens(&snap);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn capabilities(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
+        if s.has_vllm_tokenize(p.model.as_deref()).await {
+            p.tokenize = Some(TokenizeDialect::Vllm);
+            p.token_id_prompts = true;
+        }
+        p.flush = Some("POST /reset_prefix_cache (needs VLLM_SERVER_DEV_MODE=1)".into());
+        p.spec_stats = Some("vllm:spec_decode_* /metrics deltas".into());
+        Ok(())
+    }
+
+    /// vLLM's protocol is OpenAI's plus `/tokenize` and its flush: also for a server no
+    /// detector named (a vLLM behind a proxy that renames `owned_by`).
+    fn speaks_to(&self, detected: Option<BackendKind>) -> bool {
+        matches!(
+            detected,
+            Some(BackendKind::Vllm | BackendKind::Openai) | None
+        )
+    }
+
+    fn connect(
+        &self,
+        http: Http,
+        p: &ServerProfile,
+        _o: &ConnectOptions,
+    ) -> Result<Box<dyn Backend>, UsageError> {
+        if !p.token_id_prompts {
+            return Err(needs_tokenize(p));
+        }
+        Ok(Box::new(Vllm::new(http, p.model.clone())))
+    }
+
+    fn cached_tokens_hint(&self) -> Option<&'static str> {
+        Some("start vLLM with --enable-prompt-tokens-details")
+    }
+}
 
 /// The vLLM protocol.
 #[derive(Debug, Clone)]

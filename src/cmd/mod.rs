@@ -6,3 +6,4 @@ pub mod dryrun;
 pub mod overhead;
 pub mod report;
 pub mod sweep;
+pub mod sweep_options;

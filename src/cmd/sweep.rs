@@ -2,31 +2,27 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 
 use ctxbench::adaptive::RepPolicy;
 use ctxbench::bench::{self, BenchSettings};
-use ctxbench::cli::{FlushMode, Method, SweepArgs};
-use ctxbench::client::llamacpp::LlamaCpp;
-use ctxbench::client::ollama::Ollama;
-use ctxbench::client::openai::OpenAi;
-use ctxbench::client::sglang::Sglang;
-use ctxbench::client::tgi::Tgi;
-use ctxbench::client::vllm::Vllm;
-use ctxbench::client::{Backend, BackendKind, Http};
-use ctxbench::corpus::{Corpus, CorpusSpec};
+use ctxbench::cli::{FlushMode, SweepArgs};
+use ctxbench::client::family::ConnectOptions;
+use ctxbench::client::{family, Backend, Http, ServerProfile};
+use ctxbench::corpus::Corpus;
 use ctxbench::error::{RecordError, UsageError};
 use ctxbench::metrics::Scraper;
 use ctxbench::plan;
-use ctxbench::probe::{self, Probe};
+use ctxbench::probe::{self, ProbeError};
 use ctxbench::progress::{Observer, Terminal};
 use ctxbench::prompt::{PromptBuilder, NONCE_TOKENS};
 use ctxbench::record::{self, Host, ResultsWriter, RunHeader, SCHEMA_VERSION};
 use ctxbench::render;
 use ctxbench::stats;
+
+use crate::cmd::sweep_options::SweepOptions;
 
 /// How a sweep ended, for the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,36 +40,16 @@ pub async fn run(
     args: SweepArgs,
     mut interrupt: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Ending> {
-    let contexts_arg = args
-        .contexts
-        .as_deref()
-        .map(plan::parse_contexts)
-        .transpose()?;
-    let corpus_spec = CorpusSpec::parse(&args.corpus).map_err(UsageError::Invalid)?;
-    if args.method == Method::TwoPoint {
-        parse_two_point(&args.two_point_tokens)?;
-    }
-    for (name, v) in [
-        ("--timeout", args.timeout),
-        ("--timeout-per-1k", args.timeout_per_1k),
-        ("--stall-timeout", args.stall_timeout),
-        ("--wait-ready", args.wait_ready),
-    ] {
-        if !v.is_finite()
-            || v < 0.0
-            || (name != "--timeout-per-1k" && name != "--wait-ready" && v == 0.0)
-        {
-            return Err(UsageError::Invalid(format!(
-                "{name} {v}: must be a positive number of seconds"
-            ))
-            .into());
-        }
-    }
+    // Every option is checked before anything is read, written or sent.
+    let opts = SweepOptions::from_args(&args)?;
     let api_key = std::env::var(&args.api_key_env).ok();
     let ca = args
         .ca_cert
         .as_ref()
-        .map(|p| std::fs::read(p).with_context(|| format!("reading --ca-cert {}", p.display())))
+        .map(|p| {
+            std::fs::read(p)
+                .map_err(|e| UsageError::Invalid(format!("--ca-cert {}: {e}", p.display())))
+        })
         .transpose()?;
     let http = Http::new(&args.url, api_key, ca.as_deref()).map_err(UsageError::Invalid)?;
 
@@ -86,11 +62,18 @@ pub async fn run(
     };
     let started = std::time::Instant::now();
 
+    let quiet = args.quiet;
     let probe_result = probe::probe(
         &http,
+        http.base(),
         args.backend,
         args.model.as_deref(),
-        Duration::from_secs_f64(args.wait_ready),
+        opts.wait_ready,
+        &mut |m: &str| {
+            if !quiet {
+                eprintln!("{m}");
+            }
+        },
     )
     .await;
     let mut probe = match probe_result {
@@ -99,7 +82,10 @@ pub async fn run(
             if let Some(o) = output.as_mut() {
                 o.discard_if_empty();
             }
-            return Err(e).context("probing the server");
+            return Err(match e {
+                ProbeError::Usage(u) => u.into(),
+                ProbeError::Client(c) => anyhow::Error::new(c).context("probing the server"),
+            });
         }
     };
     if !args.quiet {
@@ -108,10 +94,9 @@ pub async fn run(
 
     let result = measure(
         &args,
+        opts,
         &http,
         &mut probe,
-        contexts_arg,
-        corpus_spec,
         output.as_mut(),
         &mut interrupt,
         started,
@@ -123,23 +108,24 @@ pub async fn run(
     result
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn measure(
     args: &SweepArgs,
+    opts: SweepOptions,
     http: &Http,
-    probe: &mut Probe,
-    contexts_arg: Option<Vec<u64>>,
-    corpus_spec: CorpusSpec,
+    probe: &mut ServerProfile,
     output: Option<&mut Output>,
     interrupt: &mut tokio::sync::watch::Receiver<bool>,
     started: std::time::Instant,
 ) -> Result<Ending> {
-    let two_point = match args.method {
-        Method::Stream => None,
-        Method::TwoPoint => Some(parse_two_point(&args.two_point_tokens)?),
-    };
+    let SweepOptions {
+        contexts: contexts_arg,
+        corpus: corpus_spec,
+        two_point,
+        policy,
+        ..
+    } = opts.clone();
     // The longest generation a point must hold.
-    let output_tokens = two_point.map_or(args.output_tokens, |(_, b)| b) as u64;
+    let output_tokens = opts.longest_output(args.output_tokens);
     let contexts = match (contexts_arg, probe.max_context) {
         (Some(c), Some(limit)) => {
             plan::check_limit(&c, output_tokens, limit, probe.max_context_source.as_deref().unwrap_or("server"))?;
@@ -163,45 +149,19 @@ async fn measure(
             .into())
         }
     };
-    if !probe.token_id_prompts && !matches!(probe.backend, BackendKind::Tgi | BackendKind::Ollama) {
-        bail!(
-            "{} does not accept token-id prompts or has no /tokenize, so ctxbench cannot build prompts of exact length",
-            probe.url
-        );
-    }
 
-    let backend: Box<dyn Backend> = match probe.backend {
-        BackendKind::Llamacpp => {
-            Box::new(LlamaCpp::new(http.clone(), probe.total_slots.unwrap_or(1)))
-        }
-        BackendKind::Sglang => Box::new(Sglang::new(http.clone(), probe.model.clone())),
-        BackendKind::Vllm => Box::new(Vllm::new(http.clone(), probe.model.clone())),
-        BackendKind::Tgi => Box::new(Tgi::new(http.clone())),
-        BackendKind::Ollama => {
-            let model = probe.model.clone().ok_or_else(|| {
-                UsageError::Invalid("Ollama lists no model: pull one, or give --model".into())
-            })?;
-            // One context for every request: Ollama reloads the model when num_ctx changes.
-            let largest = contexts.last().copied().unwrap_or(0);
-            let output = u64::from(args.output_tokens.max(17));
-            Box::new(Ollama::new(http.clone(), model, largest + output + 64))
-        }
-        _ => {
-            let o = OpenAi::new(
-                http.clone(),
-                probe.model.clone(),
-                probe.tokenize,
-                probe
-                    .cache_bypass
-                    .then(|| ("cache_prompt".to_owned(), json!(false))),
-            );
-            Box::new(if probe.cached_missing_means_zero {
-                o.missing_cached_is_zero()
-            } else {
-                o
-            })
-        }
-    };
+    let fam = family(probe.backend).context("internal: the probe chose no protocol")?;
+    let nonce_tokens = if args.nonce.is_on() { NONCE_TOKENS } else { 0 };
+    let backend = fam.connect(
+        http.clone(),
+        probe,
+        &ConnectOptions {
+            nonce_tokens,
+            largest_context: contexts.last().copied().unwrap_or(0),
+            output_tokens: output_tokens.max(u64::from(args.output_tokens)),
+        },
+    )?;
+    let length = fam.length_policy();
     let cache_bypass = args.cache_bypass.is_on() && probe.cache_bypass;
 
     let needed = contexts.last().copied().unwrap_or(0) as usize;
@@ -214,54 +174,17 @@ async fn measure(
     )
     .await
     .context("preparing the corpus")?;
-    if probe.prompt_method == "token ids" {
+    if !length.text_prompts {
         // Token-id prompts can start with any ordinary id: a vocabulary-wide nonce pool
         // makes a first-token match with an earlier run's cached prompt unlikely.
         if let Some(v) = probe.n_vocab {
             corpus.widen_nonce_pool(v);
         }
     }
-    let policy = match args.precision {
-        Some(p) if !(p.is_finite() && p > 0.0 && p < 1.0) => {
-            return Err(UsageError::Invalid(format!(
-                "--precision {p}: give a relative half-width between 0 and 1, e.g. 0.05 for ±5%"
-            ))
-            .into())
-        }
-        Some(p) => {
-            if args.min_reps > args.max_reps {
-                return Err(UsageError::Invalid(format!(
-                    "--min-reps {} is larger than --max-reps {}",
-                    args.min_reps, args.max_reps
-                ))
-                .into());
-            }
-            RepPolicy {
-                precision: Some(p),
-                min_reps: args.min_reps,
-                max_reps: args.max_reps,
-                point_budget_s: args.point_budget,
-                run_budget_s: args.run_budget,
-            }
-        }
-        None => RepPolicy {
-            precision: None,
-            min_reps: args.reps,
-            max_reps: args.reps,
-            point_budget_s: None,
-            run_budget_s: None,
-        },
-    };
     let run_id = output
         .as_ref()
         .map_or_else(|| "dry-run".to_owned(), |o| o.run_id.clone());
-    if two_point.is_some() && args.decode_samples > 0 {
-        return Err(UsageError::Invalid(
-            "--decode-samples needs --method stream (warm samples are timed per token)".into(),
-        )
-        .into());
-    }
-    let flush = decide_flush(args.flush, backend.as_ref(), args.quiet).await?;
+    let flush = decide_flush(args.flush, backend.as_ref(), probe, args.quiet).await?;
     let metrics = metrics_scraper(args, http, probe)?;
     let settings = BenchSettings {
         run_id: run_id.clone(),
@@ -269,14 +192,10 @@ async fn measure(
         policy,
         cache_bypass,
         length_tolerance: args.length_tolerance,
-        length_tolerance_pct: if probe.backend == BackendKind::Ollama {
-            0.01
-        } else {
-            0.0
-        },
-        timeout_base: Duration::from_secs_f64(args.timeout),
-        timeout_per_1k: Duration::from_secs_f64(args.timeout_per_1k),
-        stall_timeout: Duration::from_secs_f64(args.stall_timeout),
+        length_tolerance_pct: length.tolerance_pct,
+        timeout_base: opts.timeout,
+        timeout_per_1k: opts.timeout_per_1k,
+        stall_timeout: opts.stall_timeout,
         on_error: args.on_error,
         flush: flush.is_some(),
         metrics: metrics.clone(),
@@ -287,8 +206,7 @@ async fn measure(
     let mut warm = bench::warmup(backend.as_ref(), &mut builder, &settings)
         .await
         .context("warmup request")?;
-    if probe.backend == BackendKind::Ollama {
-        // Calibration aims at the server's own count, BOS included.
+    if !length.server_adds_bos {
         warm.server_added = 0;
     }
     if warm.server_added > 1 {
@@ -330,7 +248,7 @@ async fn measure(
         "seed": args.seed,
         "cache_bypass": cache_bypass,
         "nonce": args.nonce.is_on(),
-        "nonce_tokens": if args.nonce.is_on() { NONCE_TOKENS } else { 0 },
+        "nonce_tokens": nonce_tokens,
         "length_tolerance": args.length_tolerance,
         "length_tolerance_pct": settings.length_tolerance_pct,
         "method": args.method,
@@ -387,11 +305,12 @@ async fn measure(
         observer.warn("--nonce off: repetitions send identical prompts (the seed's trap)");
     }
     if !warm.reports_cached_tokens {
-        let hint = match probe.backend {
-            BackendKind::Vllm => " (start vLLM with --enable-prompt-tokens-details)",
-            BackendKind::Sglang => " (start SGLang with --enable-cache-report)",
-            _ => "",
-        };
+        // The flag belongs to the server, whichever protocol is spoken to it.
+        let hint = probe
+            .detected
+            .and_then(family)
+            .and_then(|f| f.cached_tokens_hint())
+            .map_or(String::new(), |h| format!(" ({h})"));
         observer.warn(&format!("the server does not report cached-token counts: cold prefill cannot be proven for this run (samples are marked cache_unverified){hint}"));
     }
 
@@ -508,6 +427,20 @@ struct Output {
 
 impl Output {
     fn open(path: &Path, resume: bool) -> Result<Output> {
+        if !resume && path.exists() {
+            return Err(UsageError::Invalid(format!(
+                "results file {} exists: use --resume to continue it, or another --out",
+                path.display()
+            ))
+            .into());
+        }
+        if resume && !path.exists() {
+            // A script that always passes --resume works from its first run.
+            eprintln!(
+                "note: --resume: {} does not exist; nothing to resume, starting a new run",
+                path.display()
+            );
+        }
         if resume && path.exists() {
             let results = record::read_results(path, true)?;
             if results.torn_bytes > 0 {
@@ -649,26 +582,12 @@ fn new_run_id() -> String {
         .collect()
 }
 
-/// Parses `A,B` for the two-point method.
-fn parse_two_point(s: &str) -> Result<(u32, u32), UsageError> {
-    let bad = || {
-        UsageError::Invalid(format!(
-            "--two-point-tokens '{s}': give two token counts A,B with 1 ≤ A < B, e.g. 1,17"
-        ))
-    };
-    let (a, b) = s.split_once(',').ok_or_else(bad)?;
-    let a: u32 = a.trim().parse().map_err(|_| bad())?;
-    let b: u32 = b.trim().parse().map_err(|_| bad())?;
-    if a == 0 || b <= a {
-        return Err(bad());
-    }
-    Ok((a, b))
-}
-
-/// Tries one flush up front and decides whether to flush before every sample.
+/// Tries one flush up front and decides whether to flush before every sample; the
+/// profile records what happened, so the header says what the terminal said.
 async fn decide_flush(
     mode: FlushMode,
     backend: &dyn Backend,
+    probe: &mut ServerProfile,
     quiet: bool,
 ) -> Result<Option<String>> {
     if mode == FlushMode::Never {
@@ -682,18 +601,25 @@ async fn decide_flush(
             Ok(Some(what))
         }
         Err(e) if mode == FlushMode::Auto => {
-            eprintln!("note: no cache flush: {e}; relying on the nonce, the per-request cache switch and cached-token verification");
+            let note = format!("no cache flush: {e}; relying on the nonce, the per-request cache switch and cached-token verification");
+            eprintln!("note: {note}");
+            probe.flush = None;
+            probe.notes.push(note);
             Ok(None)
         }
-        Err(e) => {
-            Err(anyhow::Error::new(e)
-                .context("--flush always: the server's cache cannot be flushed"))
-        }
+        Err(e) => Err(UsageError::Invalid(format!(
+            "--flush always, but the server's cache cannot be flushed: {e}; use --flush auto or never"
+        ))
+        .into()),
     }
 }
 
 /// The Prometheus scraper: `--metrics-url`, else the server's `/metrics` when it answered.
-fn metrics_scraper(args: &SweepArgs, http: &Http, probe: &Probe) -> Result<Option<Scraper>> {
+fn metrics_scraper(
+    args: &SweepArgs,
+    http: &Http,
+    probe: &ServerProfile,
+) -> Result<Option<Scraper>> {
     match args.metrics_url.as_deref() {
         Some("off") => Ok(None),
         Some(u) if u.starts_with('/') => Ok(Some(Scraper::new(http.clone(), u))),
@@ -710,7 +636,7 @@ fn metrics_scraper(args: &SweepArgs, http: &Http, probe: &Probe) -> Result<Optio
     }
 }
 
-fn print_probe(p: &Probe) {
+fn print_probe(p: &ServerProfile) {
     let yn = |b: Option<bool>| match b {
         Some(true) => "yes",
         Some(false) => "no",
@@ -743,19 +669,5 @@ fn print_probe(p: &Probe) {
     );
     for n in &p.notes {
         eprintln!("note: {n}");
-    }
-}
-
-#[cfg(test)]
-mod two_point_tests {
-    use super::parse_two_point;
-
-    #[test]
-    fn two_point_tokens_parse_and_reject_nonsense() {
-        assert_eq!(parse_two_point("1,17").unwrap(), (1, 17));
-        assert_eq!(parse_two_point(" 4 , 64 ").unwrap(), (4, 64));
-        for bad in ["17,1", "0,5", "5,5", "1", "a,b", "1,2,3"] {
-            assert!(parse_two_point(bad).is_err(), "{bad}");
-        }
     }
 }

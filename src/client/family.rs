@@ -1,0 +1,348 @@
+//! What ctxbench knows about each server family, behind one trait: how to recognise it from
+//! its answers, what it reports, what speaking its protocol can do (with the notes that say
+//! what is missing), how to build its backend, and its length policy. `probe` loops over
+//! [`FAMILIES`]; `sweep` asks the chosen family. A new backend adds its file, one entry in
+//! [`FAMILIES`] and one [`BackendKind`] variant.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::openai::TokenizeDialect;
+use super::{Backend, BackendKind, Http};
+use crate::error::{ClientError, UsageError};
+
+/// Every server family, in detection order: the first whose detector recognises the server
+/// names it, so the generic OpenAI family comes last.
+pub static FAMILIES: &[&dyn Family] = &[
+    &super::llamacpp::Family,
+    &super::sglang::Family,
+    &super::vllm::Family,
+    &super::tgi::Family,
+    &super::ollama::Family,
+    &super::openai::Family,
+];
+
+/// The family that speaks `kind`; `None` for `auto`.
+pub fn family(kind: BackendKind) -> Option<&'static dyn Family> {
+    FAMILIES.iter().copied().find(|f| f.kind() == kind)
+}
+
+/// The answers a server gives to probing requests. Detection reads the server only through
+/// this, so it can be tested with canned answers.
+#[async_trait]
+pub trait Answers: Send + Sync {
+    /// GET `path`: the status and the body when it is JSON. A non-2xx status is an answer,
+    /// not an error; 401/403 and transport failures are errors.
+    async fn get(&self, path: &str) -> Result<(u16, Option<Value>), ClientError>;
+    /// GET `path` as text (Prometheus); non-2xx is an error.
+    async fn get_text(&self, path: &str) -> Result<String, ClientError>;
+    /// POST a JSON body; the JSON answer of a 2xx, else an error.
+    async fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError>;
+}
+
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[async_trait]
+impl Answers for Http {
+    async fn get(&self, path: &str) -> Result<(u16, Option<Value>), ClientError> {
+        self.get_probe(path, PROBE_TIMEOUT).await
+    }
+    async fn get_text(&self, path: &str) -> Result<String, ClientError> {
+        Http::get_text(self, path, PROBE_TIMEOUT).await
+    }
+    async fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.post_json(path, body, PROBE_TIMEOUT).await
+    }
+}
+
+/// A server being probed: its answers, each GET asked once and remembered, because several
+/// detectors read the same paths (`/v1/models`, `/server_info`).
+pub struct Server<'a> {
+    answers: &'a dyn Answers,
+    seen: Mutex<HashMap<String, (u16, Option<Value>)>>,
+}
+
+impl<'a> Server<'a> {
+    /// A server read through `answers`.
+    pub fn new(answers: &'a dyn Answers) -> Self {
+        Server {
+            answers,
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// GET `path` (remembered).
+    pub async fn get(&self, path: &str) -> Result<(u16, Option<Value>), ClientError> {
+        if let Some(a) = self.seen.lock().ok().and_then(|m| m.get(path).cloned()) {
+            return Ok(a);
+        }
+        let a = self.answers.get(path).await?;
+        if let Ok(mut m) = self.seen.lock() {
+            m.insert(path.to_owned(), a.clone());
+        }
+        Ok(a)
+    }
+
+    /// GET `path`, asked again even if answered before (the readiness wait).
+    pub async fn get_fresh(&self, path: &str) -> Result<(u16, Option<Value>), ClientError> {
+        self.answers.get(path).await
+    }
+
+    /// Records an answer already received (the readiness wait's `/props`).
+    pub fn remember(&self, path: &str, answer: (u16, Option<Value>)) {
+        if let Ok(mut m) = self.seen.lock() {
+            m.insert(path.to_owned(), answer);
+        }
+    }
+
+    /// The JSON body of a 200 answer to GET `path`.
+    pub async fn json(&self, path: &str) -> Result<Option<Value>, ClientError> {
+        Ok(match self.get(path).await? {
+            (200, body) => body,
+            _ => None,
+        })
+    }
+
+    /// GET `path` as text.
+    pub async fn text(&self, path: &str) -> Result<String, ClientError> {
+        self.answers.get_text(path).await
+    }
+
+    /// POST a JSON body.
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.answers.post(path, body).await
+    }
+
+    /// The first entry of `/v1/models`.
+    pub async fn first_model(&self) -> Result<Option<Value>, ClientError> {
+        Ok(self
+            .json("/v1/models")
+            .await?
+            .and_then(|m| m.get("data")?.as_array()?.first().cloned()))
+    }
+
+    /// `owned_by` of the first model in `/v1/models` (vLLM and SGLang name themselves).
+    pub async fn owned_by(&self) -> Result<Option<String>, ClientError> {
+        Ok(self
+            .first_model()
+            .await?
+            .and_then(|m| m.get("owned_by")?.as_str().map(str::to_owned)))
+    }
+
+    /// Whether `/tokenize` takes vLLM/SGLang's `{"prompt"}` body and answers with token ids.
+    pub async fn has_vllm_tokenize(&self, model: Option<&str>) -> bool {
+        let mut body = json!({"prompt": "hello", "add_special_tokens": false});
+        if let Some(m) = model {
+            body["model"] = json!(m);
+        }
+        match self.post("/tokenize", &body).await {
+            Ok(v) => v.get("tokens").is_some_and(Value::is_array),
+            Err(_) => false,
+        }
+    }
+}
+
+/// What the probe learned about a server and the protocol chosen for it; recorded in the
+/// run header (`server`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServerProfile {
+    /// The server's base URL (credentials removed).
+    pub url: String,
+    /// The protocol chosen.
+    pub backend: BackendKind,
+    /// Why that protocol was chosen.
+    pub backend_reason: String,
+    /// Server software, as identified (`llama.cpp`, `openai-compatible`).
+    pub server_kind: String,
+    /// Version/build string, if the server gives one.
+    pub server_version: Option<String>,
+    /// Model name or path.
+    pub model: Option<String>,
+    /// Largest prompt + output one request can hold.
+    pub max_context: Option<u64>,
+    /// Where `max_context` came from.
+    pub max_context_source: Option<String>,
+    /// Parallel slots (llama.cpp).
+    pub total_slots: Option<u64>,
+    /// Vocabulary size, when reported.
+    pub n_vocab: Option<u64>,
+    /// How the server's `/tokenize` is called; `None` when there is none.
+    pub tokenize: Option<TokenizeDialect>,
+    /// Prompts can be sent as token ids.
+    pub token_id_prompts: bool,
+    /// The API has a per-request "do not reuse the cache" switch (llama.cpp `cache_prompt`).
+    pub cache_bypass: bool,
+    /// Cached-token counts are reported per request (set after the warmup confirms it).
+    pub reports_cached_tokens: Option<bool>,
+    /// Server-side timings are reported per request (set after the warmup).
+    pub reports_timings: Option<bool>,
+    /// Tokens the server adds to a token-id prompt (BOS), measured by the warmup.
+    pub server_added_tokens: Option<u64>,
+    /// Prometheus `/metrics` answered.
+    pub metrics: bool,
+    /// KV-cache pool size in tokens, where the server says (SGLang `max_total_num_tokens`,
+    /// vLLM `cache_config_info`).
+    #[serde(default)]
+    pub kv_pool_tokens: Option<u64>,
+    /// How prompts of exact length are made (`token ids`, or text re-checked by tokenizing).
+    #[serde(default)]
+    pub prompt_method: String,
+    /// How the prefix cache can be flushed with the chosen protocol (`None`: no endpoint).
+    #[serde(default)]
+    pub flush: Option<String>,
+    /// Where per-request speculative statistics come from (`None`: not exposed).
+    #[serde(default)]
+    pub spec_stats: Option<String>,
+    /// The OpenAI API omits `cached_tokens` when 0, so a missing count means 0 (SGLang with
+    /// `--enable-cache-report`).
+    #[serde(default)]
+    pub cached_missing_means_zero: bool,
+    /// Capability notes, each naming the server flag that would enable what is missing.
+    #[serde(default)]
+    pub notes: Vec<String>,
+    /// The family the server was recognised as (`None`: no detector matched).
+    #[serde(skip)]
+    pub detected: Option<BackendKind>,
+}
+
+impl ServerProfile {
+    /// A profile with nothing learned yet.
+    pub fn new(url: String, backend: BackendKind) -> Self {
+        ServerProfile {
+            url,
+            backend,
+            backend_reason: String::new(),
+            server_kind: "openai-compatible".into(),
+            server_version: None,
+            model: None,
+            max_context: None,
+            max_context_source: None,
+            total_slots: None,
+            n_vocab: None,
+            tokenize: None,
+            token_id_prompts: false,
+            cache_bypass: false,
+            reports_cached_tokens: None,
+            reports_timings: None,
+            server_added_tokens: None,
+            metrics: false,
+            kv_pool_tokens: None,
+            prompt_method: "token ids".into(),
+            flush: None,
+            spec_stats: None,
+            cached_missing_means_zero: false,
+            notes: Vec::new(),
+            detected: None,
+        }
+    }
+}
+
+/// How a family's prompts reach their exact length and how strictly the count is checked.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LengthPolicy {
+    /// Prompts are text made exact by the backend itself, so the server needs no token-id
+    /// prompts (TGI, Ollama).
+    pub text_prompts: bool,
+    /// Allowed relative difference between the server's prompt count and the target.
+    pub tolerance_pct: f64,
+    /// The warmup's measured BOS is added to targets; `false` where the backend already
+    /// aims at the server's own count, BOS included (Ollama's calibration).
+    pub server_adds_bos: bool,
+}
+
+impl Default for LengthPolicy {
+    fn default() -> Self {
+        LengthPolicy {
+            text_prompts: false,
+            tolerance_pct: 0.0,
+            server_adds_bos: true,
+        }
+    }
+}
+
+/// What a backend needs beyond the profile, from the run's options.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectOptions {
+    /// Tokens of nonce at the start of every prompt (0 with `--nonce off`).
+    pub nonce_tokens: usize,
+    /// The largest context point of the run.
+    pub largest_context: u64,
+    /// The longest generation a request asks for.
+    pub output_tokens: u64,
+}
+
+/// A family's names.
+#[derive(Debug, Clone, Copy)]
+pub struct FamilyId {
+    /// The protocol it speaks.
+    pub kind: BackendKind,
+    /// The server software's name, as shown and recorded (`llama.cpp`, `sglang`).
+    pub server: &'static str,
+    /// What `auto` chooses when it recognises the server, for the reason line.
+    pub chosen: &'static str,
+}
+
+impl FamilyId {
+    /// The names of a family.
+    pub const fn new(kind: BackendKind, server: &'static str, chosen: &'static str) -> Self {
+        FamilyId {
+            kind,
+            server,
+            chosen,
+        }
+    }
+}
+
+/// One server family: its detector, what it reads from the server, its capabilities and
+/// notes, its backend and its length policy.
+#[async_trait]
+pub trait Family: Send + Sync {
+    /// Which family this is.
+    fn id(&self) -> FamilyId;
+    /// The protocol this family speaks.
+    fn kind(&self) -> BackendKind {
+        self.id().kind
+    }
+    /// `Some(evidence)` when the answers are this family's: what answered how, for the user.
+    async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError>;
+    /// Reads the identity and limits of a server recognised as this family.
+    async fn describe(&self, _s: &Server<'_>, _p: &mut ServerProfile) -> Result<(), ClientError> {
+        Ok(())
+    }
+    /// What speaking this protocol to the described server can do, and notes on what not.
+    async fn capabilities(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError>;
+    /// Whether `--backend <this>` may be used on a server recognised as `detected`
+    /// (`None`: no detector matched). By default, only on its own family's servers.
+    fn speaks_to(&self, detected: Option<BackendKind>) -> bool {
+        detected == Some(self.kind())
+    }
+    /// Builds the backend for a probed server.
+    fn connect(
+        &self,
+        http: Http,
+        p: &ServerProfile,
+        o: &ConnectOptions,
+    ) -> Result<Box<dyn Backend>, UsageError>;
+    /// How prompts reach their exact length.
+    fn length_policy(&self) -> LengthPolicy {
+        LengthPolicy::default()
+    }
+    /// The server flag that makes cached-token counts appear, when there is one.
+    fn cached_tokens_hint(&self) -> Option<&'static str> {
+        None
+    }
+}
+
+/// The error of a token-id protocol on a server where no `/tokenize` was found.
+pub(crate) fn needs_tokenize(p: &ServerProfile) -> UsageError {
+    UsageError::Invalid(format!(
+        "{} does not accept token-id prompts or has no /tokenize, so ctxbench cannot build prompts of exact length with --backend {}; try --backend auto",
+        p.url,
+        p.backend.as_str()
+    ))
+}

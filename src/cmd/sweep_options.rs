@@ -1,0 +1,248 @@
+//! Every `sweep` option checked in one place, before any I/O: a [`SweepOptions`] exists only
+//! for a command line that makes sense (ranges, conflicts, parsable values), so nothing is
+//! probed or tokenized for one that does not.
+
+use std::time::Duration;
+
+use ctxbench::adaptive::RepPolicy;
+use ctxbench::cli::{Method, SweepArgs};
+use ctxbench::corpus::CorpusSpec;
+use ctxbench::error::UsageError;
+use ctxbench::plan;
+
+/// The two-point method's default request lengths.
+const TWO_POINT_DEFAULT: (u32, u32) = (1, 17);
+
+/// The validated sweep options that need parsing or cross-checking; the rest are read from
+/// [`SweepArgs`] as they are.
+#[derive(Debug, Clone)]
+pub struct SweepOptions {
+    /// `--contexts`, parsed and sorted; `None`: the default ladder from the server's limit.
+    pub contexts: Option<Vec<u64>>,
+    /// `--corpus`.
+    pub corpus: CorpusSpec,
+    /// `--two-point-tokens` A,B under `--method two-point`; `None` for `stream`.
+    pub two_point: Option<(u32, u32)>,
+    /// Repetitions per point.
+    pub policy: RepPolicy,
+    /// `--timeout`.
+    pub timeout: Duration,
+    /// `--timeout-per-1k`.
+    pub timeout_per_1k: Duration,
+    /// `--stall-timeout`.
+    pub stall_timeout: Duration,
+    /// `--wait-ready`.
+    pub wait_ready: Duration,
+}
+
+impl SweepOptions {
+    /// Checks the options; no request is sent and no file is written.
+    pub fn from_args(args: &SweepArgs) -> Result<SweepOptions, UsageError> {
+        let bad = |m: String| Err(UsageError::Invalid(m));
+        if !(args.url.starts_with("http://") || args.url.starts_with("https://")) {
+            return bad(format!(
+                "--url {}: give the server's base URL with its scheme, e.g. http://127.0.0.1:8080",
+                args.url
+            ));
+        }
+        let contexts = args
+            .contexts
+            .as_deref()
+            .map(plan::parse_contexts)
+            .transpose()?;
+        let corpus = CorpusSpec::parse(&args.corpus).map_err(UsageError::Invalid)?;
+        let two_point = match (args.method, args.two_point_tokens.as_deref()) {
+            (Method::TwoPoint, Some(s)) => Some(parse_two_point(s)?),
+            (Method::TwoPoint, None) => Some(TWO_POINT_DEFAULT),
+            (Method::Stream, Some(s)) => {
+                return bad(format!(
+                    "--two-point-tokens {s} needs --method two-point (the stream method generates --output-tokens)"
+                ))
+            }
+            (Method::Stream, None) => None,
+        };
+        if two_point.is_some() && args.decode_samples > 0 {
+            return bad(
+                "--decode-samples needs --method stream (warm samples are timed per token)".into(),
+            );
+        }
+        let seconds = |name: &str, v: f64, zero_ok: bool| -> Result<Duration, UsageError> {
+            if v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0)) {
+                Ok(Duration::from_secs_f64(v))
+            } else {
+                Err(UsageError::Invalid(format!(
+                    "{name} {v}: must be a positive number of seconds"
+                )))
+            }
+        };
+        let policy = match args.precision {
+            None => RepPolicy {
+                precision: None,
+                min_reps: args.reps,
+                max_reps: args.reps,
+                point_budget_s: None,
+                run_budget_s: None,
+            },
+            Some(p) if !(p.is_finite() && p > 0.0 && p < 1.0) => {
+                return bad(format!(
+                    "--precision {p}: give a relative half-width between 0 and 1, e.g. 0.05 for ±5%"
+                ))
+            }
+            Some(_) if args.min_reps > args.max_reps => {
+                return bad(format!(
+                    "--min-reps {} is larger than --max-reps {}",
+                    args.min_reps, args.max_reps
+                ))
+            }
+            Some(p) => {
+                for (name, v) in [
+                    ("--point-budget", args.point_budget),
+                    ("--run-budget", args.run_budget),
+                ] {
+                    if let Some(v) = v {
+                        seconds(name, v, false)?;
+                    }
+                }
+                RepPolicy {
+                    precision: Some(p),
+                    min_reps: args.min_reps,
+                    max_reps: args.max_reps,
+                    point_budget_s: args.point_budget,
+                    run_budget_s: args.run_budget,
+                }
+            }
+        };
+        if let Some(m) = args.metrics_url.as_deref() {
+            let ok = m == "off"
+                || m.starts_with('/')
+                || m.starts_with("http://")
+                || m.starts_with("https://");
+            if !ok {
+                return bad(format!(
+                    "--metrics-url {m}: give a URL (http://host:port/metrics), a path relative to --url (/metrics), or off"
+                ));
+            }
+        }
+        Ok(SweepOptions {
+            contexts,
+            corpus,
+            two_point,
+            policy,
+            timeout: seconds("--timeout", args.timeout, false)?,
+            timeout_per_1k: seconds("--timeout-per-1k", args.timeout_per_1k, true)?,
+            stall_timeout: seconds("--stall-timeout", args.stall_timeout, false)?,
+            wait_ready: seconds("--wait-ready", args.wait_ready, true)?,
+        })
+    }
+
+    /// The longest generation one request asks for.
+    pub fn longest_output(&self, output_tokens: u32) -> u64 {
+        u64::from(self.two_point.map_or(output_tokens, |(_, b)| b))
+    }
+}
+
+/// Parses `A,B` for the two-point method.
+fn parse_two_point(s: &str) -> Result<(u32, u32), UsageError> {
+    let bad = || {
+        UsageError::Invalid(format!(
+            "--two-point-tokens '{s}': give two token counts A,B with 1 ≤ A < B, e.g. 1,17"
+        ))
+    };
+    let (a, b) = s.split_once(',').ok_or_else(bad)?;
+    let a: u32 = a.trim().parse().map_err(|_| bad())?;
+    let b: u32 = b.trim().parse().map_err(|_| bad())?;
+    if a == 0 || b <= a {
+        return Err(bad());
+    }
+    Ok((a, b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use ctxbench::cli::{Cli, Command};
+
+    fn options(extra: &[&str]) -> Result<SweepOptions, UsageError> {
+        let argv = [
+            &["ctxbench", "sweep", "--url", "http://127.0.0.1:9"][..],
+            extra,
+        ]
+        .concat();
+        let Command::Sweep(args) = Cli::try_parse_from(argv).expect("clap accepts").command else {
+            panic!("not a sweep");
+        };
+        SweepOptions::from_args(&args)
+    }
+
+    fn refused(extra: &[&str], needle: &str) {
+        let e = options(extra).expect_err("must be refused").to_string();
+        assert!(e.contains(needle), "{extra:?}: {e}");
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let o = options(&[]).unwrap();
+        assert_eq!(o.contexts, None);
+        assert_eq!(o.two_point, None);
+        assert_eq!((o.policy.min_reps, o.policy.max_reps), (3, 3));
+        assert_eq!(o.wait_ready, Duration::from_secs(60));
+        assert_eq!(o.longest_output(32), 32);
+    }
+
+    #[test]
+    fn two_point_tokens_parse_and_reject_nonsense() {
+        assert_eq!(parse_two_point("1,17").unwrap(), (1, 17));
+        assert_eq!(parse_two_point(" 4 , 64 ").unwrap(), (4, 64));
+        for bad in ["17,1", "0,5", "5,5", "1", "a,b", "1,2,3"] {
+            assert!(parse_two_point(bad).is_err(), "{bad}");
+        }
+        let o = options(&["--method", "two-point"]).unwrap();
+        assert_eq!(o.two_point, Some((1, 17)));
+        assert_eq!(o.longest_output(32), 17);
+        refused(
+            &["--method", "two-point", "--two-point-tokens", "9,3"],
+            "1 ≤ A < B",
+        );
+    }
+
+    #[test]
+    fn conflicting_options_are_refused() {
+        refused(&["--two-point-tokens", "1,9"], "needs --method two-point");
+        refused(
+            &["--method", "two-point", "--decode-samples", "2"],
+            "--decode-samples needs --method stream",
+        );
+        refused(
+            &["--precision", "0.05", "--min-reps", "5", "--max-reps", "3"],
+            "--min-reps 5 is larger than --max-reps 3",
+        );
+    }
+
+    #[test]
+    fn bad_ranges_and_values_are_refused() {
+        refused(&["--precision", "1.5"], "--precision 1.5");
+        refused(
+            &["--precision", "0.05", "--point-budget", "0"],
+            "--point-budget 0",
+        );
+        refused(&["--timeout", "0"], "--timeout 0");
+        refused(&["--stall-timeout", "-2"], "--stall-timeout");
+        refused(&["--wait-ready", "NaN"], "--wait-ready");
+        refused(&["--contexts", "1k,x"], "'x'");
+        refused(&["--corpus", "/nonexistent/ctxbench"], "--corpus");
+        refused(&["--metrics-url", "gpu:9090"], "--metrics-url gpu:9090");
+        assert!(options(&["--timeout-per-1k", "0", "--wait-ready", "0"]).is_ok());
+        assert!(options(&["--metrics-url", "/metrics"]).is_ok());
+    }
+
+    #[test]
+    fn a_url_without_scheme_is_refused() {
+        let argv = ["ctxbench", "sweep", "--url", "127.0.0.1:8080"];
+        let Command::Sweep(args) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("not a sweep");
+        };
+        let e = SweepOptions::from_args(&args).unwrap_err().to_string();
+        assert!(e.contains("with its scheme"), "{e}");
+    }
+}
