@@ -70,7 +70,7 @@ fn the_seeds_repeated_prompt_trap_is_detected_and_excluded() {
     for x in &s[1..] {
         assert!(x.contaminated, "repeat not detected: {x:?}");
         assert!(x.cached_tokens.unwrap() >= 2000, "{x:?}");
-        assert!(x.flags.iter().any(|f| f == "contaminated"));
+        assert!(x.has(&ctxbench::record::Flag::Contaminated));
         assert!(!x.usable());
     }
     assert!(
@@ -231,7 +231,7 @@ fn the_openai_backend_measures_the_same_server_exactly() {
     )
     .ok()
     .results();
-    assert_eq!(r.header.config["backend"], "openai");
+    assert_eq!(r.header.config.backend, "openai");
     assert_eq!(r.samples.len(), 4);
     for x in &r.samples {
         assert_eq!(x.prompt_tokens, Some(x.context_tokens), "{x:?}");
