@@ -108,7 +108,8 @@ pub struct Slowdown {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Warning {
     /// `contaminated`, `length_mismatch`, `failed`, `cache_unverified`, `two_point_inverted`,
-    /// `poor_fit`, `no_fit`, `extrapolation`, `torn_line`, `synthetic_corpus`, `other_phase`.
+    /// `cache_bypass_off`, `nonce_off`, `poor_fit`, `no_fit`, `extrapolation`, `torn_line`,
+    /// `synthetic_corpus`, `other_phase`.
     pub kind: &'static str,
     /// What happened and what to do.
     pub message: String,
@@ -122,6 +123,34 @@ impl std::fmt::Display for Warning {
 
 fn warn(kind: &'static str, message: String) -> Warning {
     Warning { kind, message }
+}
+
+/// What the configuration and the server's capabilities mean for every sample of a run:
+/// the sweep says these before it measures, and every report of the file repeats them.
+pub fn config_warnings(config: &RunConfig, server: &ServerInfo) -> Vec<Warning> {
+    let mut w = Vec::new();
+    if !config.cache_bypass {
+        w.push(warn("cache_bypass_off", if server.cache_bypass {
+            "--cache-bypass off: the server may reuse cached prompts; such samples are flagged and excluded".to_owned()
+        } else {
+            "this API has no per-request cache switch; relying on the nonce and on verification".to_owned()
+        }));
+    }
+    if !config.nonce {
+        w.push(warn(
+            "nonce_off",
+            "--nonce off: repetitions send identical prompts, which a prefix cache can serve without a prefill".to_owned(),
+        ));
+    }
+    if server.reports_cached_tokens == Some(false) {
+        let hint = match server.backend.as_str() {
+            "vllm" => " (start vLLM with --enable-prompt-tokens-details)",
+            "sglang" => " (start SGLang with --enable-cache-report)",
+            _ => "",
+        };
+        w.push(warn("cache_unverified", format!("the server does not report cached-token counts: cold prefill cannot be proven for this run (samples are marked cache_unverified){hint}")));
+    }
+    w
 }
 
 /// Builds the report of one results file. Pure: no I/O.
@@ -179,7 +208,10 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
     if inverted > 0 {
         warnings.push(warn("two_point_inverted", format!("{inverted} two-point sample(s) had t_B ≤ t_A: no decode rate for them (the reason is in each sample's two_point.reason)")));
     }
-    if unver > 0 {
+    let known = config_warnings(&h.config, &h.server);
+    let server_says_unverified = known.iter().any(|w| w.kind == "cache_unverified");
+    warnings.extend(known);
+    if unver > 0 && !server_says_unverified {
         warnings.push(warn("cache_unverified", format!("{unver} sample(s) have no cached-token count from the server: cold prefill is not proven for them")));
     }
     if h.corpus.label.contains("synthetic") {

@@ -376,6 +376,7 @@ async fn measure(
         },
         label: args.label.clone(),
     };
+    let (header_config, header_server) = (header.config.clone(), header.server.clone());
     let (mut writer, prior) = output.start(header)?;
 
     let mut observer = Terminal::new(args.quiet);
@@ -395,23 +396,9 @@ async fn measure(
         );
         eprintln!("results: {}", output.path.display());
     }
-    if !cache_bypass {
-        observer.warn(if probe.cache_bypass {
-            "--cache-bypass off: the server may reuse cached prompts; such samples are flagged and excluded"
-        } else {
-            "this API has no per-request cache switch; relying on the nonce and on verification"
-        });
-    }
-    if !args.nonce.is_on() {
-        observer.warn("--nonce off: repetitions send identical prompts (the seed's trap)");
-    }
-    if !warm.reports_cached_tokens {
-        let hint = match probe.backend {
-            BackendKind::Vllm => " (start vLLM with --enable-prompt-tokens-details)",
-            BackendKind::Sglang => " (start SGLang with --enable-cache-report)",
-            _ => "",
-        };
-        observer.warn(&format!("the server does not report cached-token counts: cold prefill cannot be proven for this run (samples are marked cache_unverified){hint}"));
+    // Worded once, in the report model: the same lines end every report of this file.
+    for w in ctxbench::report::config_warnings(&header_config, &header_server) {
+        observer.warn(&w.message);
     }
 
     let mut tally = bench::run(
