@@ -171,7 +171,7 @@ pub fn warm_table(points: &[PointSummary]) -> Option<String> {
     }
     let mut out =
         String::from("context  warm n  decode tok/s (min–max)  ms/step  cold decode tok/s\n");
-    for p in points {
+    for p in points.iter().filter(|p| p.warm > 0) {
         let _ = writeln!(
             out,
             "{:<7}  {:>6}  {:>22}  {:>7}  {:>17}",
@@ -291,19 +291,21 @@ pub fn config_items(c: &RunConfig) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The server software and version: `llama.cpp b1234`.
+pub fn server_name(s: &ServerInfo) -> String {
+    format!(
+        "{} {}",
+        s.server_kind,
+        s.server_version.as_deref().unwrap_or("")
+    )
+    .trim_end()
+    .to_owned()
+}
+
 /// The server's identity and capabilities as (name, value) rows, in words.
 pub fn server_items(s: &ServerInfo) -> Vec<(&'static str, String)> {
     let mut v = vec![
-        (
-            "server",
-            format!(
-                "{} {}",
-                s.server_kind,
-                s.server_version.as_deref().unwrap_or("")
-            )
-            .trim_end()
-            .to_owned(),
-        ),
+        ("server", server_name(s)),
         ("url", s.url.clone()),
         ("backend", format!("{} ({})", s.backend, s.backend_reason)),
         ("model", or_dash(s.model.as_deref())),
@@ -385,14 +387,15 @@ pub fn corpus_items(c: &CorpusInfo) -> Vec<(&'static str, String)> {
     ]
 }
 
-/// Why a point stopped, with its precision: `precision reached after 7 reps (TTFT ±3.1%,
-/// decode ±1.2%)`.
+/// Why a point stopped, with its precision: `precision reached: 7 reps, 7 usable; median's
+/// 95% CI TTFT ±3.1%, decode ±1.2%`.
 pub fn stop_text(p: &PointRecord) -> String {
     let pct = |x: Option<f64>| x.map_or("–".to_owned(), |x| format!("±{:.1}%", x * 100.0));
     format!(
-        "{} after {} rep(s), {} usable (TTFT {}, decode {})",
+        "{}: {} {}, {} usable; median's 95% CI TTFT {}, decode {}",
         p.stop_reason,
         p.reps,
+        if p.reps == 1 { "rep" } else { "reps" },
         p.usable,
         pct(p.ttft_ci_rel),
         pct(p.decode_ci_rel)

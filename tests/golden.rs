@@ -77,7 +77,16 @@ fn golden_files_report_in_words_not_json() {
         html.contains("<dt>corpus</dt><dd>repeat (synthetic)</dd>"),
         "{html}"
     );
-    assert!(html.contains("<dt>flush</dt><dd>auto</dd>"), "{html}");
+    // Files of this age recorded the first flush's answer where the choice now goes.
+    assert!(
+        html.contains("<dt>flush</dt><dd>llama.cpp slot erase (2 slot(s), 0 tokens erased)</dd>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<dt>repetitions</dt><dd>2 reps (fixed)</dd>"),
+        "{html}"
+    );
+    assert!(html.contains("<dt>notes</dt>") == !read("sweep.jsonl").header.server.notes.is_empty());
     let tp = rendered("two-point.jsonl", ReportFormat::Md);
     assert!(tp.contains("two-point A 1 / B 17 output tokens"), "{tp}");
     assert!(tp.contains("method two-point"), "{tp}");

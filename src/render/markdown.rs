@@ -35,7 +35,7 @@ fn run_section(out: &mut String, run: &RunReport) {
     let _ = writeln!(
         out,
         "- server: {} at {}, model `{}`, max context {}",
-        cell(&super::server_items(srv)[0].1),
+        cell(&super::server_name(srv)),
         srv.url,
         srv.model.as_deref().unwrap_or("–"),
         srv.max_context.map_or("not reported".to_owned(), |n| {

@@ -30,6 +30,7 @@ fn header(run_id: &str, contexts: &[u64]) -> RunHeader {
     h.host.hostname = "fixture".into();
     h.host.cpus = 2;
     h.config.contexts = contexts.to_vec();
+    h.config.reps = RepPolicy::fixed(3);
     h.config.url = "http://127.0.0.1:8080".into();
     h.server.url = "http://127.0.0.1:8080".into();
     h.server.max_context = Some(131072);

@@ -184,9 +184,6 @@ pub fn details(run: &RunReport) -> String {
     if let Some(t) = super::spec_table(&run.points) {
         let _ = writeln!(out, "speculative decoding (medians per point):\n{t}");
     }
-    if !out.is_empty() {
-        out.push('\n');
-    }
     out
 }
 
@@ -196,7 +193,7 @@ fn run_header(out: &mut String, run: &RunReport) {
     let _ = writeln!(
         out,
         "server: {} · model {} · max context {}",
-        super::server_items(srv)[0].1,
+        super::server_name(srv),
         srv.model.as_deref().unwrap_or("–"),
         srv.max_context
             .map_or("not reported".to_owned(), |n| n.to_string())
