@@ -103,6 +103,8 @@ string_enum! {
     }
 }
 
+// Not derived: `string_enum!` serves enums without a default too.
+#[allow(clippy::derivable_impls)]
 impl Default for Phase {
     fn default() -> Self {
         Phase::Cold
@@ -119,6 +121,8 @@ string_enum! {
     }
 }
 
+// Not derived: `string_enum!` serves enums without a default too.
+#[allow(clippy::derivable_impls)]
 impl Default for Method {
     fn default() -> Self {
         Method::Stream
