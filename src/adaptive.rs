@@ -1,8 +1,6 @@
 //! Adaptive repetitions: keep measuring a point until the median is known precisely enough,
 //! or its budget is spent. Pure decisions, no I/O.
 
-use serde::{Deserialize, Serialize};
-
 /// Confidence level of the median's interval.
 pub const CONFIDENCE: f64 = 0.95;
 
@@ -51,48 +49,7 @@ pub fn relative_half_width(values: &[f64]) -> Option<f64> {
     (med.abs() > 0.0).then(|| (hi - lo) / 2.0 / med.abs())
 }
 
-/// The repetition policy of a run.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct RepPolicy {
-    /// Target relative CI half-width for median TTFT and decode rate; `None`: fixed reps.
-    pub precision: Option<f64>,
-    /// Repetitions always taken.
-    pub min_reps: u32,
-    /// Repetitions never exceeded.
-    pub max_reps: u32,
-    /// Seconds one point may take (after `min_reps`).
-    pub point_budget_s: Option<f64>,
-    /// Seconds the whole run may take; reached, remaining points get `min_reps` only.
-    pub run_budget_s: Option<f64>,
-}
-
-/// Why a point stopped taking repetitions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StopReason {
-    /// The fixed number of repetitions (no `--precision`).
-    FixedReps,
-    /// Both medians reached the precision target.
-    PrecisionReached,
-    /// `--max-reps` reached before the precision target.
-    MaxReps,
-    /// The point's time budget is spent.
-    PointBudget,
-    /// The run's time budget is spent.
-    RunBudget,
-}
-
-impl std::fmt::Display for StopReason {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            StopReason::FixedReps => "fixed repetitions done",
-            StopReason::PrecisionReached => "precision reached",
-            StopReason::MaxReps => "--max-reps reached before the precision target",
-            StopReason::PointBudget => "point time budget spent",
-            StopReason::RunBudget => "run time budget spent",
-        })
-    }
-}
+pub use crate::record::{RepPolicy, StopReason};
 
 /// State of one point, as the loop sees it.
 #[derive(Debug, Clone, Default)]

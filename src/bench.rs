@@ -7,14 +7,14 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::adaptive::{relative_half_width, PointProgress, RepPolicy, StopReason};
+use crate::adaptive::{relative_half_width, PointProgress, RepPolicy};
 use crate::client::{Backend, GenRequest, Timeouts};
 use crate::costmodel::{CostModel, Observation};
 use crate::error::{ClientError, RecordError};
 use crate::metrics::{self, Scraper};
 use crate::progress::Observer;
 use crate::prompt::PromptBuilder;
-use crate::record::{ResultsWriter, Sample, Status};
+use crate::record::{ErrorKind, Flag, Line, Phase, ResultsWriter, Sample, ServerTimings, Status};
 use crate::sample::{apply_metric_deltas, make_sample, make_two_point_sample, make_warm_sample};
 
 /// What to do when a request fails.
@@ -147,14 +147,14 @@ fn record(
     settings: &BenchSettings,
     sample: &Sample,
 ) -> Result<Option<String>, RecordError> {
-    writer.append(sample)?;
+    writer.sample(sample)?;
     tally.recorded += 1;
     tally.contaminated += sample.contaminated as usize;
     tally.server_busy_ms += server_busy_ms(sample);
     observer.sample_done(sample);
     if let Some(e) = &sample.error {
         tally.failed += 1;
-        let fatal = matches!(e.kind.as_str(), "connect" | "unauthorized");
+        let fatal = matches!(e.kind, ErrorKind::Connect | ErrorKind::Unauthorized);
         if fatal || settings.on_error == OnError::Stop {
             return Ok(Some(e.message.clone()));
         }
@@ -188,7 +188,7 @@ fn note_flush(s: &mut Sample, flushed: Option<Result<String, ClientError>>) {
         Some(Ok(what)) => s.flush = Some(what),
         Some(Err(e)) => {
             s.flush = Some(format!("failed: {e}"));
-            s.flags.push("flush_failed".into());
+            s.flags.push(Flag::FlushFailed);
         }
         None => {}
     }
@@ -208,7 +208,7 @@ async fn finish_metrics(
     }
     match (before, m.scrape().await) {
         (Some(before), Ok(after)) => apply_metric_deltas(s, before, &after),
-        _ => s.flags.push("metrics_unavailable".into()),
+        _ => s.flags.push(Flag::MetricsUnavailable),
     }
 }
 
@@ -231,27 +231,7 @@ pub struct Tally {
     pub interrupted: bool,
 }
 
-/// The `point` line: how many repetitions a context got and why it stopped.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct PointRecord {
-    /// Always `"point"`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The run.
-    pub run_id: String,
-    /// Context length.
-    pub context_tokens: u64,
-    /// Repetitions taken (all sessions, failures included).
-    pub reps: u32,
-    /// Usable samples.
-    pub usable: usize,
-    /// Why no more repetitions were taken.
-    pub stop_reason: StopReason,
-    /// Relative 95% CI half-width of the median TTFT (`null`: too few samples).
-    pub ttft_ci_rel: Option<f64>,
-    /// Relative 95% CI half-width of the median decode rate.
-    pub decode_ci_rel: Option<f64>,
-}
+pub use crate::record::PointRecord;
 
 fn observation(context: u64, p: &PointProgress, steps_ms: &[f64]) -> Option<Observation> {
     let med = |v: &[f64]| crate::stats::Spread::of(v.iter().copied()).map(|s| s.median);
@@ -279,7 +259,7 @@ pub async fn run(
     let policy = settings.policy;
     let done: HashSet<(u64, u32)> = prior
         .iter()
-        .filter(|s| s.status == Status::Ok && s.phase == "cold")
+        .filter(|s| s.status == Status::Ok && s.phase == Phase::Cold)
         .map(|s| (s.context_tokens, s.rep))
         .collect();
     tally.skipped = done.len();
@@ -295,10 +275,9 @@ pub async fn run(
     'points: for (pi, &context) in contexts.iter().enumerate() {
         let mut prog = PointProgress::default();
         let mut steps = Vec::new();
-        for s in prior
-            .iter()
-            .filter(|s| s.context_tokens == context && s.status == Status::Ok && s.phase == "cold")
-        {
+        for s in prior.iter().filter(|s| {
+            s.context_tokens == context && s.status == Status::Ok && s.phase == Phase::Cold
+        }) {
             prog.reps += 1;
             prog.elapsed_s += s.e2e_ms.unwrap_or(0.0) / 1000.0;
             if s.usable() {
@@ -313,7 +292,6 @@ pub async fn run(
             let cost = model.request_s(context as f64, settings.output_tokens);
             if let Err(reason) = policy.next(&prog, run_start.elapsed().as_secs_f64(), cost) {
                 let rec = PointRecord {
-                    kind: "point".into(),
                     run_id: settings.run_id.clone(),
                     context_tokens: context,
                     reps: prog.reps,
@@ -322,7 +300,7 @@ pub async fn run(
                     ttft_ci_rel: relative_half_width(&prog.ttft_ms),
                     decode_ci_rel: relative_half_width(&prog.decode),
                 };
-                writer.append(&rec)?;
+                writer.append(&Line::Point(rec.clone()))?;
                 observer.point_done(&rec);
                 break;
             }
@@ -350,7 +328,10 @@ pub async fn run(
             };
             // A lost connection is fatal when the server is gone: further requests would
             // only record "cannot connect" failures.
-            let server_gone = sample.error.as_ref().is_some_and(|e| e.kind == "transport")
+            let server_gone = sample
+                .error
+                .as_ref()
+                .is_some_and(|e| e.kind == ErrorKind::Transport)
                 && !backend.http().reachable().await;
             prog.reps += 1;
             prog.elapsed_s += t0.elapsed().as_secs_f64();
@@ -467,14 +448,11 @@ async fn measure_cold(
 /// Server-reported busy time of a sample (prompt + generation; both requests of a
 /// two-point sample), in ms.
 pub fn server_busy_ms(s: &Sample) -> f64 {
-    let main = s.server.as_ref().map_or(0.0, |t| {
-        t.prompt_ms.unwrap_or(0.0) + t.predicted_ms.unwrap_or(0.0)
-    });
+    let main = s.server.as_ref().map_or(0.0, ServerTimings::busy_ms);
     let a = s
         .two_point
         .as_ref()
-        .and_then(|v| v.get("a_server_busy_ms"))
-        .and_then(serde_json::Value::as_f64)
+        .and_then(|t| t.a_server_busy_ms)
         .unwrap_or(0.0);
     main + a
 }

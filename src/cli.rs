@@ -43,20 +43,7 @@ const COMPARE_EXAMPLES: &str = "Examples:
 
 The first file is the baseline A; every other file is compared with it.";
 
-/// Output format of `report` and `compare`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ReportFormat {
-    /// Aligned text for the terminal.
-    Table,
-    /// Markdown.
-    Md,
-    /// CSV, one row per point.
-    Csv,
-    /// JSON: the whole model.
-    Json,
-    /// One self-contained HTML file with inline plots.
-    Html,
-}
+pub use crate::render::ReportFormat;
 
 /// Options of `ctxbench report`.
 #[derive(Debug, Args, Clone)]

@@ -3,11 +3,9 @@
 //! results files alone; refuses runs that did not measure the same thing.
 
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::error::UsageError;
 use crate::record::{self, Results};
-use crate::render;
 use crate::report;
 use crate::stats::bootstrap::{self, RatioCi};
 use crate::stats::metric::{self, Metric};
@@ -121,20 +119,15 @@ fn info(label: &str, path: &str, r: &Results) -> RunInfo {
         label: label.to_owned(),
         path: path.to_owned(),
         run_id: r.header.run_id.clone(),
-        corpus: r
-            .header
-            .corpus
-            .get("label")
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_owned(),
+        corpus: r.header.corpus.label.clone(),
     }
 }
 
 fn contexts(r: &Results) -> Vec<u64> {
-    let mut c: Vec<u64> = match r.header.config.get("contexts").and_then(Value::as_array) {
-        Some(a) => a.iter().filter_map(Value::as_u64).collect(),
-        None => r.samples.iter().map(|s| s.context_tokens).collect(),
+    let mut c: Vec<u64> = if r.header.config.contexts.is_empty() {
+        r.samples.iter().map(|s| s.context_tokens).collect()
+    } else {
+        r.header.config.contexts.clone()
     };
     c.sort_unstable();
     c.dedup();
@@ -149,7 +142,7 @@ pub fn mismatches(a: &Results, b: &Results) -> Vec<String> {
     if ca != cb {
         let f = |c: &[u64]| {
             c.iter()
-                .map(|&x| render::fmt_ctx(x))
+                .map(|&x| crate::units::fmt_ctx(x))
                 .collect::<Vec<_>>()
                 .join(",")
         };
@@ -159,15 +152,25 @@ pub fn mismatches(a: &Results, b: &Results) -> Vec<String> {
             f(&cb)
         ));
     }
-    for key in ["corpus", "seed", "output_tokens", "method"] {
-        let (x, y) = (a.header.config.get(key), b.header.config.get(key));
-        if x != y {
-            out.push(format!(
-                "{key} differs: {} vs {}",
-                x.unwrap_or(&Value::Null),
-                y.unwrap_or(&Value::Null)
-            ));
-        }
+    let (x, y) = (&a.header.config, &b.header.config);
+    if x.corpus != y.corpus {
+        out.push(format!(
+            "corpus differs: {} vs {}",
+            x.corpus.label(),
+            y.corpus.label()
+        ));
+    }
+    if x.seed != y.seed {
+        out.push(format!("seed differs: {} vs {}", x.seed, y.seed));
+    }
+    if x.output_tokens != y.output_tokens {
+        out.push(format!(
+            "output tokens differ: {} vs {}",
+            x.output_tokens, y.output_tokens
+        ));
+    }
+    if x.method != y.method {
+        out.push(format!("method differs: {} vs {}", x.method, y.method));
     }
     out
 }
@@ -175,14 +178,10 @@ pub fn mismatches(a: &Results, b: &Results) -> Vec<String> {
 /// Recorded differences between two runs' configuration and server, ignoring what always
 /// differs (URLs, the probe's wording).
 pub fn differences(a: &Results, b: &Results) -> Vec<String> {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(o) = v.as_object_mut() {
-            for k in ["url", "backend_reason"] {
-                o.remove(k);
-            }
-        }
-        v
+    // The URL always differs between an A and a B server; the rest is what the user chose.
+    let strip = |c: &record::RunConfig| record::RunConfig {
+        url: String::new(),
+        ..c.clone()
     };
     let mut d: Vec<String> =
         record::config_diff(&strip(&a.header.config), &strip(&b.header.config))
@@ -190,7 +189,7 @@ pub fn differences(a: &Results, b: &Results) -> Vec<String> {
             .map(|l| format!("config.{}", l.trim_start()))
             .collect();
     d.extend(
-        record::config_diff(&strip(&a.header.server), &strip(&b.header.server))
+        record::server_diff(&a.header.server, &b.header.server)
             .into_iter()
             .map(|l| format!("server.{}", l.trim_start())),
     );

@@ -3,7 +3,6 @@
 use std::path::{Path, PathBuf};
 
 use rand::{RngExt, SeedableRng};
-use serde::{Deserialize, Serialize};
 
 use crate::client::Backend;
 use crate::error::ClientError;
@@ -19,46 +18,7 @@ const NONCE_ALPHABET: &str =
 /// Largest text sent to `/tokenize` in one request.
 const TOKENIZE_CHUNK_CHARS: usize = 256 * 1024;
 
-/// Which text prompts are made of.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", content = "path", rename_all = "lowercase")]
-pub enum CorpusSpec {
-    /// The seed's repeated sentence.
-    Repeat,
-    /// Uniformly random token ids.
-    Random,
-    /// The user's own text: a file, or every file of a folder.
-    Path(PathBuf),
-}
-
-impl CorpusSpec {
-    /// Parses `repeat`, `random`, or a path.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "repeat" => Ok(CorpusSpec::Repeat),
-            "random" => Ok(CorpusSpec::Random),
-            p => {
-                let path = PathBuf::from(p);
-                if path.exists() {
-                    Ok(CorpusSpec::Path(path))
-                } else {
-                    Err(format!(
-                        "--corpus '{p}': not 'repeat', 'random', or an existing file or folder"
-                    ))
-                }
-            }
-        }
-    }
-
-    /// A short label for tables and reports.
-    pub fn label(&self) -> String {
-        match self {
-            CorpusSpec::Repeat => "repeat (synthetic: inflates speculative acceptance)".to_owned(),
-            CorpusSpec::Random => "random token ids".to_owned(),
-            CorpusSpec::Path(p) => format!("text from {}", p.display()),
-        }
-    }
-}
+pub use crate::record::CorpusSpec;
 
 /// A tokenized corpus: prompts are windows of `tokens`, wrapping around when needed.
 #[derive(Debug, Clone)]

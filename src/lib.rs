@@ -23,3 +23,4 @@ pub mod render;
 pub mod report;
 pub mod sample;
 pub mod stats;
+pub mod units;

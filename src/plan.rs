@@ -5,26 +5,7 @@ use crate::error::UsageError;
 /// Smallest context a prompt can have (the nonce alone takes 8 tokens).
 pub const MIN_CONTEXT: u64 = 16;
 
-/// Parses one length: `4096`, `4k`/`4K` (×1024), `1m`/`1M` (×1024²).
-pub fn parse_len(s: &str) -> Result<u64, UsageError> {
-    let t = s.trim();
-    let bad = || UsageError::BadContext(s.to_owned());
-    let (num, mult) = match t.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&t[..i], 1024u64),
-        Some((i, 'm' | 'M')) => (&t[..i], 1024 * 1024),
-        Some(_) => (t, 1),
-        None => return Err(bad()),
-    };
-    let v: f64 = num.trim().parse().map_err(|_| bad())?;
-    if !v.is_finite() || v <= 0.0 {
-        return Err(bad());
-    }
-    let n = (v * mult as f64).round();
-    if !(1.0..=1e12).contains(&n) || (mult == 1 && num.contains('.')) {
-        return Err(bad());
-    }
-    Ok(n as u64)
-}
+pub use crate::units::parse_len;
 
 /// Parses a comma-separated list, sorts it ascending (cheap points first) and drops repeats.
 pub fn parse_contexts(s: &str) -> Result<Vec<u64>, UsageError> {

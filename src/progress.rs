@@ -74,14 +74,21 @@ fn describe(s: &Sample) -> String {
                 s.cached_tokens
                     .map_or("not reported".to_owned(), |c| c.to_string()),
             );
-            if s.phase != "cold" {
+            if s.phase != crate::record::Phase::Cold {
                 line = format!("{line} ({})", s.phase);
             }
             if let Some(a) = s.spec_accept_length {
                 line.push_str(&format!(", accept length {a:.2}"));
             }
             if !s.flags.is_empty() {
-                line.push_str(&format!("  [{}]", s.flags.join(", ")));
+                line.push_str(&format!(
+                    "  [{}]",
+                    s.flags
+                        .iter()
+                        .map(|f| f.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
             }
             line
         }

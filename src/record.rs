@@ -1,25 +1,348 @@
-//! The results file: JSON Lines, a `run` header then one `sample` line per measurement,
-//! each written and flushed to disk as it is measured. Schema: `docs/results-schema.md`.
+//! The results file: JSON Lines, one typed [`Line`] per line — a `run` header, then `sample`
+//! lines as they are measured (each flushed to disk), `point` lines when a context is done,
+//! `resume` markers and an `end` line. Written and read only through this module.
+//! Schema: `docs/results-schema.md`.
 
+use std::collections::BTreeMap;
+use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
-use crate::client::{Counts, ServerTimings};
 use crate::error::RecordError;
 
 /// Version of the line format; bump on incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// One line of a results file, tagged by `type`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Line {
+    /// The header: configuration, server, corpus, host.
+    Run(Box<RunHeader>),
+    /// One measured (or failed) request.
+    Sample(Box<Sample>),
+    /// A context point is done: how many repetitions and why it stopped.
+    Point(PointRecord),
+    /// A later session continued this file (`--resume`).
+    Resume(ResumeRecord),
+    /// The sweep ended (completely or not).
+    End(EndRecord),
+    /// A line type this version does not know (written by a newer ctxbench); skipped.
+    #[serde(other)]
+    Unknown,
+}
+
+/// Defines a string-valued enum that reads any string: known names become variants, the
+/// rest `Other`, so files written by a newer ctxbench still read.
+macro_rules! string_enum {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $var:ident = $s:literal,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vm])* $var,)*
+            /// A value this version does not know (written by another ctxbench version).
+            Other(String),
+        }
+        impl $name {
+            /// The name as written in results files.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $($name::$var => $s,)*
+                    $name::Other(s) => s,
+                }
+            }
+        }
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                match s {
+                    $($s => $name::$var,)*
+                    o => $name::Other(o.to_owned()),
+                }
+            }
+        }
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.as_str() == other
+            }
+        }
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                Ok($name::from(s.as_str()))
+            }
+        }
+    };
+}
+
+string_enum! {
+    /// What a sample measured.
+    Phase {
+        /// A fresh prefill with no cache reuse: the table, plots and fits.
+        Cold = "cold",
+        /// Decode at depth: the cold sample's prefix reused on purpose; summarised apart.
+        Warm = "warm",
+    }
+}
+
+// Not derived: `string_enum!` serves enums without a default too.
+#[allow(clippy::derivable_impls)]
+impl Default for Phase {
+    fn default() -> Self {
+        Phase::Cold
+    }
+}
+
+string_enum! {
+    /// How a sample was timed.
+    Method {
+        /// Streamed, timestamps as bytes arrive.
+        Stream = "stream",
+        /// Two non-streamed requests of different lengths (`--method two-point`).
+        TwoPoint = "two-point",
+    }
+}
+
+// Not derived: `string_enum!` serves enums without a default too.
+#[allow(clippy::derivable_impls)]
+impl Default for Method {
+    fn default() -> Self {
+        Method::Stream
+    }
+}
+
+string_enum! {
+    /// A warning attached to a sample.
+    Flag {
+        /// `cached_tokens > 0`: not a cold prefill.
+        Contaminated = "contaminated",
+        /// The server reported no cached-token count.
+        CacheUnverified = "cache_unverified",
+        /// The server-reported prompt length is off the target.
+        LengthMismatch = "length_mismatch",
+        /// The server reported no prompt length.
+        LengthUnreported = "length_unreported",
+        /// Fewer output tokens than asked for.
+        ShortOutput = "short_output",
+        /// No generated token arrived.
+        NoTokens = "no_tokens",
+        /// Two-point: t_B ≤ t_A or n_B ≤ n_A, no decode rate.
+        TwoPointInverted = "two_point_inverted",
+        /// A warm sample whose prefix was not reused by the server.
+        WarmPrefixNotReused = "warm_prefix_not_reused",
+        /// Tokens arrived in a burst (client descheduled, buffering proxy): no decode rate.
+        CoalescedTokens = "coalesced_tokens",
+        /// The cache flush before this sample failed.
+        FlushFailed = "flush_failed",
+        /// `/metrics` could not be read around this sample.
+        MetricsUnavailable = "metrics_unavailable",
+    }
+}
+
+string_enum! {
+    /// Short machine-readable kind of a failed request.
+    ErrorKind {
+        /// The server could not be reached.
+        Connect = "connect",
+        /// The server refused the credentials.
+        Unauthorized = "unauthorized",
+        /// The prompt exceeded the server's context.
+        ContextExceeded = "context_exceeded",
+        /// Any other HTTP error status.
+        Http = "http",
+        /// The server reported an error inside the stream.
+        InStream = "in_stream",
+        /// The answer could not be parsed.
+        Malformed = "malformed",
+        /// The stream ended early.
+        Truncated = "truncated",
+        /// No byte arrived for the stall timeout.
+        Stalled = "stalled",
+        /// The request exceeded its timeout.
+        Timeout = "timeout",
+        /// The connection broke.
+        Transport = "transport",
+        /// The server does not support what was asked.
+        Unsupported = "unsupported",
+    }
+}
+
+string_enum! {
+    /// `--flush`: when to flush the server's prefix cache (the user's choice, part of the
+    /// run's identity; what a flush reported is in [`ServerInfo::flush_check`]).
+    FlushChoice {
+        /// Flush where the server allows it.
+        Auto = "auto",
+        /// Flush before every sample; stop if the server cannot.
+        Always = "always",
+        /// Never flush.
+        Never = "never",
+    }
+}
+
+/// Why a point stopped taking repetitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The fixed number of repetitions (no `--precision`).
+    FixedReps,
+    /// Both medians reached the precision target.
+    PrecisionReached,
+    /// `--max-reps` reached before the precision target.
+    MaxReps,
+    /// The point's time budget is spent.
+    PointBudget,
+    /// The run's time budget is spent.
+    RunBudget,
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StopReason::FixedReps => "fixed repetitions done",
+            StopReason::PrecisionReached => "precision reached",
+            StopReason::MaxReps => "--max-reps reached before the precision target",
+            StopReason::PointBudget => "point time budget spent",
+            StopReason::RunBudget => "run time budget spent",
+        })
+    }
+}
+
+/// The repetition policy of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RepPolicy {
+    /// Target relative CI half-width for median TTFT and decode rate; `None`: fixed reps.
+    pub precision: Option<f64>,
+    /// Repetitions always taken.
+    pub min_reps: u32,
+    /// Repetitions never exceeded.
+    pub max_reps: u32,
+    /// Seconds one point may take (after `min_reps`).
+    pub point_budget_s: Option<f64>,
+    /// Seconds the whole run may take; reached, remaining points get `min_reps` only.
+    pub run_budget_s: Option<f64>,
+}
+
+impl RepPolicy {
+    /// A fixed number of repetitions.
+    pub fn fixed(reps: u32) -> Self {
+        RepPolicy {
+            precision: None,
+            min_reps: reps,
+            max_reps: reps,
+            point_budget_s: None,
+            run_budget_s: None,
+        }
+    }
+}
+
+impl fmt::Display for RepPolicy {
+    /// `3 reps (fixed)`, or `3–30 reps until ±5.0%` with any budgets.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let reps = |n: u32| if n == 1 { "rep" } else { "reps" };
+        match self.precision {
+            None => write!(f, "{} {} (fixed)", self.max_reps, reps(self.max_reps))?,
+            Some(p) => write!(
+                f,
+                "{}–{} reps until the median's 95% CI is within ±{:.1}%",
+                self.min_reps,
+                self.max_reps,
+                p * 100.0
+            )?,
+        }
+        if let Some(b) = self.point_budget_s {
+            write!(f, ", point budget {b} s")?;
+        }
+        if let Some(b) = self.run_budget_s {
+            write!(f, ", run budget {b} s")?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads `reps` as the policy object, or as the plain count early files wrote.
+fn reps_compat<'de, D: Deserializer<'de>>(d: D) -> Result<RepPolicy, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Reps {
+        Policy(RepPolicy),
+        Count(u32),
+    }
+    Ok(match Reps::deserialize(d)? {
+        Reps::Policy(p) => p,
+        Reps::Count(n) => RepPolicy::fixed(n),
+    })
+}
+
+impl Default for RepPolicy {
+    fn default() -> Self {
+        RepPolicy::fixed(1)
+    }
+}
+
+/// Which text prompts are made of.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(tag = "kind", content = "path", rename_all = "lowercase")]
+pub enum CorpusSpec {
+    /// The seed's repeated sentence.
+    #[default]
+    Repeat,
+    /// Uniformly random token ids.
+    Random,
+    /// The user's own text: a file, or every file of a folder.
+    Path(PathBuf),
+}
+
+impl CorpusSpec {
+    /// Parses `repeat`, `random`, or a path.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "repeat" => Ok(CorpusSpec::Repeat),
+            "random" => Ok(CorpusSpec::Random),
+            p => {
+                let path = PathBuf::from(p);
+                if path.exists() {
+                    Ok(CorpusSpec::Path(path))
+                } else {
+                    Err(format!(
+                        "--corpus '{p}': not 'repeat', 'random', or an existing file or folder"
+                    ))
+                }
+            }
+        }
+    }
+
+    /// A description for reports, naming synthetic text as such.
+    pub fn label(&self) -> String {
+        match self {
+            CorpusSpec::Repeat => "repeat (synthetic: inflates speculative acceptance)".to_owned(),
+            CorpusSpec::Random => "random token ids".to_owned(),
+            CorpusSpec::Path(p) => format!("text from {}", p.display()),
+        }
+    }
+}
+
 /// The first line of a results file.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunHeader {
-    /// Always `"run"`.
-    #[serde(rename = "type")]
-    pub kind: String,
     /// [`SCHEMA_VERSION`].
     pub schema: u32,
     /// Random id of this run, repeated on every sample.
@@ -30,19 +353,140 @@ pub struct RunHeader {
     pub started_at: String,
     /// The machine ctxbench ran on.
     pub host: Host,
-    /// Everything that shapes the measurement; `--resume` requires it unchanged.
-    pub config: Value,
+    /// What the user chose; `--resume` requires it unchanged, `compare` lists its changes.
+    pub config: RunConfig,
     /// What the probe learned about the server.
-    pub server: Value,
+    pub server: ServerInfo,
     /// The corpus, tokenized.
-    pub corpus: Value,
+    pub corpus: CorpusInfo,
     /// What the user says this run is (`--label`, e.g. the server flag under test).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
 }
 
+/// Everything the user chose that shapes the measurement: the run's identity.
+/// Nothing here may depend on what the server answered during the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct RunConfig {
+    /// `--backend` as given (`auto`, `llamacpp`, …).
+    pub backend_requested: String,
+    /// The protocol used.
+    pub backend: String,
+    /// The server's base URL (credentials removed).
+    pub url: String,
+    /// The model requested or detected.
+    pub model: Option<String>,
+    /// Context lengths measured, small first.
+    pub contexts: Vec<u64>,
+    /// Output tokens per request (`--output-tokens`).
+    pub output_tokens: u32,
+    /// Repetitions per point.
+    #[serde(deserialize_with = "reps_compat")]
+    pub reps: RepPolicy,
+    /// `--corpus`.
+    pub corpus: CorpusSpec,
+    /// `--seed`.
+    pub seed: u64,
+    /// The per-request cache switch was used (`--cache-bypass`, where the API has one).
+    pub cache_bypass: bool,
+    /// `--nonce`: each prompt starts with unique tokens.
+    pub nonce: bool,
+    /// Tokens of that nonce.
+    pub nonce_tokens: u32,
+    /// `--length-tolerance`: prompt tokens the server may count off the target.
+    pub length_tolerance: u64,
+    /// Relative tolerance on top (Ollama's calibrated text prompts).
+    pub length_tolerance_pct: f64,
+    /// `--method`.
+    pub method: Method,
+    /// `--two-point-tokens` A and B (two-point method only).
+    pub two_point_tokens: Option<(u32, u32)>,
+    /// `--decode-samples`: warm decode samples after each cold one.
+    pub decode_samples: u32,
+    /// `--flush`. Files from before 0.2 recorded what the first flush answered here.
+    pub flush: Option<FlushChoice>,
+    /// Prometheus endpoint scraped around each sample (credentials removed).
+    pub metrics_url: Option<String>,
+}
+
+/// What the probe (and the warmup) learned about the server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct ServerInfo {
+    /// The server's base URL (credentials removed).
+    pub url: String,
+    /// The protocol chosen.
+    pub backend: String,
+    /// Why that protocol was chosen.
+    pub backend_reason: String,
+    /// Server software, as identified (`llama.cpp`, `openai-compatible`).
+    pub server_kind: String,
+    /// Version/build string, if the server gives one.
+    pub server_version: Option<String>,
+    /// Model name or path.
+    pub model: Option<String>,
+    /// Largest prompt + output one request can hold.
+    pub max_context: Option<u64>,
+    /// Where `max_context` came from.
+    pub max_context_source: Option<String>,
+    /// Parallel slots (llama.cpp).
+    pub total_slots: Option<u64>,
+    /// Vocabulary size, when reported.
+    pub n_vocab: Option<u64>,
+    /// How the server's `/tokenize` is called (`llamacpp`, `vllm`); `None`: no tokenizer.
+    pub tokenize: Option<String>,
+    /// Prompts can be sent as token ids.
+    pub token_id_prompts: bool,
+    /// The API has a per-request "do not reuse the cache" switch.
+    pub cache_bypass: bool,
+    /// Cached-token counts are reported per request (confirmed by the warmup).
+    pub reports_cached_tokens: Option<bool>,
+    /// Server-side timings are reported per request (confirmed by the warmup).
+    pub reports_timings: Option<bool>,
+    /// Tokens the server adds to a token-id prompt (BOS), measured by the warmup.
+    pub server_added_tokens: Option<u64>,
+    /// Prometheus `/metrics` answered.
+    pub metrics: bool,
+    /// KV-cache pool size in tokens, where the server says.
+    pub kv_pool_tokens: Option<u64>,
+    /// How prompts of exact length are made (`token ids`, or text re-checked by tokenizing).
+    pub prompt_method: String,
+    /// How the prefix cache can be flushed (`None`: no endpoint for this server).
+    pub flush: Option<String>,
+    /// What the flush before the sweep answered (e.g. slots erased and tokens freed);
+    /// `None`: no flush. Varies run to run, so not part of the run's identity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flush_check: Option<String>,
+    /// The server flag that would make it report cached-token counts, when it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_tokens_hint: Option<String>,
+    /// Where per-request speculative statistics come from (`None`: not exposed).
+    pub spec_stats: Option<String>,
+    /// A missing `cached_tokens` means 0 (SGLang with `--enable-cache-report`).
+    pub cached_missing_means_zero: bool,
+    /// Capability notes, each naming the server flag that would enable what is missing.
+    pub notes: Vec<String>,
+}
+
+/// The corpus prompts were cut from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct CorpusInfo {
+    /// `--corpus`.
+    pub spec: CorpusSpec,
+    /// A description for reports, naming synthetic text as such.
+    pub label: String,
+    /// Tokens in the tokenized corpus.
+    pub tokens: u64,
+    /// The largest prompt needed more tokens than the corpus has, so it wraps around.
+    pub wraps: bool,
+    /// `/tokenize` requests made to tokenize it.
+    pub tokenize_requests: u64,
+}
+
 /// The client machine.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct Host {
     /// Host name.
     pub hostname: String,
@@ -82,26 +526,143 @@ pub enum Status {
 /// A failure recorded in place of a measurement.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SampleError {
-    /// Short machine-readable kind (`transport`, `stalled`, …).
-    pub kind: String,
+    /// Short machine-readable kind.
+    pub kind: ErrorKind,
     /// What happened, for a person.
     pub message: String,
+}
+
+/// Token counts as the server reports them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Counts {
+    /// Prompt length the server saw, cached tokens included.
+    pub prompt_tokens: Option<u64>,
+    /// Tokens generated.
+    pub completion_tokens: Option<u64>,
+    /// Prompt tokens served from a prefix cache; `None` when the server does not say.
+    pub cached_tokens: Option<u64>,
+}
+
+/// What the server reported about its own timing for one request (units in the names).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerTimings {
+    /// Where these numbers came from, e.g. `llamacpp.timings`.
+    pub source: String,
+    /// Prompt tokens computed (not cached).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_n: Option<u64>,
+    /// Prompt tokens reused from cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_n: Option<u64>,
+    /// Prompt processing time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_ms: Option<f64>,
+    /// Server-computed prefill rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_per_second: Option<f64>,
+    /// Tokens generated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_n: Option<u64>,
+    /// Time from the first to the last generated token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_ms: Option<f64>,
+    /// Server-computed decode rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_per_second: Option<f64>,
+    /// Server-computed time per decode step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted_per_token_ms: Option<f64>,
+    /// Draft tokens proposed (speculative decoding).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_n: Option<u64>,
+    /// Draft tokens accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_n_accepted: Option<u64>,
+    /// Time spent queued before scheduling (SGLang `queue_time`, converted from s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_ms: Option<f64>,
+    /// Whole request as the server timed it (SGLang `e2e_latency`, converted from s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub e2e_ms: Option<f64>,
+}
+
+impl ServerTimings {
+    /// Prompt plus generation time: how long the server was busy with the request.
+    pub fn busy_ms(&self) -> f64 {
+        self.prompt_ms.unwrap_or(0.0) + self.predicted_ms.unwrap_or(0.0)
+    }
+}
+
+/// Speculative-decoding counts for one request, as the server exposes them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpecStats {
+    /// Where the numbers came from (`sglang.meta_info`, `llamacpp.timings`, `vllm.metrics`).
+    pub source: String,
+    /// Verify (target-model) steps that checked drafts.
+    pub verify_steps: Option<u64>,
+    /// Draft tokens proposed.
+    pub draft_tokens: Option<u64>,
+    /// Draft tokens accepted.
+    pub accepted_tokens: Option<u64>,
+    /// Mean tokens produced per verify step, bonus token included.
+    pub accept_length: Option<f64>,
+    /// Accepted ÷ proposed drafts.
+    pub accept_rate: Option<f64>,
+}
+
+impl SpecStats {
+    /// Fills the derived ratios the server did not send: rate = accepted ÷ proposed,
+    /// length = 1 + accepted ÷ verify steps (each step yields its accepted drafts plus one).
+    pub fn derive(mut self) -> Self {
+        if self.accept_rate.is_none() {
+            if let (Some(a), Some(d)) = (self.accepted_tokens, self.draft_tokens) {
+                if d > 0 {
+                    self.accept_rate = Some(a as f64 / d as f64);
+                }
+            }
+        }
+        if self.accept_length.is_none() {
+            if let (Some(a), Some(v)) = (self.accepted_tokens, self.verify_steps) {
+                if v > 0 {
+                    self.accept_length = Some(1.0 + a as f64 / v as f64);
+                }
+            }
+        }
+        self
+    }
+}
+
+/// The two-point method's raw numbers for one sample.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct TwoPoint {
+    /// Tokens request A generated (server count).
+    pub a_tokens: u64,
+    /// Tokens request B generated.
+    pub b_tokens: u64,
+    /// Request A, send to last byte.
+    pub t_a_ms: f64,
+    /// Request B, send to last byte.
+    pub t_b_ms: f64,
+    /// Why no decode rate was computed (`null`: it was).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Server busy time (prompt + generation) of request A, counted in the run's efficiency;
+    /// `null` when the server reports no timings.
+    #[serde(default)]
+    pub a_server_busy_ms: Option<f64>,
 }
 
 /// One measured (or failed) request. `Default` is for building samples in tests.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct Sample {
-    /// Always `"sample"`.
-    #[serde(rename = "type")]
-    pub kind: String,
     /// The run this belongs to.
     pub run_id: String,
     /// Target context length (prompt tokens as the server counts them).
     pub context_tokens: u64,
     /// Repetition index at this context, from 0.
     pub rep: u32,
-    /// `cold`: a fresh prefill with no cache reuse.
-    pub phase: String,
+    /// `cold` (fresh prefill) or `warm` (decode at depth).
+    pub phase: Phase,
     /// Completed or failed.
     pub status: Status,
     /// Set when `status` is `failed`.
@@ -137,13 +698,14 @@ pub struct Sample {
     pub e2e_ms: Option<f64>,
     /// Why generation stopped, as the server said.
     pub finish_reason: Option<String>,
-    /// Warnings about this sample (`contaminated`, `length_mismatch`, `cache_unverified`, …).
-    pub flags: Vec<String>,
+    /// Warnings about this sample.
+    #[serde(default)]
+    pub flags: Vec<Flag>,
     /// What the server reported about its own timing.
     pub server: Option<ServerTimings>,
-    /// How it was measured: `stream` (timestamps as bytes arrive) or `two-point`.
-    #[serde(default = "default_method")]
-    pub method: String,
+    /// How it was measured.
+    #[serde(default)]
+    pub method: Method,
     /// Speculative decoding: mean tokens per verify step, bonus token included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_accept_length: Option<f64>,
@@ -168,18 +730,13 @@ pub struct Sample {
     pub ms_per_verify_step: Option<f64>,
     /// Prometheus counter deltas across this sample (`name{labels}` → after − before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub metrics: Option<Value>,
+    pub metrics: Option<BTreeMap<String, f64>>,
     /// The cache flush done before this sample, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub flush: Option<String>,
-    /// Two-point method: `{a_tokens, b_tokens, t_a_ms, t_b_ms, reason}`; `reason` is set
-    /// when no decode rate could be computed.
+    /// Two-point method: the two requests' numbers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub two_point: Option<Value>,
-}
-
-fn default_method() -> String {
-    "stream".to_owned()
+    pub two_point: Option<TwoPoint>,
 }
 
 impl Sample {
@@ -187,19 +744,63 @@ impl Sample {
     /// apart), not contaminated, and of the right length.
     pub fn usable(&self) -> bool {
         self.status == Status::Ok
-            && self.phase == "cold"
+            && self.phase == Phase::Cold
             && !self.contaminated
             && self.length_ok != Some(false)
     }
 
-    /// Server-reported counts, as stored.
-    pub fn counts(&self) -> Counts {
-        Counts {
-            prompt_tokens: self.prompt_tokens,
-            completion_tokens: self.output_tokens,
-            cached_tokens: self.cached_tokens,
-        }
+    /// Whether the sample carries `flag`.
+    pub fn has(&self, flag: &Flag) -> bool {
+        self.flags.contains(flag)
     }
+}
+
+/// The `point` line: how many repetitions a context got and why it stopped.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PointRecord {
+    /// The run.
+    pub run_id: String,
+    /// Context length.
+    pub context_tokens: u64,
+    /// Repetitions taken (all sessions, failures included).
+    pub reps: u32,
+    /// Usable samples.
+    pub usable: usize,
+    /// Why no more repetitions were taken.
+    pub stop_reason: StopReason,
+    /// Relative 95% CI half-width of the median TTFT (`null`: too few samples).
+    pub ttft_ci_rel: Option<f64>,
+    /// Relative 95% CI half-width of the median decode rate.
+    pub decode_ci_rel: Option<f64>,
+}
+
+/// The `resume` line: a later session continued the file.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ResumeRecord {
+    /// The run (unchanged by resuming).
+    pub run_id: String,
+    /// RFC 3339 time the session started.
+    pub at: String,
+}
+
+/// The `end` line: how a session of the sweep ended.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[serde(default)]
+pub struct EndRecord {
+    /// The run.
+    pub run_id: String,
+    /// Wall time of this session (probe to last sample).
+    pub wall_s: f64,
+    /// Server busy time (prompt + generation) the server reported for this session.
+    pub server_busy_s: f64,
+    /// `wall_s / server_busy_s` (`null`: the server reports no timings).
+    pub efficiency: Option<f64>,
+    /// Samples recorded by this session.
+    pub recorded: usize,
+    /// Of those, failed.
+    pub failed: usize,
+    /// The user pressed Ctrl-C.
+    pub interrupted: bool,
 }
 
 /// Appends lines to a results file, each flushed and synced as written.
@@ -227,7 +828,7 @@ impl ResultsWriter {
             path: path.to_path_buf(),
             lines: 0,
         };
-        w.append(header)?;
+        w.append(&Line::Run(Box::new(header.clone())))?;
         Ok(w)
     }
 
@@ -247,8 +848,13 @@ impl ResultsWriter {
         })
     }
 
+    /// Writes a sample line.
+    pub fn sample(&mut self, s: &Sample) -> Result<(), RecordError> {
+        self.append(&Line::Sample(Box::new(s.clone())))
+    }
+
     /// Writes one JSON line and syncs it, so a crash right after loses nothing.
-    pub fn append<T: Serialize>(&mut self, line: &T) -> Result<(), RecordError> {
+    pub fn append(&mut self, line: &Line) -> Result<(), RecordError> {
         let io = |e| RecordError::Io {
             path: self.path.display().to_string(),
             cause: e,
@@ -294,8 +900,24 @@ pub struct Results {
     pub header: RunHeader,
     /// Every sample line, in file order.
     pub samples: Vec<Sample>,
+    /// Every point line, in file order (a resumed point may appear twice; the last counts).
+    pub points: Vec<PointRecord>,
+    /// Every session's end line.
+    pub ends: Vec<EndRecord>,
+    /// Every resume marker.
+    pub resumes: Vec<ResumeRecord>,
     /// Bytes of a torn last line that was ignored (the writer was killed mid-line).
     pub torn_bytes: usize,
+}
+
+impl Results {
+    /// The last `point` line recorded for `context`, if any.
+    pub fn point(&self, context: u64) -> Option<&PointRecord> {
+        self.points
+            .iter()
+            .rev()
+            .find(|p| p.context_tokens == context)
+    }
 }
 
 /// Reads a results file. A torn last line is tolerated and counted; with `mend`, it is also
@@ -325,6 +947,9 @@ pub fn read_results(path: &Path, mend: bool) -> Result<Results, RecordError> {
     }
     let mut header = None;
     let mut samples = Vec::new();
+    let mut points = Vec::new();
+    let mut ends = Vec::new();
+    let mut resumes = Vec::new();
     for (i, line) in BufReader::new(&bytes[..complete]).lines().enumerate() {
         let line = line.map_err(io)?;
         if line.trim().is_empty() {
@@ -335,27 +960,54 @@ pub fn read_results(path: &Path, mend: bool) -> Result<Results, RecordError> {
             line: i + 1,
             detail,
         };
-        let v: Value = serde_json::from_str(&line).map_err(|e| corrupt(e.to_string()))?;
-        match v.get("type").and_then(Value::as_str) {
-            Some("run") if header.is_none() => {
-                header = Some(serde_json::from_value(v).map_err(|e| corrupt(e.to_string()))?)
-            }
-            Some("sample") => {
-                samples.push(serde_json::from_value(v).map_err(|e| corrupt(e.to_string()))?)
-            }
-            _ => {} // later line types (resume markers, …) are informational
+        match serde_json::from_str::<Line>(&line).map_err(|e| corrupt(e.to_string()))? {
+            Line::Run(h) if header.is_none() => header = Some(*h),
+            Line::Sample(s) => samples.push(*s),
+            Line::Point(p) => points.push(p),
+            Line::End(e) => ends.push(e),
+            Line::Resume(r) => resumes.push(r),
+            // A second header (files concatenated by hand) and newer line types: skipped.
+            Line::Run(_) | Line::Unknown => {}
         }
     }
     let header = header.ok_or(RecordError::NoHeader { path: pstr.clone() })?;
     Ok(Results {
         header,
         samples,
+        points,
+        ends,
+        resumes,
         torn_bytes,
     })
 }
 
 /// Lists the differences between two configurations, one `key: old -> new` per line.
-pub fn config_diff(old: &Value, new: &Value) -> Vec<String> {
+pub fn config_diff(old: &RunConfig, new: &RunConfig) -> Vec<String> {
+    value_diff(&to_value(old), &to_value(new))
+}
+
+/// Lists the differences between two server descriptions, leaving out what varies run to
+/// run without changing the server (the URL, the probe's wording, what a flush freed).
+pub fn server_diff(old: &ServerInfo, new: &ServerInfo) -> Vec<String> {
+    let strip = |s: &ServerInfo| {
+        let mut v = to_value(s);
+        if let Some(o) = v.as_object_mut() {
+            for k in ["url", "backend_reason", "flush_check"] {
+                o.remove(k);
+            }
+        }
+        v
+    };
+    value_diff(&strip(old), &strip(new))
+}
+
+fn to_value<T: Serialize>(t: &T) -> Value {
+    // Serializing plain data structs to a Value cannot fail (string keys, no maps of
+    // non-string keys).
+    serde_json::to_value(t).unwrap_or(Value::Null)
+}
+
+fn value_diff(old: &Value, new: &Value) -> Vec<String> {
     let mut out = Vec::new();
     diff_into("", old, new, &mut out);
     out
@@ -389,19 +1041,20 @@ fn diff_into(prefix: &str, a: &Value, b: &Value, out: &mut Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn header() -> RunHeader {
         RunHeader {
-            kind: "run".into(),
             schema: SCHEMA_VERSION,
             run_id: "r1".into(),
             ctxbench_version: "0".into(),
             started_at: "t".into(),
             host: Host::current(),
-            config: json!({"reps": 3}),
-            server: json!({}),
-            corpus: json!({}),
+            config: RunConfig {
+                reps: RepPolicy::fixed(3),
+                ..RunConfig::default()
+            },
+            server: ServerInfo::default(),
+            corpus: CorpusInfo::default(),
             label: None,
         }
     }
@@ -411,13 +1064,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("r.jsonl");
         let mut w = ResultsWriter::create(&p, &header()).unwrap();
-        w.append(&json!({"type":"note"})).unwrap();
+        w.append(&Line::Resume(ResumeRecord {
+            run_id: "r1".into(),
+            at: "t".into(),
+        }))
+        .unwrap();
         drop(w);
         let mut f = OpenOptions::new().append(true).open(&p).unwrap();
         f.write_all(br#"{"type":"sample","run_"#).unwrap();
         drop(f);
         let r = read_results(&p, false).unwrap();
         assert_eq!(r.torn_bytes, 22);
+        assert_eq!(r.resumes.len(), 1);
         let r = read_results(&p, true).unwrap();
         assert_eq!(r.torn_bytes, 22);
         assert_eq!(read_results(&p, false).unwrap().torn_bytes, 0);
@@ -443,11 +1101,61 @@ mod tests {
     }
 
     #[test]
-    fn config_diff_names_changed_keys() {
-        let d = config_diff(
-            &json!({"reps":3,"a":{"b":1}}),
-            &json!({"reps":5,"a":{"b":1},"c":true}),
+    fn newer_files_still_read_unknown_lines_fields_and_values() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("r.jsonl");
+        drop(ResultsWriter::create(&p, &header()).unwrap());
+        let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+        f.write_all(
+            br#"{"type":"campaign","x":1}
+{"type":"sample","run_id":"r1","context_tokens":1024,"rep":0,"phase":"hot","status":"ok","at":"t","prompt_tokens_sent":1024,"prompt_tokens":1024,"length_ok":true,"cached_tokens":0,"cache_verified":true,"contaminated":false,"ttft_ms":1.0,"prefill_tokens_per_s":null,"decode_tokens_per_s":null,"ms_per_step":null,"output_tokens":1,"token_chunks":1,"e2e_ms":1.0,"finish_reason":null,"flags":["future_flag","contaminated"],"server":null,"method":"batch","new_field":[1,2]}
+"#,
+        )
+        .unwrap();
+        let r = read_results(&p, false).unwrap();
+        let s = &r.samples[0];
+        assert_eq!(s.phase, Phase::Other("hot".into()));
+        assert_eq!(s.method, Method::Other("batch".into()));
+        assert_eq!(
+            s.flags,
+            vec![Flag::Other("future_flag".into()), Flag::Contaminated]
         );
-        assert_eq!(d, vec!["  c: null -> true", "  reps: 3 -> 5"]);
+        assert!(!s.usable(), "an unknown phase is not cold");
+    }
+
+    #[test]
+    fn a_plain_rep_count_reads_as_a_fixed_policy() {
+        let c: RunConfig = serde_json::from_str(r#"{"reps":3}"#).unwrap();
+        assert_eq!(c.reps, RepPolicy::fixed(3));
+        assert_eq!(c.reps.to_string(), "3 reps (fixed)");
+    }
+
+    #[test]
+    fn config_diff_names_changed_keys_exactly() {
+        let old = header().config;
+        let mut new = old.clone();
+        new.reps = RepPolicy::fixed(5);
+        new.nonce = true;
+        assert_eq!(
+            config_diff(&old, &new),
+            vec![
+                "  nonce: false -> true",
+                "  reps.max_reps: 3 -> 5",
+                "  reps.min_reps: 3 -> 5"
+            ]
+        );
+    }
+
+    #[test]
+    fn what_a_flush_freed_is_not_a_server_difference() {
+        let a = ServerInfo {
+            flush_check: Some("llama.cpp slot erase (2 slot(s), 4103 tokens erased)".into()),
+            ..ServerInfo::default()
+        };
+        let b = ServerInfo {
+            flush_check: Some("llama.cpp slot erase (2 slot(s), 8223 tokens erased)".into()),
+            ..ServerInfo::default()
+        };
+        assert!(server_diff(&a, &b).is_empty());
     }
 }

@@ -3,9 +3,11 @@
 
 use std::fmt::Write;
 
-use crate::cli::ReportFormat;
 use crate::compare::Comparison;
-use crate::report::Report;
+use crate::record::{
+    CorpusInfo, CorpusSpec, FlushChoice, Method, PointRecord, RunConfig, ServerInfo, StopReason,
+};
+use crate::report::{Report, RunReport};
 use crate::stats::{PointSummary, Spread};
 
 pub mod csv;
@@ -14,6 +16,23 @@ pub mod json;
 pub mod markdown;
 pub mod svg;
 pub mod table;
+
+pub use crate::units::{fmt_ctx, num};
+
+/// Output format of `report` and `compare`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// Aligned text for the terminal.
+    Table,
+    /// Markdown.
+    Md,
+    /// CSV, one row per point and metric.
+    Csv,
+    /// JSON: the whole model.
+    Json,
+    /// One self-contained HTML file with inline plots.
+    Html,
+}
 
 /// Why a report could not be rendered.
 #[derive(Debug, thiserror::Error)]
@@ -42,29 +61,6 @@ pub fn renderer(format: ReportFormat) -> Box<dyn Renderer> {
         ReportFormat::Csv => Box::new(csv::CsvRenderer),
         ReportFormat::Json => Box::new(json::JsonRenderer),
         ReportFormat::Html => Box::new(html::HtmlRenderer),
-    }
-}
-
-/// Formats a token count the way `--contexts` takes it (4096 → `4k`).
-pub fn fmt_ctx(c: u64) -> String {
-    if c >= 1024 && c % 1024 == 0 {
-        format!("{}k", c / 1024)
-    } else {
-        c.to_string()
-    }
-}
-
-/// A number with about four significant digits.
-pub fn num(x: f64) -> String {
-    if !x.is_finite() {
-        return "–".to_owned();
-    }
-    if x >= 1000.0 {
-        format!("{x:.0}")
-    } else if x >= 100.0 {
-        format!("{x:.1}")
-    } else {
-        format!("{x:.2}")
     }
 }
 
@@ -175,7 +171,7 @@ pub fn warm_table(points: &[PointSummary]) -> Option<String> {
     }
     let mut out =
         String::from("context  warm n  decode tok/s (min–max)  ms/step  cold decode tok/s\n");
-    for p in points {
+    for p in points.iter().filter(|p| p.warm > 0) {
         let _ = writeln!(
             out,
             "{:<7}  {:>6}  {:>22}  {:>7}  {:>17}",
@@ -187,6 +183,260 @@ pub fn warm_table(points: &[PointSummary]) -> Option<String> {
         );
     }
     Some(out)
+}
+
+/// Context lengths as `--contexts` takes them: `1k, 2k, 4k`.
+pub fn contexts_text(c: &[u64]) -> String {
+    if c.is_empty() {
+        return "–".to_owned();
+    }
+    c.iter().map(|&x| fmt_ctx(x)).collect::<Vec<_>>().join(", ")
+}
+
+/// What each request generates: `32 output tokens`, or the two-point pair.
+pub fn output_text(c: &RunConfig) -> String {
+    match (&c.method, c.two_point_tokens) {
+        (Method::TwoPoint, Some((a, b))) => format!("two-point A {a} / B {b} output tokens"),
+        _ => format!("{} output tokens", c.output_tokens),
+    }
+}
+
+/// The corpus in a few words: `repeat (synthetic)`.
+pub fn corpus_text(c: &CorpusSpec) -> String {
+    match c {
+        CorpusSpec::Repeat => "repeat (synthetic)".to_owned(),
+        CorpusSpec::Random => "random token ids".to_owned(),
+        CorpusSpec::Path(p) => format!("text from {}", p.display()),
+    }
+}
+
+fn on_off(b: bool) -> String {
+    (if b { "on" } else { "off" }).to_owned()
+}
+
+fn yes_no(b: Option<bool>) -> String {
+    match b {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "unknown",
+    }
+    .to_owned()
+}
+
+fn or_dash(s: Option<&str>) -> String {
+    s.map_or_else(|| "–".to_owned(), str::to_owned)
+}
+
+/// One line of what was measured: `contexts 1k, 2k, 3 reps (fixed), 32 output tokens,
+/// method stream, cache bypass on`.
+pub fn measured_text(c: &RunConfig) -> String {
+    format!(
+        "contexts {}, {}, {}, method {}, cache bypass {}",
+        contexts_text(&c.contexts),
+        c.reps,
+        output_text(c),
+        c.method,
+        on_off(c.cache_bypass)
+    )
+}
+
+/// The configuration as (name, value) rows, in words.
+pub fn config_items(c: &RunConfig) -> Vec<(&'static str, String)> {
+    let backend = if c.backend_requested.is_empty() || c.backend_requested == c.backend {
+        c.backend.clone()
+    } else {
+        format!("{} (asked for {})", c.backend, c.backend_requested)
+    };
+    let mut tolerance = format!("±{} tokens", c.length_tolerance);
+    if c.length_tolerance_pct > 0.0 {
+        tolerance.push_str(&format!(" or ±{}%", num(c.length_tolerance_pct * 100.0)));
+    }
+    vec![
+        ("backend", backend),
+        ("url", c.url.clone()),
+        ("model", or_dash(c.model.as_deref())),
+        ("contexts", contexts_text(&c.contexts)),
+        ("repetitions", c.reps.to_string()),
+        ("output", output_text(c)),
+        ("method", c.method.to_string()),
+        ("corpus", corpus_text(&c.corpus)),
+        ("seed", c.seed.to_string()),
+        ("cache bypass", on_off(c.cache_bypass)),
+        (
+            "nonce",
+            if c.nonce {
+                format!("on ({} tokens)", c.nonce_tokens)
+            } else {
+                "off".to_owned()
+            },
+        ),
+        ("length tolerance", tolerance),
+        (
+            "decode at depth",
+            if c.decode_samples == 0 {
+                "off".to_owned()
+            } else {
+                format!("{} warm sample(s) after each cold one", c.decode_samples)
+            },
+        ),
+        (
+            "flush",
+            match &c.flush {
+                None => "–".to_owned(),
+                Some(FlushChoice::Other(recorded)) => recorded.clone(),
+                Some(f) => f.to_string(),
+            },
+        ),
+        ("metrics", or_dash(c.metrics_url.as_deref())),
+    ]
+}
+
+/// The server software and version: `llama.cpp b1234`.
+pub fn server_name(s: &ServerInfo) -> String {
+    format!(
+        "{} {}",
+        s.server_kind,
+        s.server_version.as_deref().unwrap_or("")
+    )
+    .trim_end()
+    .to_owned()
+}
+
+/// The server's identity and capabilities as (name, value) rows, in words.
+pub fn server_items(s: &ServerInfo) -> Vec<(&'static str, String)> {
+    let mut v = vec![
+        ("server", server_name(s)),
+        ("url", s.url.clone()),
+        ("backend", format!("{} ({})", s.backend, s.backend_reason)),
+        ("model", or_dash(s.model.as_deref())),
+        (
+            "max context",
+            match (s.max_context, &s.max_context_source) {
+                (Some(n), Some(src)) => format!("{n} tokens ({src})"),
+                (Some(n), None) => format!("{n} tokens"),
+                _ => "not reported".to_owned(),
+            },
+        ),
+        (
+            "slots",
+            s.total_slots.map_or("–".to_owned(), |n| n.to_string()),
+        ),
+        (
+            "vocabulary",
+            s.n_vocab.map_or("–".to_owned(), |n| format!("{n} tokens")),
+        ),
+        ("prompts", s.prompt_method.clone()),
+        ("tokenize", or_dash(s.tokenize.as_deref())),
+        ("token-id prompts", yes_no(Some(s.token_id_prompts))),
+        ("per-request cache bypass", yes_no(Some(s.cache_bypass))),
+        ("cached-token counts", yes_no(s.reports_cached_tokens)),
+        ("server timings", yes_no(s.reports_timings)),
+        (
+            "tokens added to a prompt",
+            s.server_added_tokens
+                .map_or("–".to_owned(), |n| n.to_string()),
+        ),
+        ("/metrics", yes_no(Some(s.metrics))),
+        (
+            "KV pool",
+            s.kv_pool_tokens
+                .map_or("not reported".to_owned(), |n| format!("{n} tokens")),
+        ),
+        (
+            "flush",
+            s.flush
+                .clone()
+                .unwrap_or_else(|| "not available".to_owned()),
+        ),
+    ];
+    if let Some(c) = &s.flush_check {
+        v.push(("flush before the sweep", c.clone()));
+    }
+    v.push((
+        "speculative stats",
+        s.spec_stats
+            .clone()
+            .unwrap_or_else(|| "not exposed".to_owned()),
+    ));
+    if s.cached_missing_means_zero {
+        v.push(("missing cached_tokens", "means 0".to_owned()));
+    }
+    if !s.notes.is_empty() {
+        v.push(("notes", s.notes.join("; ")));
+    }
+    v
+}
+
+/// The corpus as (name, value) rows.
+pub fn corpus_items(c: &CorpusInfo) -> Vec<(&'static str, String)> {
+    vec![
+        ("corpus", c.label.clone()),
+        (
+            "tokens",
+            format!(
+                "{}{}",
+                c.tokens,
+                if c.wraps {
+                    " (the largest prompts wrap around)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        ("tokenize requests", c.tokenize_requests.to_string()),
+    ]
+}
+
+/// Why a point stopped, with its precision: `precision reached: 7 reps, 7 usable; median's
+/// 95% CI TTFT ±3.1%, decode ±1.2%`.
+pub fn stop_text(p: &PointRecord) -> String {
+    let pct = |x: Option<f64>| x.map_or("–".to_owned(), |x| format!("±{:.1}%", x * 100.0));
+    format!(
+        "{}: {} {}, {} usable; median's 95% CI TTFT {}, decode {}",
+        p.stop_reason,
+        p.reps,
+        if p.reps == 1 { "rep" } else { "reps" },
+        p.usable,
+        pct(p.ttft_ci_rel),
+        pct(p.decode_ci_rel)
+    )
+}
+
+/// The per-point stop reasons worth showing: with `--precision`, or when any point did
+/// not simply take its fixed repetitions.
+pub fn shown_stops(run: &RunReport) -> &[PointRecord] {
+    let adaptive = run.config.reps.precision.is_some()
+        || run
+            .stops
+            .iter()
+            .any(|p| p.stop_reason != StopReason::FixedReps);
+    if adaptive {
+        &run.stops
+    } else {
+        &[]
+    }
+}
+
+/// What each kind in the "excluded" column means, for the kinds present.
+pub fn exclusion_legend(points: &[PointSummary]) -> Option<String> {
+    let mut v = Vec::new();
+    let any = |f: fn(&PointSummary) -> usize| points.iter().any(|p| f(p) > 0);
+    if any(|p| p.contaminated) {
+        v.push("cached: the server reused a cached prefix, so not a cold prefill");
+    }
+    if any(|p| p.length_mismatch) {
+        v.push("wrong length: the server counted a different prompt length than the target");
+    }
+    if any(|p| p.failed) {
+        v.push("failed: the request failed (resume the sweep to retry)");
+    }
+    if any(|p| p.two_point_inverted) {
+        v.push("t_B≤t_A: the two-point requests gave no time difference to divide by");
+    }
+    if any(|p| p.coalesced) {
+        v.push("bursty: the tokens arrived in one burst (client descheduled, or a buffering proxy), so the TTFT is kept but no decode rate is computed");
+    }
+    (!v.is_empty()).then(|| format!("Excluded: {}.", v.join("; ")))
 }
 
 #[cfg(test)]

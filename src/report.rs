@@ -4,14 +4,12 @@
 
 use std::path::PathBuf;
 
-use serde::Serialize;
-use serde_json::Value;
-
-use crate::record::{Host, Results, Sample};
-use crate::render::fmt_ctx;
+use crate::record::{CorpusInfo, Host, Phase, PointRecord, Results, RunConfig, Sample, ServerInfo};
 use crate::stats::fit::{self, Extrapolation, Fit, Model};
 use crate::stats::metric::{self, Metric};
 use crate::stats::{self, PointSummary, Spread};
+use crate::units::fmt_ctx;
+use serde::Serialize;
 
 /// Bootstrap refits behind an extrapolation band.
 pub const EXTRAPOLATION_RESAMPLES: usize = 400;
@@ -42,14 +40,19 @@ pub struct RunReport {
     pub ctxbench_version: String,
     /// The client machine.
     pub host: Host,
-    /// The run's configuration, as recorded.
-    pub config: Value,
+    /// What the user chose, as recorded.
+    pub config: RunConfig,
     /// The server's identity and capabilities, as probed.
-    pub server: Value,
+    pub server: ServerInfo,
     /// The corpus.
-    pub corpus: Value,
-    /// Per-context summaries (usable samples).
+    pub corpus: CorpusInfo,
+    /// What the user named the run (`--label`).
+    pub run_label: Option<String>,
+    /// Per-context summaries: cold usable samples, and apart from them the warm
+    /// decode-at-depth samples.
     pub points: Vec<PointSummary>,
+    /// Per context, the last `point` line: repetitions taken and why they stopped.
+    pub stops: Vec<PointRecord>,
     /// Speculative acceptance length per context, when the samples carry it.
     pub acceptance: Vec<AcceptancePoint>,
     /// TTFT(L) ≈ a + bL + cL².
@@ -104,8 +107,9 @@ pub struct Slowdown {
 /// A warning, with a short machine-readable kind.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Warning {
-    /// `contaminated`, `length_mismatch`, `failed`, `cache_unverified`, `poor_fit`, `no_fit`,
-    /// `extrapolation`, `torn_line`, `synthetic_corpus`, `other_phase`.
+    /// `contaminated`, `length_mismatch`, `failed`, `cache_unverified`, `two_point_inverted`,
+    /// `cache_bypass_off`, `nonce_off`, `poor_fit`, `no_fit`, `extrapolation`, `torn_line`,
+    /// `synthetic_corpus`, `other_phase`.
     pub kind: &'static str,
     /// What happened and what to do.
     pub message: String,
@@ -121,20 +125,49 @@ fn warn(kind: &'static str, message: String) -> Warning {
     Warning { kind, message }
 }
 
+/// What the configuration and the server's capabilities mean for every sample of a run:
+/// the sweep says these before it measures, and every report of the file repeats them.
+pub fn config_warnings(config: &RunConfig, server: &ServerInfo) -> Vec<Warning> {
+    let mut w = Vec::new();
+    if !config.cache_bypass {
+        w.push(warn("cache_bypass_off", if server.cache_bypass {
+            "--cache-bypass off: the server may reuse cached prompts; such samples are flagged and excluded".to_owned()
+        } else {
+            "this API has no per-request cache switch; relying on the nonce and on verification".to_owned()
+        }));
+    }
+    if !config.nonce {
+        w.push(warn(
+            "nonce_off",
+            "--nonce off: repetitions send identical prompts, which a prefix cache can serve without a prefill".to_owned(),
+        ));
+    }
+    if server.reports_cached_tokens == Some(false) {
+        let hint = server
+            .cached_tokens_hint
+            .as_ref()
+            .map_or(String::new(), |h| format!(" ({h})"));
+        w.push(warn("cache_unverified", format!("the server does not report cached-token counts: cold prefill cannot be proven for this run (samples are marked cache_unverified){hint}")));
+    }
+    w
+}
+
 /// Builds the report of one results file. Pure: no I/O.
 pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
     let h = &results.header;
-    // Tables and plots show cold samples only, like the fits: samples of other phases
-    // (decode at depth reuses a cached prefix on purpose) would mix two measurements.
-    let cold: Vec<Sample> = results
+    // Tables, plots and fits use cold samples; warm decode-at-depth samples (a cached
+    // prefix reused on purpose) are summarised apart in the same points. Phases this
+    // version does not know are left out, and said so.
+    let known: Vec<Sample> = results
         .samples
         .iter()
-        .filter(|s| s.phase == "cold")
+        .filter(|s| matches!(s.phase, Phase::Cold | Phase::Warm))
         .cloned()
         .collect();
-    let other_phases = results.samples.len() - cold.len();
-    let points = stats::summarize(&cold);
-    let max_context = h.server.get("max_context").and_then(Value::as_u64);
+    let cold: Vec<&Sample> = known.iter().filter(|s| s.phase == Phase::Cold).collect();
+    let other_phases = results.samples.len() - known.len();
+    let points = stats::summarize(&known);
+    let max_context = h.server.max_context;
     let mut warnings = Vec::new();
     if results.torn_bytes > 0 {
         warnings.push(warn(
@@ -148,7 +181,7 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
     if other_phases > 0 {
         warnings.push(warn(
             "other_phase",
-            format!("{other_phases} sample(s) of a phase other than cold (e.g. warm decode at depth) are not in this report's table, plots or fits"),
+            format!("{other_phases} sample(s) of a phase this ctxbench does not know are not in this report"),
         ));
     }
     let total = |f: fn(&PointSummary) -> usize| points.iter().map(f).sum::<usize>();
@@ -170,16 +203,24 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
             format!("{failed} request(s) failed: resume the sweep to fill the gaps"),
         ));
     }
-    if unver > 0 {
+    let inverted = total(|p| p.two_point_inverted);
+    if inverted > 0 {
+        warnings.push(warn("two_point_inverted", format!("{inverted} two-point sample(s) had t_B ≤ t_A: no decode rate for them (the reason is in each sample's two_point.reason)")));
+    }
+    let known = config_warnings(&h.config, &h.server);
+    let server_says_unverified = known.iter().any(|w| w.kind == "cache_unverified");
+    warnings.extend(known);
+    if unver > 0 && !server_says_unverified {
         warnings.push(warn("cache_unverified", format!("{unver} sample(s) have no cached-token count from the server: cold prefill is not proven for them")));
     }
-    if let Some(label) = h.corpus.get("label").and_then(Value::as_str) {
-        if label.contains("synthetic") {
-            warnings.push(warn(
-                "synthetic_corpus",
-                format!("corpus: {label}; use --corpus PATH with real text for speculative decoding numbers"),
-            ));
-        }
+    if h.corpus.label.contains("synthetic") {
+        warnings.push(warn(
+            "synthetic_corpus",
+            format!(
+                "corpus: {}; use --corpus PATH with real text for speculative decoding numbers",
+                h.corpus.label
+            ),
+        ));
     }
 
     let mut scaling = |metric: Metric, model: Model| -> Option<ScalingFit> {
@@ -294,6 +335,11 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         config: h.config.clone(),
         server: h.server.clone(),
         corpus: h.corpus.clone(),
+        run_label: h.label.clone(),
+        stops: points
+            .iter()
+            .filter_map(|p| results.point(p.context_tokens).cloned())
+            .collect(),
         points,
         acceptance,
         ttft_fit,

@@ -5,41 +5,41 @@
 use std::time::Duration;
 
 use crate::bench::BenchSettings;
-use crate::client::{GenOutcome, OnceOutcome, SpecStats};
+use crate::client::{GenOutcome, OnceOutcome};
 use crate::error::ClientError;
 use crate::metrics;
-use crate::record::{Sample, SampleError, Status};
+use crate::record::{ErrorKind, Flag, Method, Phase, Sample, SampleError, Status, TwoPoint};
+use crate::record::{ServerTimings, SpecStats};
 
 /// Flags shared by every method.
 fn flag_common(s: &mut Sample, expected_output: u64) {
     if s.contaminated {
-        s.flags.push("contaminated".into());
+        s.flags.push(Flag::Contaminated);
     }
     if !s.cache_verified {
-        s.flags.push("cache_unverified".into());
+        s.flags.push(Flag::CacheUnverified);
     }
     if s.length_ok == Some(false) {
-        s.flags.push("length_mismatch".into());
+        s.flags.push(Flag::LengthMismatch);
     }
     if s.prompt_tokens.is_none() {
-        s.flags.push("length_unreported".into());
+        s.flags.push(Flag::LengthUnreported);
     }
     if s.output_tokens.is_some_and(|n| n < expected_output) {
-        s.flags.push("short_output".into());
+        s.flags.push(Flag::ShortOutput);
     }
     if s.ttft_ms.is_none() {
-        s.flags.push("no_tokens".into());
+        s.flags.push(Flag::NoTokens);
     }
 }
 
 /// A sample with nothing measured yet.
 fn blank_sample(settings: &BenchSettings, context: u64, rep: u32, sent: u64, at: String) -> Sample {
     Sample {
-        kind: "sample".into(),
         run_id: settings.run_id.clone(),
         context_tokens: context,
         rep,
-        phase: "cold".into(),
+        phase: Phase::Cold,
         status: Status::Ok,
         error: None,
         at,
@@ -59,7 +59,7 @@ fn blank_sample(settings: &BenchSettings, context: u64, rep: u32, sent: u64, at:
         finish_reason: None,
         flags: Vec::new(),
         server: None,
-        method: "stream".into(),
+        method: Method::Stream,
         spec_accept_length: None,
         spec_accept_rate: None,
         spec_verify_steps: None,
@@ -76,7 +76,7 @@ fn blank_sample(settings: &BenchSettings, context: u64, rep: u32, sent: u64, at:
 fn fail(s: &mut Sample, e: &ClientError) {
     s.status = Status::Failed;
     s.error = Some(SampleError {
-        kind: e.kind().to_owned(),
+        kind: ErrorKind::from(e.kind()),
         message: e.to_string(),
     });
 }
@@ -96,7 +96,7 @@ pub fn make_two_point_sample(
     b: Result<OnceOutcome, ClientError>,
 ) -> Sample {
     let mut s = blank_sample(settings, context, rep, sent, at);
-    s.method = "two-point".into();
+    s.method = Method::TwoPoint;
     let (a, b) = match (a, b) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => {
@@ -146,16 +146,17 @@ pub fn make_two_point_sample(
         s.decode_tokens_per_s = Some((n_b - n_a) as f64 / (dt / 1000.0));
         s.ms_per_step = Some(dt / (n_b - n_a) as f64);
     }
-    let a_busy = a
-        .timings
-        .as_ref()
-        .map(|t| t.prompt_ms.unwrap_or(0.0) + t.predicted_ms.unwrap_or(0.0));
-    s.two_point = Some(serde_json::json!({
-        "a_tokens": n_a, "b_tokens": n_b, "t_a_ms": t_a, "t_b_ms": t_b, "reason": reason,
-        "a_server_busy_ms": a_busy,
-    }));
+    let a_busy = a.timings.as_ref().map(ServerTimings::busy_ms);
+    s.two_point = Some(TwoPoint {
+        a_tokens: n_a,
+        b_tokens: n_b,
+        t_a_ms: t_a,
+        t_b_ms: t_b,
+        reason: reason.clone(),
+        a_server_busy_ms: a_busy,
+    });
     if reason.is_some() {
-        s.flags.push("two_point_inverted".into());
+        s.flags.push(Flag::TwoPointInverted);
     }
     if let Some(spec) = b.spec {
         set_spec(&mut s, spec);
@@ -175,13 +176,13 @@ pub fn make_warm_sample(
     result: Result<GenOutcome, ClientError>,
 ) -> Sample {
     let mut s = make_sample(settings, context, rep, sent, at, result);
-    s.phase = "warm".into();
+    s.phase = Phase::Warm;
     s.contaminated = false;
     s.prefill_tokens_per_s = None;
-    s.flags.retain(|f| f != "contaminated");
+    s.flags.retain(|f| *f != Flag::Contaminated);
     if let (Some(c), Some(p)) = (s.cached_tokens, s.prompt_tokens) {
         if c.saturating_mul(2) < p {
-            s.flags.push("warm_prefix_not_reused".into());
+            s.flags.push(Flag::WarmPrefixNotReused);
         }
     }
     s
@@ -228,7 +229,7 @@ pub fn make_sample(
     if let (Some(n), Some(span)) = (s.output_tokens, out.stream.decode_span()) {
         let span_ms = ms(span);
         if coalesced(&out.stream, span_ms, s.server.as_ref()) {
-            s.flags.push("coalesced_tokens".into());
+            s.flags.push(Flag::CoalescedTokens);
         } else if n >= 2 && span_ms > 0.0 {
             s.decode_tokens_per_s = Some((n - 1) as f64 / (span_ms / 1000.0));
             s.ms_per_step = Some(span_ms / (n - 1) as f64);
@@ -289,7 +290,7 @@ pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &m
             set_spec(s, spec);
         }
     }
-    s.metrics = serde_json::to_value(&d).ok();
+    s.metrics = Some(d);
 }
 
 #[cfg(test)]
@@ -385,7 +386,7 @@ mod tests {
         assert_eq!(s.spec_accept_length, Some(4.0));
         assert_eq!(s.spec_accept_rate, Some(0.75));
         assert_eq!(s.spec_verify_steps, Some(8));
-        assert_eq!(s.method, "stream");
+        assert_eq!(s.method, Method::Stream);
     }
 
     fn once(ms: u64, n: u64, cached: u64) -> Result<OnceOutcome, ClientError> {
@@ -450,7 +451,7 @@ mod tests {
             once(100, 1, 0),
             once(260, 17, 0),
         );
-        assert_eq!(s.method, "two-point");
+        assert_eq!(s.method, Method::TwoPoint);
         assert!((s.decode_tokens_per_s.unwrap() - 100.0).abs() < 1e-9);
         assert!((s.ms_per_step.unwrap() - 10.0).abs() < 1e-9);
         assert_eq!(s.ttft_ms, Some(100.0));
@@ -471,12 +472,9 @@ mod tests {
             once(20, 17, 2047),
         );
         assert_eq!(s.decode_tokens_per_s, None);
-        assert!(s.flags.contains(&"two_point_inverted".to_owned()));
+        assert!(s.has(&Flag::TwoPointInverted));
         assert!(s.contaminated);
-        let reason = s.two_point.as_ref().unwrap()["reason"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let reason = s.two_point.as_ref().unwrap().reason.clone().unwrap();
         assert!(reason.contains("prefix cache"), "{reason}");
         // Without a cache hit the reason is noise.
         let s = make_two_point_sample(
@@ -489,10 +487,7 @@ mod tests {
             once(100, 1, 0),
             once(99, 17, 0),
         );
-        assert!(s.two_point.unwrap()["reason"]
-            .as_str()
-            .unwrap()
-            .contains("noise"));
+        assert!(s.two_point.unwrap().reason.unwrap().contains("noise"));
         let e = ClientError::Transport {
             endpoint: "/c".into(),
             detail: "x".into(),
@@ -520,7 +515,7 @@ mod tests {
             "t".into(),
             Ok(outcome(Some(4095), 4096, 33, 33)),
         );
-        assert_eq!(s.phase, "warm");
+        assert_eq!(s.phase, Phase::Warm);
         assert!(!s.contaminated && s.flags.is_empty(), "{:?}", s.flags);
         let s = make_warm_sample(
             &settings(),
@@ -530,7 +525,7 @@ mod tests {
             "t".into(),
             Ok(outcome(Some(0), 4096, 33, 33)),
         );
-        assert!(s.flags.contains(&"warm_prefix_not_reused".to_owned()));
+        assert!(s.has(&Flag::WarmPrefixNotReused));
     }
 
     #[test]
@@ -540,7 +535,7 @@ mod tests {
         o.stream.first_read_token_events = 30;
         let s = make_sample(&settings(), 4096, 0, 4096, "t".into(), Ok(o));
         assert!(s.decode_tokens_per_s.is_none() && s.ms_per_step.is_none());
-        assert!(s.flags.contains(&"coalesced_tokens".to_owned()));
+        assert!(s.has(&Flag::CoalescedTokens));
         assert!(s.ttft_ms.is_some(), "TTFT is still measured");
     }
 
@@ -551,7 +546,7 @@ mod tests {
         o.timings.as_mut().unwrap().predicted_ms = Some(1000.0);
         let s = make_sample(&settings(), 4096, 0, 4096, "t".into(), Ok(o));
         assert!(s.decode_tokens_per_s.is_none());
-        assert!(s.flags.contains(&"coalesced_tokens".to_owned()));
+        assert!(s.has(&Flag::CoalescedTokens));
         // Agreeing spans keep their rate.
         let mut o = outcome(Some(0), 4096, 33, 33);
         o.timings.as_mut().unwrap().predicted_ms = Some(330.0);
@@ -570,7 +565,7 @@ mod tests {
             Ok(outcome(Some(4095), 4096, 33, 33)),
         );
         assert!(s.contaminated && !s.usable());
-        assert!(s.flags.contains(&"contaminated".to_owned()));
+        assert!(s.has(&Flag::Contaminated));
     }
 
     #[test]
@@ -585,8 +580,8 @@ mod tests {
         );
         assert_eq!(s.length_ok, Some(false));
         assert!(!s.usable());
-        assert!(s.flags.contains(&"cache_unverified".to_owned()));
-        assert!(s.flags.contains(&"length_mismatch".to_owned()));
+        assert!(s.has(&Flag::CacheUnverified));
+        assert!(s.has(&Flag::LengthMismatch));
     }
 
     #[test]
@@ -598,7 +593,7 @@ mod tests {
         let s = make_sample(&settings(), 4096, 1, 4096, "t".into(), Err(e));
         assert_eq!(s.status, Status::Failed);
         let err = s.error.unwrap();
-        assert_eq!(err.kind, "transport");
+        assert_eq!(err.kind, ErrorKind::Transport);
         assert!(err.message.contains("connection reset"));
     }
 }

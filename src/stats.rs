@@ -6,7 +6,7 @@ pub mod metric;
 
 use serde::Serialize;
 
-use crate::record::{Sample, Status};
+use crate::record::{Flag, Phase, Sample, ServerTimings, Status};
 
 /// Median and spread of one metric at one point.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -139,11 +139,15 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
             let warm: Vec<&Sample> = at
                 .iter()
                 .copied()
-                .filter(|s| s.phase == "warm" && s.status == Status::Ok)
+                .filter(|s| s.phase == Phase::Warm && s.status == Status::Ok)
                 .collect();
-            let cold: Vec<&Sample> = at.iter().copied().filter(|s| s.phase != "warm").collect();
+            let cold: Vec<&Sample> = at
+                .iter()
+                .copied()
+                .filter(|s| s.phase != Phase::Warm)
+                .collect();
             let at = cold;
-            let server = |f: fn(&crate::client::ServerTimings) -> Option<f64>| {
+            let server = |f: fn(&ServerTimings) -> Option<f64>| {
                 Spread::of(ok.iter().filter_map(|s| s.server.as_ref().and_then(f)))
             };
             PointSummary {
@@ -178,14 +182,8 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
                 spec_accept_length: Spread::of(ok.iter().filter_map(|s| s.spec_accept_length)),
                 spec_accept_rate: Spread::of(ok.iter().filter_map(|s| s.spec_accept_rate)),
                 ms_per_verify_step: Spread::of(ok.iter().filter_map(|s| s.ms_per_verify_step)),
-                two_point_inverted: at
-                    .iter()
-                    .filter(|s| s.flags.iter().any(|f| f == "two_point_inverted"))
-                    .count(),
-                coalesced: at
-                    .iter()
-                    .filter(|s| s.flags.iter().any(|f| f == "coalesced_tokens"))
-                    .count(),
+                two_point_inverted: at.iter().filter(|s| s.has(&Flag::TwoPointInverted)).count(),
+                coalesced: at.iter().filter(|s| s.has(&Flag::CoalescedTokens)).count(),
                 warm: warm.len(),
                 warm_decode_tokens_per_s: Spread::of(
                     warm.iter().filter_map(|s| s.decode_tokens_per_s),
@@ -199,15 +197,13 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::ServerTimings;
 
     pub(crate) fn sample(c: u64, ttft: f64, contaminated: bool) -> Sample {
         Sample {
-            kind: "sample".into(),
             run_id: "r".into(),
             context_tokens: c,
             rep: 0,
-            phase: "cold".into(),
+            phase: Phase::Cold,
             status: Status::Ok,
             error: None,
             at: "t".into(),
@@ -231,7 +227,7 @@ mod tests {
                 prompt_ms: Some(ttft - 2.0),
                 ..Default::default()
             }),
-            method: "stream".into(),
+            method: crate::record::Method::Stream,
             spec_accept_length: None,
             spec_accept_rate: None,
             spec_verify_steps: None,

@@ -31,9 +31,9 @@ fn protocol_ollama_calibrated_lengths_ndjson_and_nanoseconds() {
         "{stderr}"
     );
     let r = run.results();
-    assert_eq!(r.header.server["backend"], "ollama");
-    assert_eq!(r.header.server["max_context"], 8192, "from /api/show");
-    assert_eq!(r.header.config["length_tolerance_pct"], 0.01);
+    assert_eq!(r.header.server.backend, "ollama");
+    assert_eq!(r.header.server.max_context, Some(8192), "from /api/show");
+    assert_eq!(r.header.config.length_tolerance_pct, 0.01);
     assert_eq!(r.samples.len(), 4);
     for s in &r.samples {
         assert_eq!(s.status, Status::Ok, "{s:?}");

@@ -42,9 +42,9 @@ fn protocol_sglang_auto_sweep_lands_counts_timings_cache_and_spec_in_their_field
     assert!(stderr.contains("KV pool 500000 tokens"), "{stderr}");
     assert!(stderr.contains("sglang /flush_cache"), "{stderr}");
     let r = run.results();
-    assert_eq!(r.header.server["backend"], "sglang");
-    assert_eq!(r.header.server["kv_pool_tokens"], 500_000);
-    assert_eq!(r.header.server["max_context"], 8192);
+    assert_eq!(r.header.server.backend, "sglang");
+    assert_eq!(r.header.server.kv_pool_tokens, Some(500_000));
+    assert_eq!(r.header.server.max_context, Some(8192));
     assert_eq!(r.samples.len(), 4);
     // 16 tokens: first from prefill, then 5 verify steps of 3.
     for s in &r.samples {
@@ -84,9 +84,7 @@ fn protocol_sglang_auto_sweep_lands_counts_timings_cache_and_spec_in_their_field
         );
         assert_eq!(s.flush.as_deref(), Some("sglang /flush_cache"));
         let m = s.metrics.as_ref().expect("metric deltas");
-        let prompt_delta = m["sglang:prompt_tokens_total{model_name=\"scripted-model\"}"]
-            .as_f64()
-            .unwrap();
+        let prompt_delta = m["sglang:prompt_tokens_total{model_name=\"scripted-model\"}"];
         assert_eq!(prompt_delta, s.context_tokens as f64);
     }
     // One flush to test it, then one before every sample.

@@ -41,7 +41,7 @@ fn protocol_vllm_auto_sweep_with_flush_cached_tokens_and_spec_from_metric_deltas
         "blocks × block size: {stderr}"
     );
     let r = run.results();
-    assert_eq!(r.header.server["backend"], "vllm");
+    assert_eq!(r.header.server.backend, "vllm");
     assert_eq!(r.samples.len(), 4);
     for s in &r.samples {
         assert_eq!(s.status, Status::Ok, "{s:?}");
@@ -70,7 +70,7 @@ fn protocol_vllm_auto_sweep_with_flush_cached_tokens_and_spec_from_metric_deltas
         assert_eq!(server.queue_ms, Some(0.5));
         let m = s.metrics.as_ref().unwrap();
         let key = "vllm:prompt_tokens_total{engine=\"0\",model_name=\"scripted-model\"}";
-        assert_eq!(m[key].as_f64(), Some(s.context_tokens as f64));
+        assert_eq!(m.get(key).copied(), Some(s.context_tokens as f64));
     }
     assert_eq!(srv.flushes(), 5);
     let reqs = srv.requests("/v1/completions");
@@ -108,7 +108,7 @@ fn protocol_vllm_without_flags_names_them_and_marks_samples_unverified() {
     let r = run.results();
     let s = &r.samples[0];
     assert_eq!(s.cached_tokens, None);
-    assert!(!s.cache_verified && s.flags.contains(&"cache_unverified".to_owned()));
+    assert!(!s.cache_verified && s.flags.iter().any(|f| f == "cache_unverified"));
     assert_eq!(s.flush, None);
     assert_eq!(
         s.spec_accept_length, None,

@@ -70,7 +70,7 @@ fn the_seeds_repeated_prompt_trap_is_detected_and_excluded() {
     for x in &s[1..] {
         assert!(x.contaminated, "repeat not detected: {x:?}");
         assert!(x.cached_tokens.unwrap() >= 2000, "{x:?}");
-        assert!(x.flags.iter().any(|f| f == "contaminated"));
+        assert!(x.has(&ctxbench::record::Flag::Contaminated));
         assert!(!x.usable());
     }
     assert!(
@@ -156,9 +156,21 @@ fn an_over_limit_context_is_refused_before_any_request() {
 }
 
 #[test]
-fn a_resumed_run_does_not_repeat_samples_and_tolerates_a_torn_line() {
+fn a_resumed_run_with_the_cache_flush_on_does_not_repeat_samples_and_tolerates_a_torn_line() {
     let _g = serial();
-    let srv = RefServer::start(8192, &[]);
+    // With --slot-save-path the default --flush auto erases the slots before every sample,
+    // and each erase frees a different number of tokens: that must not change the run's
+    // identity, or resume would always be refused.
+    let slots = tempfile::tempdir().unwrap();
+    let srv = RefServer::start(
+        8192,
+        &[
+            "--slot-save-path",
+            slots.path().to_str().unwrap(),
+            "-np",
+            "2",
+        ],
+    );
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.jsonl");
     let args = |extra: &[&str]| {
@@ -187,6 +199,27 @@ fn a_resumed_run_does_not_repeat_samples_and_tolerates_a_torn_line() {
     assert_eq!(code, 0, "{stderr}");
     let full = samples(&out);
     assert_eq!(full.len(), 4);
+    // The sweep's summary warns as `ctxbench report` does (one report model, one wording).
+    assert!(
+        stderr.contains(
+            "WARNING: TTFT: 2 context length(s) with cold usable samples; a quadratic fit needs 3"
+        ),
+        "{stderr}"
+    );
+    let header = ctxbench::record::read_results(&out, false).unwrap().header;
+    assert!(
+        header
+            .server
+            .flush_check
+            .as_deref()
+            .is_some_and(|f| f.contains("slot erase")),
+        "{:?}",
+        header.server
+    );
+    assert!(
+        full.iter().all(|s| s.flush.is_some()),
+        "flushed before each sample"
+    );
 
     // Keep the header and two samples, then a torn half line: the writer died mid-write.
     let text = std::fs::read_to_string(&out).unwrap();
@@ -217,7 +250,16 @@ fn a_resumed_run_does_not_repeat_samples_and_tolerates_a_torn_line() {
     a[i] = "5".into();
     let (code, _, stderr) = run(&a.iter().map(String::as_str).collect::<Vec<_>>());
     assert_ne!(code, 0);
-    assert!(stderr.contains("reps: 2 -> 5"), "{stderr}");
+    let changed: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.contains(" -> "))
+        .collect();
+    assert_eq!(
+        changed,
+        ["reps.max_reps: 2 -> 5", "reps.min_reps: 2 -> 5"],
+        "{stderr}"
+    );
     assert_eq!(samples(&out).len(), 4);
 }
 
@@ -231,7 +273,7 @@ fn the_openai_backend_measures_the_same_server_exactly() {
     )
     .ok()
     .results();
-    assert_eq!(r.header.config["backend"], "openai");
+    assert_eq!(r.header.config.backend, "openai");
     assert_eq!(r.samples.len(), 4);
     for x in &r.samples {
         assert_eq!(x.prompt_tokens, Some(x.context_tokens), "{x:?}");

@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ClientError;
+pub use crate::record::{Counts, ServerTimings, SpecStats};
 pub use family::{family, Family, ServerProfile, FAMILIES};
 pub use http::Http;
 pub use stream::StreamStats;
@@ -82,99 +83,6 @@ pub struct Timeouts {
     pub request: Duration,
     /// Longest silence once the server has started answering.
     pub stall: Duration,
-}
-
-/// Token counts as the server reports them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Counts {
-    /// Prompt length the server saw, cached tokens included.
-    pub prompt_tokens: Option<u64>,
-    /// Tokens generated.
-    pub completion_tokens: Option<u64>,
-    /// Prompt tokens served from a prefix cache; `None` when the server does not say.
-    pub cached_tokens: Option<u64>,
-}
-
-/// What the server reported about its own timing for one request (units in the names).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ServerTimings {
-    /// Where these numbers came from, e.g. `llamacpp.timings`.
-    pub source: String,
-    /// Prompt tokens computed (not cached).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prompt_n: Option<u64>,
-    /// Prompt tokens reused from cache.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cache_n: Option<u64>,
-    /// Prompt processing time.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prompt_ms: Option<f64>,
-    /// Server-computed prefill rate.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub prompt_per_second: Option<f64>,
-    /// Tokens generated.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub predicted_n: Option<u64>,
-    /// Time from the first to the last generated token.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub predicted_ms: Option<f64>,
-    /// Server-computed decode rate.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub predicted_per_second: Option<f64>,
-    /// Server-computed time per decode step.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub predicted_per_token_ms: Option<f64>,
-    /// Draft tokens proposed (speculative decoding).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub draft_n: Option<u64>,
-    /// Draft tokens accepted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub draft_n_accepted: Option<u64>,
-    /// Time spent queued before scheduling (SGLang `queue_time`, converted from s).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub queue_ms: Option<f64>,
-    /// Whole request as the server timed it (SGLang `e2e_latency`, converted from s).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub e2e_ms: Option<f64>,
-}
-
-/// Speculative-decoding counts for one request, as the server exposes them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SpecStats {
-    /// Where the numbers came from (`sglang.meta_info`, `llamacpp.timings`, `vllm.metrics`).
-    pub source: String,
-    /// Verify (target-model) steps that checked drafts.
-    pub verify_steps: Option<u64>,
-    /// Draft tokens proposed.
-    pub draft_tokens: Option<u64>,
-    /// Draft tokens accepted.
-    pub accepted_tokens: Option<u64>,
-    /// Mean tokens produced per verify step, bonus token included.
-    pub accept_length: Option<f64>,
-    /// Accepted ÷ proposed drafts.
-    pub accept_rate: Option<f64>,
-}
-
-impl SpecStats {
-    /// Fills the derived ratios the server did not send: rate = accepted ÷ proposed,
-    /// length = 1 + accepted ÷ verify steps (each step yields its accepted drafts plus one).
-    pub fn derive(mut self) -> Self {
-        if self.accept_rate.is_none() {
-            if let (Some(a), Some(d)) = (self.accepted_tokens, self.draft_tokens) {
-                if d > 0 {
-                    self.accept_rate = Some(a as f64 / d as f64);
-                }
-            }
-        }
-        if self.accept_length.is_none() {
-            if let (Some(a), Some(v)) = (self.accepted_tokens, self.verify_steps) {
-                if v > 0 {
-                    self.accept_length = Some(1.0 + a as f64 / v as f64);
-                }
-            }
-        }
-        self
-    }
 }
 
 /// The result of one streamed generation.

@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use ctxbench::cli::{ReportArgs, ReportFormat};
+use ctxbench::cli::ReportArgs;
 use ctxbench::record::{self, Results};
+use ctxbench::render::ReportFormat;
 use ctxbench::render::{self, svg};
 use ctxbench::report::{build, labels, Report};
 
@@ -75,10 +76,8 @@ pub fn run(args: &ReportArgs) -> Result<()> {
 
 /// The report a sweep writes when it ends: `<results>.md`, `<results>.html` and
 /// `<results>-plots/` beside the results file, and the fits on the terminal.
-pub fn after_sweep(results_path: &Path) -> Result<()> {
-    let loaded = load(&[results_path.to_path_buf()])?;
-    let report = build(&loaded);
-    let fits = render::table::fits_text(&report);
+pub fn after_sweep(report: &Report, results_path: &Path) -> Result<()> {
+    let fits = render::table::fits_text(report);
     if !fits.is_empty() {
         println!("\n{fits}");
     }
@@ -98,11 +97,11 @@ pub fn after_sweep(results_path: &Path) -> Result<()> {
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "results".into());
     let plots = results_path.with_file_name(format!("{stem}-plots"));
-    std::fs::write(&md, render::renderer(ReportFormat::Md).report(&report)?)
+    std::fs::write(&md, render::renderer(ReportFormat::Md).report(report)?)
         .with_context(|| format!("writing {}", md.display()))?;
-    std::fs::write(&html, render::renderer(ReportFormat::Html).report(&report)?)
+    std::fs::write(&html, render::renderer(ReportFormat::Html).report(report)?)
         .with_context(|| format!("writing {}", html.display()))?;
-    write_plots(&report, &plots)?;
+    write_plots(report, &plots)?;
     eprintln!(
         "report: {} · {} · {}/",
         md.display(),
@@ -115,28 +114,30 @@ pub fn after_sweep(results_path: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ctxbench::record::{Host, ResultsWriter, RunHeader, SCHEMA_VERSION};
-    use serde_json::json;
+    use ctxbench::record::{Host, ResultsWriter, RunConfig, RunHeader, SCHEMA_VERSION};
 
     #[test]
     fn the_sweep_report_never_overwrites_the_results_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run.html");
         let header = RunHeader {
-            kind: "run".into(),
             schema: SCHEMA_VERSION,
             run_id: "r".into(),
             ctxbench_version: "0".into(),
             started_at: "t".into(),
             host: Host::current(),
-            config: json!({"contexts": [1024]}),
-            server: json!({}),
-            corpus: json!({}),
+            config: RunConfig {
+                contexts: vec![1024],
+                ..RunConfig::default()
+            },
+            server: Default::default(),
+            corpus: Default::default(),
             label: None,
         };
         drop(ResultsWriter::create(&path, &header).unwrap());
         let before = std::fs::read(&path).unwrap();
-        after_sweep(&path).unwrap();
+        let report = build(&load(std::slice::from_ref(&path)).unwrap());
+        after_sweep(&report, &path).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), before);
         assert!(dir.path().join("run.report.html").exists());
         assert!(dir.path().join("run.md").exists());

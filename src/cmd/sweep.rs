@@ -4,11 +4,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use serde_json::json;
 
-use ctxbench::adaptive::RepPolicy;
 use ctxbench::bench::{self, BenchSettings};
-use ctxbench::cli::{FlushMode, SweepArgs};
+use ctxbench::cli::{FlushMode, Method, SweepArgs};
 use ctxbench::client::family::ConnectOptions;
 use ctxbench::client::{family, Backend, Http, ServerProfile};
 use ctxbench::corpus::Corpus;
@@ -18,9 +16,13 @@ use ctxbench::plan;
 use ctxbench::probe::{self, ProbeError};
 use ctxbench::progress::{Observer, Terminal};
 use ctxbench::prompt::{PromptBuilder, NONCE_TOKENS};
-use ctxbench::record::{self, Host, ResultsWriter, RunHeader, SCHEMA_VERSION};
+use ctxbench::record::{
+    self, CorpusInfo, EndRecord, FlushChoice, Host, Line, ResultsWriter, ResumeRecord, RunConfig,
+    RunHeader, ServerInfo, SCHEMA_VERSION,
+};
 use ctxbench::render;
 use ctxbench::stats;
+use ctxbench::units;
 
 use crate::cmd::sweep_options::SweepOptions;
 
@@ -236,45 +238,63 @@ async fn measure(
         bail!("internal: no results file outside --dry-run");
     };
 
-    let config = json!({
-        "backend_requested": args.backend,
-        "backend": probe.backend,
-        "url": probe.url,
-        "model": probe.model,
-        "contexts": contexts,
-        "output_tokens": args.output_tokens,
-        "reps": policy,
-        "corpus": corpus_spec,
-        "seed": args.seed,
-        "cache_bypass": cache_bypass,
-        "nonce": args.nonce.is_on(),
-        "nonce_tokens": nonce_tokens,
-        "length_tolerance": args.length_tolerance,
-        "length_tolerance_pct": settings.length_tolerance_pct,
-        "method": args.method,
-        "two_point_tokens": two_point,
-        "decode_samples": args.decode_samples,
-        "flush": flush,
-        "metrics_url": metrics.as_ref().map(|m| probe::redact_url(&m.url())),
-    });
+    // What the user chose: the run's identity for --resume and compare. What the server
+    // answered (the flush's freed tokens, capabilities) goes to `server`.
+    let config = RunConfig {
+        backend_requested: args.backend.as_str().to_owned(),
+        backend: probe.backend.as_str().to_owned(),
+        url: probe.url.clone(),
+        model: probe.model.clone(),
+        contexts: contexts.clone(),
+        output_tokens: args.output_tokens,
+        reps: policy,
+        corpus: corpus_spec.clone(),
+        seed: args.seed,
+        cache_bypass,
+        nonce: args.nonce.is_on(),
+        nonce_tokens: nonce_tokens as u32,
+        length_tolerance: args.length_tolerance,
+        length_tolerance_pct: settings.length_tolerance_pct,
+        method: match args.method {
+            Method::Stream => record::Method::Stream,
+            Method::TwoPoint => record::Method::TwoPoint,
+        },
+        two_point_tokens: two_point,
+        decode_samples: args.decode_samples,
+        flush: Some(match args.flush {
+            FlushMode::Auto => FlushChoice::Auto,
+            FlushMode::Always => FlushChoice::Always,
+            FlushMode::Never => FlushChoice::Never,
+        }),
+        metrics_url: metrics.as_ref().map(|m| probe::redact_url(&m.url())),
+    };
+    let mut server: ServerInfo = serde_json::from_value(serde_json::to_value(&*probe)?)
+        .context("internal: the probe does not match the results schema")?;
+    server.flush_check = flush.clone();
+    // The flag belongs to the server, whichever protocol is spoken to it.
+    server.cached_tokens_hint = probe
+        .detected
+        .and_then(family)
+        .and_then(|f| f.cached_tokens_hint())
+        .map(str::to_owned);
     let header = RunHeader {
-        kind: "run".into(),
         schema: SCHEMA_VERSION,
         run_id: output.run_id.clone(),
         ctxbench_version: env!("CARGO_PKG_VERSION").into(),
         started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         host: Host::current(),
         config,
-        server: serde_json::to_value(&*probe)?,
-        corpus: json!({
-            "spec": corpus_spec,
-            "label": corpus_spec.label(),
-            "tokens": corpus.tokens.len(),
-            "wraps": corpus.wraps,
-            "tokenize_requests": corpus.tokenize_requests,
-        }),
+        server,
+        corpus: CorpusInfo {
+            spec: corpus_spec.clone(),
+            label: corpus_spec.label(),
+            tokens: corpus.tokens.len() as u64,
+            wraps: corpus.wraps,
+            tokenize_requests: corpus.tokenize_requests as u64,
+        },
         label: args.label.clone(),
     };
+    let (header_config, header_server) = (header.config.clone(), header.server.clone());
     let (mut writer, prior) = output.start(header)?;
 
     let mut observer = Terminal::new(args.quiet);
@@ -284,34 +304,19 @@ async fn measure(
             contexts.len(),
             contexts
                 .iter()
-                .map(|&c| render::fmt_ctx(c))
+                .map(|&c| units::fmt_ctx(c))
                 .collect::<Vec<_>>()
                 .join(", "),
-            reps_label(&policy),
+            policy,
             args.output_tokens,
             corpus_spec.label(),
             if corpus.wraps { " (wraps around)" } else { "" },
         );
         eprintln!("results: {}", output.path.display());
     }
-    if !cache_bypass {
-        observer.warn(if probe.cache_bypass {
-            "--cache-bypass off: the server may reuse cached prompts; such samples are flagged and excluded"
-        } else {
-            "this API has no per-request cache switch; relying on the nonce and on verification"
-        });
-    }
-    if !args.nonce.is_on() {
-        observer.warn("--nonce off: repetitions send identical prompts (the seed's trap)");
-    }
-    if !warm.reports_cached_tokens {
-        // The flag belongs to the server, whichever protocol is spoken to it.
-        let hint = probe
-            .detected
-            .and_then(family)
-            .and_then(|f| f.cached_tokens_hint())
-            .map_or(String::new(), |h| format!(" ({h})"));
-        observer.warn(&format!("the server does not report cached-token counts: cold prefill cannot be proven for this run (samples are marked cache_unverified){hint}"));
+    // Worded once, in the report model: the same lines end every report of this file.
+    for w in ctxbench::report::config_warnings(&header_config, &header_server) {
+        observer.warn(&w.message);
     }
 
     let mut tally = bench::run(
@@ -329,30 +334,25 @@ async fn measure(
     let wall_s = started.elapsed().as_secs_f64();
     let busy_s = tally.server_busy_ms / 1000.0;
     let efficiency = (busy_s > 0.0).then(|| wall_s / busy_s);
-    writer.append(&json!({
-        "type": "end",
-        "run_id": run_id,
-        "wall_s": wall_s,
-        "server_busy_s": busy_s,
-        "efficiency": efficiency,
-        "recorded": tally.recorded,
-        "failed": tally.failed,
-        "interrupted": tally.interrupted,
+    writer.append(&Line::End(EndRecord {
+        run_id: run_id.clone(),
+        wall_s,
+        server_busy_s: busy_s,
+        efficiency,
+        recorded: tally.recorded,
+        failed: tally.failed,
+        interrupted: tally.interrupted,
     }))?;
 
-    // The summary is built from the results file alone, like any later report.
-    let results = record::read_results(&output.path, false)?;
-    let points = stats::summarize(&results.samples);
+    // The summary is built from the results file alone, through the same report model as
+    // `ctxbench report`: the same table, details and warnings, worded once.
+    let loaded = crate::cmd::report::load(std::slice::from_ref(&output.path))?;
+    let report = ctxbench::report::build(&loaded);
+    let results = &loaded[0].2;
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "\n{}", render::summary_table(&points))?;
-    if let Some(t) = render::warm_table(&points) {
-        writeln!(
-            stdout,
-            "decode at depth (warm: prefix reused on purpose, not in the table above):\n{t}"
-        )?;
-    }
-    if let Some(t) = render::spec_table(&points) {
-        writeln!(stdout, "speculative decoding (medians per point):\n{t}")?;
+    if let Some(run) = report.runs.first() {
+        writeln!(stdout, "\n{}", render::summary_table(&run.points))?;
+        write!(stdout, "{}", render::table::details(run))?;
     }
     writeln!(
         stdout,
@@ -370,28 +370,11 @@ async fn measure(
         writeln!(stdout, "{line}")?;
     }
     drop(stdout);
-    let inverted = results
-        .samples
-        .iter()
-        .filter(|s| s.flags.iter().any(|f| f == "two_point_inverted"))
-        .count();
-    if inverted > 0 {
-        eprintln!("WARNING: {inverted} two-point sample(s) had t_B ≤ t_A; no decode rate was computed for them (reason in each sample's two_point.reason)");
-    }
-    let total_contaminated: usize = points.iter().map(|p| p.contaminated).sum();
-    let total_mismatch: usize = points.iter().map(|p| p.length_mismatch).sum();
-    if total_contaminated > 0 {
-        eprintln!(
-            "WARNING: {total_contaminated} sample(s) hit the prefix cache (cached_tokens > 0). They are NOT cold prefills and were excluded from the table."
-        );
-    }
-    if total_mismatch > 0 {
-        eprintln!(
-            "WARNING: {total_mismatch} sample(s) had a server-reported prompt length different from the target; excluded."
-        );
+    for w in report.runs.iter().flat_map(|r| &r.warnings) {
+        eprintln!("WARNING: {w}");
     }
     // The report beside the results file (md, html, plots) and the fits on the terminal.
-    if let Err(e) = crate::cmd::report::after_sweep(&output.path) {
+    if let Err(e) = crate::cmd::report::after_sweep(&report, &output.path) {
         eprintln!("warning: could not write the report: {e:#}");
     }
     let resume_hint = format!(
@@ -502,10 +485,9 @@ impl Output {
                 }
                 let prior = r.samples.clone();
                 let mut w = ResultsWriter::append_to(&self.path)?;
-                w.append(&json!({
-                    "type": "resume",
-                    "run_id": self.run_id,
-                    "at": humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+                w.append(&Line::Resume(ResumeRecord {
+                    run_id: self.run_id.clone(),
+                    at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
                 }))?;
                 Ok((w, prior))
             }
@@ -550,18 +532,6 @@ pub fn client_vs_server(samples: &[record::Sample]) -> Option<String> {
         overhead.median,
         ratio.map_or("n/a".to_owned(), |r| format!("{:.3}", r.median))
     ))
-}
-
-fn reps_label(p: &RepPolicy) -> String {
-    match p.precision {
-        None => format!("{} rep(s)", p.max_reps),
-        Some(pr) => format!(
-            "{}–{} reps until the median's 95% CI is within ±{:.1}%",
-            p.min_reps,
-            p.max_reps,
-            pr * 100.0
-        ),
-    }
 }
 
 fn default_out() -> PathBuf {

@@ -4,8 +4,6 @@
 
 use std::fmt::Write;
 
-use serde_json::Value;
-
 use super::table::{equation, fit_notes};
 use super::{fmt_ctx, num, svg, RenderError, Renderer};
 use crate::compare::{Comparison, Verdict};
@@ -65,26 +63,11 @@ fn page(title: &str, body: &str) -> String {
     )
 }
 
-fn text(v: Option<&Value>) -> String {
-    match v {
-        None | Some(Value::Null) => "–".into(),
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|x| x.as_u64().map(fmt_ctx).unwrap_or_else(|| text(Some(x))))
-            .collect::<Vec<_>>()
-            .join(", "),
-        Some(v) => v.to_string(),
-    }
-}
-
-/// A definition list of every key of a JSON object, in the object's order.
-fn dl(out: &mut String, v: &Value, skip: &[&str]) {
+/// A definition list of (name, value) rows.
+fn dl(out: &mut String, items: &[(&str, String)]) {
     out.push_str("<dl>");
-    if let Some(o) = v.as_object() {
-        for (k, x) in o.iter().filter(|(k, _)| !skip.contains(&k.as_str())) {
-            let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(&text(Some(x))));
-        }
+    for (k, v) in items {
+        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(v));
     }
     out.push_str("</dl>");
 }
@@ -120,11 +103,11 @@ fn run_section(out: &mut String, run: &RunReport) {
         out.push_str("</ul></div>\n");
     }
     out.push_str("<div class=\"cards\">\n<div class=\"card\"><h3>Server</h3>");
-    dl(out, &run.server, &[]);
+    dl(out, &super::server_items(&run.server));
     out.push_str("</div>\n<div class=\"card\"><h3>Configuration</h3>");
-    dl(out, &run.config, &[]);
+    dl(out, &super::config_items(&run.config));
     out.push_str("</div>\n<div class=\"card\"><h3>Corpus and client</h3>");
-    dl(out, &run.corpus, &["spec"]);
+    dl(out, &super::corpus_items(&run.corpus));
     let _ = write!(
         out,
         "<dl><dt>host</dt><dd>{} ({} {}, {} CPUs)</dd></dl>",
@@ -153,7 +136,39 @@ fn run_section(out: &mut String, run: &RunReport) {
             }
         );
     }
-    out.push_str("</tbody></table>\n<p class=\"muted\">Medians (min–max) over usable samples; client-side unless marked server.</p>\n");
+    out.push_str("</tbody></table>\n<p class=\"muted\">Medians (min–max) over usable samples; client-side unless marked server.");
+    if let Some(l) = super::exclusion_legend(&run.points) {
+        let _ = write!(out, " {}", esc(&l));
+    }
+    out.push_str("</p>\n");
+    let stops = super::shown_stops(run);
+    if !stops.is_empty() {
+        out.push_str("<table><thead><tr><th>context</th><th>repetitions</th></tr></thead><tbody>");
+        for p in stops {
+            let _ = write!(
+                out,
+                "<tr><td>{}</td><td>{}</td></tr>",
+                fmt_ctx(p.context_tokens),
+                esc(&super::stop_text(p))
+            );
+        }
+        out.push_str("</tbody></table>\n");
+    }
+    if run.points.iter().any(|p| p.warm > 0) {
+        out.push_str("<h3>Decode at depth</h3>\n<p class=\"muted\">Warm samples: after each cold prefill, decode again with the prefix reused on purpose (not in the table above or the fits).</p>\n<table><thead><tr><th>context</th><th>warm n</th><th>decode tok/s</th><th>ms/step</th><th>cold decode tok/s</th></tr></thead><tbody>\n");
+        for p in run.points.iter().filter(|p| p.warm > 0) {
+            let _ = writeln!(
+                out,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                fmt_ctx(p.context_tokens),
+                p.warm,
+                spread(&p.warm_decode_tokens_per_s),
+                spread(&p.warm_ms_per_step),
+                spread(&p.decode_tokens_per_s)
+            );
+        }
+        out.push_str("</tbody></table>\n");
+    }
     if !run.acceptance.is_empty() {
         out.push_str(
             "<table><thead><tr><th>context</th><th>acceptance length</th></tr></thead><tbody>",

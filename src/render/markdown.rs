@@ -24,46 +24,32 @@ fn spread(s: &Option<Spread>) -> String {
     }
 }
 
-fn value(v: Option<&serde_json::Value>) -> String {
-    match v {
-        None | Some(serde_json::Value::Null) => "–".into(),
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(v) => v.to_string(),
-    }
-}
-
 fn run_section(out: &mut String, run: &RunReport) {
     let _ = writeln!(out, "## {}\n", cell(&run.label));
-    let srv = |k| value(run.server.get(k));
-    let cfg = |k| value(run.config.get(k));
     let _ = writeln!(
         out,
         "- results: `{}` (run `{}`, started {})",
         run.path, run.run_id, run.started_at
     );
+    let srv = &run.server;
     let _ = writeln!(
         out,
-        "- server: {} {} at {}, model `{}`, max context {} ({})",
-        srv("server_kind"),
-        srv("server_version"),
-        srv("url"),
-        srv("model"),
-        srv("max_context"),
-        srv("max_context_source")
+        "- server: {} at {}, model `{}`, max context {}",
+        cell(&super::server_name(srv)),
+        srv.url,
+        srv.model.as_deref().unwrap_or("–"),
+        srv.max_context.map_or("not reported".to_owned(), |n| {
+            match &srv.max_context_source {
+                Some(src) => format!("{n} ({src})"),
+                None => n.to_string(),
+            }
+        })
     );
     let _ = writeln!(
         out,
-        "- measured: contexts {}, {} rep(s), {} output tokens, method {}, cache bypass {}, corpus: {}",
-        run.config
-            .get("contexts")
-            .and_then(|c| c.as_array())
-            .map(|a| a.iter().filter_map(|x| x.as_u64()).map(fmt_ctx).collect::<Vec<_>>().join(", "))
-            .unwrap_or_else(|| "?".into()),
-        cfg("reps"),
-        cfg("output_tokens"),
-        cfg("method"),
-        cfg("cache_bypass"),
-        value(run.corpus.get("label"))
+        "- measured: {}, corpus: {}",
+        cell(&super::measured_text(&run.config)),
+        cell(&run.corpus.label)
     );
     let _ = writeln!(
         out,
@@ -97,8 +83,41 @@ fn run_section(out: &mut String, run: &RunReport) {
     }
     let _ = writeln!(
         out,
-        "\nMedians (min–max) over usable samples, client-side unless marked server.\n"
+        "\nMedians (min–max) over usable samples, client-side unless marked server."
     );
+    if let Some(l) = super::exclusion_legend(&run.points) {
+        let _ = writeln!(out, "{l}");
+    }
+    out.push('\n');
+    let stops = super::shown_stops(run);
+    if !stops.is_empty() {
+        let _ = writeln!(out, "| context | repetitions |\n|---|---|");
+        for p in stops {
+            let _ = writeln!(
+                out,
+                "| {} | {} |",
+                fmt_ctx(p.context_tokens),
+                cell(&super::stop_text(p))
+            );
+        }
+        out.push('\n');
+    }
+    if run.points.iter().any(|p| p.warm > 0) {
+        let _ = writeln!(out, "### Decode at depth\n\nWarm samples: after each cold prefill, decode again with the prefix reused on purpose (not in the table above or the fits).\n");
+        let _ = writeln!(out, "| context | warm n | decode tok/s | ms/step | cold decode tok/s |\n|---|--:|--:|--:|--:|");
+        for p in run.points.iter().filter(|p| p.warm > 0) {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} |",
+                fmt_ctx(p.context_tokens),
+                p.warm,
+                spread(&p.warm_decode_tokens_per_s),
+                spread(&p.warm_ms_per_step),
+                spread(&p.decode_tokens_per_s)
+            );
+        }
+        out.push('\n');
+    }
     if !run.acceptance.is_empty() {
         let _ = writeln!(out, "| context | acceptance length |\n|---|--:|");
         for a in &run.acceptance {

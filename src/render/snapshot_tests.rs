@@ -1,94 +1,178 @@
-//! Snapshot tests of every renderer. The input is a constructed report (samples made from a
-//! formula, not measurements): these tests pin formatting, not numbers from a server.
+//! Snapshot tests of every renderer. The input is what a sweep writes: the header and the
+//! sample lines come from results files recorded with the reference llama-server
+//! (`tests/fixtures/golden/`), and only the timings are replaced by a formula, so the fits
+//! have a known answer. A change in the writer shows here.
 
-use serde_json::json;
+use std::path::Path;
 
-use super::{renderer, svg};
-use crate::cli::ReportFormat;
+use super::{renderer, svg, ReportFormat};
 use crate::compare::{self, Comparison};
-use crate::record::{Host, Results, RunHeader, Sample, Status, SCHEMA_VERSION};
+use crate::record::{
+    self, Flag, Phase, PointRecord, RepPolicy, Results, RunHeader, Sample, SpecStats, Status,
+    StopReason,
+};
 use crate::report::{self, Report};
 
+/// A results file recorded by the real sweep against the reference llama-server.
+pub(crate) fn golden(name: &str) -> Results {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/golden")
+        .join(name);
+    record::read_results(&p, false).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The recorded header, made independent of the machine and port it was recorded on.
 fn header(run_id: &str, contexts: &[u64]) -> RunHeader {
-    RunHeader {
-        kind: "run".into(),
-        schema: SCHEMA_VERSION,
-        run_id: run_id.into(),
-        ctxbench_version: "0.1.0".into(),
-        started_at: "2026-01-01T00:00:00Z".into(),
-        host: Host {
-            hostname: "fixture".into(),
-            os: "linux".into(),
-            arch: "x86_64".into(),
-            cpus: 2,
-        },
-        config: json!({"backend": "llamacpp", "contexts": contexts, "corpus": {"kind": "repeat"},
-            "method": "stream", "output_tokens": 32, "reps": 3, "seed": 0, "cache_bypass": true,
-            "url": "http://127.0.0.1:8080"}),
-        server: json!({"server_kind": "llama.cpp", "server_version": "b1", "model": "tiny.gguf",
-            "max_context": 131072, "max_context_source": "/props", "url": "http://127.0.0.1:8080"}),
-        corpus: json!({"label": "repeat (synthetic: inflates speculative acceptance)", "tokens": 3000}),
-        label: None,
-    }
+    let mut h = golden("sweep.jsonl").header;
+    h.run_id = run_id.into();
+    h.ctxbench_version = "0.1.0".into();
+    h.started_at = "2026-01-01T00:00:00Z".into();
+    h.host.hostname = "fixture".into();
+    h.host.cpus = 2;
+    h.config.contexts = contexts.to_vec();
+    h.config.reps = RepPolicy::fixed(3);
+    h.config.url = "http://127.0.0.1:8080".into();
+    h.server.url = "http://127.0.0.1:8080".into();
+    h.server.max_context = Some(131072);
+    h
+}
+
+/// A recorded sample of `phase` carrying `flag` (or none): the template whose timings the
+/// fixture replaces.
+fn template(file: &str, phase: Phase, flag: Option<Flag>) -> Sample {
+    golden(file)
+        .samples
+        .into_iter()
+        .find(|s| {
+            s.status == Status::Ok
+                && s.phase == phase
+                && s.server.is_some()
+                && match &flag {
+                    Some(f) => s.has(f),
+                    None => !s.has(&Flag::CoalescedTokens) && !s.contaminated,
+                }
+        })
+        .unwrap_or_else(|| panic!("no {phase} sample with {flag:?} in {file}"))
 }
 
 /// A sample whose timings follow TTFT = 20 + 0.05L + 8e-6 L² ms and step = 0.5 + 4e-4 L ms,
-/// scaled by `speed` and jittered by rep.
-fn sample(run_id: &str, c: u64, rep: u32, speed: f64, accept: Option<f64>) -> Sample {
+/// scaled by `speed` and jittered by rep; everything else as the sweep wrote it.
+fn sample(
+    mut s: Sample,
+    run_id: &str,
+    c: u64,
+    rep: u32,
+    speed: f64,
+    accept: Option<f64>,
+) -> Sample {
     let l = c as f64;
     let jitter = [1.0, 1.03, 0.98][rep as usize % 3];
     let ttft = (20.0 + 0.05 * l + 8e-6 * l * l) * speed * jitter;
     let step = (0.5 + 4e-4 * l) * speed * jitter;
-    Sample {
-        kind: "sample".into(),
-        run_id: run_id.into(),
-        context_tokens: c,
-        rep,
-        phase: "cold".into(),
-        status: Status::Ok,
-        error: None,
-        at: "2026-01-01T00:00:01Z".into(),
-        prompt_tokens_sent: c,
-        prompt_tokens: Some(c),
-        length_ok: Some(true),
-        cached_tokens: Some(0),
-        cache_verified: true,
-        contaminated: false,
-        ttft_ms: Some(ttft),
-        prefill_tokens_per_s: Some(l / (ttft / 1000.0)),
-        decode_tokens_per_s: Some(1000.0 / step),
-        ms_per_step: Some(step),
-        output_tokens: Some(32),
-        token_chunks: Some(32),
-        e2e_ms: Some(ttft + 31.0 * step),
-        finish_reason: Some("limit".into()),
-        flags: vec![],
-        server: None,
-        spec_accept_length: accept.map(|a| a - l / 65536.0),
-        method: "stream".into(),
-        ..Default::default()
+    let n = s.output_tokens.unwrap_or(32);
+    s.run_id = run_id.into();
+    s.context_tokens = c;
+    s.rep = rep;
+    s.prompt_tokens_sent = c - 1;
+    s.prompt_tokens = Some(c);
+    s.ttft_ms = Some(ttft);
+    s.prefill_tokens_per_s = s.prefill_tokens_per_s.map(|_| l / (ttft / 1000.0));
+    s.decode_tokens_per_s = Some(1000.0 / step);
+    s.ms_per_step = Some(step);
+    s.e2e_ms = Some(ttft + (n - 1) as f64 * step);
+    if let Some(t) = s.server.as_mut() {
+        // The server's own clock: a little less than the client's.
+        t.prompt_ms = Some(ttft * 0.97);
+        t.prompt_per_second = Some(l / (ttft * 0.97 / 1000.0));
+        t.predicted_ms = Some((n - 1) as f64 * step * 0.99);
+        t.predicted_per_second = Some(1000.0 / (step * 0.99));
+        t.predicted_per_token_ms = Some(step * 0.99);
     }
+    if let Some(a) = accept {
+        let a = a - l / 65536.0;
+        let steps = ((n - 1) as f64 / a).round() as u64;
+        crate::sample::set_spec(
+            &mut s,
+            SpecStats {
+                source: "llamacpp.timings".into(),
+                verify_steps: Some(steps),
+                draft_tokens: Some(steps * 8),
+                accepted_tokens: Some(((a - 1.0) * steps as f64).round() as u64),
+                accept_length: None,
+                accept_rate: None,
+            }
+            .derive(),
+        );
+    }
+    s
 }
 
 fn results(run_id: &str, speed: f64, accept: Option<f64>) -> Results {
     let contexts = [1024, 2048, 4096, 8192, 16384];
+    let cold = template("sweep.jsonl", Phase::Cold, None);
     let mut samples: Vec<Sample> = contexts
         .iter()
         .flat_map(|&c| (0..3).map(move |r| (c, r)))
-        .map(|(c, r)| sample(run_id, c, r, speed, accept))
+        .map(|(c, r)| sample(cold.clone(), run_id, c, r, speed, accept))
         .collect();
     // One cache hit, to show that it is reported and excluded.
-    let mut hit = sample(run_id, 4096, 3, 0.01, accept);
-    hit.contaminated = true;
+    let hit = template("contaminated.jsonl", Phase::Cold, Some(Flag::Contaminated));
+    let mut hit = sample(hit, run_id, 4096, 3, 0.01, accept);
     hit.cached_tokens = Some(4000);
     samples.push(hit);
-    // A decode-at-depth sample: counted in a warning, kept out of tables and fits.
-    let mut warm = sample(run_id, 16384, 3, 0.001, accept);
-    warm.phase = "warm".into();
-    samples.push(warm);
+    // Decode at depth: summarised apart, kept out of the main table and the fits.
+    let warm = template("sweep.jsonl", Phase::Warm, None);
+    samples.push(sample(warm.clone(), run_id, 16384, 0, 0.5, accept));
+    samples.push(sample(warm, run_id, 16384, 1, 0.52, accept));
+    // A failed request, as the loop records it.
+    let failed = crate::sample::make_sample(
+        &crate::bench::tests::settings(),
+        8192,
+        3,
+        8191,
+        "2026-01-01T00:00:09Z".into(),
+        Err(crate::error::ClientError::Transport {
+            endpoint: "/completion".into(),
+            detail: "connection reset by peer".into(),
+        }),
+    );
+    samples.push(Sample {
+        run_id: run_id.into(),
+        ..failed
+    });
+    let mut header = header(run_id, &contexts);
+    let mut points = Vec::new();
+    if accept.is_some() {
+        // The second run measured with --precision: the stop reasons are shown.
+        header.config.reps = RepPolicy {
+            precision: Some(0.05),
+            min_reps: 3,
+            max_reps: 4,
+            point_budget_s: None,
+            run_budget_s: Some(600.0),
+        };
+        for (i, &c) in contexts.iter().enumerate() {
+            points.push(PointRecord {
+                run_id: run_id.into(),
+                context_tokens: c,
+                reps: if i % 2 == 0 { 3 } else { 4 },
+                usable: 3,
+                stop_reason: if i % 2 == 0 {
+                    StopReason::PrecisionReached
+                } else {
+                    StopReason::MaxReps
+                },
+                ttft_ci_rel: Some(0.03),
+                decode_ci_rel: Some(0.02 + i as f64 / 100.0),
+            });
+        }
+    }
     Results {
-        header: header(run_id, &contexts),
+        header,
         samples,
+        points,
+        ends: vec![],
+        resumes: vec![],
         torn_bytes: 0,
     }
 }
@@ -212,11 +296,12 @@ fn fits_of_the_fixture_recover_its_formula() {
     assert_eq!(e.context_tokens, 131072);
     assert!(r.runs[0].warnings.iter().any(|w| w.kind == "contaminated"));
     assert!(r.runs[0].warnings.iter().any(|w| w.kind == "extrapolation"));
-    assert!(r.runs[0].warnings.iter().any(|w| w.kind == "other_phase"));
+    assert!(r.runs[0].warnings.iter().any(|w| w.kind == "failed"));
     assert_eq!(
         r.runs[0].points[4].samples, 3,
-        "warm sample kept out of the table"
+        "warm samples kept out of the table"
     );
+    assert_eq!(r.runs[0].points[4].warm, 2, "and summarised apart");
     assert_eq!(r.runs[1].acceptance.len(), 5);
 }
 
@@ -245,7 +330,7 @@ fn a_top_point_above_the_fit_warns_that_the_extrapolation_is_low() {
     // TTFT growing like L^2.3 (as the reference server does past 64k on 2 cores): the
     // quadratic fit falls short at the largest length.
     let mut r = results("r3", 1.0, None);
-    for s in &mut r.samples {
+    for s in r.samples.iter_mut().filter(|s| s.status == Status::Ok) {
         let l = s.context_tokens as f64;
         s.ttft_ms = Some(5.0 + 1e-7 * l.powf(2.3));
     }

@@ -160,34 +160,46 @@ pub fn fits_text(report: &Report) -> String {
     out
 }
 
+/// What follows the summary table on the terminal: the exclusion legend, stop reasons
+/// (adaptive runs), decode at depth and speculative decoding, when present.
+pub fn details(run: &RunReport) -> String {
+    let mut out = String::new();
+    if let Some(l) = super::exclusion_legend(&run.points) {
+        let _ = writeln!(out, "{l}");
+    }
+    for p in super::shown_stops(run) {
+        let _ = writeln!(
+            out,
+            "{}: {}",
+            fmt_ctx(p.context_tokens),
+            super::stop_text(p)
+        );
+    }
+    if let Some(t) = super::warm_table(&run.points) {
+        let _ = writeln!(
+            out,
+            "decode at depth (warm: prefix reused on purpose, not in the table above):\n{t}"
+        );
+    }
+    if let Some(t) = super::spec_table(&run.points) {
+        let _ = writeln!(out, "speculative decoding (medians per point):\n{t}");
+    }
+    out
+}
+
 fn run_header(out: &mut String, run: &RunReport) {
-    let s = |k: &str| {
-        run.server
-            .get(k)
-            .map(|v| {
-                v.as_str()
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| v.to_string())
-            })
-            .unwrap_or_else(|| "?".into())
-    };
+    let srv = &run.server;
     let _ = writeln!(out, "run {} ({})", run.label, run.path);
     let _ = writeln!(
         out,
-        "server: {} {} · model {} · max context {}",
-        s("server_kind"),
-        s("server_version"),
-        s("model"),
-        s("max_context")
+        "server: {} · model {} · max context {}",
+        super::server_name(srv),
+        srv.model.as_deref().unwrap_or("–"),
+        srv.max_context
+            .map_or("not reported".to_owned(), |n| n.to_string())
     );
-    let _ = writeln!(
-        out,
-        "corpus: {}",
-        run.corpus
-            .get("label")
-            .and_then(|v| v.as_str())
-            .unwrap_or("?")
-    );
+    let _ = writeln!(out, "measured: {}", super::measured_text(&run.config));
+    let _ = writeln!(out, "corpus: {}", run.corpus.label);
 }
 
 impl Renderer for TableRenderer {
@@ -196,20 +208,7 @@ impl Renderer for TableRenderer {
         for run in &report.runs {
             run_header(&mut out, run);
             let _ = writeln!(out, "\n{}", summary_table(&run.points));
-            if !run.acceptance.is_empty() {
-                let a: Vec<String> = run
-                    .acceptance
-                    .iter()
-                    .map(|p| {
-                        format!(
-                            "{} {}",
-                            fmt_ctx(p.context_tokens),
-                            num(p.accept_length.median)
-                        )
-                    })
-                    .collect();
-                let _ = writeln!(out, "acceptance length (median): {}\n", a.join(", "));
-            }
+            out.push_str(&details(run));
             for w in &run.warnings {
                 let _ = writeln!(out, "WARNING: {w}");
             }

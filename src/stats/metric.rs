@@ -85,7 +85,7 @@ impl Metric {
 /// Usable and cold: a fresh prefill that hit no cache, of the right length. Only these enter
 /// fits and comparisons (decode-at-depth `warm` samples reuse a prefix on purpose).
 pub fn cold_usable(s: &Sample) -> bool {
-    s.usable() && s.phase == "cold"
+    s.usable() && s.phase == crate::record::Phase::Cold
 }
 
 /// (context tokens, value) of `metric` over cold usable samples.
