@@ -12,10 +12,30 @@ use crate::client::{Backend, GenRequest, Timeouts};
 use crate::costmodel::{CostModel, Observation};
 use crate::error::{ClientError, RecordError};
 use crate::metrics::{self, Scraper};
-use crate::progress::Observer;
 use crate::prompt::PromptBuilder;
 use crate::record::{ResultsWriter, Sample, Status};
-use crate::sample::{apply_metric_deltas, make_sample, make_two_point_sample, make_warm_sample};
+use crate::sample::{
+    apply_metric_deltas, make_sample, make_two_point_sample, make_warm_sample, Target,
+};
+
+/// Receives events from the measuring loop; the loop does not know who listens (the
+/// binary's terminal display is one implementation, tests record events).
+pub trait Observer {
+    /// The run is about to measure `total` samples (`skipped` already recorded).
+    fn start(&mut self, _total: usize, _skipped: usize) {}
+    /// A request at `context` is about to be sent.
+    fn sample_started(&mut self, _context: u64, _rep: u32) {}
+    /// A sample was recorded.
+    fn sample_done(&mut self, _sample: &Sample) {}
+    /// Predicted seconds left (from the cost model), when known.
+    fn eta(&mut self, _remaining_s: Option<f64>) {}
+    /// A context is finished: how many repetitions and why it stopped.
+    fn point_done(&mut self, _point: &PointRecord) {}
+    /// A warning worth a line of its own.
+    fn warn(&mut self, _msg: &str) {}
+    /// Measuring is over.
+    fn finish(&mut self) {}
+}
 
 /// What to do when a request fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -65,6 +85,15 @@ impl BenchSettings {
     pub fn tolerance_for(&self, context: u64) -> u64 {
         self.length_tolerance
             .max((self.length_tolerance_pct * context as f64).ceil() as u64)
+    }
+
+    /// What a sample at `context` is checked against.
+    pub fn target(&self, context: u64) -> Target<'_> {
+        Target {
+            run_id: &self.run_id,
+            tolerance: self.tolerance_for(context),
+            output_tokens: self.output_tokens,
+        }
     }
 
     /// Timeouts for a request at `context` tokens: long prompts are allowed longer.
@@ -380,7 +409,8 @@ pub async fn run(
                         _ = interrupt.wait_for(|v| *v) => break,
                     };
                     let sent = req.prompt.len() as u64;
-                    let mut w = make_warm_sample(settings, context, rep, sent, at, r);
+                    let mut w =
+                        make_warm_sample(&settings.target(context), context, rep, sent, at, r);
                     finish_metrics(settings, Some(&mut w), before.as_ref()).await;
                     stop = record(writer, &mut tally, observer, settings, &w)?;
                     if stop.is_some() {
@@ -441,7 +471,7 @@ async fn measure_cold(
             };
             tokio::select! {
                 (a, b) = pair => {
-                    let mut s = make_two_point_sample(settings, context, rep, sent, at, ab, a, b);
+                    let mut s = make_two_point_sample(&settings.target(context), context, rep, sent, at, ab, a, b);
                     note_flush(&mut s, flushed);
                     finish_metrics(settings, Some(&mut s), before.as_ref()).await;
                     Some((s, None))
@@ -456,7 +486,7 @@ async fn measure_cold(
                 r = backend.generate(&req) => r,
                 _ = interrupt.wait_for(|v| *v) => return None,
             };
-            let mut s = make_sample(settings, context, rep, sent, at, result);
+            let mut s = make_sample(&settings.target(context), context, rep, sent, at, result);
             note_flush(&mut s, flushed);
             finish_metrics(settings, Some(&mut s), before.as_ref()).await;
             Some((s, Some(req)))

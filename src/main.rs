@@ -7,7 +7,7 @@ use ctxbench::cli::{Cli, Command};
 use ctxbench::error::{ClientError, UsageError};
 mod cmd;
 
-use cmd::sweep::{self, Ending};
+use cmd::{sweep, Ending};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::client::{Counts, ServerTimings};
+use crate::client::ServerTimings;
 use crate::error::RecordError;
 
 /// Version of the line format; bump on incompatible change.
@@ -190,15 +190,6 @@ impl Sample {
             && self.phase == "cold"
             && !self.contaminated
             && self.length_ok != Some(false)
-    }
-
-    /// Server-reported counts, as stored.
-    pub fn counts(&self) -> Counts {
-        Counts {
-            prompt_tokens: self.prompt_tokens,
-            completion_tokens: self.output_tokens,
-            cached_tokens: self.cached_tokens,
-        }
     }
 }
 

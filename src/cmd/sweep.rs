@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::json;
 
 use ctxbench::adaptive::RepPolicy;
-use ctxbench::bench::{self, BenchSettings};
+use ctxbench::bench::{self, BenchSettings, Observer};
 use ctxbench::cli::{FlushMode, Method, SweepArgs};
 use ctxbench::client::llamacpp::LlamaCpp;
 use ctxbench::client::ollama::Ollama;
@@ -22,22 +22,13 @@ use ctxbench::error::{RecordError, UsageError};
 use ctxbench::metrics::Scraper;
 use ctxbench::plan;
 use ctxbench::probe::{self, Probe};
-use ctxbench::progress::{Observer, Terminal};
 use ctxbench::prompt::{PromptBuilder, NONCE_TOKENS};
 use ctxbench::record::{self, Host, ResultsWriter, RunHeader, SCHEMA_VERSION};
 use ctxbench::render;
 use ctxbench::stats;
 
-/// How a sweep ended, for the exit code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ending {
-    /// Every sample measured.
-    Complete,
-    /// Some samples failed, or the sweep stopped early: resume later.
-    Incomplete,
-    /// The user pressed Ctrl-C.
-    Interrupted,
-}
+use crate::cmd::progress::Terminal;
+use crate::cmd::Ending;
 
 /// Runs a sweep; the interrupt receiver turns true on Ctrl-C.
 pub async fn run(
