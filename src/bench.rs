@@ -3,7 +3,10 @@
 //! with flushes and metric scrapes around them; every sample is recorded as it is measured.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, so the loop's budgets can be tested on a paused clock.
+use tokio::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -328,8 +331,7 @@ pub async fn run(
             .iter()
             .filter(|s| s.context_tokens == context && s.status == Status::Ok && s.phase == "cold")
         {
-            prog.reps += 1;
-            prog.elapsed_s += s.e2e_ms.unwrap_or(0.0) / 1000.0;
+            prog.add_rep(s.e2e_ms.unwrap_or(0.0) / 1000.0, policy.min_reps);
             if s.usable() {
                 prog.ttft_ms.extend(s.ttft_ms);
                 prog.decode.extend(s.decode_tokens_per_s);
@@ -380,9 +382,8 @@ pub async fn run(
             // A lost connection is fatal when the server is gone: further requests would
             // only record "cannot connect" failures.
             let server_gone = sample.error.as_ref().is_some_and(|e| e.kind == "transport")
-                && !backend.http().reachable().await;
-            prog.reps += 1;
-            prog.elapsed_s += t0.elapsed().as_secs_f64();
+                && !backend.reachable().await;
+            prog.add_rep(t0.elapsed().as_secs_f64(), policy.min_reps);
             if sample.usable() {
                 prog.ttft_ms.extend(sample.ttft_ms);
                 prog.decode.extend(sample.decode_tokens_per_s);
@@ -567,3 +568,6 @@ pub(crate) mod tests {
         assert_eq!(st.timeouts_for(180_000).request, Duration::from_secs(960));
     }
 }
+
+#[cfg(test)]
+mod loop_tests;

@@ -216,6 +216,10 @@ pub trait Backend: Send + Sync {
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError>;
     /// The HTTP client, for checks that are the same on every protocol.
     fn http(&self) -> &Http;
+    /// Whether the server still answers at all (after a lost connection: is it gone?).
+    async fn reachable(&self) -> bool {
+        self.http().reachable().await
+    }
     /// One non-streamed generation, timed end to end. The default: not available.
     async fn generate_once(&self, _req: &GenRequest) -> Result<OnceOutcome, ClientError> {
         Err(ClientError::Unsupported {
