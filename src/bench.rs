@@ -107,6 +107,15 @@ impl BenchSettings {
         }
     }
 
+    /// Timeouts for an unmeasured request (the warmup, dry-run calibration): nothing
+    /// predicts its cost yet, so a tiny `--timeout` meant for measured requests (which the
+    /// cost model raises) does not cut it; it gets at least [`UNMEASURED_TIMEOUT`].
+    pub fn timeouts_unmeasured(&self, context: u64) -> Timeouts {
+        let mut t = self.timeouts_for(context);
+        t.request = t.request.max(UNMEASURED_TIMEOUT);
+        t
+    }
+
     /// Timeouts once the cost model predicts the request: the static allowance or four
     /// times the prediction above the base, whichever is larger, so a slow-but-healthy
     /// long point is never cut while a hung short one is caught early.
@@ -138,6 +147,9 @@ pub struct Warmup {
     pub server_busy_ms: f64,
 }
 
+/// The least time an unmeasured request (warmup, calibration) is allowed.
+pub const UNMEASURED_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Tokens in the warmup prompt.
 pub const WARMUP_TOKENS: u64 = 64;
 
@@ -155,7 +167,7 @@ pub async fn warmup(
             prompt,
             max_tokens: 2,
             cache_bypass: settings.cache_bypass,
-            timeouts: settings.timeouts_for(WARMUP_TOKENS),
+            timeouts: settings.timeouts_unmeasured(WARMUP_TOKENS),
         })
         .await?;
     let reported = out.counts.prompt_tokens;
@@ -263,6 +275,29 @@ pub struct Tally {
     pub interrupted: bool,
 }
 
+impl Tally {
+    /// Wall time over server-busy time, when it means something: only for a sweep that
+    /// completed every sample (a stopped, interrupted or failing sweep spent wall time the
+    /// server never reported, so the ratio would blame the client). `Err` says why not.
+    pub fn efficiency(&self, wall_s: f64) -> Result<f64, String> {
+        let busy_s = self.server_busy_ms / 1000.0;
+        if self.interrupted {
+            Err("the sweep was interrupted".into())
+        } else if self.stopped.is_some() {
+            Err("the sweep stopped early".into())
+        } else if self.failed > 0 {
+            Err(format!(
+                "{} sample(s) failed, and failures report no server time",
+                self.failed
+            ))
+        } else if busy_s <= 0.0 {
+            Err("the server reported no timings".into())
+        } else {
+            Ok(wall_s / busy_s)
+        }
+    }
+}
+
 /// The `point` line: how many repetitions a context got and why it stopped.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PointRecord {
@@ -323,7 +358,7 @@ pub async fn run(
     );
     let run_start = Instant::now();
     let mut observations: Vec<Observation> = Vec::new();
-    let mut slot = prior.len() as u64;
+    let mut window = prior.len() as u64;
     'points: for (pi, &context) in contexts.iter().enumerate() {
         let mut prog = PointProgress::default();
         let mut steps = Vec::new();
@@ -371,10 +406,10 @@ pub async fn run(
             let timeouts = settings.timeouts_with_prediction(context, cost);
             let t0 = Instant::now();
             let measured = measure_cold(
-                backend, builder, settings, context, rep, slot, timeouts, interrupt,
+                backend, builder, settings, context, rep, window, timeouts, interrupt,
             )
             .await;
-            slot += 2; // two-point uses two prompts
+            window += 2; // two-point uses two prompts
             let Some((sample, req)) = measured else {
                 tally.interrupted = true;
                 break 'points;
@@ -443,13 +478,13 @@ async fn measure_cold(
     settings: &BenchSettings,
     context: u64,
     rep: u32,
-    slot: u64,
+    window: u64,
     timeouts: Timeouts,
     interrupt: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Option<(Sample, Option<GenRequest>)> {
     let at = now();
     let before = scrape(settings).await;
-    let prompt = builder.build(context, slot);
+    let prompt = builder.build(context, window);
     let sent = prompt.len() as u64;
     let req = |prompt, max_tokens| GenRequest {
         prompt,
@@ -460,7 +495,7 @@ async fn measure_cold(
     match settings.two_point {
         Some(ab) => {
             // A and B each get their own nonce: neither can reuse the other's prefill.
-            let prompt_b = builder.build(context, slot + 1);
+            let prompt_b = builder.build(context, window + 1);
             let flushed = flush(backend, settings).await;
             let pair = async {
                 let a = backend.generate_once(&req(prompt, ab.0)).await;
@@ -566,6 +601,59 @@ pub(crate) mod tests {
         let st = settings();
         assert_eq!(st.timeouts_for(0).request, Duration::from_secs(60));
         assert_eq!(st.timeouts_for(180_000).request, Duration::from_secs(960));
+    }
+
+    #[test]
+    fn a_tiny_timeout_is_raised_by_the_prediction_and_spares_unmeasured_requests() {
+        let mut st = settings();
+        st.timeout_base = Duration::from_millis(10);
+        st.timeout_per_1k = Duration::ZERO;
+        // No prediction: the static value.
+        let none = st.timeouts_with_prediction(8192, None).request;
+        assert_eq!(none, Duration::from_millis(10));
+        // A prediction of 0.8 s: at least 4× that above the base.
+        let predicted = st.timeouts_with_prediction(8192, Some(0.8)).request;
+        assert_eq!(predicted, Duration::from_millis(3210));
+        assert_eq!(st.timeouts_unmeasured(64).request, UNMEASURED_TIMEOUT);
+        // A larger --timeout is kept as it is.
+        st.timeout_base = Duration::from_secs(300);
+        assert_eq!(st.timeouts_unmeasured(64).request, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn efficiency_is_only_computed_for_a_sweep_that_completed() {
+        let ok = Tally {
+            recorded: 4,
+            server_busy_ms: 2000.0,
+            ..Tally::default()
+        };
+        assert_eq!(ok.efficiency(3.0), Ok(1.5));
+        let failed = Tally {
+            failed: 1,
+            ..ok.clone()
+        };
+        assert!(failed
+            .efficiency(3.0)
+            .unwrap_err()
+            .contains("1 sample(s) failed"));
+        let stopped = Tally {
+            stopped: Some("connection lost".into()),
+            ..ok.clone()
+        };
+        assert!(stopped
+            .efficiency(31.8)
+            .unwrap_err()
+            .contains("stopped early"));
+        let interrupted = Tally {
+            interrupted: true,
+            ..ok.clone()
+        };
+        assert!(interrupted.efficiency(3.0).is_err());
+        let silent = Tally {
+            server_busy_ms: 0.0,
+            ..ok
+        };
+        assert!(silent.efficiency(3.0).is_err());
     }
 }
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::client::Backend;
 use crate::error::ClientError;
 
-/// The seed's synthetic sentence. Repetitive text makes drafts trivially right: it inflates
+/// The synthetic sentence of `--corpus repeat`. Repetitive text makes drafts trivially right: it inflates
 /// speculative acceptance, so results always record which corpus was used.
 pub const REPEAT_SENTENCE: &str = "The quick brown fox jumps over the lazy dog. ";
 
@@ -23,7 +23,7 @@ const TOKENIZE_CHUNK_CHARS: usize = 256 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "path", rename_all = "lowercase")]
 pub enum CorpusSpec {
-    /// The seed's repeated sentence.
+    /// One sentence, repeated ([`REPEAT_SENTENCE`]).
     Repeat,
     /// Uniformly random token ids.
     Random,

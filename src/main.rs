@@ -5,6 +5,23 @@ use std::process::ExitCode;
 use clap::Parser;
 use ctxbench::cli::{Cli, Command};
 use ctxbench::error::{ClientError, UsageError};
+
+// std's print macros panic when the stream is closed (`ctxbench sweep 2>&1 | head -2`):
+// these shadow them for the whole binary and drop what cannot be written. Results are
+// never written through them; a closed stdout on a report ends the command (below).
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+macro_rules! println {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod cmd;
 
 use cmd::{sweep, Ending};
@@ -44,6 +61,8 @@ fn main() -> ExitCode {
         Ok(Ending::Complete) => ExitCode::SUCCESS,
         Ok(Ending::Incomplete) => ExitCode::from(1),
         Ok(Ending::Interrupted) => ExitCode::from(130),
+        // A reader that stopped reading (`| head`) is not an error (as in ripgrep).
+        Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             let unauthorized = e.chain().any(|c| {
@@ -59,4 +78,12 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Whether the error is a write to a closed pipe.
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -107,3 +107,63 @@ fn a_file_that_is_not_results_is_refused_with_its_name() {
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("notes.jsonl"), "{stderr}");
 }
+
+#[test]
+fn overhead_with_zero_runs_is_a_usage_error() {
+    let (code, _, stderr) = run(&["overhead", "--runs", "0"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--runs"), "{stderr}");
+}
+
+#[test]
+fn a_named_api_key_variable_that_is_unset_is_refused_before_any_request() {
+    // The URL is unreachable: had ctxbench sent anything, the message would say so.
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let name = "CTXBENCH_TEST_UNSET_KEY_VARIABLE";
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--url",
+        &url,
+        "--contexts",
+        "1k",
+        "--api-key-env",
+        name,
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(name) && stderr.contains("unset or empty"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("cannot connect"), "{stderr}");
+}
+
+#[test]
+fn a_closed_stdout_or_stderr_is_not_an_error() {
+    // `ctxbench ... | head`: the reader is gone before ctxbench writes a byte.
+    for args in [
+        &["--help"][..],
+        &["sweep", "--help"],
+        &["overhead", "--help"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let status = common::ctxbench()
+            .args(args)
+            .stdout(writer)
+            .status()
+            .unwrap();
+        assert_ne!(status.code(), Some(101), "{args:?}: panicked");
+    }
+    // A sweep whose stderr and stdout are closed (`2>&1 | head -2`) exits with its own
+    // code (1: the server is unreachable), never a panic (101).
+    let url = format!("http://127.0.0.1:{}", free_port());
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let status = common::ctxbench()
+        .args(["sweep", "--url", &url, "--contexts", "1k", "--dry-run"])
+        .stdout(writer.try_clone().unwrap())
+        .stderr(writer)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "a closed stderr panicked the sweep");
+}

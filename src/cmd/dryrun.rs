@@ -36,7 +36,7 @@ pub async fn run(
                 prompt,
                 max_tokens: 8,
                 cache_bypass: settings.cache_bypass,
-                timeouts: settings.timeouts_for(c),
+                timeouts: settings.timeouts_unmeasured(c),
             })
             .await
             .context("calibration request")?;

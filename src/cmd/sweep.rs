@@ -1,6 +1,7 @@
 //! `ctxbench sweep`: config → probe → plan → bench → record → stats → render.
 
-use std::io::Write;
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -60,7 +61,7 @@ pub async fn run(
             .into());
         }
     }
-    let api_key = std::env::var(&args.api_key_env).ok();
+    let api_key = api_key(&args.api_key_env)?;
     let ca = args
         .ca_cert
         .as_ref()
@@ -252,7 +253,11 @@ async fn measure(
         )
         .into());
     }
-    let flush = decide_flush(args.flush, backend.as_ref(), args.quiet).await?;
+    // A dry run measures nothing, so it must not erase the server's cache either.
+    let flush = match args.dry_run {
+        true => None,
+        false => decide_flush(args.flush, backend.as_ref(), args.quiet).await?,
+    };
     let metrics = metrics_scraper(args, http, probe)?;
     let settings = BenchSettings {
         run_id: run_id.clone(),
@@ -353,7 +358,7 @@ async fn measure(
     let mut observer = Terminal::new(args.quiet);
     if !args.quiet {
         eprintln!(
-            "plan: {} context(s) [{}] × {}, {} output tokens, corpus: {}{}",
+            "plan: {} context(s) [{}] × {}, {}, corpus: {}{}",
             contexts.len(),
             contexts
                 .iter()
@@ -361,7 +366,7 @@ async fn measure(
                 .collect::<Vec<_>>()
                 .join(", "),
             reps_label(&policy),
-            args.output_tokens,
+            output_label(two_point, args.output_tokens),
             corpus_spec.label(),
             if corpus.wraps { " (wraps around)" } else { "" },
         );
@@ -375,7 +380,7 @@ async fn measure(
         });
     }
     if !args.nonce.is_on() {
-        observer.warn("--nonce off: repetitions send identical prompts (the seed's trap)");
+        observer.warn("--nonce off: repetitions send identical prompts, so the server may answer from its prefix cache (the trap this flag demonstrates)");
     }
     if !warm.reports_cached_tokens {
         let hint = match probe.backend {
@@ -400,13 +405,13 @@ async fn measure(
     tally.server_busy_ms += warm.server_busy_ms;
     let wall_s = started.elapsed().as_secs_f64();
     let busy_s = tally.server_busy_ms / 1000.0;
-    let efficiency = (busy_s > 0.0).then(|| wall_s / busy_s);
+    let efficiency = tally.efficiency(wall_s);
     writer.append(&json!({
         "type": "end",
         "run_id": run_id,
         "wall_s": wall_s,
         "server_busy_s": busy_s,
-        "efficiency": efficiency,
+        "efficiency": efficiency.as_ref().ok(),
         "recorded": tally.recorded,
         "failed": tally.failed,
         "interrupted": tally.interrupted,
@@ -415,33 +420,36 @@ async fn measure(
     // The summary is built from the results file alone, like any later report.
     let results = record::read_results(&output.path, false)?;
     let points = stats::summarize(&results.samples);
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "\n{}", render::summary_table(&points))?;
+    // Built first and written once: a closed stdout (`| head`) must not cost the report
+    // files written below.
+    let mut summary = String::new();
+    writeln!(summary, "\n{}", render::summary_table(&points))?;
     if let Some(t) = render::warm_table(&points) {
         writeln!(
-            stdout,
+            summary,
             "decode at depth (warm: prefix reused on purpose, not in the table above):\n{t}"
         )?;
     }
     if let Some(t) = render::spec_table(&points) {
-        writeln!(stdout, "speculative decoding (medians per point):\n{t}")?;
+        writeln!(summary, "speculative decoding (medians per point):\n{t}")?;
     }
     writeln!(
-        stdout,
+        summary,
         "TTFT and decode are client-side medians (min–max) over usable samples; server columns are the server's own timings.\ncorpus: {}; results: {}",
         corpus_spec.label(),
         output.path.display()
     )?;
-    if let Some(e) = efficiency {
-        writeln!(
-            stdout,
+    match efficiency {
+        Ok(e) => writeln!(
+            summary,
             "sweep efficiency: {wall_s:.1} s wall / {busy_s:.1} s server busy (prompt + generation) = {e:.2}× (1.00 = no time lost outside the server)"
-        )?;
+        )?,
+        Err(why) => writeln!(summary, "sweep efficiency: not computed: {why}")?,
     }
     if let Some(line) = client_vs_server(&results.samples) {
-        writeln!(stdout, "{line}")?;
+        writeln!(summary, "{line}")?;
     }
-    drop(stdout);
+    let _ = std::io::stdout().lock().write_all(summary.as_bytes());
     let inverted = results
         .samples
         .iter()
@@ -610,6 +618,14 @@ pub fn client_vs_server(samples: &[record::Sample]) -> Option<String> {
     ))
 }
 
+/// What each request generates: two-point sends A and B tokens, not --output-tokens.
+fn output_label(two_point: Option<(u32, u32)>, output_tokens: u32) -> String {
+    match two_point {
+        Some((a, b)) => format!("{a} and {b} output tokens (two-point)"),
+        None => format!("{output_tokens} output tokens"),
+    }
+}
+
 fn reps_label(p: &RepPolicy) -> String {
     match p.precision {
         None => format!("{} rep(s)", p.max_reps),
@@ -621,6 +637,22 @@ fn reps_label(p: &RepPolicy) -> String {
         ),
     }
 }
+
+/// The API key from the variable `--api-key-env` names. A variable the user named
+/// explicitly must hold a key: unset or empty is refused before any request (an unset
+/// default just means no key).
+fn api_key(name: &str) -> Result<Option<String>, UsageError> {
+    let value = std::env::var(name).ok().filter(|v| !v.is_empty());
+    if value.is_none() && name != DEFAULT_API_KEY_ENV {
+        return Err(UsageError::Invalid(format!(
+            "--api-key-env {name}: the environment variable {name} is unset or empty; export the key in it, or drop --api-key-env to use {DEFAULT_API_KEY_ENV}"
+        )));
+    }
+    Ok(value)
+}
+
+/// The variable the API key is read from when `--api-key-env` is not given.
+const DEFAULT_API_KEY_ENV: &str = "CTXBENCH_API_KEY";
 
 fn default_out() -> PathBuf {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
@@ -739,7 +771,28 @@ fn print_probe(p: &Probe) {
 
 #[cfg(test)]
 mod two_point_tests {
-    use super::parse_two_point;
+    use super::{api_key, output_label, parse_two_point};
+
+    #[test]
+    fn the_plan_names_both_two_point_lengths() {
+        assert_eq!(
+            output_label(Some((1, 17)), 32),
+            "1 and 17 output tokens (two-point)"
+        );
+        assert_eq!(output_label(None, 32), "32 output tokens");
+    }
+
+    #[test]
+    fn a_named_api_key_variable_that_is_unset_or_empty_is_refused() {
+        let unset = "CTXBENCH_TEST_SURELY_UNSET_VARIABLE";
+        let e = api_key(unset).unwrap_err().to_string();
+        assert!(e.contains(unset) && e.contains("unset or empty"), "{e}");
+        // PATH is set in any test environment; the default variable may be unset.
+        assert!(api_key("PATH").unwrap().is_some());
+        if std::env::var_os(super::DEFAULT_API_KEY_ENV).is_none() {
+            assert_eq!(api_key(super::DEFAULT_API_KEY_ENV).unwrap(), None);
+        }
+    }
 
     #[test]
     fn two_point_tokens_parse_and_reject_nonsense() {
