@@ -442,6 +442,7 @@ pub async fn run(
                     let at = now();
                     let r = tokio::select! {
                         r = backend.generate(&req) => r,
+                        e = watch_server(backend) => Err(e),
                         _ = interrupt.wait_for(|v| *v) => break,
                     };
                     let sent = req.prompt.len() as u64;
@@ -512,6 +513,11 @@ async fn measure_cold(
                     finish_metrics(settings, Some(&mut s), before.as_ref()).await;
                     Some((s, None))
                 }
+                e = watch_server(backend) => {
+                    let mut s = make_two_point_sample(&settings.target(context), context, rep, sent, at, ab, Err(e), Err(gone_error(backend)));
+                    note_flush(&mut s, flushed);
+                    Some((s, None))
+                }
                 _ = interrupt.wait_for(|v| *v) => None,
             }
         }
@@ -520,6 +526,7 @@ async fn measure_cold(
             let req = req(prompt, settings.output_tokens);
             let result = tokio::select! {
                 r = backend.generate(&req) => r,
+                e = watch_server(backend) => Err(e),
                 _ = interrupt.wait_for(|v| *v) => return None,
             };
             let mut s = make_sample(&settings.target(context), context, rep, sent, at, result);
@@ -527,6 +534,26 @@ async fn measure_cold(
             finish_metrics(settings, Some(&mut s), before.as_ref()).await;
             Some((s, Some(req)))
         }
+    }
+}
+
+/// Resolves, with the error to record, when the server stops listening while a request is
+/// in flight (checked every second by a TCP connect). A server shutting down can hold a
+/// request open for its own shutdown timeout (llama-server: 30 s) without a byte; this
+/// notices at once that nothing listens any more.
+async fn watch_server(backend: &dyn Backend) -> ClientError {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if !backend.listening().await {
+            return gone_error(backend);
+        }
+    }
+}
+
+fn gone_error(backend: &dyn Backend) -> ClientError {
+    ClientError::Transport {
+        endpoint: backend.endpoint().to_owned(),
+        detail: "the server stopped accepting connections mid-request".to_owned(),
     }
 }
 

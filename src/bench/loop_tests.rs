@@ -24,6 +24,8 @@ enum Step {
     Lost,
     /// No answer, ever (the request is in flight until interrupted).
     Hang,
+    /// The server shuts down: it stops listening but holds this request open, silent.
+    ShutDown,
 }
 
 /// A backend that answers from a script and records what it was asked.
@@ -35,6 +37,8 @@ struct Fake {
     asked: Mutex<Vec<(Vec<u32>, bool)>>,
     /// What `reachable` says (a dead server says false).
     alive: bool,
+    /// Set once the server has shut down (stopped listening).
+    shut_down: std::sync::atomic::AtomicBool,
     http: Http,
 }
 
@@ -45,6 +49,7 @@ impl Fake {
             then,
             asked: Mutex::new(Vec::new()),
             alive: true,
+            shut_down: Default::default(),
             // Never used: `reachable` is overridden and nothing else goes to the network.
             http: Http::new("http://127.0.0.1:9", None, None).unwrap(),
         }
@@ -52,6 +57,10 @@ impl Fake {
 
     fn always(step: Step) -> Fake {
         Fake::new(Vec::new(), step)
+    }
+
+    fn is_shut_down(&self) -> bool {
+        self.shut_down.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn requests(&self) -> usize {
@@ -74,7 +83,10 @@ impl Backend for Fake {
         &self.http
     }
     async fn reachable(&self) -> bool {
-        self.alive
+        self.alive && !self.is_shut_down()
+    }
+    async fn listening(&self) -> bool {
+        !self.is_shut_down()
     }
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
         self.asked
@@ -130,6 +142,11 @@ impl Backend for Fake {
                 detail: "scripted reset".into(),
             }),
             Step::Hang => std::future::pending().await,
+            Step::ShutDown => {
+                self.shut_down
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                std::future::pending().await
+            }
         }
     }
     async fn generate_once(&self, _req: &GenRequest) -> Result<OnceOutcome, ClientError> {
@@ -478,4 +495,22 @@ async fn decode_at_depth_records_the_cold_sample_before_its_warm_ones() {
     );
     // Warm samples stay out of the point's statistics.
     assert_eq!(o.points()[0].usable, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_that_stops_listening_mid_request_stops_the_sweep_within_seconds() {
+    // llama-server on SIGTERM stops listening but holds the request open for 30 s.
+    let fake = Fake::new(vec![STEADY, Step::ShutDown], STEADY);
+    let t0 = Instant::now();
+    let o = run_loop(&fake, &[1024, 2048], &[], &fixed(3), None).await;
+    let s = o.samples();
+    assert_eq!(s.len(), 2, "{:?}", o.events);
+    let e = s[1].error.as_ref().unwrap();
+    assert_eq!(e.kind, "transport");
+    assert!(e.message.contains("stopped accepting"), "{e:?}");
+    assert!(o.tally.stopped.is_some());
+    assert_eq!(fake.requests(), 2);
+    // The first request takes 0.42 s; the watchdog looks every second.
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(3), "{took:?}");
 }
