@@ -41,11 +41,15 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         let (tx, rx) = tokio::sync::watch::channel(false);
         // First Ctrl-C: stop after recording what is measured. Second: exit at once.
+        // Registered here, before any command runs, so no early Ctrl-C falls through to
+        // the default handler.
+        let sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
+            let Ok(mut sigint) = sigint else { return };
+            if sigint.recv().await.is_some() {
                 eprintln!("\ninterrupt: stopping after saving results (Ctrl-C again to quit now)");
                 let _ = tx.send(true);
-                if tokio::signal::ctrl_c().await.is_ok() {
+                if sigint.recv().await.is_some() {
                     std::process::exit(130);
                 }
             }

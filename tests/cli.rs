@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{free_port, run, sweep};
+use common::{run, sweep, unreachable_url};
 
 #[test]
 fn malformed_contexts_are_a_usage_error() {
@@ -47,7 +47,7 @@ fn unknown_backend_is_a_usage_error() {
 
 #[test]
 fn an_unreachable_server_is_named_and_leaves_no_file() {
-    let url = format!("http://127.0.0.1:{}", free_port());
+    let url = unreachable_url();
     let run = sweep(&url, &["--contexts", "1k"]);
     let stderr = &run.stderr;
     assert_eq!(run.code, 1, "{stderr}");
@@ -61,7 +61,7 @@ fn an_unreachable_server_is_named_and_leaves_no_file() {
 #[test]
 fn an_unwritable_results_path_fails_before_contacting_the_server() {
     // The URL is unreachable: if ctxbench got as far as probing, the message would say so.
-    let url = format!("http://127.0.0.1:{}", free_port());
+    let url = unreachable_url();
     let (code, _, stderr) = run(&[
         "sweep",
         "--url",
@@ -118,7 +118,7 @@ fn overhead_with_zero_runs_is_a_usage_error() {
 #[test]
 fn a_named_api_key_variable_that_is_unset_is_refused_before_any_request() {
     // The URL is unreachable: had ctxbench sent anything, the message would say so.
-    let url = format!("http://127.0.0.1:{}", free_port());
+    let url = unreachable_url();
     let name = "CTXBENCH_TEST_UNSET_KEY_VARIABLE";
     let (code, _, stderr) = run(&[
         "sweep",
@@ -156,7 +156,7 @@ fn a_closed_stdout_or_stderr_is_not_an_error() {
     }
     // A sweep whose stderr and stdout are closed (`2>&1 | head -2`) exits with its own
     // code (1: the server is unreachable), never a panic (101).
-    let url = format!("http://127.0.0.1:{}", free_port());
+    let url = unreachable_url();
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
     let status = common::ctxbench()
