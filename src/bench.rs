@@ -320,6 +320,44 @@ pub struct PointRecord {
     pub decode_ci_rel: Option<f64>,
 }
 
+/// A point's progress from the samples recorded by earlier sessions (resume), and their
+/// decode step times.
+fn prior_progress(prior: &[Sample], context: u64, min_reps: u32) -> (PointProgress, Vec<f64>) {
+    let mut prog = PointProgress::default();
+    let mut steps = Vec::new();
+    for s in prior
+        .iter()
+        .filter(|s| s.context_tokens == context && s.status == Status::Ok && s.phase == "cold")
+    {
+        prog.add_rep(s.e2e_ms.unwrap_or(0.0) / 1000.0, min_reps);
+        if s.usable() {
+            prog.ttft_ms.extend(s.ttft_ms);
+            prog.decode.extend(s.decode_tokens_per_s);
+            steps.extend(s.ms_per_step);
+        }
+    }
+    (prog, steps)
+}
+
+/// The `point` line of a finished context.
+fn point_record(
+    settings: &BenchSettings,
+    context: u64,
+    prog: &PointProgress,
+    reason: StopReason,
+) -> PointRecord {
+    PointRecord {
+        kind: "point".into(),
+        run_id: settings.run_id.clone(),
+        context_tokens: context,
+        reps: prog.reps,
+        usable: prog.ttft_ms.len(),
+        stop_reason: reason,
+        ttft_ci_rel: relative_half_width(&prog.ttft_ms),
+        decode_ci_rel: relative_half_width(&prog.decode),
+    }
+}
+
 fn observation(context: u64, p: &PointProgress, steps_ms: &[f64]) -> Option<Observation> {
     let med = |v: &[f64]| crate::stats::Spread::of(v.iter().copied()).map(|s| s.median);
     Some(Observation {
@@ -360,34 +398,13 @@ pub async fn run(
     let mut observations: Vec<Observation> = Vec::new();
     let mut window = prior.len() as u64;
     'points: for (pi, &context) in contexts.iter().enumerate() {
-        let mut prog = PointProgress::default();
-        let mut steps = Vec::new();
-        for s in prior
-            .iter()
-            .filter(|s| s.context_tokens == context && s.status == Status::Ok && s.phase == "cold")
-        {
-            prog.add_rep(s.e2e_ms.unwrap_or(0.0) / 1000.0, policy.min_reps);
-            if s.usable() {
-                prog.ttft_ms.extend(s.ttft_ms);
-                prog.decode.extend(s.decode_tokens_per_s);
-                steps.extend(s.ms_per_step);
-            }
-        }
+        let (mut prog, mut steps) = prior_progress(prior, context, policy.min_reps);
         let mut next_rep = 0u32;
         loop {
             let model = CostModel::new(observations.clone());
             let cost = model.request_s(context as f64, settings.output_tokens);
             if let Err(reason) = policy.next(&prog, run_start.elapsed().as_secs_f64(), cost) {
-                let rec = PointRecord {
-                    kind: "point".into(),
-                    run_id: settings.run_id.clone(),
-                    context_tokens: context,
-                    reps: prog.reps,
-                    usable: prog.ttft_ms.len(),
-                    stop_reason: reason,
-                    ttft_ci_rel: relative_half_width(&prog.ttft_ms),
-                    decode_ci_rel: relative_half_width(&prog.decode),
-                };
+                let rec = point_record(settings, context, &prog, reason);
                 writer.append(&rec)?;
                 observer.point_done(&rec);
                 break;
