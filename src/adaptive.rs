@@ -60,8 +60,20 @@ pub struct PointProgress {
     pub ttft_ms: Vec<f64>,
     /// Decode rates of usable samples (tok/s).
     pub decode: Vec<f64>,
-    /// Seconds spent on this point.
-    pub elapsed_s: f64,
+    /// Seconds spent on this point's repetitions beyond `min_reps` (what the point budget
+    /// limits: the minimum is always taken, whatever it costs).
+    pub beyond_min_s: f64,
+}
+
+impl PointProgress {
+    /// Counts one repetition that took `secs`; only time beyond the first `min_reps`
+    /// repetitions counts against the point budget.
+    pub fn add_rep(&mut self, secs: f64, min_reps: u32) {
+        if self.reps >= min_reps {
+            self.beyond_min_s += secs;
+        }
+        self.reps += 1;
+    }
 }
 
 impl RepPolicy {
@@ -97,7 +109,7 @@ impl RepPolicy {
             }
         }
         if let Some(b) = self.point_budget_s {
-            if p.elapsed_s + cost > b {
+            if p.beyond_min_s + cost > b {
                 return Err(StopReason::PointBudget);
             }
         }
@@ -152,7 +164,7 @@ mod tests {
             reps: 8,
             ttft_ms: vec![100.0, 101.0, 99.0, 100.5, 100.2, 99.8, 100.1, 100.0],
             decode: vec![50.0; 8],
-            elapsed_s: 1.0,
+            beyond_min_s: 1.0,
         };
         assert_eq!(
             policy().next(&tight, 1.0, Some(0.1)),
@@ -162,7 +174,7 @@ mod tests {
             reps: 8,
             ttft_ms: vec![50.0, 150.0, 80.0, 120.0, 60.0, 140.0, 100.0, 90.0],
             decode: vec![50.0; 8],
-            elapsed_s: 1.0,
+            beyond_min_s: 1.0,
         };
         assert!(policy().next(&noisy, 1.0, Some(0.1)).is_ok());
         assert_eq!(
@@ -182,10 +194,29 @@ mod tests {
     }
 
     #[test]
+    fn a_tight_ttft_does_not_stop_a_point_whose_decode_rate_is_noisy() {
+        let p = PointProgress {
+            reps: 8,
+            ttft_ms: vec![100.0; 8],
+            decode: vec![30.0, 70.0, 40.0, 60.0, 35.0, 65.0, 50.0, 45.0],
+            beyond_min_s: 1.0,
+        };
+        assert!(relative_half_width(&p.ttft_ms).unwrap() <= 0.05);
+        assert!(policy().next(&p, 1.0, Some(0.1)).is_ok());
+        // And the converse: tight decode, noisy TTFT.
+        let q = PointProgress {
+            ttft_ms: p.decode.clone(),
+            decode: p.ttft_ms.clone(),
+            ..p
+        };
+        assert!(policy().next(&q, 1.0, Some(0.1)).is_ok());
+    }
+
+    #[test]
     fn min_reps_are_always_taken() {
         let p = PointProgress {
             reps: 2,
-            elapsed_s: 1e9,
+            beyond_min_s: 1e9,
             ..Default::default()
         };
         assert!(policy().next(&p, 1e9, Some(1e9)).is_ok());

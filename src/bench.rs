@@ -3,19 +3,42 @@
 //! with flushes and metric scrapes around them; every sample is recorded as it is measured.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock, so the loop's budgets can be tested on a paused clock.
+use tokio::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::adaptive::{relative_half_width, PointProgress, RepPolicy};
+use crate::adaptive::{relative_half_width, PointProgress, RepPolicy, StopReason};
 use crate::client::{Backend, GenRequest, Timeouts};
 use crate::costmodel::{CostModel, Observation};
 use crate::error::{ClientError, RecordError};
 use crate::metrics::{self, Scraper};
-use crate::progress::Observer;
 use crate::prompt::PromptBuilder;
 use crate::record::{ErrorKind, Flag, Line, Phase, ResultsWriter, Sample, ServerTimings, Status};
-use crate::sample::{apply_metric_deltas, make_sample, make_two_point_sample, make_warm_sample};
+use crate::sample::{
+    apply_metric_deltas, make_sample, make_two_point_sample, make_warm_sample, Target,
+};
+
+/// Receives events from the measuring loop; the loop does not know who listens (the
+/// binary's terminal display is one implementation, tests record events).
+pub trait Observer {
+    /// The run is about to measure `total` samples (`skipped` already recorded).
+    fn start(&mut self, _total: usize, _skipped: usize) {}
+    /// A request at `context` is about to be sent.
+    fn sample_started(&mut self, _context: u64, _rep: u32) {}
+    /// A sample was recorded.
+    fn sample_done(&mut self, _sample: &Sample) {}
+    /// Predicted seconds left (from the cost model), when known.
+    fn eta(&mut self, _remaining_s: Option<f64>) {}
+    /// A context is finished: how many repetitions and why it stopped.
+    fn point_done(&mut self, _point: &PointRecord) {}
+    /// A warning worth a line of its own.
+    fn warn(&mut self, _msg: &str) {}
+    /// Measuring is over.
+    fn finish(&mut self) {}
+}
 
 /// What to do when a request fails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -67,12 +90,30 @@ impl BenchSettings {
             .max((self.length_tolerance_pct * context as f64).ceil() as u64)
     }
 
+    /// What a sample at `context` is checked against.
+    pub fn target(&self, context: u64) -> Target<'_> {
+        Target {
+            run_id: &self.run_id,
+            tolerance: self.tolerance_for(context),
+            output_tokens: self.output_tokens,
+        }
+    }
+
     /// Timeouts for a request at `context` tokens: long prompts are allowed longer.
     pub fn timeouts_for(&self, context: u64) -> Timeouts {
         Timeouts {
             request: self.timeout_base + self.timeout_per_1k.mul_f64(context as f64 / 1000.0),
             stall: self.stall_timeout,
         }
+    }
+
+    /// Timeouts for an unmeasured request (the warmup, dry-run calibration): nothing
+    /// predicts its cost yet, so a tiny `--timeout` meant for measured requests (which the
+    /// cost model raises) does not cut it; it gets at least [`UNMEASURED_TIMEOUT`].
+    pub fn timeouts_unmeasured(&self, context: u64) -> Timeouts {
+        let mut t = self.timeouts_for(context);
+        t.request = t.request.max(UNMEASURED_TIMEOUT);
+        t
     }
 
     /// Timeouts once the cost model predicts the request: the static allowance or four
@@ -106,6 +147,9 @@ pub struct Warmup {
     pub server_busy_ms: f64,
 }
 
+/// The least time an unmeasured request (warmup, calibration) is allowed.
+pub const UNMEASURED_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Tokens in the warmup prompt.
 pub const WARMUP_TOKENS: u64 = 64;
 
@@ -123,7 +167,7 @@ pub async fn warmup(
             prompt,
             max_tokens: 2,
             cache_bypass: settings.cache_bypass,
-            timeouts: settings.timeouts_for(WARMUP_TOKENS),
+            timeouts: settings.timeouts_unmeasured(WARMUP_TOKENS),
         })
         .await?;
     let reported = out.counts.prompt_tokens;
@@ -232,6 +276,65 @@ pub struct Tally {
 }
 
 pub use crate::record::PointRecord;
+impl Tally {
+    /// Wall time over server-busy time, when it means something: only for a sweep that
+    /// completed every sample (a stopped, interrupted or failing sweep spent wall time the
+    /// server never reported, so the ratio would blame the client). `Err` says why not.
+    pub fn efficiency(&self, wall_s: f64) -> Result<f64, String> {
+        let busy_s = self.server_busy_ms / 1000.0;
+        if self.interrupted {
+            Err("the sweep was interrupted".into())
+        } else if self.stopped.is_some() {
+            Err("the sweep stopped early".into())
+        } else if self.failed > 0 {
+            Err(format!(
+                "{} sample(s) failed, and failures report no server time",
+                self.failed
+            ))
+        } else if busy_s <= 0.0 {
+            Err("the server reported no timings".into())
+        } else {
+            Ok(wall_s / busy_s)
+        }
+    }
+}
+
+/// A point's progress from the samples recorded by earlier sessions (resume), and their
+/// decode step times.
+fn prior_progress(prior: &[Sample], context: u64, min_reps: u32) -> (PointProgress, Vec<f64>) {
+    let mut prog = PointProgress::default();
+    let mut steps = Vec::new();
+    for s in prior
+        .iter()
+        .filter(|s| s.context_tokens == context && s.status == Status::Ok && s.phase == Phase::Cold)
+    {
+        prog.add_rep(s.e2e_ms.unwrap_or(0.0) / 1000.0, min_reps);
+        if s.usable() {
+            prog.ttft_ms.extend(s.ttft_ms);
+            prog.decode.extend(s.decode_tokens_per_s);
+            steps.extend(s.ms_per_step);
+        }
+    }
+    (prog, steps)
+}
+
+/// The `point` line of a finished context.
+fn point_record(
+    settings: &BenchSettings,
+    context: u64,
+    prog: &PointProgress,
+    reason: StopReason,
+) -> PointRecord {
+    PointRecord {
+        run_id: settings.run_id.clone(),
+        context_tokens: context,
+        reps: prog.reps,
+        usable: prog.ttft_ms.len(),
+        stop_reason: reason,
+        ttft_ci_rel: relative_half_width(&prog.ttft_ms),
+        decode_ci_rel: relative_half_width(&prog.decode),
+    }
+}
 
 fn observation(context: u64, p: &PointProgress, steps_ms: &[f64]) -> Option<Observation> {
     let med = |v: &[f64]| crate::stats::Spread::of(v.iter().copied()).map(|s| s.median);
@@ -271,35 +374,15 @@ pub async fn run(
     );
     let run_start = Instant::now();
     let mut observations: Vec<Observation> = Vec::new();
-    let mut slot = prior.len() as u64;
+    let mut window = prior.len() as u64;
     'points: for (pi, &context) in contexts.iter().enumerate() {
-        let mut prog = PointProgress::default();
-        let mut steps = Vec::new();
-        for s in prior.iter().filter(|s| {
-            s.context_tokens == context && s.status == Status::Ok && s.phase == Phase::Cold
-        }) {
-            prog.reps += 1;
-            prog.elapsed_s += s.e2e_ms.unwrap_or(0.0) / 1000.0;
-            if s.usable() {
-                prog.ttft_ms.extend(s.ttft_ms);
-                prog.decode.extend(s.decode_tokens_per_s);
-                steps.extend(s.ms_per_step);
-            }
-        }
+        let (mut prog, mut steps) = prior_progress(prior, context, policy.min_reps);
         let mut next_rep = 0u32;
         loop {
             let model = CostModel::new(observations.clone());
             let cost = model.request_s(context as f64, settings.output_tokens);
             if let Err(reason) = policy.next(&prog, run_start.elapsed().as_secs_f64(), cost) {
-                let rec = PointRecord {
-                    run_id: settings.run_id.clone(),
-                    context_tokens: context,
-                    reps: prog.reps,
-                    usable: prog.ttft_ms.len(),
-                    stop_reason: reason,
-                    ttft_ci_rel: relative_half_width(&prog.ttft_ms),
-                    decode_ci_rel: relative_half_width(&prog.decode),
-                };
+                let rec = point_record(settings, context, &prog, reason);
                 writer.append(&Line::Point(rec.clone()))?;
                 observer.point_done(&rec);
                 break;
@@ -318,10 +401,10 @@ pub async fn run(
             let timeouts = settings.timeouts_with_prediction(context, cost);
             let t0 = Instant::now();
             let measured = measure_cold(
-                backend, builder, settings, context, rep, slot, timeouts, interrupt,
+                backend, builder, settings, context, rep, window, timeouts, interrupt,
             )
             .await;
-            slot += 2; // two-point uses two prompts
+            window += 2; // two-point uses two prompts
             let Some((sample, req)) = measured else {
                 tally.interrupted = true;
                 break 'points;
@@ -332,9 +415,8 @@ pub async fn run(
                 .error
                 .as_ref()
                 .is_some_and(|e| e.kind == ErrorKind::Transport)
-                && !backend.http().reachable().await;
-            prog.reps += 1;
-            prog.elapsed_s += t0.elapsed().as_secs_f64();
+                && !backend.reachable().await;
+            prog.add_rep(t0.elapsed().as_secs_f64(), policy.min_reps);
             if sample.usable() {
                 prog.ttft_ms.extend(sample.ttft_ms);
                 prog.decode.extend(sample.decode_tokens_per_s);
@@ -358,10 +440,12 @@ pub async fn run(
                     let at = now();
                     let r = tokio::select! {
                         r = backend.generate(&req) => r,
+                        e = watch_server(backend) => Err(e),
                         _ = interrupt.wait_for(|v| *v) => break,
                     };
                     let sent = req.prompt.len() as u64;
-                    let mut w = make_warm_sample(settings, context, rep, sent, at, r);
+                    let mut w =
+                        make_warm_sample(&settings.target(context), context, rep, sent, at, r);
                     finish_metrics(settings, Some(&mut w), before.as_ref()).await;
                     stop = record(writer, &mut tally, observer, settings, &w)?;
                     if stop.is_some() {
@@ -393,13 +477,13 @@ async fn measure_cold(
     settings: &BenchSettings,
     context: u64,
     rep: u32,
-    slot: u64,
+    window: u64,
     timeouts: Timeouts,
     interrupt: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Option<(Sample, Option<GenRequest>)> {
     let at = now();
     let before = scrape(settings).await;
-    let prompt = builder.build(context, slot);
+    let prompt = builder.build(context, window);
     let sent = prompt.len() as u64;
     let req = |prompt, max_tokens| GenRequest {
         prompt,
@@ -410,7 +494,7 @@ async fn measure_cold(
     match settings.two_point {
         Some(ab) => {
             // A and B each get their own nonce: neither can reuse the other's prefill.
-            let prompt_b = builder.build(context, slot + 1);
+            let prompt_b = builder.build(context, window + 1);
             let flushed = flush(backend, settings).await;
             let pair = async {
                 let a = backend.generate_once(&req(prompt, ab.0)).await;
@@ -422,9 +506,14 @@ async fn measure_cold(
             };
             tokio::select! {
                 (a, b) = pair => {
-                    let mut s = make_two_point_sample(settings, context, rep, sent, at, ab, a, b);
+                    let mut s = make_two_point_sample(&settings.target(context), context, rep, sent, at, ab, a, b);
                     note_flush(&mut s, flushed);
                     finish_metrics(settings, Some(&mut s), before.as_ref()).await;
+                    Some((s, None))
+                }
+                e = watch_server(backend) => {
+                    let mut s = make_two_point_sample(&settings.target(context), context, rep, sent, at, ab, Err(e), Err(gone_error(backend)));
+                    note_flush(&mut s, flushed);
                     Some((s, None))
                 }
                 _ = interrupt.wait_for(|v| *v) => None,
@@ -435,13 +524,34 @@ async fn measure_cold(
             let req = req(prompt, settings.output_tokens);
             let result = tokio::select! {
                 r = backend.generate(&req) => r,
+                e = watch_server(backend) => Err(e),
                 _ = interrupt.wait_for(|v| *v) => return None,
             };
-            let mut s = make_sample(settings, context, rep, sent, at, result);
+            let mut s = make_sample(&settings.target(context), context, rep, sent, at, result);
             note_flush(&mut s, flushed);
             finish_metrics(settings, Some(&mut s), before.as_ref()).await;
             Some((s, Some(req)))
         }
+    }
+}
+
+/// Resolves, with the error to record, when the server stops listening while a request is
+/// in flight (checked every second by a TCP connect). A server shutting down can hold a
+/// request open for its own shutdown timeout (llama-server: 30 s) without a byte; this
+/// notices at once that nothing listens any more.
+async fn watch_server(backend: &dyn Backend) -> ClientError {
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if !backend.listening().await {
+            return gone_error(backend);
+        }
+    }
+}
+
+fn gone_error(backend: &dyn Backend) -> ClientError {
+    ClientError::Transport {
+        endpoint: backend.endpoint().to_owned(),
+        detail: "the server stopped accepting connections mid-request".to_owned(),
     }
 }
 
@@ -514,4 +624,60 @@ pub(crate) mod tests {
         assert_eq!(st.timeouts_for(0).request, Duration::from_secs(60));
         assert_eq!(st.timeouts_for(180_000).request, Duration::from_secs(960));
     }
+
+    #[test]
+    fn a_tiny_timeout_is_raised_by_the_prediction_and_spares_unmeasured_requests() {
+        let mut st = settings();
+        st.timeout_base = Duration::from_millis(10);
+        st.timeout_per_1k = Duration::ZERO;
+        // No prediction: the static value.
+        let none = st.timeouts_with_prediction(8192, None).request;
+        assert_eq!(none, Duration::from_millis(10));
+        // A prediction of 0.8 s: at least 4× that above the base.
+        let predicted = st.timeouts_with_prediction(8192, Some(0.8)).request;
+        assert_eq!(predicted, Duration::from_millis(3210));
+        assert_eq!(st.timeouts_unmeasured(64).request, UNMEASURED_TIMEOUT);
+        // A larger --timeout is kept as it is.
+        st.timeout_base = Duration::from_secs(300);
+        assert_eq!(st.timeouts_unmeasured(64).request, Duration::from_secs(300));
+    }
+
+    #[test]
+    fn efficiency_is_only_computed_for_a_sweep_that_completed() {
+        let ok = Tally {
+            recorded: 4,
+            server_busy_ms: 2000.0,
+            ..Tally::default()
+        };
+        assert_eq!(ok.efficiency(3.0), Ok(1.5));
+        let failed = Tally {
+            failed: 1,
+            ..ok.clone()
+        };
+        assert!(failed
+            .efficiency(3.0)
+            .unwrap_err()
+            .contains("1 sample(s) failed"));
+        let stopped = Tally {
+            stopped: Some("connection lost".into()),
+            ..ok.clone()
+        };
+        assert!(stopped
+            .efficiency(31.8)
+            .unwrap_err()
+            .contains("stopped early"));
+        let interrupted = Tally {
+            interrupted: true,
+            ..ok.clone()
+        };
+        assert!(interrupted.efficiency(3.0).is_err());
+        let silent = Tally {
+            server_busy_ms: 0.0,
+            ..ok
+        };
+        assert!(silent.efficiency(3.0).is_err());
+    }
 }
+
+#[cfg(test)]
+mod loop_tests;

@@ -161,7 +161,7 @@ pub struct SweepArgs {
     #[arg(long)]
     pub dry_run: bool,
 
-    /// Prompt text: `repeat` (the seed's sentence; inflates speculative acceptance),
+    /// Prompt text: `repeat` (one sentence repeated; inflates speculative acceptance),
     /// `random` (random token ids), or a file or folder of your own text.
     #[arg(long, default_value = "repeat", value_name = "repeat|random|PATH")]
     pub corpus: String,
@@ -201,7 +201,10 @@ pub struct SweepArgs {
     #[arg(long, default_value_t = 0)]
     pub length_tolerance: u64,
 
-    /// Request timeout: SECONDS plus --timeout-per-1k for every 1000 context tokens.
+    /// Request timeout: SECONDS plus --timeout-per-1k for every 1000 context tokens. A
+    /// floor, not a cap: once the server has been measured, a request is allowed at least
+    /// SECONDS plus 4× its predicted cost; the unmeasured warmup and calibration requests
+    /// get at least 60 s.
     #[arg(
         long,
         default_value_t = 60.0,
@@ -238,12 +241,12 @@ pub struct SweepArgs {
     pub cache_bypass: Switch,
 
     /// Trap demonstration: `off` drops the per-request nonce, so repetitions send identical
-    /// prompts (the seed's mistake).
+    /// prompts, which a server may answer from its prefix cache.
     #[arg(long, value_enum, default_value = "on")]
     pub nonce: Switch,
 
-    /// `stream`: timestamps as bytes arrive (primary). `two-point`: the seed's method,
-    /// non-streamed requests of --two-point-tokens A and B tokens, decode = (B − A)/(t_B − t_A),
+    /// `stream`: timestamps as bytes arrive (primary). `two-point`: the classic
+    /// difference method, non-streamed requests of --two-point-tokens A and B tokens, decode = (B − A)/(t_B − t_A),
     /// each request with its own nonce; a sample where t_B ≤ t_A is flagged with the reason.
     #[arg(long, value_enum, default_value = "stream")]
     pub method: Method,
@@ -331,6 +334,6 @@ pub struct OverheadArgs {
     #[arg(long, default_value_t = 200_000)]
     pub tokens: u32,
     /// Runs (the median is reported).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub runs: u32,
 }

@@ -7,7 +7,7 @@ use rand::{RngExt, SeedableRng};
 use crate::client::Backend;
 use crate::error::ClientError;
 
-/// The seed's synthetic sentence. Repetitive text makes drafts trivially right: it inflates
+/// The synthetic sentence of `--corpus repeat`. Repetitive text makes drafts trivially right: it inflates
 /// speculative acceptance, so results always record which corpus was used.
 pub const REPEAT_SENTENCE: &str = "The quick brown fox jumps over the lazy dog. ";
 

@@ -16,7 +16,6 @@ pub mod error;
 pub mod metrics;
 pub mod plan;
 pub mod probe;
-pub mod progress;
 pub mod prompt;
 pub mod record;
 pub mod render;

@@ -5,9 +5,26 @@ use std::process::ExitCode;
 use clap::Parser;
 use ctxbench::cli::{Cli, Command};
 use ctxbench::error::{ClientError, UsageError};
+
+// std's print macros panic when the stream is closed (`ctxbench sweep 2>&1 | head -2`):
+// these shadow them for the whole binary and drop what cannot be written. Results are
+// never written through them; a closed stdout on a report ends the command (below).
+macro_rules! eprintln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+macro_rules! println {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod cmd;
 
-use cmd::sweep::{self, Ending};
+use cmd::{sweep, Ending};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -24,11 +41,15 @@ fn main() -> ExitCode {
     let result = rt.block_on(async {
         let (tx, rx) = tokio::sync::watch::channel(false);
         // First Ctrl-C: stop after recording what is measured. Second: exit at once.
+        // Registered here, before any command runs, so no early Ctrl-C falls through to
+        // the default handler.
+        let sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
+            let Ok(mut sigint) = sigint else { return };
+            if sigint.recv().await.is_some() {
                 eprintln!("\ninterrupt: stopping after saving results (Ctrl-C again to quit now)");
                 let _ = tx.send(true);
-                if tokio::signal::ctrl_c().await.is_ok() {
+                if sigint.recv().await.is_some() {
                     std::process::exit(130);
                 }
             }
@@ -44,6 +65,8 @@ fn main() -> ExitCode {
         Ok(Ending::Complete) => ExitCode::SUCCESS,
         Ok(Ending::Incomplete) => ExitCode::from(1),
         Ok(Ending::Interrupted) => ExitCode::from(130),
+        // A reader that stopped reading (`| head`) is not an error (as in ripgrep).
+        Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             let unauthorized = e.chain().any(|c| {
@@ -59,4 +82,12 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// Whether the error is a write to a closed pipe.
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

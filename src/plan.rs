@@ -28,7 +28,7 @@ pub fn parse_contexts(s: &str) -> Result<Vec<u64>, UsageError> {
 }
 
 /// The usable top of the ladder: the server's maximum minus the output and a 10% margin
-/// (the seed stopped at 180k under a 200k limit).
+/// (e.g. 180k under a 200k limit).
 pub fn usable_max(limit: u64, output_tokens: u64) -> u64 {
     let margin = (limit / 10).max(64);
     limit.saturating_sub(margin).saturating_sub(output_tokens)

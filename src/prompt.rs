@@ -24,7 +24,8 @@ pub struct PromptBuilder<'a> {
 }
 
 impl<'a> PromptBuilder<'a> {
-    /// A builder; `nonce: false` reproduces the seed's trap (identical prompts) on purpose.
+    /// A builder; `nonce: false` sends identical prompts on purpose (the cache trap
+    /// `--nonce off` demonstrates).
     pub fn new(corpus: &'a Corpus, nonce: bool) -> Self {
         PromptBuilder {
             corpus,
@@ -45,9 +46,9 @@ impl<'a> PromptBuilder<'a> {
         self.server_added
     }
 
-    /// A prompt that the server will count as exactly `target` tokens. `slot` picks the
+    /// A prompt that the server will count as exactly `target` tokens. `window` picks the
     /// corpus window, so repetitions read different text.
-    pub fn build(&mut self, target: u64, slot: u64) -> Vec<u32> {
+    pub fn build(&mut self, target: u64, window: u64) -> Vec<u32> {
         let len = target.saturating_sub(self.server_added) as usize;
         let mut p = Vec::with_capacity(len);
         let n_nonce = if self.nonce { NONCE_TOKENS.min(len) } else { 0 };
@@ -61,7 +62,7 @@ impl<'a> PromptBuilder<'a> {
         let n = self.corpus.tokens.len();
         // Spread windows over the corpus with a large odd stride.
         let offset = if self.nonce {
-            (slot as usize).wrapping_mul(7919) % n
+            (window as usize).wrapping_mul(7919) % n
         } else {
             0
         };

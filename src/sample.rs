@@ -4,12 +4,23 @@
 
 use std::time::Duration;
 
-use crate::bench::BenchSettings;
 use crate::client::{GenOutcome, OnceOutcome};
 use crate::error::ClientError;
 use crate::metrics;
 use crate::record::{ErrorKind, Flag, Method, Phase, Sample, SampleError, Status, TwoPoint};
 use crate::record::{ServerTimings, SpecStats};
+
+/// What a sample is measured against: the run it belongs to, the allowed prompt-length
+/// difference at its context, and the output length asked for.
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    /// Run id stamped on the sample.
+    pub run_id: &'a str,
+    /// Allowed |server prompt tokens − context| at this context.
+    pub tolerance: u64,
+    /// Tokens asked for per request (fewer is flagged `short_output`).
+    pub output_tokens: u32,
+}
 
 /// Flags shared by every method.
 fn flag_common(s: &mut Sample, expected_output: u64) {
@@ -34,9 +45,9 @@ fn flag_common(s: &mut Sample, expected_output: u64) {
 }
 
 /// A sample with nothing measured yet.
-fn blank_sample(settings: &BenchSettings, context: u64, rep: u32, sent: u64, at: String) -> Sample {
+fn blank_sample(target: &Target<'_>, context: u64, rep: u32, sent: u64, at: String) -> Sample {
     Sample {
-        run_id: settings.run_id.clone(),
+        run_id: target.run_id.to_owned(),
         context_tokens: context,
         rep,
         phase: Phase::Cold,
@@ -86,7 +97,7 @@ fn fail(s: &mut Sample, e: &ClientError) {
 /// decode time) no rate is computed and the sample says why.
 #[allow(clippy::too_many_arguments)]
 pub fn make_two_point_sample(
-    settings: &BenchSettings,
+    target: &Target<'_>,
     context: u64,
     rep: u32,
     sent: u64,
@@ -95,7 +106,7 @@ pub fn make_two_point_sample(
     a: Result<OnceOutcome, ClientError>,
     b: Result<OnceOutcome, ClientError>,
 ) -> Sample {
-    let mut s = blank_sample(settings, context, rep, sent, at);
+    let mut s = blank_sample(target, context, rep, sent, at);
     s.method = Method::TwoPoint;
     let (a, b) = match (a, b) {
         (Ok(a), Ok(b)) => (a, b),
@@ -109,7 +120,7 @@ pub fn make_two_point_sample(
     let n_a = a.counts.completion_tokens.unwrap_or(a_tokens as u64);
     let n_b = b.counts.completion_tokens.unwrap_or(b_tokens as u64);
     s.prompt_tokens = b.counts.prompt_tokens;
-    let len_ok = |p: Option<u64>| p.map(|p| p.abs_diff(context) <= settings.tolerance_for(context));
+    let len_ok = |p: Option<u64>| p.map(|p| p.abs_diff(context) <= target.tolerance);
     s.length_ok = match (len_ok(a.counts.prompt_tokens), len_ok(s.prompt_tokens)) {
         (Some(x), Some(y)) => Some(x && y),
         _ => None,
@@ -168,14 +179,14 @@ pub fn make_two_point_sample(
 /// Turns a warm decode request (the prefix reused on purpose) into a sample: decode only;
 /// a cache hit is the point here, not a contamination.
 pub fn make_warm_sample(
-    settings: &BenchSettings,
+    target: &Target<'_>,
     context: u64,
     rep: u32,
     sent: u64,
     at: String,
     result: Result<GenOutcome, ClientError>,
 ) -> Sample {
-    let mut s = make_sample(settings, context, rep, sent, at, result);
+    let mut s = make_sample(target, context, rep, sent, at, result);
     s.phase = Phase::Warm;
     s.contaminated = false;
     s.prefill_tokens_per_s = None;
@@ -190,14 +201,14 @@ pub fn make_warm_sample(
 
 /// Turns a request's outcome into a sample. Pure: no I/O, unit-tested.
 pub fn make_sample(
-    settings: &BenchSettings,
+    target: &Target<'_>,
     context: u64,
     rep: u32,
     sent: u64,
     at: String,
     result: Result<GenOutcome, ClientError>,
 ) -> Sample {
-    let mut s = blank_sample(settings, context, rep, sent, at);
+    let mut s = blank_sample(target, context, rep, sent, at);
     let out = match result {
         Ok(o) => o,
         Err(e) => {
@@ -212,7 +223,7 @@ pub fn make_sample(
     s.contaminated = s.cached_tokens.is_some_and(|c| c > 0);
     s.length_ok = s
         .prompt_tokens
-        .map(|p| p.abs_diff(context) <= settings.tolerance_for(context));
+        .map(|p| p.abs_diff(context) <= target.tolerance);
     s.ttft_ms = out.stream.ttft().map(ms);
     s.e2e_ms = Some(ms(out.stream.e2e()));
     s.token_chunks = Some(out.stream.token_events as u64);
@@ -238,7 +249,7 @@ pub fn make_sample(
     if let Some(spec) = out.spec {
         set_spec(&mut s, spec);
     }
-    flag_common(&mut s, settings.output_tokens as u64);
+    flag_common(&mut s, target.output_tokens as u64);
     s
 }
 
@@ -296,9 +307,17 @@ pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &m
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::tests::settings;
     use crate::client::{Counts, ServerTimings, StreamStats};
     use std::time::Instant;
+
+    /// The target of unit-test samples: exact lengths, 33 output tokens.
+    fn target() -> Target<'static> {
+        Target {
+            run_id: "r",
+            tolerance: 0,
+            output_tokens: 33,
+        }
+    }
 
     fn outcome(cached: Option<u64>, prompt: u64, n: u64, token_events: usize) -> GenOutcome {
         let t0 = Instant::now();
@@ -333,7 +352,7 @@ mod tests {
     #[test]
     fn cold_sample_metrics_use_server_count_over_first_to_last() {
         let s = make_sample(
-            &settings(),
+            &target(),
             4096,
             0,
             4096,
@@ -354,7 +373,7 @@ mod tests {
     fn multi_token_chunks_do_not_change_the_per_token_rate() {
         // Speculative decoding: 33 tokens in 9 chunks, same interval: same tok/s.
         let s = make_sample(
-            &settings(),
+            &target(),
             4096,
             0,
             4096,
@@ -380,7 +399,7 @@ mod tests {
             }
             .derive(),
         );
-        let s = make_sample(&settings(), 4096, 0, 4096, "t".into(), Ok(o));
+        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
         assert!((s.ms_per_step.unwrap() - 10.0).abs() < 1e-6);
         assert!((s.ms_per_verify_step.unwrap() - 40.0).abs() < 1e-6);
         assert_eq!(s.spec_accept_length, Some(4.0));
@@ -407,10 +426,10 @@ mod tests {
         let max = u64::MAX;
         let o = outcome(Some(max), max, max, 33);
         for s in [
-            make_sample(&settings(), 4096, 0, 4096, "t".into(), Ok(o.clone())),
-            make_warm_sample(&settings(), 4096, 0, 4096, "t".into(), Ok(o)),
+            make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o.clone())),
+            make_warm_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o)),
             make_two_point_sample(
-                &settings(),
+                &target(),
                 4096,
                 0,
                 4096,
@@ -442,7 +461,7 @@ mod tests {
     #[test]
     fn two_point_decode_is_b_minus_a_over_time_difference() {
         let s = make_two_point_sample(
-            &settings(),
+            &target(),
             2048,
             0,
             2048,
@@ -462,7 +481,7 @@ mod tests {
     fn two_point_inversion_is_flagged_with_its_reason_never_nan() {
         // The seed's trap: B served from the cache.
         let s = make_two_point_sample(
-            &settings(),
+            &target(),
             2048,
             0,
             2048,
@@ -478,7 +497,7 @@ mod tests {
         assert!(reason.contains("prefix cache"), "{reason}");
         // Without a cache hit the reason is noise.
         let s = make_two_point_sample(
-            &settings(),
+            &target(),
             2048,
             0,
             2048,
@@ -493,7 +512,7 @@ mod tests {
             detail: "x".into(),
         };
         let s = make_two_point_sample(
-            &settings(),
+            &target(),
             2048,
             0,
             2048,
@@ -508,7 +527,7 @@ mod tests {
     #[test]
     fn warm_samples_expect_the_cache_and_flag_when_it_was_not_used() {
         let s = make_warm_sample(
-            &settings(),
+            &target(),
             4096,
             0,
             4096,
@@ -518,7 +537,7 @@ mod tests {
         assert_eq!(s.phase, Phase::Warm);
         assert!(!s.contaminated && s.flags.is_empty(), "{:?}", s.flags);
         let s = make_warm_sample(
-            &settings(),
+            &target(),
             4096,
             0,
             4096,
@@ -533,7 +552,7 @@ mod tests {
         // The client was descheduled: 30 of 33 token events arrived with the first one.
         let mut o = outcome(Some(0), 4096, 33, 33);
         o.stream.first_read_token_events = 30;
-        let s = make_sample(&settings(), 4096, 0, 4096, "t".into(), Ok(o));
+        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
         assert!(s.decode_tokens_per_s.is_none() && s.ms_per_step.is_none());
         assert!(s.has(&Flag::CoalescedTokens));
         assert!(s.ttft_ms.is_some(), "TTFT is still measured");
@@ -544,20 +563,20 @@ mod tests {
         // Client saw 320 ms between first and last token; the server spent 1000 ms.
         let mut o = outcome(Some(0), 4096, 33, 33);
         o.timings.as_mut().unwrap().predicted_ms = Some(1000.0);
-        let s = make_sample(&settings(), 4096, 0, 4096, "t".into(), Ok(o));
+        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
         assert!(s.decode_tokens_per_s.is_none());
         assert!(s.has(&Flag::CoalescedTokens));
         // Agreeing spans keep their rate.
         let mut o = outcome(Some(0), 4096, 33, 33);
         o.timings.as_mut().unwrap().predicted_ms = Some(330.0);
-        let s = make_sample(&settings(), 4096, 0, 4096, "t".into(), Ok(o));
+        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
         assert!(s.decode_tokens_per_s.is_some());
     }
 
     #[test]
     fn cache_hit_is_contaminated_and_unusable() {
         let s = make_sample(
-            &settings(),
+            &target(),
             4096,
             0,
             4096,
@@ -571,7 +590,7 @@ mod tests {
     #[test]
     fn wrong_length_and_unverified_cache_are_flagged() {
         let s = make_sample(
-            &settings(),
+            &target(),
             4096,
             0,
             4096,
@@ -590,7 +609,7 @@ mod tests {
             endpoint: "/completion".into(),
             detail: "connection reset".into(),
         };
-        let s = make_sample(&settings(), 4096, 1, 4096, "t".into(), Err(e));
+        let s = make_sample(&target(), 4096, 1, 4096, "t".into(), Err(e));
         assert_eq!(s.status, Status::Failed);
         let err = s.error.unwrap();
         assert_eq!(err.kind, ErrorKind::Transport);

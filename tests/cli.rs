@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{free_port, run, sweep};
+use common::{run, sweep, unreachable_url};
 
 #[test]
 fn malformed_contexts_are_a_usage_error() {
@@ -47,7 +47,7 @@ fn unknown_backend_is_a_usage_error() {
 
 #[test]
 fn an_unreachable_server_is_named_and_leaves_no_file() {
-    let url = format!("http://127.0.0.1:{}", free_port());
+    let url = unreachable_url();
     let run = sweep(&url, &["--contexts", "1k", "--wait-ready", "0"]);
     let stderr = &run.stderr;
     assert_eq!(run.code, 1, "{stderr}");
@@ -61,7 +61,7 @@ fn an_unreachable_server_is_named_and_leaves_no_file() {
 #[test]
 fn an_unwritable_results_path_fails_before_contacting_the_server() {
     // The URL is unreachable: if ctxbench got as far as probing, the message would say so.
-    let url = format!("http://127.0.0.1:{}", free_port());
+    let url = unreachable_url();
     let (code, _, stderr) = run(&[
         "sweep",
         "--url",
@@ -79,7 +79,7 @@ fn an_unwritable_results_path_fails_before_contacting_the_server() {
 #[test]
 fn conflicting_options_are_refused_before_the_server_is_contacted() {
     // The URL is unreachable: had ctxbench probed, it would wait and then say so.
-    let url = format!("http://127.0.0.1:{}", free_port());
+    let url = unreachable_url();
     for (args, needle) in [
         (
             &["--two-point-tokens", "1,9"][..],
@@ -109,7 +109,7 @@ fn conflicting_options_are_refused_before_the_server_is_contacted() {
 
 #[test]
 fn an_existing_results_file_without_resume_is_refused_before_probing() {
-    let url = format!("http://127.0.0.1:{}", free_port());
+    let url = unreachable_url();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("exist.jsonl");
     std::fs::write(&out, "kept\n").unwrap();
@@ -126,7 +126,7 @@ fn an_existing_results_file_without_resume_is_refused_before_probing() {
 
 #[test]
 fn resume_on_a_missing_file_says_it_starts_a_new_run() {
-    let url = format!("http://127.0.0.1:{}", free_port());
+    let url = unreachable_url();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("new.jsonl");
     let out_arg = out.to_str().unwrap();
@@ -180,4 +180,64 @@ fn a_file_that_is_not_results_is_refused_with_its_name() {
     let (code, _, stderr) = run(&["report", p.to_str().unwrap()]);
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("notes.jsonl"), "{stderr}");
+}
+
+#[test]
+fn overhead_with_zero_runs_is_a_usage_error() {
+    let (code, _, stderr) = run(&["overhead", "--runs", "0"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--runs"), "{stderr}");
+}
+
+#[test]
+fn a_named_api_key_variable_that_is_unset_is_refused_before_any_request() {
+    // The URL is unreachable: had ctxbench sent anything, the message would say so.
+    let url = unreachable_url();
+    let name = "CTXBENCH_TEST_UNSET_KEY_VARIABLE";
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--url",
+        &url,
+        "--contexts",
+        "1k",
+        "--api-key-env",
+        name,
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains(name) && stderr.contains("unset or empty"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("cannot connect"), "{stderr}");
+}
+
+#[test]
+fn a_closed_stdout_or_stderr_is_not_an_error() {
+    // `ctxbench ... | head`: the reader is gone before ctxbench writes a byte.
+    for args in [
+        &["--help"][..],
+        &["sweep", "--help"],
+        &["overhead", "--help"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let status = common::ctxbench()
+            .args(args)
+            .stdout(writer)
+            .status()
+            .unwrap();
+        assert_ne!(status.code(), Some(101), "{args:?}: panicked");
+    }
+    // A sweep whose stderr and stdout are closed (`2>&1 | head -2`) exits with its own
+    // code (1: the server is unreachable), never a panic (101).
+    let url = unreachable_url();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let status = common::ctxbench()
+        .args(["sweep", "--url", &url, "--contexts", "1k", "--dry-run"])
+        .stdout(writer.try_clone().unwrap())
+        .stderr(writer)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "a closed stderr panicked the sweep");
 }

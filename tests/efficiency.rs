@@ -85,6 +85,8 @@ fn dry_run_prints_the_plan_and_measures_nothing() {
 
 #[test]
 fn the_overhead_benchmark_reports_its_figures() {
+    // Its figures are timings: not beside a RefServer test of this binary.
+    let _g = serial();
     let (code, stdout, stderr) = run(&["overhead", "--tokens", "20000", "--runs", "1"]);
     assert_eq!(code, 0, "{stderr}");
     let grab = |key: &str| -> f64 {

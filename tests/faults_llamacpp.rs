@@ -57,8 +57,8 @@ fn a_server_killed_mid_prefill_loses_nothing_and_resume_completes_the_run() {
     let args = ["--contexts", "1k,16k", "--reps", "2"];
     let running = spawn_sweep(&url, &args);
     wait_for_samples(&running.out, 2, Duration::from_secs(60));
-    // The 16k request (a prefill of over a second here) is now in flight: kill the server.
-    std::thread::sleep(Duration::from_millis(300));
+    // The 16k request is in flight once the server says it is processing: kill the server.
+    srv.wait_processing(Duration::from_secs(60));
     drop(srv);
     let (code, _, stderr) = finish(running.child);
     assert_eq!(code, 1, "{stderr}");
@@ -114,8 +114,8 @@ fn a_stalled_server_hits_the_stall_timeout_and_the_sweep_reports_it() {
         ],
     );
     wait_for_samples(&running.out, 1, Duration::from_secs(60));
-    // Let the 16k prefill start (its progress events start the byte flow), then freeze it.
-    std::thread::sleep(Duration::from_millis(300));
+    // Freeze the server while it works on the 16k request.
+    srv.wait_processing(Duration::from_secs(60));
     signal(srv.pid(), "-STOP");
     let (code, _, stderr) = finish(running.child);
     signal(srv.pid(), "-CONT");
@@ -152,17 +152,59 @@ fn ctrl_c_keeps_every_sample_prints_the_partial_summary_and_exits_130() {
 }
 
 #[test]
-fn a_second_ctrl_c_exits_at_once_with_130() {
+fn a_second_ctrl_c_exits_at_once_where_a_single_one_cannot_finish() {
     let _g = serial();
     let srv = RefServer::start(32768, &[]);
-    let running = spawn_sweep(&srv.url(), &["--contexts", "1k,16k", "--reps", "3"]);
-    wait_for_samples(&running.out, 1, Duration::from_secs(60));
+    // A frozen server: the probe's request is in flight and can never be answered, so the
+    // first Ctrl-C's orderly path (finish the request, save, report) cannot end the run.
+    signal(srv.pid(), "-STOP");
+    let mut running = spawn_sweep(&srv.url(), &["--contexts", "1k", "--reps", "1"]);
+    // The results file is created before the probe, and after the Ctrl-C handler.
+    let start = std::time::Instant::now();
+    while !running.out.exists() {
+        assert!(start.elapsed() < Duration::from_secs(30), "no results file");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     signal(running.child.id(), "-INT");
+    std::thread::sleep(Duration::from_secs(1));
+    let after_one = running.child.try_wait().unwrap();
     signal(running.child.id(), "-INT");
     let (code, _, stderr) = finish(running.child);
+    signal(srv.pid(), "-CONT");
+    assert!(after_one.is_none(), "one Ctrl-C ended the run: {stderr}");
+    assert!(stderr.contains("Ctrl-C again to quit now"), "{stderr}");
     assert_eq!(code, 130, "{stderr}");
-    let r = read_results(&running.out, false).unwrap();
-    assert!(!r.samples.is_empty(), "measured samples lost");
+}
+
+#[test]
+fn a_server_shutting_down_mid_request_stops_the_sweep_before_the_server_is_gone() {
+    let _g = serial();
+    let mut srv = RefServer::start(32768, &[]);
+    let running = spawn_sweep(&srv.url(), &["--contexts", "1k,16k", "--reps", "1"]);
+    wait_for_samples(&running.out, 1, Duration::from_secs(60));
+    srv.wait_processing(Duration::from_secs(60));
+    // On SIGTERM llama-server stops listening but holds the request open, silent, for its
+    // 30 s shutdown timeout: the sweep must notice before the server finally exits.
+    signal(srv.pid(), "-TERM");
+    let (code, stdout, stderr) = finish(running.child);
+    let server_exited = srv.exited();
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        !server_exited,
+        "the sweep waited for the server to exit: {stderr}"
+    );
+    assert!(stderr.contains("connection lost"), "{stderr}");
+    assert!(
+        stderr.contains("stopped early") && stderr.contains("--resume"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("sweep efficiency: not computed: the sweep stopped early"),
+        "{stdout}"
+    );
+    let s = read_results(&running.out, false).unwrap().samples;
+    assert_eq!(s.len(), 2, "{s:?}");
+    assert_eq!(s[1].error.as_ref().unwrap().kind, "transport");
 }
 
 const KEY: &str = "sk-ctxbench-SECRET-4f7a9c1e";

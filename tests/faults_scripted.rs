@@ -16,9 +16,18 @@ fn sweep_with_fault(
     fault: impl Fn(&Value) -> Reply + Send + Sync + 'static,
     extra: &[&str],
 ) -> (i32, String, Vec<Sample>) {
+    sweep_with_fault_then(fault, good, extra)
+}
+
+/// Like [`sweep_with_fault`], with `then` answering every request after the first.
+fn sweep_with_fault_then(
+    fault: impl Fn(&Value) -> Reply + Send + Sync + 'static,
+    then: impl Fn(&Value) -> Reply + Send + Sync + 'static,
+    extra: &[&str],
+) -> (i32, String, Vec<Sample>) {
     let srv = Scripted::start(
         4096,
-        move |i, body| if i == 1 { fault(body) } else { good(body) },
+        move |i, body| if i == 1 { fault(body) } else { then(body) },
     );
     let run = sweep(
         &srv.url(),
@@ -291,7 +300,17 @@ fn scripted_wrong_backend_is_a_usage_error_naming_the_server() {
 #[test]
 fn scripted_tokens_arriving_in_one_burst_give_no_decode_rate() {
     // A buffering proxy (or a descheduled client): every token event arrives in one write.
-    let (code, stderr, s) = sweep_with_fault(
+    // The second answer is spaced 25 ms per event, so only a client descheduled for about
+    // a quarter of a second (not the few ms parallel tests cause) could see it as a burst.
+    let spaced = |body: &Value| {
+        Reply::Stream(
+            good_events(body, None, 0)
+                .into_iter()
+                .map(|e| (Duration::from_millis(25), e))
+                .collect(),
+        )
+    };
+    let (code, stderr, s) = sweep_with_fault_then(
         |body| {
             let ev = good_events(body, None, 0);
             Reply::Stream(vec![
@@ -299,6 +318,7 @@ fn scripted_tokens_arriving_in_one_burst_give_no_decode_rate() {
                 (Duration::from_millis(20), ev[1..].concat()),
             ])
         },
+        spaced,
         &["--output-tokens", "16"],
     );
     assert_eq!(code, 0, "{stderr}");

@@ -1,5 +1,5 @@
 //! Ollama cannot run here: these tests drive ctxbench against a scripted in-process server
-//! that follows server-apis.md (/api/version, /api/tags, /api/show, /api/generate with
+//! that follows Ollama's documented API (/api/version, /api/tags, /api/show, /api/generate with
 //! raw text, NDJSON lines, nanosecond durations, 400 {"error"} when too long, no tokenizer).
 
 mod common;

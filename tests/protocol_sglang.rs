@@ -1,5 +1,5 @@
 //! SGLang cannot run here: these tests drive ctxbench against a scripted in-process server
-//! that follows server-apis.md (native /generate, cumulative streaming, meta_info in seconds,
+//! that follows SGLang's documented API (native /generate, cumulative streaming, meta_info in seconds,
 //! /server_info, /flush_cache, sglang:* metrics).
 
 mod common;
@@ -220,4 +220,18 @@ fn protocol_sglang_incremental_streaming_output_reads_the_same_as_cumulative() {
     assert_eq!(s.token_chunks, Some(6));
     assert_eq!(s.spec_verify_steps, Some(5));
     assert!(s.decode_tokens_per_s.unwrap() > 0.0);
+}
+
+#[test]
+fn protocol_sglang_dry_run_does_not_flush_the_servers_cache() {
+    // A dry run measures nothing, so it must leave the server's cache alone (a real
+    // sweep flushes once up front and before every sample).
+    let srv = Scripted::start(Config::new(Flavor::Sglang));
+    let run = sweep(&srv.url(), &["--contexts", "1k", "--dry-run"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("dry run"), "{}", run.stdout);
+    assert_eq!(srv.flushes(), 0, "{}", run.stderr);
+    let run = sweep(&srv.url(), &["--contexts", "1k", "--reps", "1"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(srv.flushes(), 2, "the probe flush and one per sample");
 }

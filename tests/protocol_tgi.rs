@@ -1,5 +1,5 @@
 //! TGI cannot run here: these tests drive ctxbench against a scripted in-process server that
-//! follows server-apis.md (/info, /tokenize with char offsets and no detokenize,
+//! follows TGI's documented API (/info, /tokenize with char offsets and no detokenize,
 //! /generate_stream without [DONE], 422 validation errors, no temperature 0, no ignore_eos).
 
 mod common;

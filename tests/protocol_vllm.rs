@@ -1,5 +1,5 @@
 //! vLLM cannot run here: these tests drive ctxbench against a scripted in-process server that
-//! follows server-apis.md (/v1/completions with token ids, a `choices: []` usage chunk,
+//! follows vLLM's documented API (/v1/completions with token ids, a `choices: []` usage chunk,
 //! cached tokens only with --enable-prompt-tokens-details, /reset_prefix_cache only in dev
 //! mode, vllm:* counters including spec_decode_*).
 

@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use common::{run, serial, sweep_to, RefServer, SweepRun};
+use common::{run, serial, sweep_shared, sweep_to, RefServer, SweepRun};
 use serde_json::Value;
 
 /// Two real sweeps, made once per test binary: `a` (1k,2k,4k × 2 reps) and `short`
@@ -21,13 +21,13 @@ fn runs() -> &'static Runs {
     R.get_or_init(|| {
         let _g = serial();
         let srv = RefServer::start(8192, &[]);
-        let a = sweep_to(
+        let a = sweep_shared(
             "a.jsonl",
             &srv.url(),
             &["--contexts", "1k,2k,4k", "--reps", "2", "--quiet"],
         )
         .ok();
-        let short = sweep_to(
+        let short = sweep_shared(
             "short.jsonl",
             &srv.url(),
             &["--contexts", "1k,2k", "--reps", "1", "--quiet"],

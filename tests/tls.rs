@@ -11,7 +11,9 @@ use tokio_rustls::rustls;
 
 /// Starts a TLS-terminating proxy to `backend_port`; returns (port, CA certificate PEM).
 fn tls_proxy(backend_port: u16) -> (u16, String) {
-    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let cert =
+        rcgen::generate_simple_self_signed(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .unwrap();
     let pem = cert.cert.pem();
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.signing_key.serialize_der().into());
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(
@@ -60,7 +62,8 @@ fn https_with_a_private_ca_works_and_without_it_is_refused_clearly() {
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.pem");
     std::fs::write(&ca, pem).unwrap();
-    let url = format!("https://localhost:{port}");
+    // The proxy listens on 127.0.0.1 only; `localhost` may resolve to ::1 first.
+    let url = format!("https://127.0.0.1:{port}");
 
     let s = sweep(
         &url,

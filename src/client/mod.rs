@@ -126,6 +126,27 @@ pub trait Backend: Send + Sync {
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError>;
     /// The HTTP client, for checks that are the same on every protocol.
     fn http(&self) -> &Http;
+    /// Whether the server still answers at all (after a lost connection: is it gone?).
+    async fn reachable(&self) -> bool {
+        self.http().reachable().await
+    }
+    /// Whether anything still listens at the server's address: a TCP connect, no request.
+    /// A server that shut down refuses at once; a busy or hung one still accepts.
+    async fn listening(&self) -> bool {
+        let Ok(url) = reqwest::Url::parse(self.http().base()) else {
+            return true;
+        };
+        let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else {
+            return true;
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let connect = tokio::net::TcpStream::connect((host, port));
+        // Only a definite refusal counts: a slow answer is a busy server, not a gone one.
+        !matches!(
+            tokio::time::timeout(Duration::from_secs(2), connect).await,
+            Ok(Err(_))
+        )
+    }
     /// One non-streamed generation, timed end to end. The default: not available.
     async fn generate_once(&self, _req: &GenRequest) -> Result<OnceOutcome, ClientError> {
         Err(ClientError::Unsupported {

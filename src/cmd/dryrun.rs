@@ -5,7 +5,8 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 
-use crate::cmd::sweep::Ending;
+use crate::cmd::progress::fmt_secs;
+use crate::cmd::Ending;
 use ctxbench::bench::BenchSettings;
 use ctxbench::client::{Backend, GenRequest};
 use ctxbench::corpus::{Corpus, CorpusSpec};
@@ -35,11 +36,11 @@ pub async fn run(
                 prompt,
                 max_tokens: 8,
                 cache_bypass: settings.cache_bypass,
-                timeouts: settings.timeouts_for(c),
+                timeouts: settings.timeouts_unmeasured(c),
             })
             .await
             .context("calibration request")?;
-        let s = ctxbench::sample::make_sample(settings, c, 0, c, String::new(), Ok(out));
+        let s = ctxbench::sample::make_sample(&settings.target(c), c, 0, c, String::new(), Ok(out));
         if let (Some(t), Some(st)) = (s.ttft_ms, s.ms_per_step) {
             obs.push(Observation {
                 context: c as f64,
@@ -82,7 +83,7 @@ pub async fn run(
     writeln!(
         out,
         "predicted duration: {} (from calibration requests at {} and {} tokens; points far beyond them are extrapolated, prefill at least linearly, so treat long points as a lower bound){}",
-        ctxbench::progress::fmt_secs(total),
+        fmt_secs(total),
         cal_sizes[0],
         cal_sizes[1],
         if settings.policy.precision.is_some() {

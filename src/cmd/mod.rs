@@ -4,6 +4,18 @@
 pub mod compare;
 pub mod dryrun;
 pub mod overhead;
+pub mod progress;
 pub mod report;
 pub mod sweep;
 pub mod sweep_options;
+
+/// How a command ended, for the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// Every sample measured.
+    Complete,
+    /// Some samples failed, or the sweep stopped early: resume later.
+    Incomplete,
+    /// The user pressed Ctrl-C.
+    Interrupted,
+}

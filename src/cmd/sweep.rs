@@ -1,11 +1,12 @@
 //! `ctxbench sweep`: config → probe → plan → bench → record → stats → render.
 
-use std::io::Write;
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use ctxbench::bench::{self, BenchSettings};
+use ctxbench::bench::{self, BenchSettings, Observer};
 use ctxbench::cli::{FlushMode, Method, SweepArgs};
 use ctxbench::client::family::ConnectOptions;
 use ctxbench::client::{family, Backend, Http, ServerProfile};
@@ -14,7 +15,6 @@ use ctxbench::error::{RecordError, UsageError};
 use ctxbench::metrics::Scraper;
 use ctxbench::plan;
 use ctxbench::probe::{self, ProbeError};
-use ctxbench::progress::{Observer, Terminal};
 use ctxbench::prompt::{PromptBuilder, NONCE_TOKENS};
 use ctxbench::record::{
     self, CorpusInfo, EndRecord, FlushChoice, Host, Line, ResultsWriter, ResumeRecord, RunConfig,
@@ -26,16 +26,8 @@ use ctxbench::units;
 
 use crate::cmd::sweep_options::SweepOptions;
 
-/// How a sweep ended, for the exit code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ending {
-    /// Every sample measured.
-    Complete,
-    /// Some samples failed, or the sweep stopped early: resume later.
-    Incomplete,
-    /// The user pressed Ctrl-C.
-    Interrupted,
-}
+use crate::cmd::progress::Terminal;
+use crate::cmd::Ending;
 
 /// Runs a sweep; the interrupt receiver turns true on Ctrl-C.
 pub async fn run(
@@ -44,7 +36,7 @@ pub async fn run(
 ) -> Result<Ending> {
     // Every option is checked before anything is read, written or sent.
     let opts = SweepOptions::from_args(&args)?;
-    let api_key = std::env::var(&args.api_key_env).ok();
+    let api_key = api_key(&args.api_key_env)?;
     let ca = args
         .ca_cert
         .as_ref()
@@ -186,7 +178,11 @@ async fn measure(
     let run_id = output
         .as_ref()
         .map_or_else(|| "dry-run".to_owned(), |o| o.run_id.clone());
-    let flush = decide_flush(args.flush, backend.as_ref(), probe, args.quiet).await?;
+    // A dry run measures nothing, so it must not erase the server's cache either.
+    let flush = match args.dry_run {
+        true => None,
+        false => decide_flush(args.flush, backend.as_ref(), probe, args.quiet).await?,
+    };
     let metrics = metrics_scraper(args, http, probe)?;
     let settings = BenchSettings {
         run_id: run_id.clone(),
@@ -300,7 +296,7 @@ async fn measure(
     let mut observer = Terminal::new(args.quiet);
     if !args.quiet {
         eprintln!(
-            "plan: {} context(s) [{}] × {}, {} output tokens, corpus: {}{}",
+            "plan: {} context(s) [{}] × {}, {}, corpus: {}{}",
             contexts.len(),
             contexts
                 .iter()
@@ -308,7 +304,7 @@ async fn measure(
                 .collect::<Vec<_>>()
                 .join(", "),
             policy,
-            args.output_tokens,
+            output_label(two_point, args.output_tokens),
             corpus_spec.label(),
             if corpus.wraps { " (wraps around)" } else { "" },
         );
@@ -333,43 +329,46 @@ async fn measure(
     tally.server_busy_ms += warm.server_busy_ms;
     let wall_s = started.elapsed().as_secs_f64();
     let busy_s = tally.server_busy_ms / 1000.0;
-    let efficiency = (busy_s > 0.0).then(|| wall_s / busy_s);
+    let efficiency = tally.efficiency(wall_s);
     writer.append(&Line::End(EndRecord {
         run_id: run_id.clone(),
         wall_s,
         server_busy_s: busy_s,
-        efficiency,
+        efficiency: efficiency.as_ref().ok().copied(),
         recorded: tally.recorded,
         failed: tally.failed,
         interrupted: tally.interrupted,
     }))?;
 
     // The summary is built from the results file alone, through the same report model as
-    // `ctxbench report`: the same table, details and warnings, worded once.
+    // `ctxbench report`: the same table, details and warnings, worded once. It is built
+    // first and written once: a closed stdout (`| head`) must not cost the report files
+    // written below.
     let loaded = crate::cmd::report::load(std::slice::from_ref(&output.path))?;
     let report = ctxbench::report::build(&loaded);
     let results = &loaded[0].2;
-    let mut stdout = std::io::stdout().lock();
+    let mut summary = String::new();
     if let Some(run) = report.runs.first() {
-        writeln!(stdout, "\n{}", render::summary_table(&run.points))?;
-        write!(stdout, "{}", render::table::details(run))?;
+        writeln!(summary, "\n{}", render::summary_table(&run.points))?;
+        write!(summary, "{}", render::table::details(run))?;
     }
     writeln!(
-        stdout,
+        summary,
         "TTFT and decode are client-side medians (min–max) over usable samples; server columns are the server's own timings.\ncorpus: {}; results: {}",
         corpus_spec.label(),
         output.path.display()
     )?;
-    if let Some(e) = efficiency {
-        writeln!(
-            stdout,
+    match efficiency {
+        Ok(e) => writeln!(
+            summary,
             "sweep efficiency: {wall_s:.1} s wall / {busy_s:.1} s server busy (prompt + generation) = {e:.2}× (1.00 = no time lost outside the server)"
-        )?;
+        )?,
+        Err(why) => writeln!(summary, "sweep efficiency: not computed: {why}")?,
     }
     if let Some(line) = client_vs_server(&results.samples) {
-        writeln!(stdout, "{line}")?;
+        writeln!(summary, "{line}")?;
     }
-    drop(stdout);
+    let _ = std::io::stdout().lock().write_all(summary.as_bytes());
     for w in report.runs.iter().flat_map(|r| &r.warnings) {
         eprintln!("WARNING: {w}");
     }
@@ -534,6 +533,30 @@ pub fn client_vs_server(samples: &[record::Sample]) -> Option<String> {
     ))
 }
 
+/// What each request generates: two-point sends A and B tokens, not --output-tokens.
+fn output_label(two_point: Option<(u32, u32)>, output_tokens: u32) -> String {
+    match two_point {
+        Some((a, b)) => format!("{a} and {b} output tokens (two-point)"),
+        None => format!("{output_tokens} output tokens"),
+    }
+}
+
+/// The API key from the variable `--api-key-env` names. A variable the user named
+/// explicitly must hold a key: unset or empty is refused before any request (an unset
+/// default just means no key).
+fn api_key(name: &str) -> Result<Option<String>, UsageError> {
+    let value = std::env::var(name).ok().filter(|v| !v.is_empty());
+    if value.is_none() && name != DEFAULT_API_KEY_ENV {
+        return Err(UsageError::Invalid(format!(
+            "--api-key-env {name}: the environment variable {name} is unset or empty; export the key in it, or drop --api-key-env to use {DEFAULT_API_KEY_ENV}"
+        )));
+    }
+    Ok(value)
+}
+
+/// The variable the API key is read from when `--api-key-env` is not given.
+const DEFAULT_API_KEY_ENV: &str = "CTXBENCH_API_KEY";
+
 fn default_out() -> PathBuf {
     let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let stamp: String = now
@@ -639,5 +662,31 @@ fn print_probe(p: &ServerProfile) {
     );
     for n in &p.notes {
         eprintln!("note: {n}");
+    }
+}
+
+#[cfg(test)]
+mod two_point_tests {
+    use super::{api_key, output_label};
+
+    #[test]
+    fn the_plan_names_both_two_point_lengths() {
+        assert_eq!(
+            output_label(Some((1, 17)), 32),
+            "1 and 17 output tokens (two-point)"
+        );
+        assert_eq!(output_label(None, 32), "32 output tokens");
+    }
+
+    #[test]
+    fn a_named_api_key_variable_that_is_unset_or_empty_is_refused() {
+        let unset = "CTXBENCH_TEST_SURELY_UNSET_VARIABLE";
+        let e = api_key(unset).unwrap_err().to_string();
+        assert!(e.contains(unset) && e.contains("unset or empty"), "{e}");
+        // PATH is set in any test environment; the default variable may be unset.
+        assert!(api_key("PATH").unwrap().is_some());
+        if std::env::var_os(super::DEFAULT_API_KEY_ENV).is_none() {
+            assert_eq!(api_key(super::DEFAULT_API_KEY_ENV).unwrap(), None);
+        }
     }
 }

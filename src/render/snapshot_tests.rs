@@ -125,8 +125,9 @@ fn results(run_id: &str, speed: f64, accept: Option<f64>) -> Results {
     samples.push(sample(warm.clone(), run_id, 16384, 0, 0.5, accept));
     samples.push(sample(warm, run_id, 16384, 1, 0.52, accept));
     // A failed request, as the loop records it.
+    let settings = crate::bench::tests::settings();
     let failed = crate::sample::make_sample(
-        &crate::bench::tests::settings(),
+        &settings.target(8192),
         8192,
         3,
         8191,

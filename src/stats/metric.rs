@@ -82,17 +82,12 @@ impl Metric {
     }
 }
 
-/// Usable and cold: a fresh prefill that hit no cache, of the right length. Only these enter
-/// fits and comparisons (decode-at-depth `warm` samples reuse a prefix on purpose).
-pub fn cold_usable(s: &Sample) -> bool {
-    s.usable() && s.phase == crate::record::Phase::Cold
-}
-
-/// (context tokens, value) of `metric` over cold usable samples.
+/// (context tokens, value) of `metric` over usable samples (cold only: warm decode-at-depth
+/// samples reuse a prefix on purpose and are summarised apart).
 pub fn observations(samples: &[Sample], metric: Metric) -> Vec<(u64, f64)> {
     samples
         .iter()
-        .filter(|s| cold_usable(s))
+        .filter(|s| s.usable())
         .filter_map(|s| Some((s.context_tokens, metric.of(s)?)))
         .filter(|(_, v)| v.is_finite())
         .collect()

@@ -61,12 +61,25 @@ pub struct RefServer {
 
 impl RefServer {
     /// Starts llama-server with context `ctx`, one slot, metrics on, plus `extra` flags.
+    /// The port is free when chosen but may be taken before the server binds it (tests run
+    /// in parallel): a server that cannot bind is started again on another port.
     pub fn start(ctx: u32, extra: &[&str]) -> RefServer {
-        Self::start_on(free_port(), ctx, extra)
+        for _ in 0..4 {
+            if let Some(s) = Self::try_start_on(free_port(), ctx, extra) {
+                return s;
+            }
+        }
+        panic!("llama-server could not bind a free port in 4 tries");
     }
 
     /// Like [`RefServer::start`], on a given port (to restart a server where it was).
     pub fn start_on(port: u16, ctx: u32, extra: &[&str]) -> RefServer {
+        Self::try_start_on(port, ctx, extra)
+            .unwrap_or_else(|| panic!("llama-server could not bind port {port}"))
+    }
+
+    /// `None` when the server exits because its port is taken.
+    fn try_start_on(port: u16, ctx: u32, extra: &[&str]) -> Option<RefServer> {
         let paths = ref_paths();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("server.log");
@@ -87,8 +100,7 @@ impl RefServer {
             log,
             _dir: dir,
         };
-        s.wait_healthy(Duration::from_secs(60));
-        s
+        s.wait_healthy(Duration::from_secs(60)).then_some(s)
     }
 
     pub fn url(&self) -> String {
@@ -99,21 +111,49 @@ impl RefServer {
         self.child.id()
     }
 
-    fn wait_healthy(&mut self, limit: Duration) {
+    /// Whether the server process has exited.
+    pub fn exited(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_some()
+    }
+
+    /// Waits for /health; false when the server exited because its port was taken.
+    fn wait_healthy(&mut self, limit: Duration) -> bool {
         let start = Instant::now();
         while start.elapsed() < limit {
             if let Some(status) = self.child.try_wait().unwrap() {
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                if log.contains("couldn't bind") {
+                    return false;
+                }
                 panic!(
                     "llama-server exited with {status}: {}",
                     std::fs::read_to_string(&self.log).unwrap_or_default()
                 );
             }
             if http_get(self.port, "/health").is_some_and(|(code, _)| code == 200) {
-                return;
+                return true;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
         panic!("llama-server did not become healthy in {limit:?}");
+    }
+
+    /// Waits until the server is working on a request (its /slots says `is_processing`),
+    /// so a fault can be injected while that request is in flight, however fast the host.
+    pub fn wait_processing(&self, limit: Duration) {
+        let start = Instant::now();
+        loop {
+            let busy = http_get(self.port, "/slots")
+                .is_some_and(|(_, body)| body.contains("\"is_processing\":true"));
+            if busy {
+                return;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "no request in flight after {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// A Prometheus counter from /metrics.
@@ -167,6 +207,14 @@ impl Drop for RefServer {
     }
 }
 
+/// A URL nothing listens on: port 9 (discard) is below the ephemeral range, so no test's
+/// `bind(":0")` can take it in the meantime (which a freed ephemeral port allows).
+pub fn unreachable_url() -> String {
+    "http://127.0.0.1:9".to_owned()
+}
+
+/// A port free now; another test may bind it before the caller does (see
+/// [`RefServer::start`], which retries).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -248,7 +296,23 @@ pub fn sweep(url: &str, args: &[&str]) -> SweepRun {
 
 /// Like [`sweep`], with the results file named `file` (its stem names the run in reports).
 pub fn sweep_to(file: &str, url: &str, args: &[&str]) -> SweepRun {
-    let dir = tempfile::tempdir().unwrap();
+    sweep_in(tempfile::tempdir().unwrap(), file, url, args)
+}
+
+/// Like [`sweep_to`], for runs kept in a `static` for the whole test binary: statics are
+/// never dropped, so their folder lives under cargo's target tmp dir (not /tmp), and the
+/// folders an earlier process left there are removed first.
+pub fn sweep_shared(file: &str, url: &str, args: &[&str]) -> SweepRun {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("shared-runs");
+    static CLEAN: std::sync::Once = std::sync::Once::new();
+    CLEAN.call_once(|| {
+        let _ = std::fs::remove_dir_all(&root);
+    });
+    std::fs::create_dir_all(&root).unwrap();
+    sweep_in(tempfile::tempdir_in(&root).unwrap(), file, url, args)
+}
+
+fn sweep_in(dir: tempfile::TempDir, file: &str, url: &str, args: &[&str]) -> SweepRun {
     let out = dir.path().join(file);
     let out_arg = out.to_str().unwrap().to_owned();
     let (code, stdout, stderr) =

@@ -1,5 +1,5 @@
 //! A scripted llama.cpp-shaped server for fault injection: the probe endpoints answer like
-//! llama-server (reference/server-apis.md §C), and each `/completion` call is answered by a
+//! llama-server (its /health, /props, /slots and /tokenize), and each `/completion` call is answered by a
 //! test-supplied script, so every kind of bad response can be produced on demand.
 #![allow(dead_code)]
 

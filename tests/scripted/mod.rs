@@ -1,5 +1,5 @@
 //! Scripted in-process servers for the servers that cannot run here (SGLang, vLLM). Each
-//! follows `server-apis.md` field by field: endpoints, streaming shapes (SGLang cumulative
+//! follows its server's documented API field by field: endpoints, streaming shapes (SGLang cumulative
 //! `text`/`output_ids` with `meta_info`; vLLM OpenAI chunks then a `choices: []` usage chunk),
 //! units (SGLang seconds), error shapes, and optional fields that go missing without the
 //! server flag that enables them. They keep a real prefix cache (longest common prefix with

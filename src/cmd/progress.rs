@@ -1,34 +1,13 @@
-//! Progress is an observer: the measuring loop reports events and does not know who listens.
+//! The terminal progress display: one [`Observer`] of the measuring loop (a bar on a
+//! terminal, one line per sample otherwise).
 
 use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::bench::PointRecord;
-use crate::record::{Sample, Status};
-use crate::render::fmt_ctx;
-
-/// Receives events from the measuring loop.
-pub trait Observer {
-    /// The run is about to measure `total` samples (`skipped` already recorded).
-    fn start(&mut self, _total: usize, _skipped: usize) {}
-    /// A request at `context` is about to be sent.
-    fn sample_started(&mut self, _context: u64, _rep: u32) {}
-    /// A sample was recorded.
-    fn sample_done(&mut self, _sample: &Sample) {}
-    /// Predicted seconds left (from the cost model), when known.
-    fn eta(&mut self, _remaining_s: Option<f64>) {}
-    /// A context is finished: how many repetitions and why it stopped.
-    fn point_done(&mut self, _point: &PointRecord) {}
-    /// A warning worth a line of its own.
-    fn warn(&mut self, _msg: &str) {}
-    /// Measuring is over.
-    fn finish(&mut self) {}
-}
-
-/// An observer that ignores everything.
-pub struct Silent;
-impl Observer for Silent {}
+use ctxbench::bench::{Observer, PointRecord};
+use ctxbench::record::{Sample, Status};
+use ctxbench::render::fmt_ctx;
 
 /// A progress bar on a terminal, one line per sample otherwise (CI logs).
 pub struct Terminal {
@@ -74,7 +53,7 @@ fn describe(s: &Sample) -> String {
                 s.cached_tokens
                     .map_or("not reported".to_owned(), |c| c.to_string()),
             );
-            if s.phase != crate::record::Phase::Cold {
+            if s.phase != ctxbench::record::Phase::Cold {
                 line = format!("{line} ({})", s.phase);
             }
             if let Some(a) = s.spec_accept_length {

@@ -1,0 +1,516 @@
+//! The measuring loop against a fake backend with scripted outcomes (no HTTP), on tokio's
+//! paused clock: each request "takes" its scripted time, so budgets are exact and no test
+//! waits for real. (hyperfine's MockExecutor is the model.)
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::*;
+use crate::client::{BackendKind, Counts, GenOutcome, Http, OnceOutcome, StreamStats};
+use crate::corpus::Corpus;
+
+/// One scripted answer.
+#[derive(Clone)]
+enum Step {
+    /// A good streamed answer: TTFT and time per decode step (ms), taking TTFT + steps.
+    Ok { ttft_ms: f64, step_ms: f64 },
+    /// An HTTP 500.
+    Http500,
+    /// The connection broke mid-request.
+    Lost,
+    /// No answer, ever (the request is in flight until interrupted).
+    Hang,
+    /// The server shuts down: it stops listening but holds this request open, silent.
+    ShutDown,
+}
+
+/// A backend that answers from a script and records what it was asked.
+struct Fake {
+    script: Mutex<VecDeque<Step>>,
+    /// The answer once the script is used up.
+    then: Step,
+    /// (prompt, cache_bypass) of every generation request, in order.
+    asked: Mutex<Vec<(Vec<u32>, bool)>>,
+    /// What `reachable` says (a dead server says false).
+    alive: bool,
+    /// Set once the server has shut down (stopped listening).
+    shut_down: std::sync::atomic::AtomicBool,
+    http: Http,
+}
+
+impl Fake {
+    fn new(script: Vec<Step>, then: Step) -> Fake {
+        Fake {
+            script: Mutex::new(script.into()),
+            then,
+            asked: Mutex::new(Vec::new()),
+            alive: true,
+            shut_down: Default::default(),
+            // Never used: `reachable` is overridden and nothing else goes to the network.
+            http: Http::new("http://127.0.0.1:9", None, None).unwrap(),
+        }
+    }
+
+    fn always(step: Step) -> Fake {
+        Fake::new(Vec::new(), step)
+    }
+
+    fn is_shut_down(&self) -> bool {
+        self.shut_down.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn requests(&self) -> usize {
+        self.asked.lock().unwrap().len()
+    }
+}
+
+#[async_trait]
+impl Backend for Fake {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Llamacpp
+    }
+    fn endpoint(&self) -> &'static str {
+        "/fake"
+    }
+    async fn tokenize(&self, _text: &str) -> Result<Vec<u32>, ClientError> {
+        Ok(Vec::new())
+    }
+    fn http(&self) -> &Http {
+        &self.http
+    }
+    async fn reachable(&self) -> bool {
+        self.alive && !self.is_shut_down()
+    }
+    async fn listening(&self) -> bool {
+        !self.is_shut_down()
+    }
+    async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
+        self.asked
+            .lock()
+            .unwrap()
+            .push((req.prompt.clone(), req.cache_bypass));
+        let step = self
+            .script
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or_else(|| self.then.clone());
+        match step {
+            Step::Ok { ttft_ms, step_ms } => {
+                let n = u64::from(req.max_tokens);
+                let total = ttft_ms + step_ms * (n - 1) as f64;
+                tokio::time::sleep(Duration::from_secs_f64(total / 1000.0)).await;
+                let t0 = std::time::Instant::now();
+                let at = |ms: f64| t0 + Duration::from_secs_f64(ms / 1000.0);
+                let warm = !req.cache_bypass;
+                let len = req.prompt.len() as u64;
+                Ok(GenOutcome {
+                    stream: StreamStats {
+                        t_sent: t0,
+                        t_first_byte: Some(at(ttft_ms / 2.0)),
+                        t_first_token: Some(at(ttft_ms)),
+                        t_last_token: Some(at(total)),
+                        t_end: at(total),
+                        events: n as usize + 1,
+                        token_events: n as usize,
+                        first_read_token_events: 1,
+                        bytes: 1000,
+                        saw_final: true,
+                    },
+                    counts: Counts {
+                        prompt_tokens: Some(len),
+                        completion_tokens: Some(n),
+                        // A warm request reuses the prefix it asked to reuse.
+                        cached_tokens: Some(if warm { len - 1 } else { 0 }),
+                    },
+                    timings: None,
+                    finish_reason: Some("length".into()),
+                    spec: None,
+                })
+            }
+            Step::Http500 => Err(ClientError::Http {
+                endpoint: "/fake".into(),
+                status: 500,
+                message: "scripted failure".into(),
+            }),
+            Step::Lost => Err(ClientError::Transport {
+                endpoint: "/fake".into(),
+                detail: "scripted reset".into(),
+            }),
+            Step::Hang => std::future::pending().await,
+            Step::ShutDown => {
+                self.shut_down
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                std::future::pending().await
+            }
+        }
+    }
+    async fn generate_once(&self, _req: &GenRequest) -> Result<OnceOutcome, ClientError> {
+        unreachable!("two-point is not scripted here")
+    }
+}
+
+/// What a loop run left behind.
+struct Outcome {
+    tally: Tally,
+    /// Every line written, parsed.
+    lines: Vec<serde_json::Value>,
+    events: Vec<String>,
+}
+
+impl Outcome {
+    fn samples(&self) -> Vec<Sample> {
+        self.lines
+            .iter()
+            .filter(|l| l["type"] == "sample")
+            .map(|l| serde_json::from_value(l.clone()).unwrap())
+            .collect()
+    }
+    fn points(&self) -> Vec<PointRecord> {
+        self.lines
+            .iter()
+            .filter(|l| l["type"] == "point")
+            .map(|l| serde_json::from_value(l.clone()).unwrap())
+            .collect()
+    }
+}
+
+/// Records the observer's events, in order.
+#[derive(Default)]
+struct Events(Vec<String>);
+impl Observer for Events {
+    fn start(&mut self, total: usize, skipped: usize) {
+        self.0.push(format!("start {total} skip {skipped}"));
+    }
+    fn sample_done(&mut self, s: &Sample) {
+        self.0
+            .push(format!("sample {} {} {}", s.context_tokens, s.rep, s.phase));
+    }
+    fn point_done(&mut self, p: &PointRecord) {
+        self.0
+            .push(format!("point {} {:?}", p.context_tokens, p.stop_reason));
+    }
+    fn finish(&mut self) {
+        self.0.push("finish".into());
+    }
+}
+
+fn corpus() -> Corpus {
+    Corpus {
+        tokens: (1000..9000).collect(),
+        nonce_pool: (100..900).collect(),
+        tokenize_requests: 0,
+        wraps: false,
+    }
+}
+
+fn fixed(reps: u32) -> BenchSettings {
+    let mut s = tests::settings();
+    s.policy.min_reps = reps;
+    s.policy.max_reps = reps;
+    s
+}
+
+fn adaptive(min: u32, max: u32, point_s: Option<f64>, run_s: Option<f64>) -> BenchSettings {
+    let mut s = tests::settings();
+    s.policy = RepPolicy {
+        precision: Some(0.01),
+        min_reps: min,
+        max_reps: max,
+        point_budget_s: point_s,
+        run_budget_s: run_s,
+    };
+    s
+}
+
+/// Runs the loop over `contexts` with `prior` already recorded; `interrupt_after` sends the
+/// interrupt after that much (paused-clock) time.
+async fn run_loop(
+    fake: &Fake,
+    contexts: &[u64],
+    prior: &[Sample],
+    settings: &BenchSettings,
+    interrupt_after: Option<Duration>,
+) -> Outcome {
+    let dir = tempfile::tempdir().unwrap();
+    let path: PathBuf = dir.path().join("r.jsonl");
+    std::fs::write(&path, "").unwrap();
+    let mut writer = ResultsWriter::append_to(&path).unwrap();
+    let corpus = corpus();
+    let mut builder = PromptBuilder::new(&corpus, true);
+    let mut events = Events::default();
+    let (tx, mut rx) = tokio::sync::watch::channel(false);
+    let loop_ = run(
+        fake,
+        &mut builder,
+        contexts,
+        prior,
+        settings,
+        &mut writer,
+        &mut events,
+        &mut rx,
+    );
+    let signal = async {
+        match interrupt_after {
+            Some(d) => {
+                tokio::time::sleep(d).await;
+                let _ = tx.send(true);
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    let tally = tokio::select! {
+        t = loop_ => t.unwrap(),
+        _ = async { signal.await; std::future::pending::<()>().await } => unreachable!(),
+    };
+    let lines = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    Outcome {
+        tally,
+        lines,
+        events: events.0,
+    }
+}
+
+const STEADY: Step = Step::Ok {
+    ttft_ms: 100.0,
+    step_ms: 10.0,
+};
+
+/// TTFTs that alternate far apart, so no precision target is ever reached.
+fn noisy() -> Vec<Step> {
+    (0..200)
+        .map(|i| Step::Ok {
+            ttft_ms: if i % 2 == 0 { 60.0 } else { 140.0 },
+            step_ms: 10.0,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn fixed_reps_measure_every_point_small_first_and_record_a_point_line_each() {
+    let fake = Fake::always(STEADY);
+    let o = run_loop(&fake, &[1024, 2048], &[], &fixed(2), None).await;
+    let got: Vec<_> = o
+        .samples()
+        .iter()
+        .map(|s| (s.context_tokens, s.rep, s.status))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1024, 0, Status::Ok),
+            (1024, 1, Status::Ok),
+            (2048, 0, Status::Ok),
+            (2048, 1, Status::Ok)
+        ]
+    );
+    let points = o.points();
+    assert_eq!(points.len(), 2);
+    assert!(points
+        .iter()
+        .all(|p| p.stop_reason == StopReason::FixedReps && p.reps == 2 && p.usable == 2));
+    assert_eq!(fake.requests(), 4);
+    assert_eq!(
+        (o.tally.recorded, o.tally.failed, o.tally.skipped),
+        (4, 0, 0)
+    );
+    assert!(o.tally.stopped.is_none() && !o.tally.interrupted);
+    assert_eq!(o.events.first().map(String::as_str), Some("start 4 skip 0"));
+    assert_eq!(o.events.last().map(String::as_str), Some("finish"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn resume_skips_recorded_samples_and_reruns_failed_ones() {
+    // A first session recorded 1k reps 0 and 2 and a failed rep 1.
+    let first = Fake::new(vec![STEADY, Step::Http500, STEADY], STEADY);
+    let mut st = fixed(3);
+    st.on_error = OnError::Continue;
+    let prior = run_loop(&first, &[1024], &[], &st, None).await.samples();
+    assert_eq!(
+        prior.iter().map(|s| s.status).collect::<Vec<_>>(),
+        [Status::Ok, Status::Failed, Status::Ok]
+    );
+    let fake = Fake::always(STEADY);
+    let o = run_loop(&fake, &[1024, 2048], &prior, &st, None).await;
+    let got: Vec<_> = o
+        .samples()
+        .iter()
+        .map(|s| (s.context_tokens, s.rep))
+        .collect();
+    // Only the failed 1k rep and the three 2k reps are measured again.
+    assert_eq!(got, [(1024, 1), (2048, 0), (2048, 1), (2048, 2)]);
+    assert_eq!(fake.requests(), 4);
+    assert_eq!(o.tally.skipped, 2);
+    assert_eq!(o.events[0], "start 4 skip 2");
+    let p = &o.points()[0];
+    assert_eq!((p.context_tokens, p.reps, p.usable), (1024, 3, 3));
+}
+
+#[tokio::test(start_paused = true)]
+async fn precision_reached_stops_as_soon_as_both_medians_are_tight() {
+    let fake = Fake::always(STEADY);
+    let o = run_loop(&fake, &[1024], &[], &adaptive(3, 30, None, None), None).await;
+    let p = &o.points()[0];
+    assert_eq!(p.stop_reason, StopReason::PrecisionReached);
+    // Six samples is the fewest with a 95% interval of the median.
+    assert_eq!(p.reps, 6);
+    assert_eq!(fake.requests(), 6);
+}
+
+#[tokio::test(start_paused = true)]
+async fn noisy_points_stop_at_max_reps() {
+    let fake = Fake::new(noisy(), STEADY);
+    let o = run_loop(&fake, &[1024], &[], &adaptive(3, 9, None, None), None).await;
+    let p = &o.points()[0];
+    assert_eq!((p.stop_reason, p.reps), (StopReason::MaxReps, 9));
+    assert!(p.ttft_ci_rel.unwrap() > 0.01);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_point_budget_counts_only_time_beyond_min_reps() {
+    // Each request takes 0.1 + 32 × 0.01 = 0.42 s on average (33 output tokens).
+    let fake = Fake::new(noisy(), STEADY);
+    let st = adaptive(3, 100, Some(1.0), None);
+    let per_req = 0.1 + 0.01 * f64::from(st.output_tokens - 1);
+    let o = run_loop(&fake, &[1024], &[], &st, None).await;
+    let p = &o.points()[0];
+    assert_eq!(p.stop_reason, StopReason::PointBudget);
+    // The min reps are free (they alone take 1.26 s); then as many as fit in 1 s: a third
+    // extra one would end past the budget (3 × 0.42 > 1).
+    let extra = (1.0 / per_req).floor() as u32;
+    assert_eq!(p.reps, 3 + extra, "per request {per_req} s");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_run_budget_leaves_later_points_their_min_reps() {
+    let fake = Fake::new(noisy(), STEADY);
+    let o = run_loop(
+        &fake,
+        &[1024, 2048],
+        &[],
+        &adaptive(2, 100, None, Some(2.0)),
+        None,
+    )
+    .await;
+    let p = o.points();
+    assert_eq!(p[0].stop_reason, StopReason::RunBudget);
+    assert!(p[0].reps > 2, "the first point used the budget: {:?}", p[0]);
+    assert_eq!((p[1].stop_reason, p[1].reps), (StopReason::RunBudget, 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_error_stop_stops_after_the_first_failure_and_continue_goes_on() {
+    let script = || vec![STEADY, Step::Http500];
+    let mut st = fixed(3);
+    st.on_error = OnError::Stop;
+    let fake = Fake::new(script(), STEADY);
+    let o = run_loop(&fake, &[1024, 2048], &[], &st, None).await;
+    assert_eq!(o.samples().len(), 2);
+    assert_eq!(fake.requests(), 2);
+    assert_eq!(o.tally.failed, 1);
+    assert!(o.tally.stopped.as_deref().unwrap().contains("HTTP 500"));
+    assert!(o.points().is_empty(), "no point finished");
+
+    st.on_error = OnError::Continue;
+    let fake = Fake::new(script(), STEADY);
+    let o = run_loop(&fake, &[1024, 2048], &[], &st, None).await;
+    assert_eq!(o.samples().len(), 6);
+    assert_eq!((o.tally.failed, o.tally.stopped.is_none()), (1, true));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_server_stops_the_sweep_instead_of_recording_more_failures() {
+    let mut fake = Fake::new(vec![STEADY], Step::Lost);
+    fake.alive = false;
+    let o = run_loop(&fake, &[1024, 2048], &[], &fixed(3), None).await;
+    let s = o.samples();
+    assert_eq!(s.len(), 2, "{:?}", o.events);
+    assert_eq!(s[1].error.as_ref().unwrap().kind, "transport");
+    assert_eq!(fake.requests(), 2);
+    assert!(o
+        .tally
+        .stopped
+        .as_deref()
+        .unwrap()
+        .contains("connection lost"));
+
+    // The same lost connection with the server still answering is one failed sample.
+    let fake = Fake::new(vec![STEADY, Step::Lost], STEADY);
+    let o = run_loop(&fake, &[1024, 2048], &[], &fixed(3), None).await;
+    assert_eq!((o.samples().len(), o.tally.failed), (6, 1));
+    assert!(o.tally.stopped.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_interrupt_ends_the_request_in_flight_and_keeps_what_was_recorded() {
+    let fake = Fake::new(vec![STEADY, STEADY], Step::Hang);
+    let o = run_loop(
+        &fake,
+        &[1024, 2048],
+        &[],
+        &fixed(3),
+        Some(Duration::from_secs(3600)),
+    )
+    .await;
+    assert!(o.tally.interrupted);
+    assert_eq!(fake.requests(), 3, "the third request was in flight");
+    assert_eq!(
+        o.samples().len(),
+        2,
+        "the interrupted request is not recorded"
+    );
+    assert_eq!(o.tally.recorded, 2);
+    assert_eq!(o.events.last().map(String::as_str), Some("finish"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn decode_at_depth_records_the_cold_sample_before_its_warm_ones() {
+    let fake = Fake::always(STEADY);
+    let mut st = fixed(2);
+    st.decode_samples = 2;
+    let o = run_loop(&fake, &[1024], &[], &st, None).await;
+    let order: Vec<_> = o
+        .samples()
+        .iter()
+        .map(|s| (s.rep, s.phase.clone()))
+        .collect();
+    let phases = |r: u32| [(r, "cold".into()), (r, "warm".into()), (r, "warm".into())];
+    assert_eq!(order, [phases(0), phases(1)].concat());
+    assert_eq!(o.events[0], "start 6 skip 0");
+    // The warm requests resend the cold prompt with cache reuse allowed.
+    let asked = fake.asked.lock().unwrap();
+    assert!(asked[0].1 && !asked[1].1 && !asked[2].1);
+    assert!(asked[1].0 == asked[0].0 && asked[2].0 == asked[0].0);
+    assert!(
+        asked[3].0 != asked[0].0,
+        "the next cold rep has its own prompt"
+    );
+    // Warm samples stay out of the point's statistics.
+    assert_eq!(o.points()[0].usable, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_that_stops_listening_mid_request_stops_the_sweep_within_seconds() {
+    // llama-server on SIGTERM stops listening but holds the request open for 30 s.
+    let fake = Fake::new(vec![STEADY, Step::ShutDown], STEADY);
+    let t0 = Instant::now();
+    let o = run_loop(&fake, &[1024, 2048], &[], &fixed(3), None).await;
+    let s = o.samples();
+    assert_eq!(s.len(), 2, "{:?}", o.events);
+    let e = s[1].error.as_ref().unwrap();
+    assert_eq!(e.kind, "transport");
+    assert!(e.message.contains("stopped accepting"), "{e:?}");
+    assert!(o.tally.stopped.is_some());
+    assert_eq!(fake.requests(), 2);
+    // The first request takes 0.42 s; the watchdog looks every second.
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(3), "{took:?}");
+}
