@@ -57,7 +57,9 @@ pub enum TemplateError {
     #[error("'port' is reserved: ctxbench fills {{port}} itself; name the list differently")]
     ReservedName,
     /// A list name that could not appear as a placeholder.
-    #[error("parameter list name '{name}' must be letters, digits or '_', not starting with a digit")]
+    #[error(
+        "parameter list name '{name}' must be letters, digits or '_', not starting with a digit"
+    )]
     BadName {
         /// The offending name.
         name: String,
@@ -396,13 +398,24 @@ mod tests {
         assert_eq!(v.len(), 2);
         assert_eq!(
             v[1].argv(8123),
-            ["llama-server", "-m", "my model.gguf", "--port", "8123", "-t", "2"]
+            [
+                "llama-server",
+                "-m",
+                "my model.gguf",
+                "--port",
+                "8123",
+                "-t",
+                "2"
+            ]
         );
         assert_eq!(
             v[0].command_line(9),
             "llama-server -m 'my model.gguf' --port 9 -t 1"
         );
-        assert_eq!(v[0].label(), "llama-server -m 'my model.gguf' --port {port} -t 1");
+        assert_eq!(
+            v[0].label(),
+            "llama-server -m 'my model.gguf' --port {port} -t 1"
+        );
         assert_eq!(v[1].short_name(), "threads=2");
     }
 
@@ -416,8 +429,14 @@ mod tests {
         let v = &t.variants()[0];
         assert_eq!(v.argv(1)[4], "s3cr3t");
         for shown in [v.command_line(1), v.label()] {
-            assert!(!shown.contains("s3cr3t") && !shown.contains("abc"), "{shown}");
-            assert!(shown.contains("--api-key '***' '--hf_token=***' --max-tokens 5"), "{shown}");
+            assert!(
+                !shown.contains("s3cr3t") && !shown.contains("abc"),
+                "{shown}"
+            );
+            assert!(
+                shown.contains("--api-key '***' '--hf_token=***' --max-tokens 5"),
+                "{shown}"
+            );
         }
     }
 
@@ -456,7 +475,15 @@ mod tests {
         let v = t.variants();
         assert_eq!(
             v[0].argv(1),
-            ["srv", "--port", "1", "--kw", r#"{"a":1}"#, "--x", "prea bpost"]
+            [
+                "srv",
+                "--port",
+                "1",
+                "--kw",
+                r#"{"a":1}"#,
+                "--x",
+                "prea bpost"
+            ]
         );
         assert_eq!(v[1].argv(1)[6], "prec,dpost");
     }
@@ -465,7 +492,10 @@ mod tests {
     fn bad_templates_and_lists_are_typed_errors() {
         let e = |t: &str, l: Vec<ParameterList>| ServerTemplate::new(t, l).unwrap_err();
         assert_eq!(e("", vec![]), TemplateError::Empty);
-        assert!(matches!(e("srv 'open", vec![]), TemplateError::Split { .. }));
+        assert!(matches!(
+            e("srv 'open", vec![]),
+            TemplateError::Split { .. }
+        ));
         assert_eq!(e("srv -t 1", vec![]), TemplateError::MissingPort);
         assert_eq!(
             e("srv --port {port} -t {threads}", vec![]),
