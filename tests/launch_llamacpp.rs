@@ -120,7 +120,10 @@ fn each_variant_of_a_threads_grid_starts_answers_and_stops() {
         // The log beside the results holds the server's own output.
         let text = std::fs::read_to_string(&log).unwrap();
         assert!(text.contains("==> ctxbench: starting:"), "{text}");
-        assert!(text.contains("server is listening"), "{text}");
+        assert!(
+            text.contains(&format!("listening on http://127.0.0.1:{port}")),
+            "{text}"
+        );
 
         let stopped = rt().block_on(server.stop(Duration::from_secs(30))).unwrap();
         assert!(!stopped.forced, "llama-server ignored SIGTERM for 30 s");
