@@ -13,6 +13,7 @@ pub mod compare;
 pub mod corpus;
 pub mod costmodel;
 pub mod error;
+pub mod launch;
 pub mod metrics;
 pub mod plan;
 pub mod probe;

@@ -3,6 +3,7 @@
 pub mod bootstrap;
 pub mod fit;
 pub mod metric;
+pub mod significance;
 
 use serde::Serialize;
 
