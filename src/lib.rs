@@ -7,7 +7,6 @@
 
 pub mod adaptive;
 pub mod bench;
-pub mod cli;
 pub mod client;
 pub mod compare;
 pub mod corpus;

@@ -2,8 +2,8 @@
 
 use std::process::ExitCode;
 
+use crate::cmd::cli::{Cli, Command};
 use clap::Parser;
-use ctxbench::cli::{Cli, Command};
 use ctxbench::error::{ClientError, UsageError};
 
 // std's print macros panic when the stream is closed (`ctxbench sweep 2>&1 | head -2`):

@@ -1,7 +1,7 @@
 //! `ctxbench compare`: reads the runs, builds the comparison, writes the chosen format and plot.
 
+use crate::cmd::cli::CompareArgs;
 use anyhow::{Context, Result};
-use ctxbench::cli::CompareArgs;
 use ctxbench::compare::build;
 use ctxbench::error::UsageError;
 

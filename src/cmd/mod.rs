@@ -1,6 +1,7 @@
 //! The commands: orchestration that reads, writes and talks to servers, on top of the
 //! library's typed pieces; errors here carry `anyhow` context for the user.
 
+pub mod cli;
 pub mod compare;
 pub mod dryrun;
 pub mod overhead;

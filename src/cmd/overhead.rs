@@ -19,7 +19,7 @@ struct RunFigures {
 }
 
 /// Runs the benchmark and prints its figures.
-pub async fn run(args: ctxbench::cli::OverheadArgs) -> Result<()> {
+pub async fn run(args: crate::cmd::cli::OverheadArgs) -> Result<()> {
     let (port, _server) = start_server(args.tokens).context("starting the loopback server")?;
     let http =
         Http::new(&format!("http://127.0.0.1:{port}"), None, None).map_err(anyhow::Error::msg)?;

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::cmd::cli::ReportArgs;
 use anyhow::{Context, Result};
-use ctxbench::cli::ReportArgs;
 use ctxbench::record::{self, Results};
 use ctxbench::render::ReportFormat;
 use ctxbench::render::{self, svg};

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
+use crate::cmd::cli::{FlushMode, Method, SweepArgs};
 use ctxbench::bench::{self, BenchSettings, Observer};
-use ctxbench::cli::{FlushMode, Method, SweepArgs};
 use ctxbench::client::family::ConnectOptions;
 use ctxbench::client::{family, Backend, Http, ServerProfile};
 use ctxbench::corpus::Corpus;

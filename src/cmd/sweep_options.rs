@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
+use crate::cmd::cli::{Method, SweepArgs};
 use ctxbench::adaptive::RepPolicy;
-use ctxbench::cli::{Method, SweepArgs};
 use ctxbench::corpus::CorpusSpec;
 use ctxbench::error::UsageError;
 use ctxbench::plan;
@@ -160,8 +160,8 @@ fn parse_two_point(s: &str) -> Result<(u32, u32), UsageError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cmd::cli::{Cli, Command};
     use clap::Parser;
-    use ctxbench::cli::{Cli, Command};
 
     fn options(extra: &[&str]) -> Result<SweepOptions, UsageError> {
         let argv = [

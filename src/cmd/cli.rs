@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::bench::OnError;
-use crate::client::BackendKind;
+use ctxbench::bench::OnError;
+use ctxbench::client::BackendKind;
 
 /// Benchmark how an LLM inference server's speed changes with context length.
 #[derive(Debug, Parser)]
@@ -43,7 +43,7 @@ const COMPARE_EXAMPLES: &str = "Examples:
 
 The first file is the baseline A; every other file is compared with it.";
 
-pub use crate::render::ReportFormat;
+pub use ctxbench::render::ReportFormat;
 
 /// Options of `ctxbench report`.
 #[derive(Debug, Args, Clone)]
