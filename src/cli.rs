@@ -134,6 +134,13 @@ pub struct SweepArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
 
+    /// OpenAI protocol only: `completions` (/v1/completions, raw prompt), `chat`
+    /// (/v1/chat/completions, one user message; the chat template's tokens are measured and
+    /// counted in every length; TTFT on the first chunk with generated content, not the role
+    /// chunk), or `auto` (completions, chat when /v1/completions answers 404).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub endpoint: crate::client::openai::EndpointChoice,
+
     /// Context lengths in tokens, e.g. `1k,4k,32k` [default: 1k, 2k, 4k, … up to the
     /// server's maximum minus a 10% margin].
     #[arg(long, value_name = "LIST", allow_hyphen_values = true)]

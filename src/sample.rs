@@ -237,6 +237,7 @@ pub fn make_sample(
     if let Some(spec) = out.spec {
         set_spec(&mut s, spec);
     }
+    s.flags.extend(out.flags);
     flag_common(&mut s, settings.output_tokens as u64);
     s
 }
@@ -326,6 +327,7 @@ mod tests {
             }),
             finish_reason: Some("limit".into()),
             spec: None,
+            flags: Vec::new(),
         }
     }
 
