@@ -184,12 +184,13 @@ fn default_method() -> String {
 
 impl Sample {
     /// Usable for cold summaries: completed, cold (warm decode samples are summarised
-    /// apart), not contaminated, and of the right length.
+    /// apart), not contaminated, of the right length, and not a suspected cache hit.
     pub fn usable(&self) -> bool {
         self.status == Status::Ok
             && self.phase == "cold"
             && !self.contaminated
             && self.length_ok != Some(false)
+            && !self.flags.iter().any(|f| f == crate::cachehit::FLAG)
     }
 
     /// Server-reported counts, as stored.

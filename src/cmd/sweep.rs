@@ -402,6 +402,12 @@ async fn measure(
             "WARNING: {total_contaminated} sample(s) hit the prefix cache (cached_tokens > 0). They are NOT cold prefills and were excluded from the table."
         );
     }
+    let total_suspected: usize = points.iter().map(|p| p.suspected_cache_hit).sum();
+    if total_suspected > 0 {
+        eprintln!(
+            "WARNING: {total_suspected} sample(s) without a cached-token count had a TTFT below ¼ of what this run's own cold samples predict (the slowest other sample at that length, or the median at the next shorter length): suspected cache hits the server did not report. They were excluded from the table (flag suspected_cache_hit)."
+        );
+    }
     if total_mismatch > 0 {
         eprintln!(
             "WARNING: {total_mismatch} sample(s) had a server-reported prompt length different from the target; excluded."
