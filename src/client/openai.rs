@@ -517,7 +517,10 @@ impl EventReader for CompletionsReader {
     }
 
     fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
-        if let Some(done) = super::stream::done_sentinel(ev) {
+        if let Some(mut done) = super::stream::done_sentinel(ev) {
+            // A stream without usage (llama-cpp-python) is complete when `[DONE]` follows
+            // the finish reason; its counts are then fetched another way (see `generate`).
+            done.is_final = self.got.finish_reason.is_some();
             return Ok(done);
         }
         let endpoint = if self.chat { CHAT } else { COMPLETIONS };
