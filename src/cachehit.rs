@@ -25,9 +25,10 @@ pub const FACTOR: f64 = 0.25;
 /// The rule for one TTFT: `others_same` are the other unverified cold TTFTs at its length,
 /// `shorter_median` the median kept TTFT at the nearest shorter length.
 pub fn is_suspect(ttft_ms: f64, others_same: &[f64], shorter_median: Option<f64>) -> bool {
-    let slowest = others_same.iter().copied().fold(None, |m: Option<f64>, x| {
-        Some(m.map_or(x, |m| m.max(x)))
-    });
+    let slowest = others_same
+        .iter()
+        .copied()
+        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
     let reference = match (slowest, shorter_median) {
         (Some(a), Some(b)) => a.max(b),
         (a, b) => match a.or(b) {
@@ -79,7 +80,7 @@ pub fn suspects(samples: &[Sample]) -> HashSet<usize> {
             .filter(|i| !out.contains(i) && samples[**i].usable())
             .filter_map(|&i| samples[i].ttft_ms)
             .collect();
-        if let Some(m) = crate::stats::Spread::of(kept.into_iter()).map(|s| s.median) {
+        if let Some(m) = crate::stats::Spread::of(kept).map(|s| s.median) {
             shorter_median = Some(m);
         }
     }

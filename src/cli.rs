@@ -258,7 +258,9 @@ pub struct SweepArgs {
     pub cache_bypass: Switch,
 
     /// Trap demonstration: `off` drops the per-request nonce, so repetitions send identical
-    /// prompts (the seed's mistake).
+    /// prompts (the seed's mistake). Where the server reports no cached-token count, a sample
+    /// whose TTFT is below 1/4 of the slowest other sample at its length (or of the median at
+    /// the next shorter length) is flagged suspected_cache_hit and excluded.
     #[arg(long, value_enum, default_value = "on")]
     pub nonce: Switch,
 

@@ -444,7 +444,11 @@ mod tests {
         assert_eq!(p.backend, BackendKind::Openai);
         assert_eq!(p.server_kind, "openai-compatible");
         assert!(p.token_id_prompts && p.flush.is_none());
-        assert!(p.prompt_method.starts_with("token ids"), "{}", p.prompt_method);
+        assert!(
+            p.prompt_method.starts_with("token ids"),
+            "{}",
+            p.prompt_method
+        );
         assert_eq!(p.tokenizer.as_ref().unwrap().tokenize_path, "/tokenize");
         // vLLM's protocol may be asked for on a server no detector named.
         assert_eq!(
@@ -457,7 +461,10 @@ mod tests {
         let p = run(&bare, BackendKind::Auto).unwrap();
         assert!(!p.token_id_prompts);
         assert!(p.prompt_method.starts_with("none"), "{}", p.prompt_method);
-        assert!(p.completions_missing, "no /v1/completions in the canned answers");
+        assert!(
+            p.completions_missing,
+            "no /v1/completions in the canned answers"
+        );
     }
 
     #[test]
@@ -465,7 +472,10 @@ mod tests {
         // What llama-cpp-python answers: /extras/tokenize with BOS, /extras/detokenize,
         // /v1/completions refusing a token-id prompt (HTTP 500; here any non-2xx).
         let mut c = Canned::default()
-            .get("/v1/models", json!({"data": [{"id": "m.gguf", "owned_by": "me"}]}))
+            .get(
+                "/v1/models",
+                json!({"data": [{"id": "m.gguf", "owned_by": "me"}]}),
+            )
             .post("/extras/tokenize", json!({"tokens": [1, 22172, 3186]}))
             .post("/extras/detokenize", json!({"text": " hello world"}));
         c.post_status.insert("/v1/completions", 500);
@@ -480,8 +490,15 @@ mod tests {
         // The canned answer is the same for "" as for "hello world": 3 specials here; the
         // real server answers [BOS] (the real-server test checks the lengths).
         assert_eq!(t.added_specials, 3);
-        assert!(p.prompt_method.starts_with("text of exact length"), "{}", p.prompt_method);
-        assert_eq!(p.max_context, None, "llama-cpp-python reports no context length");
+        assert!(
+            p.prompt_method.starts_with("text of exact length"),
+            "{}",
+            p.prompt_method
+        );
+        assert_eq!(
+            p.max_context, None,
+            "llama-cpp-python reports no context length"
+        );
         assert!(!p.token_id_prompts && !p.completions_missing);
     }
 

@@ -88,7 +88,10 @@ fn serve(mut conn: TcpStream, st: &Mutex<State>) -> std::io::Result<()> {
             json!({"object": "list", "data": [{"id": "m.gguf", "object": "model", "owned_by": "me"}]}),
         ),
         "/extras/tokenize" => {
-            let ids = tokenize(&mut st.lock().unwrap(), body["input"].as_str().unwrap_or(""));
+            let ids = tokenize(
+                &mut st.lock().unwrap(),
+                body["input"].as_str().unwrap_or(""),
+            );
             reply(&mut conn, 200, json!({"tokens": ids}))
         }
         "/extras/detokenize" => {
@@ -129,7 +132,11 @@ fn serve(mut conn: TcpStream, st: &Mutex<State>) -> std::io::Result<()> {
             conn.flush()?;
             thread::sleep(PAUSE);
             for i in 0..n {
-                let fr = if i + 1 == n { json!("length") } else { Value::Null };
+                let fr = if i + 1 == n {
+                    json!("length")
+                } else {
+                    Value::Null
+                };
                 conn.write_all(chunk(json!({"content": " w"}), fr).as_bytes())?;
                 conn.flush()?;
                 thread::sleep(Duration::from_millis(2));
@@ -172,8 +179,14 @@ fn protocol_openai_chat_only_lengths_include_the_template_and_ttft_skips_the_rol
     )
     .ok();
     let err = &run.stderr;
-    assert!(err.contains("generations: POST /v1/chat/completions"), "{err}");
-    assert!(err.contains("/extras/tokenize + /extras/detokenize"), "{err}");
+    assert!(
+        err.contains("generations: POST /v1/chat/completions"),
+        "{err}"
+    );
+    assert!(
+        err.contains("/extras/tokenize + /extras/detokenize"),
+        "{err}"
+    );
     assert!(err.contains("chat-only"), "{err}");
     let r = run.results();
     assert_eq!(
@@ -185,8 +198,14 @@ fn protocol_openai_chat_only_lengths_include_the_template_and_ttft_skips_the_rol
         assert_eq!(s.status, Status::Ok, "{s:?}");
         // The server's own count, template included, is the context length.
         assert_eq!(s.prompt_tokens, Some(s.context_tokens), "{s:?}");
-        assert!(s.flags.iter().any(|f| f == "prompt_tokens_from_repeat"), "{s:?}");
-        assert!(s.flags.iter().any(|f| f == "output_tokens_from_events"), "{s:?}");
+        assert!(
+            s.flags.iter().any(|f| f == "prompt_tokens_from_repeat"),
+            "{s:?}"
+        );
+        assert!(
+            s.flags.iter().any(|f| f == "output_tokens_from_events"),
+            "{s:?}"
+        );
         assert!(s.flags.iter().any(|f| f == "cache_unverified"), "{s:?}");
         assert_eq!(s.output_tokens, Some(8));
         let ttft = s.ttft_ms.unwrap();
@@ -202,7 +221,10 @@ fn protocol_openai_chat_only_lengths_include_the_template_and_ttft_skips_the_rol
         .filter(|(p, _)| p == "/v1/chat/completions")
         .map(|(_, b)| b)
         .collect();
-    let streamed: Vec<&&Value> = chats.iter().filter(|b| b["stream"] == json!(true)).collect();
+    let streamed: Vec<&&Value> = chats
+        .iter()
+        .filter(|b| b["stream"] == json!(true))
+        .collect();
     // Warmup + 4 measured requests; each followed by its non-streamed count.
     assert_eq!(streamed.len(), 5);
     for b in &streamed {
@@ -227,5 +249,8 @@ fn protocol_openai_a_v1_url_is_a_usage_error_before_any_request() {
         "1k",
     ]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("without /v1") && err.contains("--url http://127.0.0.1:9"), "{err}");
+    assert!(
+        err.contains("without /v1") && err.contains("--url http://127.0.0.1:9"),
+        "{err}"
+    );
 }

@@ -28,9 +28,8 @@ struct Server {
 
 impl Server {
     fn start() -> Server {
-        let script = std::env::var("CTXBENCH_REAL_SERVER_SCRIPT").unwrap_or_else(|_| {
-            format!("{}/scripts/reference-server", env!("CARGO_MANIFEST_DIR"))
-        });
+        let script = std::env::var("CTXBENCH_REAL_SERVER_SCRIPT")
+            .unwrap_or_else(|_| format!("{}/scripts/reference-server", env!("CARGO_MANIFEST_DIR")));
         let port = free_port();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("server.log");
@@ -167,7 +166,9 @@ fn real_openai_text_prompts_on_llama_cpp_python_have_the_servers_length_and_no_p
     let log = logged_requests(&srv.log_text());
     let m = measured(&log, 1000);
     assert_eq!(m.len(), 8, "measured requests in the server log: {log:?}");
-    eprintln!("context  server_count  length_error  client_ttft_ms  server_prompt_eval_ms  prefix_hit");
+    eprintln!(
+        "context  server_count  length_error  client_ttft_ms  server_prompt_eval_ms  prefix_hit"
+    );
     for (s, l) in samples.iter().zip(&m) {
         assert_eq!(s.status, Status::Ok, "{s:?}");
         let got = s.prompt_tokens.unwrap();
@@ -179,11 +180,18 @@ fn real_openai_text_prompts_on_llama_cpp_python_have_the_servers_length_and_no_p
             s.context_tokens
         );
         // The nonce keeps the silent prefix reuse away: at most the BOS every prompt shares.
-        assert!(l.hit <= 1, "prefix reuse of {} tokens on a measured request", l.hit);
+        assert!(
+            l.hit <= 1,
+            "prefix reuse of {} tokens on a measured request",
+            l.hit
+        );
         assert!(s.flags.iter().any(|f| f == "cache_unverified"));
         assert!(!s.flags.iter().any(|f| f == "suspected_cache_hit"), "{s:?}");
         let ttft = s.ttft_ms.unwrap();
-        assert!(ttft >= l.eval_ms * 0.5, "client TTFT {ttft} below the server's {l:?}");
+        assert!(
+            ttft >= l.eval_ms * 0.5,
+            "client TTFT {ttft} below the server's {l:?}"
+        );
         eprintln!(
             "{:>7}  {:>12}  {:>12}  {:>14.1}  {:>21.1}  {:>10}",
             s.context_tokens,
@@ -224,10 +232,19 @@ fn real_openai_nonce_off_on_llama_cpp_python_is_caught_by_the_ttft_rule() {
     assert_eq!(s.len(), 3);
     eprintln!("rep  ttft_ms  flags");
     for x in s {
-        eprintln!("{:>3}  {:>7.1}  {:?}", x.rep, x.ttft_ms.unwrap_or(-1.0), x.flags);
+        eprintln!(
+            "{:>3}  {:>7.1}  {:?}",
+            x.rep,
+            x.ttft_ms.unwrap_or(-1.0),
+            x.flags
+        );
     }
     // ...and ctxbench caught it from the TTFT alone: the first is cold, the repeats are not.
-    assert!(!s[0].flags.iter().any(|f| f == "suspected_cache_hit"), "{:?}", s[0]);
+    assert!(
+        !s[0].flags.iter().any(|f| f == "suspected_cache_hit"),
+        "{:?}",
+        s[0]
+    );
     for x in &s[1..] {
         assert!(
             x.flags.iter().any(|f| f == "suspected_cache_hit"),
@@ -235,7 +252,11 @@ fn real_openai_nonce_off_on_llama_cpp_python_is_caught_by_the_ttft_rule() {
         );
         assert!(!x.usable());
     }
-    assert!(run.stderr.contains("suspected cache hits"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("suspected cache hits"),
+        "{}",
+        run.stderr
+    );
     let points = ctxbench::stats::summarize(&r.samples);
     assert_eq!(points[0].suspected_cache_hit, 2);
     assert_eq!(points[0].usable, 1);

@@ -140,9 +140,7 @@ pub const CHAT: &str = "/v1/chat/completions";
 pub const COMPLETIONS: &str = "/v1/completions";
 
 /// Which OpenAI generation path to use (`--endpoint`).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum EndpointChoice {
     /// `/v1/completions`, or `/v1/chat/completions` when the server has no completions.
@@ -232,7 +230,11 @@ const TOKENIZERS: &[(&str, &str, TokenizeDialect)] = &[
     ("/tokenize", "/detokenize", TokenizeDialect::Llamacpp),
     ("/v1/tokenize", "/v1/detokenize", TokenizeDialect::Vllm),
     ("/v1/tokenize", "/v1/detokenize", TokenizeDialect::Llamacpp),
-    ("/extras/tokenize", "/extras/detokenize", TokenizeDialect::Extras),
+    (
+        "/extras/tokenize",
+        "/extras/detokenize",
+        TokenizeDialect::Extras,
+    ),
 ];
 
 /// The detokenized text in any of the known answer shapes.
@@ -290,7 +292,10 @@ async fn completions_answer(
     let mut ids: Vec<u32> = vec![1, 2, 3];
     if let Some(t) = tok {
         if let Ok(v) = s
-            .post(&t.tokenize_path, &t.dialect.tokenize_body("hello world", model))
+            .post(
+                &t.tokenize_path,
+                &t.dialect.tokenize_body("hello world", model),
+            )
             .await
         {
             if let Ok(x) = super::llamacpp::parse_token_list(&t.tokenize_path, &v) {
@@ -544,7 +549,8 @@ impl EventReader for CompletionsReader {
             .and_then(Value::as_array)
             .and_then(|c| c.first());
         let text_nonempty = choice.is_some_and(|c| {
-            let field = |v: Option<&Value>| v.and_then(Value::as_str).is_some_and(|s| !s.is_empty());
+            let field =
+                |v: Option<&Value>| v.and_then(Value::as_str).is_some_and(|s| !s.is_empty());
             if self.chat {
                 // The first chunk carries only the role: not a token.
                 field(c.pointer("/delta/content"))
@@ -814,6 +820,42 @@ mod tests {
             "not reported: no accept length is made up"
         );
         assert_eq!(spec.accept_length, None);
+    }
+
+    #[test]
+    fn chat_role_chunk_is_not_a_token_and_done_after_finish_is_final_without_usage() {
+        let mut r = CompletionsReader {
+            chat: true,
+            ..Default::default()
+        };
+        let role = r
+            .on_event(&ev(
+                r#"{"choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}"#,
+            ))
+            .unwrap();
+        assert!(!role.has_token, "the role chunk is not generated content");
+        let empty = r
+            .on_event(&ev(
+                r#"{"choices":[{"index":0,"delta":{"content":""},"finish_reason":null}]}"#,
+            ))
+            .unwrap();
+        assert!(!empty.has_token);
+        let t = r
+            .on_event(&ev(
+                r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"length"}]}"#,
+            ))
+            .unwrap();
+        assert!(t.has_token && !t.is_final);
+        let done = r.on_event(&ev("[DONE]")).unwrap();
+        assert!(
+            done.ends_stream && done.is_final,
+            "complete, counts fetched elsewhere"
+        );
+        assert_eq!(r.got.counts.prompt_tokens, None, "never guessed");
+        // Without a finish reason, [DONE] does not make a stream complete.
+        let mut cut = CompletionsReader::default();
+        cut.on_event(&ev(r#"{"choices":[{"text":"a"}]}"#)).unwrap();
+        assert!(!cut.on_event(&ev("[DONE]")).unwrap().is_final);
     }
 
     #[test]

@@ -76,7 +76,7 @@ pub async fn run(
         },
     )
     .await;
-    let probe_result = probe_result.map_err(ProbeError::from).and_then(|mut p| {
+    let probe_result = probe_result.and_then(|mut p| {
         ctxbench::client::openai::choose_endpoint(&mut p, args.endpoint)?;
         Ok(p)
     });
