@@ -61,6 +61,13 @@ impl super::Family for Family {
                 Some("llamacpp timings in the final /v1 chunk (when a draft is configured)".into());
             return Ok(());
         }
+        // SGLang and vLLM take token ids on /v1/completions (server-apis.md A, B).
+        let known = matches!(p.detected, Some(BackendKind::Sglang | BackendKind::Vllm));
+        if known && s.has_vllm_tokenize(p.model.as_deref()).await {
+            p.tokenize = Some(TokenizeDialect::Vllm);
+            p.token_id_prompts = true;
+            return Ok(());
+        }
         let tokenizer = find_tokenizer(s, p.model.as_deref()).await;
         let completions = completions_answer(s, p.model.as_deref(), tokenizer.as_ref()).await;
         p.completions_missing = completions == Completions::Missing;
