@@ -473,7 +473,9 @@ impl OpenAi {
         let body = &ids[self.nonce_tokens.min(n.saturating_sub(1))..];
         let mut cur = ids.to_vec();
         for _ in 0..ROUNDS {
-            let text = self.detokenize(t, &cur).await?;
+            // A leading space would become a token every prompt shares (SentencePiece "▁"),
+            // a prefix the nonce must not leave to the cache.
+            let text = self.detokenize(t, &cur).await?.trim_start().to_owned();
             let got = self.text_ids(t, &text).await?;
             if got.len() == n {
                 return Ok(text);
