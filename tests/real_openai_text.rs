@@ -226,6 +226,12 @@ fn real_openai_nonce_off_on_llama_cpp_python_is_caught_by_the_ttft_rule() {
     let r = run.results();
     let log = logged_requests(&srv.log_text());
     // The server did reuse the identical prompts (its log says so)...
+    for l in log.iter().filter(|l| l.hit + l.evaluated >= 4000) {
+        eprintln!(
+            "server log: prefix-match hit {}, evaluated {}, prompt eval {:.1} ms",
+            l.hit, l.evaluated, l.eval_ms
+        );
+    }
     let reused = log.iter().filter(|l| l.hit >= 4000).count();
     assert!(reused >= 2, "{log:?}");
     let s = &r.samples;
