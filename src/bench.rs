@@ -377,6 +377,15 @@ pub async fn run(
     let mut window = prior.len() as u64;
     'points: for (pi, &context) in contexts.iter().enumerate() {
         let (mut prog, mut steps) = prior_progress(prior, context, policy.min_reps);
+        // Cold TTFTs at this point without a cached-token count (the cache-hit rule's data).
+        let mut unverified_ttft: Vec<f64> = prior
+            .iter()
+            .filter(|s| {
+                s.context_tokens == context && s.status == Status::Ok && s.phase == Phase::Cold
+            })
+            .filter(|s| !s.cache_verified)
+            .filter_map(|s| s.ttft_ms)
+            .collect();
         let mut next_rep = 0u32;
         loop {
             let model = CostModel::new(observations.clone());
@@ -405,10 +414,14 @@ pub async fn run(
             )
             .await;
             window += 2; // two-point uses two prompts
-            let Some((sample, req)) = measured else {
+            let Some((mut sample, req)) = measured else {
                 tally.interrupted = true;
                 break 'points;
             };
+            flag_suspected_hit(&mut sample, &unverified_ttft, &observations);
+            if sample.status == Status::Ok && !sample.cache_verified {
+                unverified_ttft.extend(sample.ttft_ms);
+            }
             // A lost connection is fatal when the server is gone: further requests would
             // only record "cannot connect" failures.
             let server_gone = sample
@@ -465,6 +478,25 @@ pub async fn run(
     }
     observer.finish();
     Ok(tally)
+}
+
+/// Flags a sample the cache-hit rule catches (see `cachehit`) as it is recorded, so the
+/// adaptive policy does not count it: compared with this point's other unverified samples
+/// and with the median TTFT at the nearest shorter length measured so far.
+fn flag_suspected_hit(sample: &mut Sample, same: &[f64], observations: &[Observation]) {
+    if sample.status != Status::Ok || sample.cache_verified || sample.phase != "cold" {
+        return;
+    }
+    let Some(t) = sample.ttft_ms else { return };
+    let here = sample.context_tokens as f64;
+    let shorter = observations
+        .iter()
+        .filter(|o| o.context < here)
+        .max_by(|a, b| a.context.total_cmp(&b.context))
+        .map(|o| o.ttft_s * 1000.0);
+    if crate::cachehit::is_suspect(t, same, shorter) {
+        sample.flags.push(crate::record::Flag::SuspectedCacheHit);
+    }
 }
 
 /// One cold measurement (streamed, or the two requests of the two-point method), with the

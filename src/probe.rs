@@ -175,6 +175,8 @@ mod tests {
         get: HashMap<&'static str, (u16, Value)>,
         post: HashMap<&'static str, Value>,
         text: HashMap<&'static str, &'static str>,
+        /// POST path → an error status to answer with.
+        post_status: HashMap<&'static str, u16>,
         refuse: usize,
         loading: usize,
         asked: AtomicUsize,
@@ -226,7 +228,7 @@ mod tests {
         async fn post(&self, path: &str, _body: &Value) -> Result<Value, ClientError> {
             self.post.get(path).cloned().ok_or(ClientError::Http {
                 endpoint: path.into(),
-                status: 404,
+                status: self.post_status.get(path).copied().unwrap_or(404),
                 message: "not found".into(),
             })
         }
@@ -435,19 +437,69 @@ mod tests {
     fn a_generic_openai_server_is_the_fallback() {
         let c = Canned::default()
             .get("/v1/models", models("someone"))
-            .post("/tokenize", json!({"tokens": [3]}));
+            .post("/tokenize", json!({"tokens": [3]}))
+            .post("/detokenize", json!({"prompt": "hello world"}))
+            .post("/v1/completions", json!({"choices": [{"text": "x"}]}));
         let p = run(&c, BackendKind::Auto).unwrap();
         assert_eq!(p.backend, BackendKind::Openai);
         assert_eq!(p.server_kind, "openai-compatible");
         assert!(p.token_id_prompts && p.flush.is_none());
+        assert!(
+            p.prompt_method.starts_with("token ids"),
+            "{}",
+            p.prompt_method
+        );
+        assert_eq!(p.tokenizer.as_ref().unwrap().tokenize_path, "/tokenize");
         // vLLM's protocol may be asked for on a server no detector named.
         assert_eq!(
             run(&c, BackendKind::Vllm).unwrap().backend,
             BackendKind::Vllm
         );
-        // Without /tokenize: no token-id prompts (connecting refuses it later).
+        // Without /tokenize: no token-id prompts (connecting refuses it later), and the
+        // probe says so in one voice.
         let bare = Canned::default().get("/v1/models", models("someone"));
-        assert!(!run(&bare, BackendKind::Auto).unwrap().token_id_prompts);
+        let p = run(&bare, BackendKind::Auto).unwrap();
+        assert!(!p.token_id_prompts);
+        assert!(p.prompt_method.starts_with("none"), "{}", p.prompt_method);
+        assert!(
+            p.completions_missing,
+            "no /v1/completions in the canned answers"
+        );
+    }
+
+    #[test]
+    fn llama_cpp_python_gets_exact_text_prompts_through_extras() {
+        // What llama-cpp-python answers: /extras/tokenize with BOS, /extras/detokenize,
+        // /v1/completions refusing a token-id prompt (HTTP 500; here any non-2xx).
+        let mut c = Canned::default()
+            .get(
+                "/v1/models",
+                json!({"data": [{"id": "m.gguf", "owned_by": "me"}]}),
+            )
+            .post("/extras/tokenize", json!({"tokens": [1, 22172, 3186]}))
+            .post("/extras/detokenize", json!({"text": " hello world"}));
+        c.post_status.insert("/v1/completions", 500);
+        let p = run(&c, BackendKind::Auto).unwrap();
+        assert_eq!(p.backend, BackendKind::Openai);
+        let t = p.tokenizer.as_ref().expect("a tokenizer pair");
+        assert_eq!(
+            (t.tokenize_path.as_str(), t.detokenize_path.as_str()),
+            ("/extras/tokenize", "/extras/detokenize")
+        );
+        assert_eq!(t.dialect, TokenizeDialect::Extras);
+        // The canned answer is the same for "" as for "hello world": 3 specials here; the
+        // real server answers [BOS] (the real-server test checks the lengths).
+        assert_eq!(t.added_specials, 3);
+        assert!(
+            p.prompt_method.starts_with("text of exact length"),
+            "{}",
+            p.prompt_method
+        );
+        assert_eq!(
+            p.max_context, None,
+            "llama-cpp-python reports no context length"
+        );
+        assert!(!p.token_id_prompts && !p.completions_missing);
     }
 
     #[test]

@@ -154,6 +154,13 @@ string_enum! {
         FlushFailed = "flush_failed",
         /// `/metrics` could not be read around this sample.
         MetricsUnavailable = "metrics_unavailable",
+        /// No cached-token count, and a TTFT far below the run's own cold samples: a prefix
+        /// cache served it (rule in `cachehit`).
+        SuspectedCacheHit = "suspected_cache_hit",
+        /// The prompt count came from a non-streamed repeat (the stream carried no usage).
+        PromptTokensFromRepeat = "prompt_tokens_from_repeat",
+        /// The output count is the number of token-carrying events (no usage in the stream).
+        OutputTokensFromEvents = "output_tokens_from_events",
     }
 }
 
@@ -458,6 +465,12 @@ pub struct ServerInfo {
     /// `None`: no flush. Varies run to run, so not part of the run's identity.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flush_check: Option<String>,
+    /// The tokenizer endpoint pair used for exact text prompts (generic OpenAI servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<TokenizerInfo>,
+    /// The OpenAI protocol's generation path (`/v1/completions` or `/v1/chat/completions`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
     /// The server flag that would make it report cached-token counts, when it does not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_tokens_hint: Option<String>,
@@ -467,6 +480,21 @@ pub struct ServerInfo {
     pub cached_missing_means_zero: bool,
     /// Capability notes, each naming the server flag that would enable what is missing.
     pub notes: Vec<String>,
+}
+
+/// A tokenizer endpoint pair of a generic OpenAI-compatible server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct TokenizerInfo {
+    /// The request body shape.
+    #[serde(default)]
+    pub dialect: String,
+    /// The tokenize path that answered (e.g. `/extras/tokenize`).
+    pub tokenize_path: String,
+    /// Its detokenize counterpart.
+    pub detokenize_path: String,
+    /// Special tokens (BOS) the endpoint adds to every text, stripped from its answers.
+    #[serde(default)]
+    pub added_specials: u64,
 }
 
 /// The corpus prompts were cut from.
@@ -741,12 +769,13 @@ pub struct Sample {
 
 impl Sample {
     /// Usable for cold summaries: completed, cold (warm decode samples are summarised
-    /// apart), not contaminated, and of the right length.
+    /// apart), not contaminated, of the right length, and not a suspected cache hit.
     pub fn usable(&self) -> bool {
         self.status == Status::Ok
             && self.phase == Phase::Cold
             && !self.contaminated
             && self.length_ok != Some(false)
+            && !self.has(&Flag::SuspectedCacheHit)
     }
 
     /// Whether the sample carries `flag`.

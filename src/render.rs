@@ -453,6 +453,7 @@ mod tests {
             contaminated: 1,
             length_mismatch: 0,
             cache_unverified: 0,
+            suspected_cache_hit: 0,
             failed: 0,
             ttft_ms: sp(120.0),
             prefill_tokens_per_s: sp(34000.0),

@@ -194,6 +194,10 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
     if cont > 0 {
         warnings.push(warn("contaminated", format!("{cont} sample(s) hit the prefix cache (cached_tokens > 0): not cold prefills, excluded from the table and the fits")));
     }
+    let suspected = total(|p| p.suspected_cache_hit);
+    if suspected > 0 {
+        warnings.push(warn("suspected_cache_hit", format!("{suspected} sample(s) without a cached-token count had a TTFT below ¼ of what this run's own cold samples predict (the slowest other sample at that length, or the median at the next shorter length): suspected cache hits the server did not report, excluded from the table and the fits")));
+    }
     if mism > 0 {
         warnings.push(warn("length_mismatch", format!("{mism} sample(s) had a server-reported prompt length different from the target: excluded")));
     }

@@ -249,6 +249,7 @@ pub fn make_sample(
     if let Some(spec) = out.spec {
         set_spec(&mut s, spec);
     }
+    s.flags.extend(out.flags);
     flag_common(&mut s, target.output_tokens as u64);
     s
 }
@@ -346,6 +347,7 @@ mod tests {
             }),
             finish_reason: Some("limit".into()),
             spec: None,
+            flags: Vec::new(),
         }
     }
 

@@ -68,6 +68,8 @@ pub struct PointSummary {
     pub length_mismatch: usize,
     /// Samples without a cached-token count from the server.
     pub cache_unverified: usize,
+    /// Unverified samples whose TTFT the cache-hit rule caught (excluded; see `cachehit`).
+    pub suspected_cache_hit: usize,
     /// Failed requests.
     pub failed: usize,
     /// Client TTFT (ms).
@@ -111,6 +113,9 @@ impl PointSummary {
         if self.contaminated > 0 {
             v.push(format!("{} cached", self.contaminated));
         }
+        if self.suspected_cache_hit > 0 {
+            v.push(format!("{} suspected cache hit", self.suspected_cache_hit));
+        }
         if self.length_mismatch > 0 {
             v.push(format!("{} wrong length", self.length_mismatch));
         }
@@ -132,11 +137,22 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
     let mut contexts: Vec<u64> = samples.iter().map(|s| s.context_tokens).collect();
     contexts.sort_unstable();
     contexts.dedup();
+    let suspects = crate::cachehit::suspects(samples);
+    let suspect = |s: &Sample| {
+        samples
+            .iter()
+            .position(|x| std::ptr::eq(x, s))
+            .is_some_and(|i| suspects.contains(&i))
+    };
     contexts
         .into_iter()
         .map(|c| {
             let at: Vec<&Sample> = samples.iter().filter(|s| s.context_tokens == c).collect();
-            let ok: Vec<&Sample> = at.iter().copied().filter(|s| s.usable()).collect();
+            let ok: Vec<&Sample> = at
+                .iter()
+                .copied()
+                .filter(|s| s.usable() && !suspect(s))
+                .collect();
             let warm: Vec<&Sample> = at
                 .iter()
                 .copied()
@@ -157,6 +173,7 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
                 usable: ok.len(),
                 contaminated: at.iter().filter(|s| s.contaminated).count(),
                 length_mismatch: at.iter().filter(|s| s.length_ok == Some(false)).count(),
+                suspected_cache_hit: at.iter().filter(|s| suspect(s)).count(),
                 cache_unverified: at
                     .iter()
                     .filter(|s| s.status == Status::Ok && !s.cache_verified)

@@ -128,6 +128,7 @@ impl Backend for Fake {
                         cached_tokens: Some(if warm { len - 1 } else { 0 }),
                     },
                     timings: None,
+                    flags: Vec::new(),
                     finish_reason: Some("length".into()),
                     spec: None,
                 })

@@ -202,6 +202,16 @@ pub struct ServerProfile {
     /// `--enable-cache-report`).
     #[serde(default)]
     pub cached_missing_means_zero: bool,
+    /// A tokenizer endpoint pair for exact text prompts (generic OpenAI servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<super::openai::TextTokenizer>,
+    /// `POST /v1/completions` answered 404: a chat-only server.
+    #[serde(default)]
+    pub completions_missing: bool,
+    /// The generation path of the OpenAI protocol (`/v1/completions` or
+    /// `/v1/chat/completions`); `None` for other protocols.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
     /// Capability notes, each naming the server flag that would enable what is missing.
     #[serde(default)]
     pub notes: Vec<String>,
@@ -236,6 +246,9 @@ impl ServerProfile {
             flush: None,
             spec_stats: None,
             cached_missing_means_zero: false,
+            tokenizer: None,
+            completions_missing: false,
+            endpoint: None,
             notes: Vec::new(),
             detected: None,
         }

@@ -98,6 +98,8 @@ pub struct GenOutcome {
     pub finish_reason: Option<String>,
     /// Speculative-decoding counts, when the response carries them.
     pub spec: Option<SpecStats>,
+    /// Sample flags the backend adds: where a count came from when the stream had none.
+    pub flags: Vec<crate::record::Flag>,
 }
 
 /// The result of one non-streamed generation (the two-point method).
@@ -153,6 +155,11 @@ pub trait Backend: Send + Sync {
             what: "non-streamed generation".to_owned(),
             hint: format!("not implemented for the {} protocol", self.kind().as_str()),
         })
+    }
+    /// What the backend learned while running that the run header should say (e.g. where
+    /// counts came from). The default: nothing.
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
     }
     /// Drops the server's prefix cache; returns what was done. The default: not available.
     async fn flush(&self) -> Result<String, ClientError> {

@@ -1,16 +1,29 @@
-//! Generic OpenAI-compatible `/v1/completions` with `stream_options.include_usage`.
+//! Generic OpenAI-compatible `/v1/completions` (or `/v1/chat/completions`) with
+//! `stream_options.include_usage`.
 //!
-//! Token counts come from the final `usage` record, never from chunk counts. Where a server
-//! sends cumulative usage in every chunk (`continuous_usage_stats`), "carries a token" is read
-//! from `completion_tokens` rising; otherwise from a non-empty text delta.
+//! Prompts are token ids where the server takes them. Where it refuses them, prompts are
+//! text of exact length, built through whichever tokenizer endpoint pair the server has
+//! (`/tokenize`+`/detokenize`, `/v1/tokenize`+`/v1/detokenize`, llama-cpp-python's
+//! `/extras/tokenize`+`/extras/detokenize`): ids → detokenize → re-tokenize → cut or pad →
+//! re-check. The nonce stays at the start of the text, so no two prompts share a prefix.
+//!
+//! Token counts come from the final `usage` record. Where the stream carries none
+//! (llama-cpp-python), the prompt count comes from a non-streamed repeat of the same request
+//! with `max_tokens: 1` after the measurement (the server's own `usage.prompt_tokens`) and the
+//! output count from the token events; each sample is flagged with where its counts came
+//! from. Where a server sends cumulative usage in every chunk (`continuous_usage_stats`),
+//! "carries a token" is read from `completion_tokens` rising; otherwise from a non-empty text
+//! delta (chat: `delta.content`, so the role-only first chunk is not a token).
 
+use crate::record::Flag;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::family::{needs_tokenize, ConnectOptions, FamilyId, Server, ServerProfile};
+use super::family::{ConnectOptions, FamilyId, Server, ServerProfile};
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
@@ -36,8 +49,10 @@ impl super::Family for Family {
         Ok((s.get("/v1/models").await?.0 == 200).then(|| "GET /v1/models answered".to_owned()))
     }
 
-    /// `/v1/completions` with token ids where the server's `/tokenize` is known; on
-    /// llama.cpp also its `cache_prompt` switch and `timings`. No flush in this protocol.
+    /// `/v1/completions` with token ids where the server takes them (llama.cpp, or a server
+    /// whose tokenizer's ids a one-token test request accepted); on llama.cpp also its
+    /// `cache_prompt` switch and `timings`. Otherwise text prompts made exact through the
+    /// tokenizer endpoints found. No flush in this protocol.
     async fn capabilities(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
         if p.detected == Some(BackendKind::Llamacpp) {
             p.tokenize = Some(TokenizeDialect::Llamacpp);
@@ -45,9 +60,39 @@ impl super::Family for Family {
             p.cache_bypass = true;
             p.spec_stats =
                 Some("llamacpp timings in the final /v1 chunk (when a draft is configured)".into());
-        } else if s.has_vllm_tokenize(p.model.as_deref()).await {
+            return Ok(());
+        }
+        // SGLang and vLLM take token ids on /v1/completions (server-apis.md A, B).
+        let known = matches!(p.detected, Some(BackendKind::Sglang | BackendKind::Vllm));
+        if known && s.has_vllm_tokenize(p.model.as_deref()).await {
             p.tokenize = Some(TokenizeDialect::Vllm);
             p.token_id_prompts = true;
+            return Ok(());
+        }
+        let tokenizer = find_tokenizer(s, p.model.as_deref()).await;
+        let completions = completions_answer(s, p.model.as_deref(), tokenizer.as_ref()).await;
+        p.completions_missing = completions == Completions::Missing;
+        if let Some(t) = &tokenizer {
+            p.tokenize = Some(t.dialect);
+            p.tokenizer = Some(t.clone());
+        }
+        p.token_id_prompts = completions == Completions::TakesTokenIds;
+        p.prompt_method = match (&tokenizer, p.token_id_prompts) {
+            (_, true) => format!(
+                "token ids (the server accepted a token-id test prompt; ids from {})",
+                tokenizer.as_ref().map_or("?", |t| t.tokenize_path.as_str())
+            ),
+            (Some(t), false) => format!(
+                "text of exact length: ids → {} → {} → cut/pad → re-check (the server refuses token-id prompts)",
+                t.detokenize_path, t.tokenize_path
+            ),
+            (None, false) => "none: no tokenizer endpoint answered (/tokenize, /v1/tokenize, /extras/tokenize with their detokenize) and token ids are refused".into(),
+        };
+        if tokenizer.is_none() {
+            p.notes.push("no tokenizer endpoint pair answered (tried /tokenize+/detokenize, /v1/tokenize+/v1/detokenize, /extras/tokenize+/extras/detokenize): ctxbench cannot build prompts of known length on this server; prompts calibrated against usage.prompt_tokens alone are not implemented for --backend openai yet".into());
+        }
+        if p.completions_missing {
+            p.notes.push("POST /v1/completions answered 404: this server is chat-only; --endpoint auto uses /v1/chat/completions".into());
         }
         Ok(())
     }
@@ -61,24 +106,88 @@ impl super::Family for Family {
         &self,
         http: Http,
         p: &ServerProfile,
-        _o: &ConnectOptions,
+        o: &ConnectOptions,
     ) -> Result<Box<dyn Backend>, UsageError> {
-        if !p.token_id_prompts {
-            return Err(needs_tokenize(p));
-        }
-        let o = OpenAi::new(
+        let chat = p.endpoint.as_deref() == Some(CHAT);
+        let text = if p.token_id_prompts && !chat {
+            None
+        } else {
+            let t = p.tokenizer.clone().ok_or_else(|| cannot_measure(p))?;
+            Some(t)
+        };
+        let mut o2 = OpenAi::new(
             http,
             p.model.clone(),
             p.tokenize,
             p.cache_bypass
                 .then(|| ("cache_prompt".to_owned(), json!(false))),
         );
+        o2.text = text;
+        o2.chat = chat;
+        o2.nonce_tokens = o.nonce_tokens;
         Ok(Box::new(if p.cached_missing_means_zero {
-            o.missing_cached_is_zero()
+            o2.missing_cached_is_zero()
         } else {
-            o
+            o2
         }))
     }
+}
+
+/// Why a generic OpenAI server cannot be measured, and what would help.
+fn cannot_measure(p: &ServerProfile) -> UsageError {
+    UsageError::Invalid(format!(
+        "{} cannot be measured with prompts of known length: it refuses token-id prompts{} and no tokenizer endpoint pair answered (tried POST /tokenize+/detokenize, /v1/tokenize+/v1/detokenize, /extras/tokenize+/extras/detokenize). If this server is a known family behind a proxy, point --url at the server itself and use --backend auto; llama-cpp-python serves /extras/tokenize",
+        p.url,
+        if p.endpoint.as_deref() == Some(CHAT) { " (chat endpoint: text only)" } else { "" }
+    ))
+}
+
+/// `/v1/chat/completions`.
+pub const CHAT: &str = "/v1/chat/completions";
+/// `/v1/completions`.
+pub const COMPLETIONS: &str = "/v1/completions";
+
+/// Which OpenAI generation path to use (`--endpoint`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum EndpointChoice {
+    /// `/v1/completions`, or `/v1/chat/completions` when the server has no completions.
+    #[default]
+    Auto,
+    /// `/v1/completions` (raw prompt).
+    Completions,
+    /// `/v1/chat/completions` with one user message (the chat template's tokens are counted).
+    Chat,
+}
+
+/// Settles the generation path of the OpenAI protocol on the probed server and records it;
+/// a usage error when `--endpoint chat` is asked of another protocol.
+pub fn choose_endpoint(p: &mut ServerProfile, choice: EndpointChoice) -> Result<(), UsageError> {
+    if p.backend != BackendKind::Openai {
+        if choice == EndpointChoice::Chat {
+            return Err(UsageError::Invalid(format!(
+                "--endpoint chat is spoken by --backend openai; this server was probed as {} ({}): add --backend openai",
+                p.server_kind,
+                p.backend.as_str()
+            )));
+        }
+        return Ok(());
+    }
+    let chat = match choice {
+        EndpointChoice::Chat => true,
+        EndpointChoice::Completions => false,
+        EndpointChoice::Auto => p.completions_missing,
+    };
+    p.endpoint = Some(if chat { CHAT } else { COMPLETIONS }.to_owned());
+    if chat {
+        if let Some(t) = &p.tokenizer {
+            p.prompt_method = format!(
+                "text of exact length in one user message: ids → {} → {} → cut/pad → re-check; the chat template's tokens are measured by the warmup against usage.prompt_tokens and counted in every length",
+                t.detokenize_path, t.tokenize_path
+            );
+        }
+    }
+    Ok(())
 }
 
 /// How a server's `/tokenize` wants its body.
@@ -89,16 +198,148 @@ pub enum TokenizeDialect {
     Llamacpp,
     /// `{"prompt": ..., "add_special_tokens": false}` (vLLM, SGLang).
     Vllm,
+    /// `{"input": ...}`, special tokens (BOS) always added (llama-cpp-python `/extras`).
+    Extras,
 }
 
-/// Fields of a streamed `/v1/completions` request.
+impl TokenizeDialect {
+    fn tokenize_body(self, text: &str, model: Option<&str>) -> Value {
+        let mut b = match self {
+            TokenizeDialect::Llamacpp => {
+                json!({"content": text, "add_special": false, "parse_special": false})
+            }
+            TokenizeDialect::Vllm => json!({"prompt": text, "add_special_tokens": false}),
+            TokenizeDialect::Extras => json!({"input": text}),
+        };
+        if let (Some(m), false) = (model, self == TokenizeDialect::Llamacpp) {
+            b["model"] = json!(m);
+        }
+        b
+    }
+}
+
+/// A tokenizer endpoint pair found on the server, recorded in the run header.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TextTokenizer {
+    /// The body shape.
+    pub dialect: TokenizeDialect,
+    /// The tokenize path that answered (e.g. `/extras/tokenize`).
+    pub tokenize_path: String,
+    /// Its detokenize counterpart.
+    pub detokenize_path: String,
+    /// Special tokens the tokenize endpoint adds to every text (BOS), stripped from its
+    /// answers: the length of its answer for an empty text.
+    pub added_specials: usize,
+}
+
+/// The tokenizer endpoint pairs tried, in order.
+const TOKENIZERS: &[(&str, &str, TokenizeDialect)] = &[
+    ("/tokenize", "/detokenize", TokenizeDialect::Vllm),
+    ("/tokenize", "/detokenize", TokenizeDialect::Llamacpp),
+    ("/v1/tokenize", "/v1/detokenize", TokenizeDialect::Vllm),
+    ("/v1/tokenize", "/v1/detokenize", TokenizeDialect::Llamacpp),
+    (
+        "/extras/tokenize",
+        "/extras/detokenize",
+        TokenizeDialect::Extras,
+    ),
+];
+
+/// The detokenized text in any of the known answer shapes.
+fn detokenized(v: &Value) -> Option<String> {
+    ["text", "prompt", "content"]
+        .iter()
+        .find_map(|k| v.get(*k).and_then(Value::as_str).map(str::to_owned))
+}
+
+/// The first tokenizer pair whose tokenize answers with ids and whose detokenize turns them
+/// back into the text.
+async fn find_tokenizer(s: &Server<'_>, model: Option<&str>) -> Option<TextTokenizer> {
+    let probe = "hello world";
+    for &(tok, detok, dialect) in TOKENIZERS {
+        let Ok(v) = s.post(tok, &dialect.tokenize_body(probe, model)).await else {
+            continue;
+        };
+        let Ok(ids) = super::llamacpp::parse_token_list(tok, &v) else {
+            continue;
+        };
+        let Ok(back) = s.post(detok, &json!({"tokens": ids, "model": model})).await else {
+            continue;
+        };
+        if !detokenized(&back).is_some_and(|t| t.contains("hello world")) {
+            continue;
+        }
+        let added = match s.post(tok, &dialect.tokenize_body("", model)).await {
+            Ok(v) => super::llamacpp::parse_token_list(tok, &v).map_or(0, |t| t.len()),
+            Err(_) => 0,
+        };
+        return Some(TextTokenizer {
+            dialect,
+            tokenize_path: tok.to_owned(),
+            detokenize_path: detok.to_owned(),
+            added_specials: added,
+        });
+    }
+    None
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Completions {
+    TakesTokenIds,
+    RefusesTokenIds,
+    Missing,
+}
+
+/// Whether `/v1/completions` exists and takes a token-id prompt: one test request of one
+/// generated token (ids of "hello world" when a tokenizer was found, else a small id list).
+async fn completions_answer(
+    s: &Server<'_>,
+    model: Option<&str>,
+    tok: Option<&TextTokenizer>,
+) -> Completions {
+    let mut ids: Vec<u32> = vec![1, 2, 3];
+    if let Some(t) = tok {
+        if let Ok(v) = s
+            .post(
+                &t.tokenize_path,
+                &t.dialect.tokenize_body("hello world", model),
+            )
+            .await
+        {
+            if let Ok(x) = super::llamacpp::parse_token_list(&t.tokenize_path, &v) {
+                ids = x;
+            }
+        }
+    }
+    let mut body = json!({"prompt": ids, "max_tokens": 1, "temperature": 0});
+    if let Some(m) = model {
+        body["model"] = json!(m);
+    }
+    match s.post(COMPLETIONS, &body).await {
+        Ok(v) if v.get("choices").is_some() => Completions::TakesTokenIds,
+        Err(ClientError::Http {
+            status: 404 | 405, ..
+        }) => Completions::Missing,
+        _ => Completions::RefusesTokenIds,
+    }
+}
+
+/// Fields of a streamed generation request.
 impl OpenAi {
-    fn body(&self, req: &GenRequest) -> Map<String, Value> {
+    fn body(&self, req: &GenRequest, text: Option<&str>) -> Map<String, Value> {
         let mut body = Map::new();
         if let Some(m) = &self.model {
             body.insert("model".into(), json!(m));
         }
-        body.insert("prompt".into(), json!(req.prompt));
+        let prompt = text.map_or_else(|| json!(req.prompt), |t| json!(t));
+        if self.chat {
+            body.insert(
+                "messages".into(),
+                json!([{"role": "user", "content": prompt}]),
+            );
+        } else {
+            body.insert("prompt".into(), prompt);
+        }
         body.insert("max_tokens".into(), json!(req.max_tokens));
         body.insert("temperature".into(), json!(0));
         body.insert("ignore_eos".into(), json!(true));
@@ -111,10 +352,20 @@ impl OpenAi {
         }
         body
     }
+
+    /// The non-streamed form of a body (vLLM answers 400 to stream_options without stream).
+    fn unstreamed(mut body: Map<String, Value>, max_tokens: Option<u32>) -> Value {
+        body.insert("stream".into(), json!(false));
+        body.remove("stream_options");
+        if let Some(n) = max_tokens {
+            body.insert("max_tokens".into(), json!(n));
+        }
+        Value::Object(body)
+    }
 }
 
 /// The OpenAI-compatible protocol.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct OpenAi {
     http: Http,
     model: Option<String>,
@@ -123,6 +374,14 @@ pub struct OpenAi {
     cache_bypass_field: Option<(String, Value)>,
     /// The server omits `cached_tokens` when it is 0 (SGLang with `--enable-cache-report`).
     missing_cached_is_zero: bool,
+    /// Text prompts of exact length through this tokenizer pair (`None`: token ids).
+    text: Option<TextTokenizer>,
+    /// `/v1/chat/completions` with one user message.
+    chat: bool,
+    /// Tokens of nonce at the start of every prompt (never used as padding).
+    nonce_tokens: usize,
+    /// What this backend had to do that the run header should say (counts' sources).
+    notes: Mutex<Vec<String>>,
 }
 
 impl OpenAi {
@@ -139,12 +398,25 @@ impl OpenAi {
             tokenize,
             cache_bypass_field,
             missing_cached_is_zero: false,
+            text: None,
+            chat: false,
+            nonce_tokens: 0,
+            notes: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn path(&self) -> &'static str {
+        if self.chat {
+            CHAT
+        } else {
+            COMPLETIONS
         }
     }
 
     fn reader(&self) -> CompletionsReader {
         CompletionsReader {
             missing_cached_is_zero: self.missing_cached_is_zero,
+            chat: self.chat,
             ..Default::default()
         }
     }
@@ -155,14 +427,94 @@ impl OpenAi {
         self.missing_cached_is_zero = true;
         self
     }
+
+    fn note(&self, n: &str) {
+        if let Ok(mut v) = self.notes.lock() {
+            if !v.iter().any(|x| x == n) {
+                v.push(n.to_owned());
+            }
+        }
+    }
+
+    /// Ids of `text` through the found tokenize endpoint, its added specials (BOS) removed.
+    async fn text_ids(&self, t: &TextTokenizer, text: &str) -> Result<Vec<u32>, ClientError> {
+        let v = self
+            .http
+            .post_json(
+                &t.tokenize_path,
+                &t.dialect.tokenize_body(text, self.model.as_deref()),
+                Duration::from_secs(300),
+            )
+            .await?;
+        let mut ids = super::llamacpp::parse_token_list(&t.tokenize_path, &v)?;
+        ids.drain(..t.added_specials.min(ids.len()));
+        Ok(ids)
+    }
+
+    async fn detokenize(&self, t: &TextTokenizer, ids: &[u32]) -> Result<String, ClientError> {
+        let mut body = json!({"tokens": ids});
+        if let Some(m) = &self.model {
+            body["model"] = json!(m);
+        }
+        let v = self
+            .http
+            .post_json(&t.detokenize_path, &body, Duration::from_secs(300))
+            .await?;
+        detokenized(&v).ok_or_else(|| ClientError::Malformed {
+            endpoint: t.detokenize_path.clone(),
+            detail: "no text/prompt/content string in the answer".to_owned(),
+        })
+    }
+
+    /// Text that the server's tokenizer counts as exactly `ids.len()` tokens: detokenize,
+    /// re-tokenize, cut at the wanted count or pad with the prompt's body (never its nonce),
+    /// and check again.
+    async fn exact_text(&self, t: &TextTokenizer, ids: &[u32]) -> Result<String, ClientError> {
+        let n = ids.len();
+        let body = &ids[self.nonce_tokens.min(n.saturating_sub(1))..];
+        let mut cur = ids.to_vec();
+        for _ in 0..ROUNDS {
+            // A leading space would become a token every prompt shares (SentencePiece "▁"),
+            // a prefix the nonce must not leave to the cache.
+            let text = self.detokenize(t, &cur).await?.trim_start().to_owned();
+            let got = self.text_ids(t, &text).await?;
+            if got.len() == n {
+                return Ok(text);
+            }
+            cur = got;
+            if cur.len() > n {
+                cur.truncate(n);
+            } else {
+                let need = n - cur.len();
+                cur.extend(body.iter().cycle().take(need));
+            }
+        }
+        Err(ClientError::Malformed {
+            endpoint: t.tokenize_path.clone(),
+            detail: format!(
+                "could not build a text prompt of exactly {n} tokens in {ROUNDS} rounds (the tokenizer merges across the cut); try another --corpus"
+            ),
+        })
+    }
+
+    /// The prompt text of a request in text mode (built before t0).
+    async fn prompt_text(&self, req: &GenRequest) -> Result<Option<String>, ClientError> {
+        match &self.text {
+            Some(t) => Ok(Some(self.exact_text(t, &req.prompt).await?)),
+            None => Ok(None),
+        }
+    }
 }
 
-const ENDPOINT: &str = "/v1/completions";
+/// Rounds of detokenize → re-tokenize before giving up.
+const ROUNDS: usize = 5;
 
-/// Reads `/v1/completions` stream events.
+/// Reads `/v1/completions` (or chat) stream events.
 #[derive(Debug, Default)]
 pub struct CompletionsReader {
     completion_seen: u64,
+    /// Chat answers: text in `delta.content` (streamed) or `message.content`.
+    pub chat: bool,
     /// Read a missing `cached_tokens` as 0 (see [`OpenAi::missing_cached_is_zero`]).
     pub missing_cached_is_zero: bool,
     /// What the events said so far.
@@ -175,21 +527,25 @@ impl EventReader for CompletionsReader {
     }
 
     fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
-        if let Some(done) = super::stream::done_sentinel(ev) {
+        if let Some(mut done) = super::stream::done_sentinel(ev) {
+            // A stream without usage (llama-cpp-python) is complete when `[DONE]` follows
+            // the finish reason; its counts are then fetched another way (see `generate`).
+            done.is_final = self.got.finish_reason.is_some();
             return Ok(done);
         }
-        let v = match event_json(ENDPOINT, ev) {
+        let endpoint = if self.chat { CHAT } else { COMPLETIONS };
+        let v = match event_json(endpoint, ev) {
             Ok(v) => v,
             Err(e) => {
-                return Err(in_stream_error(ENDPOINT, ev, None).unwrap_or(e));
+                return Err(in_stream_error(endpoint, ev, None).unwrap_or(e));
             }
         };
-        if let Some(e) = in_stream_error(ENDPOINT, ev, Some(&v)) {
+        if let Some(e) = in_stream_error(endpoint, ev, Some(&v)) {
             return Err(e);
         }
         if v.get("object").and_then(Value::as_str) == Some("error") {
             return Err(ClientError::InStream {
-                endpoint: ENDPOINT.to_owned(),
+                endpoint: endpoint.to_owned(),
                 message: super::http::error_message(&ev.data),
             });
         }
@@ -197,10 +553,18 @@ impl EventReader for CompletionsReader {
             .get("choices")
             .and_then(Value::as_array)
             .and_then(|c| c.first());
-        let text_nonempty = choice
-            .and_then(|c| c.get("text"))
-            .and_then(Value::as_str)
-            .is_some_and(|s| !s.is_empty());
+        let text_nonempty = choice.is_some_and(|c| {
+            let field =
+                |v: Option<&Value>| v.and_then(Value::as_str).is_some_and(|s| !s.is_empty());
+            if self.chat {
+                // The first chunk carries only the role: not a token.
+                field(c.pointer("/delta/content"))
+                    || field(c.pointer("/delta/reasoning_content"))
+                    || field(c.pointer("/message/content"))
+            } else {
+                field(c.get("text"))
+            }
+        });
         let usage = v.get("usage").filter(|u| u.is_object());
         let running = usage.and_then(|u| get_u64(u, "completion_tokens"));
         let has_token = match (choice, running) {
@@ -311,7 +675,7 @@ impl Backend for OpenAi {
     }
 
     fn endpoint(&self) -> &'static str {
-        ENDPOINT
+        self.path()
     }
 
     fn http(&self) -> &Http {
@@ -319,12 +683,15 @@ impl Backend for OpenAi {
     }
 
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
+        if let Some(t) = &self.text {
+            return self.text_ids(t, text).await;
+        }
         match self.tokenize {
             Some(TokenizeDialect::Llamacpp) => super::llamacpp::tokenize(&self.http, text).await,
             Some(TokenizeDialect::Vllm) => {
                 tokenize_vllm(&self.http, self.model.as_deref(), text).await
             }
-            None => Err(ClientError::Http {
+            Some(TokenizeDialect::Extras) | None => Err(ClientError::Http {
                 endpoint: "/tokenize".to_owned(),
                 status: 404,
                 message: "this server has no /tokenize endpoint; ctxbench needs the server's own tokenizer to build prompts of exact length".to_owned(),
@@ -333,14 +700,11 @@ impl Backend for OpenAi {
     }
 
     async fn generate_once(&self, req: &GenRequest) -> Result<OnceOutcome, ClientError> {
-        let mut body = self.body(req);
-        body.insert("stream".into(), json!(false));
-        // vLLM answers 400 to stream_options on a non-streamed request.
-        body.remove("stream_options");
-        let body = Value::Object(body);
+        let text = self.prompt_text(req).await?;
+        let body = Self::unstreamed(self.body(req, text.as_deref()), None);
         generate_unstreamed(
             &self.http,
-            ENDPOINT,
+            self.path(),
             &body,
             req.timeouts.request,
             self.reader(),
@@ -349,16 +713,45 @@ impl Backend for OpenAi {
     }
 
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
-        let body = Value::Object(self.body(req));
-        generate_streamed(
+        // Built before t0: the tokenizer round-trips are not part of the measurement.
+        let text = self.prompt_text(req).await?;
+        let body = self.body(req, text.as_deref());
+        let mut out = generate_streamed(
             &self.http,
             Framing::Sse,
-            ENDPOINT,
-            &body,
+            self.path(),
+            &Value::Object(body.clone()),
             req.timeouts,
             self.reader(),
         )
-        .await
+        .await?;
+        if out.counts.prompt_tokens.is_none() {
+            // The stream carried no usage (llama-cpp-python): ask for the server's own count
+            // of the same prompt, after the measurement so it cannot warm it.
+            let again = generate_unstreamed(
+                &self.http,
+                self.path(),
+                &Self::unstreamed(body, Some(1)),
+                req.timeouts.request,
+                self.reader(),
+            )
+            .await?;
+            if let Some(n) = again.counts.prompt_tokens {
+                out.counts.prompt_tokens = Some(n);
+                out.flags.push(Flag::PromptTokensFromRepeat);
+                self.note("the stream carries no usage: each prompt count is usage.prompt_tokens of a non-streamed repeat of the same request (max_tokens 1) sent after the measurement (flag prompt_tokens_from_repeat)");
+            }
+        }
+        if out.counts.completion_tokens.is_none() && out.stream.token_events > 0 {
+            out.counts.completion_tokens = Some(out.stream.token_events as u64);
+            out.flags.push(Flag::OutputTokensFromEvents);
+            self.note("the stream carries no usage: output counts are the token-carrying events (flag output_tokens_from_events; exact when the server sends one token per event)");
+        }
+        Ok(out)
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.notes.lock().map(|v| v.clone()).unwrap_or_default()
     }
 }
 
@@ -432,6 +825,42 @@ mod tests {
             "not reported: no accept length is made up"
         );
         assert_eq!(spec.accept_length, None);
+    }
+
+    #[test]
+    fn chat_role_chunk_is_not_a_token_and_done_after_finish_is_final_without_usage() {
+        let mut r = CompletionsReader {
+            chat: true,
+            ..Default::default()
+        };
+        let role = r
+            .on_event(&ev(
+                r#"{"choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}"#,
+            ))
+            .unwrap();
+        assert!(!role.has_token, "the role chunk is not generated content");
+        let empty = r
+            .on_event(&ev(
+                r#"{"choices":[{"index":0,"delta":{"content":""},"finish_reason":null}]}"#,
+            ))
+            .unwrap();
+        assert!(!empty.has_token);
+        let t = r
+            .on_event(&ev(
+                r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"length"}]}"#,
+            ))
+            .unwrap();
+        assert!(t.has_token && !t.is_final);
+        let done = r.on_event(&ev("[DONE]")).unwrap();
+        assert!(
+            done.ends_stream && done.is_final,
+            "complete, counts fetched elsewhere"
+        );
+        assert_eq!(r.got.counts.prompt_tokens, None, "never guessed");
+        // Without a finish reason, [DONE] does not make a stream complete.
+        let mut cut = CompletionsReader::default();
+        cut.on_event(&ev(r#"{"choices":[{"text":"a"}]}"#)).unwrap();
+        assert!(!cut.on_event(&ev("[DONE]")).unwrap().is_final);
     }
 
     #[test]

@@ -74,6 +74,7 @@ pub async fn generate_streamed<R: EventReader>(
         timings: g.timings,
         finish_reason: g.finish_reason,
         spec: g.spec,
+        flags: Vec::new(),
     })
 }
 

@@ -80,7 +80,7 @@ impl super::Family for Family {
 }
 
 /// The vLLM protocol.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Vllm {
     http: Http,
     inner: OpenAi,

@@ -121,6 +121,13 @@ pub struct SweepArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
 
+    /// OpenAI protocol only: `completions` (/v1/completions, raw prompt), `chat`
+    /// (/v1/chat/completions, one user message; the chat template's tokens are measured and
+    /// counted in every length; TTFT on the first chunk with generated content, not the role
+    /// chunk), or `auto` (completions, chat when /v1/completions answers 404).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub endpoint: ctxbench::client::openai::EndpointChoice,
+
     /// Context lengths in tokens, e.g. `1k,4k,32k` [default: 1k, 2k, 4k, … up to the
     /// server's maximum minus a 10% margin].
     #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
@@ -241,7 +248,9 @@ pub struct SweepArgs {
     pub cache_bypass: Switch,
 
     /// Trap demonstration: `off` drops the per-request nonce, so repetitions send identical
-    /// prompts, which a server may answer from its prefix cache.
+    /// prompts, which a server may answer from its prefix cache. Where the server reports no cached-token count, a sample
+    /// whose TTFT is below 1/4 of the slowest other sample at its length (or of the median at
+    /// the next shorter length) is flagged suspected_cache_hit and excluded.
     #[arg(long, value_enum, default_value = "on")]
     pub nonce: Switch,
 

@@ -70,6 +70,10 @@ pub async fn run(
         },
     )
     .await;
+    let probe_result = probe_result.and_then(|mut p| {
+        ctxbench::client::openai::choose_endpoint(&mut p, args.endpoint)?;
+        Ok(p)
+    });
     let mut probe = match probe_result {
         Ok(p) => p,
         Err(e) => {
@@ -120,15 +124,13 @@ async fn measure(
     } = opts.clone();
     // The longest generation a point must hold.
     let output_tokens = opts.longest_output(args.output_tokens);
-    let contexts = match (contexts_arg, probe.max_context) {
+    let contexts = match (contexts_arg.clone(), probe.max_context) {
         (Some(c), Some(limit)) => {
             plan::check_limit(&c, output_tokens, limit, probe.max_context_source.as_deref().unwrap_or("server"))?;
             c
         }
-        (Some(c), None) => {
-            eprintln!("warning: the server does not report its maximum context; points beyond it will fail when sent");
-            c
-        }
+        // Warned about once the run can go ahead (after connecting and the warmup).
+        (Some(c), None) => c,
         (None, Some(limit)) => {
             let l = plan::default_ladder(limit, output_tokens);
             if l.is_empty() {
@@ -207,7 +209,13 @@ async fn measure(
     if !length.server_adds_bos {
         warm.server_added = 0;
     }
-    if warm.server_added > 1 {
+    let chat = probe.endpoint.as_deref() == Some(ctxbench::client::openai::CHAT);
+    if chat {
+        probe.notes.push(format!(
+            "chat template: {} tokens around the user message (usage.prompt_tokens − content tokens of the warmup), counted in every context length",
+            warm.server_added
+        ));
+    } else if warm.server_added > 1 {
         bail!(
             "the server counted {} prompt tokens for {} token ids sent; it rewrites token-id prompts (a template?), so lengths cannot be exact",
             warm.reported.unwrap_or(0),
@@ -218,6 +226,15 @@ async fn measure(
     probe.server_added_tokens = Some(warm.server_added);
     probe.reports_cached_tokens = Some(warm.reports_cached_tokens);
     probe.reports_timings = Some(warm.reports_timings);
+    for n in backend.notes() {
+        if !args.quiet {
+            eprintln!("note: {n}");
+        }
+        probe.notes.push(n);
+    }
+    if contexts_arg.is_some() && probe.max_context.is_none() && !args.quiet {
+        eprintln!("warning: the server does not report its maximum context; a --contexts point beyond it will fail when sent");
+    }
 
     if args.dry_run {
         return crate::cmd::dryrun::run(
@@ -636,7 +653,7 @@ fn print_probe(p: &ServerProfile) {
         None => "unknown",
     };
     eprintln!(
-        "server: {} {} at {}\nbackend: {} ({})\nmax context: {}\nmodel: {}\ncapabilities: tokenize {}, token-id prompts {}, per-request cache bypass {}, /metrics {}",
+        "server: {} {} at {}\nbackend: {} ({})\nmax context: {}\nmodel: {}\ncapabilities: tokenize {}, token-id prompts {}, per-request cache bypass {}, /metrics {}{}",
         p.server_kind,
         p.server_version.as_deref().unwrap_or(""),
         p.url,
@@ -647,10 +664,16 @@ fn print_probe(p: &ServerProfile) {
             _ => "not reported".into(),
         },
         p.model.as_deref().unwrap_or("unknown"),
-        yn(Some(p.tokenize.is_some())),
+        match &p.tokenizer {
+            Some(t) => format!("yes ({} + {})", t.tokenize_path, t.detokenize_path),
+            None => yn(Some(p.tokenize.is_some())).to_owned(),
+        },
         yn(Some(p.token_id_prompts)),
         yn(Some(p.cache_bypass)),
         yn(Some(p.metrics)),
+        p.endpoint
+            .as_deref()
+            .map_or(String::new(), |e| format!("; generations: POST {e}")),
     );
     eprintln!(
         "prompts: {}; limits: KV pool {}; flush: {}; speculative stats: {}",

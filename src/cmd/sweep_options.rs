@@ -45,6 +45,12 @@ impl SweepOptions {
                 args.url
             ));
         }
+        if let Some(base) = strip_v1(&args.url) {
+            return bad(format!(
+                "--url {}: give the server's base URL without /v1 (ctxbench adds the paths itself): --url {base}",
+                args.url
+            ));
+        }
         let contexts = args
             .contexts
             .as_deref()
@@ -139,6 +145,12 @@ impl SweepOptions {
     pub fn longest_output(&self, output_tokens: u32) -> u64 {
         u64::from(self.two_point.map_or(output_tokens, |(_, b)| b))
     }
+}
+
+/// The URL without its trailing `/v1` (or `/v1/`), when it has one.
+fn strip_v1(url: &str) -> Option<&str> {
+    let u = url.trim_end_matches('/');
+    u.strip_suffix("/v1").filter(|b| b.contains("://"))
 }
 
 /// Parses `A,B` for the two-point method.
@@ -244,5 +256,21 @@ mod tests {
         };
         let e = SweepOptions::from_args(&args).unwrap_err().to_string();
         assert!(e.contains("with its scheme"), "{e}");
+    }
+
+    #[test]
+    fn a_v1_url_is_refused_with_the_base_url_to_use() {
+        for url in ["http://127.0.0.1:8000/v1", "http://127.0.0.1:8000/v1/"] {
+            let argv = ["ctxbench", "sweep", "--url", url];
+            let Command::Sweep(args) = Cli::try_parse_from(argv).unwrap().command else {
+                panic!("not a sweep");
+            };
+            let e = SweepOptions::from_args(&args).unwrap_err().to_string();
+            assert!(
+                e.contains("without /v1") && e.contains("--url http://127.0.0.1:8000"),
+                "{e}"
+            );
+        }
+        assert_eq!(strip_v1("http://h/api/v1x"), None);
     }
 }

@@ -1,0 +1,257 @@
+//! A chat-only OpenAI-compatible server cannot be run here for real, so this test drives
+//! ctxbench against a scripted in-process one: `/v1/models`, llama-cpp-python's
+//! `/extras/tokenize` (BOS included) and `/extras/detokenize`, no `/v1/completions` (404),
+//! and `/v1/chat/completions` whose template wraps the user message in a fixed number of
+//! tokens, whose first chunk carries only the role (sent at once), whose content chunks come
+//! after a pause, and whose stream carries no usage (like llama-cpp-python).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use common::sweep;
+use ctxbench::record::Status;
+use serde_json::{json, Value};
+
+/// Tokens the scripted chat template adds around the user message (BOS included).
+const TEMPLATE: u64 = 11;
+/// The pause between the role chunk and the first content chunk.
+const PAUSE: Duration = Duration::from_millis(60);
+
+#[derive(Default)]
+struct State {
+    /// Word → id; id = index.
+    vocab: Vec<String>,
+    /// (path, body) of every POST.
+    posts: Vec<(String, Value)>,
+}
+
+/// One token per whitespace-separated word, BOS (id 0) first.
+fn tokenize(st: &mut State, text: &str) -> Vec<u64> {
+    let mut ids = vec![0];
+    for w in text.split_whitespace() {
+        let id = match st.vocab.iter().position(|v| v == w) {
+            Some(i) => i,
+            None => {
+                st.vocab.push(w.to_owned());
+                st.vocab.len() - 1
+            }
+        };
+        ids.push(id as u64 + 1);
+    }
+    ids
+}
+
+fn words(text: &str) -> u64 {
+    text.split_whitespace().count() as u64
+}
+
+fn serve(mut conn: TcpStream, st: &Mutex<State>) -> std::io::Result<()> {
+    conn.set_nodelay(true)?;
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let mut len = 0usize;
+    loop {
+        let mut h = String::new();
+        reader.read_line(&mut h)?;
+        if h == "\r\n" || h.is_empty() {
+            break;
+        }
+        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; len];
+    reader.read_exact(&mut body)?;
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+    let reply = |conn: &mut TcpStream, status: u16, v: Value| {
+        let b = v.to_string();
+        write!(
+            conn,
+            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{b}",
+            b.len()
+        )
+    };
+    if line.starts_with("POST") {
+        st.lock().unwrap().posts.push((path.clone(), body.clone()));
+    }
+    match path.as_str() {
+        "/v1/models" => reply(
+            &mut conn,
+            200,
+            json!({"object": "list", "data": [{"id": "m.gguf", "object": "model", "owned_by": "me"}]}),
+        ),
+        "/extras/tokenize" => {
+            let ids = tokenize(
+                &mut st.lock().unwrap(),
+                body["input"].as_str().unwrap_or(""),
+            );
+            reply(&mut conn, 200, json!({"tokens": ids}))
+        }
+        "/extras/detokenize" => {
+            let s = st.lock().unwrap();
+            let text: String = body["tokens"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|t| t.as_u64().filter(|&i| i > 0))
+                .map(|i| format!(" {}", s.vocab[i as usize - 1]))
+                .collect();
+            reply(&mut conn, 200, json!({"text": text}))
+        }
+        "/v1/chat/completions" => {
+            let content = body["messages"][0]["content"].as_str().unwrap_or("");
+            let prompt = TEMPLATE + words(content);
+            let n = body["max_tokens"].as_u64().unwrap_or(1);
+            if body["stream"] != json!(true) {
+                return reply(
+                    &mut conn,
+                    200,
+                    json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "length"}],
+                           "usage": {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}}),
+                );
+            }
+            write!(
+                conn,
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+            )?;
+            let chunk = |delta: Value, fr: Value| {
+                format!(
+                    "data: {}\r\n\r\n",
+                    json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": fr}]})
+                )
+            };
+            // The role chunk at once: a client that times it would report ~0 ms.
+            conn.write_all(chunk(json!({"role": "assistant"}), Value::Null).as_bytes())?;
+            conn.flush()?;
+            thread::sleep(PAUSE);
+            for i in 0..n {
+                let fr = if i + 1 == n {
+                    json!("length")
+                } else {
+                    Value::Null
+                };
+                conn.write_all(chunk(json!({"content": " w"}), fr).as_bytes())?;
+                conn.flush()?;
+                thread::sleep(Duration::from_millis(2));
+            }
+            conn.write_all(b"data: [DONE]\r\n\r\n")
+        }
+        _ => reply(&mut conn, 404, json!({"detail": "Not Found"})),
+    }
+}
+
+fn start() -> (String, Arc<Mutex<State>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let st = Arc::new(Mutex::new(State::default()));
+    let st2 = st.clone();
+    thread::spawn(move || {
+        for c in listener.incoming().flatten() {
+            let st = st2.clone();
+            thread::spawn(move || {
+                let _ = serve(c, &st);
+            });
+        }
+    });
+    (format!("http://127.0.0.1:{port}"), st)
+}
+
+#[test]
+fn protocol_openai_chat_only_lengths_include_the_template_and_ttft_skips_the_role_chunk() {
+    let (url, st) = start();
+    let run = sweep(
+        &url,
+        &[
+            "--contexts",
+            "256,512",
+            "--reps",
+            "2",
+            "--output-tokens",
+            "8",
+        ],
+    )
+    .ok();
+    let err = &run.stderr;
+    assert!(
+        err.contains("generations: POST /v1/chat/completions"),
+        "{err}"
+    );
+    assert!(
+        err.contains("/extras/tokenize + /extras/detokenize"),
+        "{err}"
+    );
+    assert!(err.contains("chat-only"), "{err}");
+    let r = run.results();
+    assert_eq!(
+        r.header.server.server_added_tokens,
+        Some(TEMPLATE),
+        "the template's tokens measured by the warmup"
+    );
+    assert_eq!(r.samples.len(), 4);
+    for s in &r.samples {
+        assert_eq!(s.status, Status::Ok, "{s:?}");
+        // The server's own count, template included, is the context length.
+        assert_eq!(s.prompt_tokens, Some(s.context_tokens), "{s:?}");
+        assert!(
+            s.flags.iter().any(|f| f == "prompt_tokens_from_repeat"),
+            "{s:?}"
+        );
+        assert!(
+            s.flags.iter().any(|f| f == "output_tokens_from_events"),
+            "{s:?}"
+        );
+        assert!(s.flags.iter().any(|f| f == "cache_unverified"), "{s:?}");
+        assert_eq!(s.output_tokens, Some(8));
+        let ttft = s.ttft_ms.unwrap();
+        assert!(
+            ttft >= PAUSE.as_secs_f64() * 1000.0,
+            "TTFT {ttft} ms must be taken on the first content chunk, not the role chunk"
+        );
+    }
+    let st = st.lock().unwrap();
+    let chats: Vec<&Value> = st
+        .posts
+        .iter()
+        .filter(|(p, _)| p == "/v1/chat/completions")
+        .map(|(_, b)| b)
+        .collect();
+    let streamed: Vec<&&Value> = chats
+        .iter()
+        .filter(|b| b["stream"] == json!(true))
+        .collect();
+    // Warmup + 4 measured requests; each followed by its non-streamed count.
+    assert_eq!(streamed.len(), 5);
+    for b in &streamed {
+        let m = b["messages"].as_array().unwrap();
+        assert_eq!(m.len(), 1, "one user message");
+        assert_eq!(m[0]["role"], "user");
+        let n = words(m[0]["content"].as_str().unwrap());
+        assert!(
+            [64, 256 - TEMPLATE, 512 - TEMPLATE].contains(&n),
+            "content of {n} tokens"
+        );
+    }
+}
+
+#[test]
+fn protocol_openai_a_v1_url_is_a_usage_error_before_any_request() {
+    let (code, _, err) = common::run(&[
+        "sweep",
+        "--url",
+        "http://127.0.0.1:9/v1",
+        "--contexts",
+        "1k",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("without /v1") && err.contains("--url http://127.0.0.1:9"),
+        "{err}"
+    );
+}
