@@ -140,7 +140,11 @@ def sglang(r, key_port):
     r.x("generate_context_exceeded", "POST", "/generate",
         {"input_ids": ids(70000), "sampling_params": {"max_new_tokens": 8}})
     r.x("completions_context_exceeded", "POST", "/v1/completions", dict(comp, prompt=ids(70000)))
-    r.metrics("metrics", ["sglang:"])
+    r.metrics("metrics", ["sglang:prompt_tokens_total", "sglang:generation_tokens_total",
+                          "sglang:cached_tokens_total", "sglang:num_requests_total",
+                          "sglang:prefill_effective_tokens_total", "sglang:cache_hit_rate",
+                          "sglang:num_running_reqs", "sglang:token_usage", "sglang:max_total_num_tokens",
+                          "sglang:gen_throughput", "sglang:spec_"])
     if key_port:
         r.x("unauthorized_models", "GET", "/v1/models", port=key_port, note="server started with --api-key; no key sent")
         r.x("unauthorized_generate", "POST", "/generate", gen, port=key_port, note="server started with --api-key; no key sent")
@@ -168,12 +172,12 @@ def vllm(r, key_port, ngram=False):
         note="the same prompt again (prefix-cache hit, if the server reports it)")
     r.x("completions_wrong_model", "POST", "/v1/completions", dict(comp, model="no-such-model"))
     r.x("reset_prefix_cache_idle", "POST", "/reset_prefix_cache")
-    long_req = ("POST", "/v1/completions", dict(comp, prompt=ids(4000), max_tokens=400))
+    long_req = ("POST", "/v1/completions", dict(comp, prompt=ids(4000), max_tokens=3000))
     r.busy("reset_prefix_cache_busy", "POST", "/reset_prefix_cache", None, long_req,
-           "sent while a 4000-token completion with 400 new tokens was running")
+           "sent while a 4000-token completion with 3000 new tokens was running")
     r.x("completions_context_exceeded", "POST", "/v1/completions", dict(comp, prompt=ids(17000)))
     r.metrics("metrics", ["vllm:prompt_tokens", "vllm:generation_tokens", "vllm:prefix_cache",
-                          "vllm:num_requests", "vllm:cache_config_info", "vllm:request_prefill_time"])
+                          "vllm:num_requests", "vllm:cache_config_info", "vllm:spec_decode"])
     if key_port:
         r.x("unauthorized_models", "GET", "/v1/models", port=key_port, note="server started with --api-key; no key sent")
         r.x("unauthorized_completions", "POST", "/v1/completions", comp, port=key_port, note="server started with --api-key; no key sent")
@@ -207,7 +211,7 @@ def llama_server(r, key_port):
     r.x("v1_completions_stream", "POST", "/v1/completions", comp, stream=True)
     r.x("slots_erase", "POST", "/slots/0?action=erase")
     r.x("completion_context_exceeded", "POST", "/completion", {"prompt": ids(40000), "n_predict": 8})
-    r.metrics("metrics", ["llamacpp:"])
+    r.metrics("metrics", ["llamacpp:"], limit=120)
     if key_port:
         r.x("unauthorized_props", "GET", "/props", port=key_port, note="server started with --api-key; no key sent")
         r.x("unauthorized_completion", "POST", "/completion", dict(body, stream=False), port=key_port,

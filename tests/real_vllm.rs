@@ -216,7 +216,7 @@ fn real_vllm_refused_reset_is_never_recorded_as_done_and_is_retried() {
     // was recorded as a flush done "(unconfirmed by the server)" and --flush always went on.
     let _g = serial();
     let srv = RealServer::start(Family::Vllm, DETAILS);
-    let bg = busy(&srv, 1500);
+    let bg = busy(&srv, 6000);
     let run = sweep(
         &srv.url(),
         &[
