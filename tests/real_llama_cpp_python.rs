@@ -33,10 +33,20 @@ fn prefix_hits(log: &str) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// Prompt lengths the server evaluated, from `prompt eval time = X ms / N tokens` plus the
-/// prefix it reused; one per request.
+/// Prompt lengths the server logged: reused prefix + tokens left to evaluate, and the
+/// `prompt eval time = X ms / N tokens` counts (the first request has no prefix line).
 fn logged_prompt_lengths(log: &str) -> Vec<u64> {
-    prefix_hits(log).iter().map(|(h, r)| h + r).collect()
+    let mut v: Vec<u64> = prefix_hits(log).iter().map(|(h, r)| h + r).collect();
+    v.extend(log.lines().filter_map(|l| {
+        let rest = l.split("prompt eval time =").nth(1)?;
+        rest.split('/')
+            .nth(1)?
+            .split_whitespace()
+            .next()?
+            .parse::<u64>()
+            .ok()
+    }));
+    v
 }
 
 #[test]
@@ -79,7 +89,10 @@ fn real_llama_cpp_python_sweep_measures_text_prompts_of_known_length() {
     // request reused more than the BOS and a few shared tokens.
     for (hit, remaining) in prefix_hits(&srv.log_text()) {
         if remaining >= 1000 {
-            assert!(hit <= 8, "prefix reuse of {hit} tokens on a measured request");
+            assert!(
+                hit <= 8,
+                "prefix reuse of {hit} tokens on a measured request"
+            );
         }
     }
 }

@@ -71,7 +71,11 @@ fn real_vllm_auto_sweep_exact_lengths_cold_verified_flushed_and_timed() {
     assert_eq!(l.samples.len(), 6);
     for s in &l.samples {
         assert_eq!(s["status"], "ok", "{s}");
-        assert_eq!(u(s, "prompt_tokens"), u(s, "context_tokens"), "exact length");
+        assert_eq!(
+            u(s, "prompt_tokens"),
+            u(s, "context_tokens"),
+            "exact length"
+        );
         assert_eq!(u(s, "cached_tokens"), 0, "{s}");
         assert_eq!(s["cache_verified"], true);
         assert_eq!(s["contaminated"], false);
@@ -109,14 +113,7 @@ fn real_vllm_server_decode_rate_is_a_decode_rate() {
     let srv = RealServer::start(Family::Vllm, DETAILS);
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "4k",
-            "--reps",
-            "3",
-            "--output-tokens",
-            "64",
-        ],
+        &["--contexts", "4k", "--reps", "3", "--output-tokens", "64"],
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     for s in &read_lines(&run.out).samples {
@@ -195,7 +192,11 @@ fn real_vllm_ngram_speculation_counts_every_verify_step() {
         ],
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
-    assert!(run.stdout.contains("speculative decoding"), "{}", run.stdout);
+    assert!(
+        run.stdout.contains("speculative decoding"),
+        "{}",
+        run.stdout
+    );
     for s in &read_lines(&run.out).samples {
         let out = u(s, "output_tokens");
         let steps = u(s, "spec_verify_steps");
@@ -251,16 +252,20 @@ fn real_vllm_messages_name_what_applies_to_this_server() {
 
     let run = sweep(
         &srv.url(),
-        &["--contexts", "1k", "--reps", "1", "--model", "no-such-model"],
+        &[
+            "--contexts",
+            "1k",
+            "--reps",
+            "1",
+            "--model",
+            "no-such-model",
+        ],
     );
     if run.code == 0
         || run.stderr.contains("token-id prompts")
         || !run.stderr.contains("no-such-model")
     {
-        wrong.push(format!(
-            "wrong --model (exit {}): {}",
-            run.code, run.stderr
-        ));
+        wrong.push(format!("wrong --model (exit {}): {}", run.code, run.stderr));
     }
 
     let run = sweep(
@@ -322,7 +327,10 @@ fn real_vllm_messages_name_what_applies_to_this_server() {
         ],
     );
     if run.code != 0 {
-        wrong.push(format!("--corpus random (exit {}): {}", run.code, run.stderr));
+        wrong.push(format!(
+            "--corpus random (exit {}): {}",
+            run.code, run.stderr
+        ));
     }
 
     assert!(wrong.is_empty(), "{}", wrong.join("\n---\n"));
