@@ -116,6 +116,7 @@ fn real_llama_cpp_python_nonce_off_reuse_is_caught_by_the_ttft_rule() {
             "off",
         ],
     );
+    assert!(run.out.exists(), "no results file: {}", run.stderr);
     let l = read_lines(&run.out);
     let reused: Vec<u64> = prefix_hits(&srv.log_text())
         .iter()

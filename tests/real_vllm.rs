@@ -155,6 +155,7 @@ fn real_vllm_default_serve_flags_prefix_cache_hits_seen_in_metrics() {
             "never",
         ],
     );
+    assert!(run.out.exists(), "no results file: {}", run.stderr);
     let l = read_lines(&run.out);
     let mut hits = 0;
     for s in &l.samples {
