@@ -160,7 +160,7 @@ fn real_openai_text_prompts_on_llama_cpp_python_have_the_servers_length_and_no_p
     );
     assert!(err.contains("prompt_tokens_from_repeat"), "{err}");
     let r = run.results();
-    let tol = r.header.config["length_tolerance"].as_u64().unwrap();
+    let tol = r.header.config.length_tolerance;
     let samples: Vec<&Sample> = r.samples.iter().filter(|s| s.phase == "cold").collect();
     assert_eq!(samples.len(), 8);
     let log = logged_requests(&srv.log_text());

@@ -2,6 +2,7 @@
 //! on a free loopback port. If the server cannot be set up, tests fail: they are never skipped.
 #![allow(dead_code)]
 
+pub mod real;
 pub mod scripted;
 
 use std::net::TcpListener;
