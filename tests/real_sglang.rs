@@ -2,8 +2,8 @@
 //! by `scripts/reference-server sglang`. Run with `cargo test --features real-servers --test
 //! real_sglang` (scripts/test-real-servers sets the servers up first).
 //!
-//! Some of these assert behaviour issue 10 asks for and ctxbench does not have yet; they fail
-//! until src/ is fixed (listed in the README's real-server section).
+//! Tests whose comment quotes issue 10 assert behaviour ctxbench does not have yet (main at
+//! 5d17811): they fail until src/ is fixed. Nothing here is ignored.
 
 mod common;
 
