@@ -31,8 +31,9 @@ impl super::Family for Family {
     }
 
     async fn describe(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
-        p.notes
-            .push("cached-token counts need vLLM's --enable-prompt-tokens-details".into());
+        // No note about --enable-prompt-tokens-details here: whether usage carries cached
+        // counts is only known after the warmup (the run-level warning names the flag then),
+        // and /metrics prefix-cache deltas verify each sample without it.
         if p.metrics {
             if let Ok(text) = s.text("/metrics").await {
                 if let Ok(snap) = crate::metrics::parse(&text) {

@@ -225,6 +225,26 @@ async fn measure(
     builder.set_server_added(warm.server_added);
     probe.server_added_tokens = Some(warm.server_added);
     probe.reports_cached_tokens = Some(warm.reports_cached_tokens);
+    if !warm.reports_cached_tokens {
+        // A default `vllm serve` (or SGLang behind the OpenAI protocol) leaves the count out
+        // of usage but counts prefix-cache hits in /metrics: each sample's deltas verify it.
+        if let Some(m) = &metrics {
+            if let Ok(snap) = m.scrape().await {
+                let d = ctxbench::metrics::deltas(&Default::default(), &snap);
+                if ctxbench::sample::metrics_cache_evidence(&d).is_some() {
+                    probe.reports_cached_tokens = Some(true);
+                    let n = format!(
+                        "cached tokens: from each sample's {} prefix-cache counter deltas (usage carries no count)",
+                        probe::redact_url(&m.url())
+                    );
+                    if !args.quiet {
+                        eprintln!("note: {n}");
+                    }
+                    probe.notes.push(n);
+                }
+            }
+        }
+    }
     probe.reports_timings = Some(warm.reports_timings);
     for n in backend.notes() {
         if !args.quiet {
