@@ -246,6 +246,9 @@ pub fn make_sample(
             s.ms_per_step = Some(span_ms / (n - 1) as f64);
         }
     }
+    if disagrees(&s) {
+        s.flags.push(Flag::ClientServerDisagree);
+    }
     if let Some(spec) = out.spec {
         set_spec(&mut s, spec);
     }
@@ -273,6 +276,23 @@ fn coalesced(
         .and_then(|t| t.predicted_ms)
         .is_some_and(|p| p > 1.0 && span_ms < 0.5 * p);
     burst || squeezed || instant
+}
+
+/// How far the client's decode rate may stray from the server's own before the sample is
+/// flagged `client_server_disagree`: 5%. Both time the same first→last-token span, so on an
+/// idle machine they agree within about 1% (real SGLang 0.5.23: median ratio 0.998); a
+/// token read late by the client (recorded against llama-server: +5.8%) is more.
+pub const DISAGREE_MARGIN: f64 = 0.05;
+
+/// The client's decode rate ÷ the server's, where the server reports its own.
+pub fn decode_ratio(s: &Sample) -> Option<f64> {
+    let server = s.server.as_ref()?.predicted_per_second?;
+    let client = s.decode_tokens_per_s?;
+    (server > 0.0 && server.is_finite()).then(|| client / server)
+}
+
+fn disagrees(s: &Sample) -> bool {
+    decode_ratio(s).is_some_and(|r| (r - 1.0).abs() > DISAGREE_MARGIN)
 }
 
 /// The shortest believable time between two streamed token events of one request, in ms
@@ -801,6 +821,23 @@ mod tests {
             Ok(outcome(None, 4096, 32, 32)),
         );
         assert!(!s.has(&Flag::CoalescedTokens));
+    }
+
+    #[test]
+    fn a_decode_rate_off_the_servers_own_is_flagged() {
+        // Client 100 tok/s; the server says 94.5 (client 5.8% above, as recorded against
+        // llama-server when the first token was read late): flagged.
+        let mut o = outcome(Some(0), 4096, 33, 33);
+        o.timings.as_mut().unwrap().predicted_per_second = Some(94.5);
+        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
+        assert!(s.has(&Flag::ClientServerDisagree));
+        assert!(s.usable(), "TTFT still counts");
+        // Within the margin: not flagged.
+        let mut o = outcome(Some(0), 4096, 33, 33);
+        o.timings.as_mut().unwrap().predicted_per_second = Some(98.0);
+        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
+        assert!(!s.has(&Flag::ClientServerDisagree));
+        assert!((decode_ratio(&s).unwrap() - 100.0 / 98.0).abs() < 1e-9);
     }
 
     #[test]

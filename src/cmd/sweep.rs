@@ -402,7 +402,11 @@ async fn measure(
         )?,
         Err(why) => writeln!(summary, "sweep efficiency: not computed: {why}")?,
     }
-    if let Some(line) = client_vs_server(&results.samples) {
+    if let Some(line) = report
+        .runs
+        .first()
+        .and_then(|r| client_vs_server(&r.points))
+    {
         writeln!(summary, "{line}")?;
     }
     let _ = std::io::stdout().lock().write_all(summary.as_bytes());
@@ -433,7 +437,47 @@ async fn measure(
         eprintln!("{} sample(s) failed; {resume_hint}", tally.failed);
         return Ok(Ending::Incomplete);
     }
+    let empty = points_without_usable_samples(&results.samples, &contexts);
+    if !empty.is_empty() {
+        eprintln!(
+            "error: no usable sample at {}: nothing was measured there",
+            empty.join("; ")
+        );
+        return Ok(Ending::Incomplete);
+    }
     Ok(Ending::Complete)
+}
+
+/// Context points whose cold samples are all excluded, each with why (the flags that
+/// excluded them, counted): a run that measured nothing usable somewhere must not exit 0.
+fn points_without_usable_samples(samples: &[record::Sample], contexts: &[u64]) -> Vec<String> {
+    let mut out = Vec::new();
+    for &c in contexts {
+        let cold: Vec<&record::Sample> = samples
+            .iter()
+            .filter(|s| s.context_tokens == c && s.phase == record::Phase::Cold)
+            .collect();
+        if cold.is_empty() || cold.iter().any(|s| s.usable()) {
+            continue;
+        }
+        let mut why: std::collections::BTreeMap<String, usize> = Default::default();
+        for s in &cold {
+            if s.status != record::Status::Ok {
+                *why.entry("failed".into()).or_default() += 1;
+            }
+            for f in &s.flags {
+                *why.entry(f.to_string()).or_default() += 1;
+            }
+        }
+        let why: Vec<String> = why.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        out.push(format!(
+            "{} ({} sample(s): {})",
+            units::fmt_ctx(c),
+            cold.len(),
+            why.join(", ")
+        ));
+    }
+    out
 }
 
 /// The results file, opened early so an unwritable path fails before any request.
@@ -549,25 +593,38 @@ impl Output {
     }
 }
 
-/// "client vs server": median TTFT − server prompt_ms, and median client/server decode rate,
-/// over usable samples that carry server timings.
-pub fn client_vs_server(samples: &[record::Sample]) -> Option<String> {
-    let usable = samples.iter().filter(|s| s.usable());
-    let overhead = stats::Spread::of(
-        usable
-            .clone()
-            .filter_map(|s| Some(s.ttft_ms? - s.server.as_ref()?.prompt_ms?)),
-    )?;
-    let ratio = stats::Spread::of(usable.filter_map(|s| {
-        let server = s.server.as_ref()?.predicted_per_second?;
-        let client = s.decode_tokens_per_s?;
-        (server > 0.0).then(|| client / server)
-    }));
-    Some(format!(
-        "client vs server: median TTFT − server prompt_ms = {:.2} ms; median decode rate client/server = {}",
-        overhead.median,
-        ratio.map_or("n/a".to_owned(), |r| format!("{:.3}", r.median))
-    ))
+/// "client vs server" per context length, from the report model: median TTFT − server
+/// prompt ms (the server's request handling, which grows with length) and median client ÷
+/// server decode rate, with the samples flagged `client_server_disagree`.
+pub fn client_vs_server(points: &[stats::PointSummary]) -> Option<String> {
+    let lines: Vec<String> = points
+        .iter()
+        .filter_map(|p| {
+            let overhead = p.ttft_overhead_ms.as_ref()?;
+            let ratio = p
+                .decode_client_over_server
+                .as_ref()
+                .map_or("n/a".to_owned(), |r| format!("{:.3}", r.median));
+            let flagged = match p.client_server_disagree {
+                0 => String::new(),
+                n => format!(
+                    ", {n} sample(s) off by more than {:.0}%",
+                    ctxbench::sample::DISAGREE_MARGIN * 100.0
+                ),
+            };
+            Some(format!(
+                "  {:>6}: TTFT − server prompt_ms = {:.2} ms; decode client/server = {ratio}{flagged}",
+                units::fmt_ctx(p.context_tokens),
+                overhead.median
+            ))
+        })
+        .collect();
+    (!lines.is_empty()).then(|| {
+        format!(
+            "client vs server (medians per context):\n{}",
+            lines.join("\n")
+        )
+    })
 }
 
 /// What each request generates: two-point sends A and B tokens, not --output-tokens.
