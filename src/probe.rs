@@ -369,6 +369,7 @@ mod tests {
     fn vllm_is_recognised_by_owned_by_and_reads_its_kv_pool() {
         let mut c = Canned::default()
             .get("/v1/models", models("vllm"))
+            .get("/version", json!({"version": "0.32.0"}))
             .get("/metrics", json!(null))
             .post("/tokenize", json!({"tokens": [1], "count": 1}));
         c.text.insert(
@@ -381,11 +382,17 @@ mod tests {
         assert!(p.metrics);
         assert_eq!(p.kv_pool_tokens, Some(16000));
         assert_eq!(p.tokenize, Some(TokenizeDialect::Vllm));
-        assert!(p
+        // Whether usage carries cached counts is known only after the warmup: no note here.
+        assert!(!p
             .notes
             .iter()
             .any(|n| n.contains("--enable-prompt-tokens-details")));
         assert!(p.flush.as_deref().unwrap().contains("VLLM_SERVER_DEV_MODE"));
+        assert_eq!(
+            p.server_version.as_deref(),
+            Some("0.32.0"),
+            "from GET /version"
+        );
     }
 
     #[test]

@@ -367,6 +367,15 @@ impl Backend for Sglang {
             .await
         {
             Ok(_) => Ok("sglang /flush_cache".to_owned()),
+            // SGLang refuses with 400 "Flush cache failed." while any request is running.
+            Err(ClientError::Http {
+                status: 400,
+                message,
+                ..
+            }) => Err(ClientError::Busy {
+                endpoint: "/flush_cache".to_owned(),
+                message,
+            }),
             Err(ClientError::Http { status: 404, .. }) => Err(ClientError::Unsupported {
                 what: "sglang /flush_cache".to_owned(),
                 hint: "this SGLang build has no /flush_cache".to_owned(),

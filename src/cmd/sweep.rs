@@ -11,7 +11,7 @@ use ctxbench::bench::{self, BenchSettings, Observer};
 use ctxbench::client::family::ConnectOptions;
 use ctxbench::client::{family, Backend, Http, ServerProfile};
 use ctxbench::corpus::Corpus;
-use ctxbench::error::{RecordError, UsageError};
+use ctxbench::error::{ClientError, RecordError, UsageError};
 use ctxbench::metrics::Scraper;
 use ctxbench::plan;
 use ctxbench::probe::{self, ProbeError};
@@ -680,15 +680,31 @@ async fn decide_flush(
     if mode == FlushMode::Never {
         return Ok(None);
     }
-    match backend.flush().await {
+    match bench::flush_when_idle(backend, bench::FLUSH_IDLE_WAIT).await {
         Ok(what) => {
             if !quiet {
                 eprintln!("flush: {what} before every sample");
             }
             Ok(Some(what))
         }
+        // Busy is temporary: flushing stays on (auto and always), each sample waits for
+        // the server to go idle again, and a sample whose flush was still refused says so.
+        Err(e @ ClientError::Busy { .. }) => {
+            let note = format!(
+                "the server stayed busy for {} s ({e}); flushing stays on and each sample waits for it to go idle (another client is using this server: timings may include its load)",
+                bench::FLUSH_IDLE_WAIT.as_secs()
+            );
+            eprintln!("warning: {note}");
+            probe.notes.push(note);
+            Ok(Some(format!("{} (busy at start)", backend.kind().as_str())))
+        }
         Err(e) if mode == FlushMode::Auto => {
-            let note = format!("no cache flush: {e}; relying on the nonce, the per-request cache switch and cached-token verification");
+            let relying = if probe.cache_bypass {
+                "the nonce, the per-request cache switch and cached-token verification"
+            } else {
+                "the nonce and cached-token verification"
+            };
+            let note = format!("no cache flush: {e}; relying on {relying}");
             eprintln!("note: {note}");
             probe.flush = None;
             probe.notes.push(note);
