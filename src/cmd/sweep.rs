@@ -173,8 +173,16 @@ async fn measure(
     if !length.text_prompts {
         // Token-id prompts can start with any ordinary id: a vocabulary-wide nonce pool
         // makes a first-token match with an earlier run's cached prompt unlikely.
-        if let Some(v) = probe.n_vocab {
-            corpus.widen_nonce_pool(v);
+        match probe.n_vocab {
+            Some(v) => corpus.widen_nonce_pool(v),
+            // SGLang and vLLM do not report it: learn a few thousand valid ids from the
+            // server's tokenizer instead (a small pool made first tokens collide).
+            None => {
+                let ids = ctxbench::corpus::learn_ids(backend.as_ref())
+                    .await
+                    .context("learning token ids for the nonce")?;
+                corpus.add_nonce_ids(&ids);
+            }
         }
     }
     let run_id = output
@@ -203,6 +211,14 @@ async fn measure(
         decode_samples: args.decode_samples,
     };
     let mut builder = PromptBuilder::new(&corpus, args.nonce.is_on());
+    // First tokens earlier runs sent to this server: a prefix cache that is not flushed
+    // (SGLang's radix cache matches even one token) still holds those prompts.
+    let nonce_history = NonceHistory::open(&probe.url, probe.model.as_deref());
+    if args.nonce.is_on() && !length.text_prompts {
+        let mut recent = nonce_history.load();
+        recent.reverse();
+        builder.avoid_first(recent);
+    }
     let mut warm = bench::warmup(backend.as_ref(), &mut builder, &settings)
         .await
         .context("warmup request")?;
@@ -364,6 +380,9 @@ async fn measure(
     )
     .await?;
     tally.server_busy_ms += warm.server_busy_ms;
+    if args.nonce.is_on() && !length.text_prompts {
+        nonce_history.save(builder.used_first(), corpus.nonce_pool.len());
+    }
     let wall_s = started.elapsed().as_secs_f64();
     let busy_s = tally.server_busy_ms / 1000.0;
     let efficiency = tally.efficiency(wall_s);
@@ -804,5 +823,56 @@ mod two_point_tests {
         if std::env::var_os(super::DEFAULT_API_KEY_ENV).is_none() {
             assert_eq!(api_key(super::DEFAULT_API_KEY_ENV).unwrap(), None);
         }
+    }
+}
+
+/// The first tokens of the prompts earlier runs sent to one server (URL and model), kept
+/// in `$XDG_STATE_HOME/ctxbench/nonce/` (else `~/.local/state/…`), oldest first, so that a
+/// later run's nonces do not start like a prompt the server may still have cached. Best
+/// effort: an unreadable or unwritable file only loses the history (verification remains).
+struct NonceHistory {
+    path: Option<PathBuf>,
+}
+
+impl NonceHistory {
+    fn open(url: &str, model: Option<&str>) -> NonceHistory {
+        let dir = std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/state")));
+        let key: String = format!("{url}-{}", model.unwrap_or(""))
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        NonceHistory {
+            path: dir.map(|d| d.join("ctxbench/nonce").join(format!("{key}.txt"))),
+        }
+    }
+
+    fn load(&self) -> Vec<u32> {
+        let Some(p) = &self.path else {
+            return Vec::new();
+        };
+        std::fs::read_to_string(p)
+            .map(|t| {
+                t.split_whitespace()
+                    .filter_map(|w| w.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Appends this run's first tokens, keeping at most `cap` (the nonce pool's size).
+    fn save(&self, used: impl Iterator<Item = u32>, cap: usize) {
+        let Some(p) = &self.path else { return };
+        let mut all = self.load();
+        let known: std::collections::HashSet<u32> = all.iter().copied().collect();
+        all.extend(used.filter(|t| !known.contains(t)));
+        let start = all.len().saturating_sub(cap);
+        let text: Vec<String> = all[start..].iter().map(u32::to_string).collect();
+        let _ = p
+            .parent()
+            .map(std::fs::create_dir_all)
+            .transpose()
+            .and_then(|_| std::fs::write(p, text.join("\n") + "\n"));
     }
 }
