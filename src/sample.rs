@@ -132,6 +132,7 @@ pub fn make_two_point_sample(
     s.cache_verified = s.cached_tokens.is_some();
     s.contaminated = s.cached_tokens.is_some_and(|c| c > 0);
     s.output_tokens = Some(n_b);
+    s.finish_reason = b.finish_reason.clone();
     s.e2e_ms = Some(t_b);
     s.server = b.timings;
     // With one token, request A's time is the time to that token: a non-streamed TTFT.
@@ -530,6 +531,7 @@ mod tests {
             },
             timings: None,
             spec: None,
+            finish_reason: Some("length".into()),
         })
     }
 
@@ -586,6 +588,11 @@ mod tests {
         assert!((s.decode_tokens_per_s.unwrap() - 100.0).abs() < 1e-9);
         assert!((s.ms_per_step.unwrap() - 10.0).abs() < 1e-9);
         assert_eq!(s.ttft_ms, Some(100.0));
+        assert_eq!(
+            s.finish_reason.as_deref(),
+            Some("length"),
+            "B's, as the server said"
+        );
         assert!(s.flags.is_empty(), "{:?}", s.flags);
     }
 

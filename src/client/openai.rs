@@ -64,8 +64,12 @@ impl super::Family for Family {
         }
         // SGLang and vLLM take token ids on /v1/completions (server-apis.md A, B).
         let known = matches!(p.detected, Some(BackendKind::Sglang | BackendKind::Vllm));
-        if known && s.has_vllm_tokenize(p.model.as_deref()).await {
-            p.tokenize = Some(TokenizeDialect::Vllm);
+        if known && s.has_vllm_tokenize(p.model.as_deref()).await? {
+            p.tokenize = Some(if p.detected == Some(BackendKind::Sglang) {
+                TokenizeDialect::Sglang
+            } else {
+                TokenizeDialect::Vllm
+            });
             p.token_id_prompts = true;
             return Ok(());
         }
@@ -198,6 +202,8 @@ pub enum TokenizeDialect {
     Llamacpp,
     /// `{"prompt": ..., "add_special_tokens": false}` (vLLM, SGLang).
     Vllm,
+    /// The same `{"prompt"}` body on an SGLang server (named for the server in the header).
+    Sglang,
     /// `{"input": ...}`, special tokens (BOS) always added (llama-cpp-python `/extras`).
     Extras,
 }
@@ -208,7 +214,9 @@ impl TokenizeDialect {
             TokenizeDialect::Llamacpp => {
                 json!({"content": text, "add_special": false, "parse_special": false})
             }
-            TokenizeDialect::Vllm => json!({"prompt": text, "add_special_tokens": false}),
+            TokenizeDialect::Vllm | TokenizeDialect::Sglang => {
+                json!({"prompt": text, "add_special_tokens": false})
+            }
             TokenizeDialect::Extras => json!({"input": text}),
         };
         if let (Some(m), false) = (model, self == TokenizeDialect::Llamacpp) {
@@ -702,7 +710,7 @@ impl Backend for OpenAi {
         }
         match self.tokenize {
             Some(TokenizeDialect::Llamacpp) => super::llamacpp::tokenize(&self.http, text).await,
-            Some(TokenizeDialect::Vllm) => {
+            Some(TokenizeDialect::Vllm | TokenizeDialect::Sglang) => {
                 tokenize_vllm(&self.http, self.model.as_deref(), text).await
             }
             Some(TokenizeDialect::Extras) | None => Err(ClientError::Http {

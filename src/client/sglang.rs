@@ -111,8 +111,8 @@ impl super::Family for Family {
             Some(a) => format!("sglang meta_info spec_* ({a} on)"),
             None => "sglang meta_info spec_* (when a speculative algorithm is set)".into(),
         });
-        if s.has_vllm_tokenize(p.model.as_deref()).await {
-            p.tokenize = Some(TokenizeDialect::Vllm);
+        if s.has_vllm_tokenize(p.model.as_deref()).await? {
+            p.tokenize = Some(TokenizeDialect::Sglang);
         } else {
             p.notes.push(
                 "no /tokenize (SGLang before mid-2025): use --corpus random, or upgrade SGLang"

@@ -52,7 +52,7 @@ impl super::Family for Family {
     }
 
     async fn capabilities(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
-        if s.has_vllm_tokenize(p.model.as_deref()).await {
+        if s.has_vllm_tokenize(p.model.as_deref()).await? {
             p.tokenize = Some(TokenizeDialect::Vllm);
             p.token_id_prompts = true;
         }
