@@ -800,32 +800,6 @@ fn print_probe(p: &ServerProfile) {
     }
 }
 
-#[cfg(test)]
-mod two_point_tests {
-    use super::{api_key, output_label};
-
-    #[test]
-    fn the_plan_names_both_two_point_lengths() {
-        assert_eq!(
-            output_label(Some((1, 17)), 32),
-            "1 and 17 output tokens (two-point)"
-        );
-        assert_eq!(output_label(None, 32), "32 output tokens");
-    }
-
-    #[test]
-    fn a_named_api_key_variable_that_is_unset_or_empty_is_refused() {
-        let unset = "CTXBENCH_TEST_SURELY_UNSET_VARIABLE";
-        let e = api_key(unset).unwrap_err().to_string();
-        assert!(e.contains(unset) && e.contains("unset or empty"), "{e}");
-        // PATH is set in any test environment; the default variable may be unset.
-        assert!(api_key("PATH").unwrap().is_some());
-        if std::env::var_os(super::DEFAULT_API_KEY_ENV).is_none() {
-            assert_eq!(api_key(super::DEFAULT_API_KEY_ENV).unwrap(), None);
-        }
-    }
-}
-
 /// The first tokens of the prompts earlier runs sent to one server (URL and model), kept
 /// in `$XDG_STATE_HOME/ctxbench/nonce/` (else `~/.local/state/…`), oldest first, so that a
 /// later run's nonces do not start like a prompt the server may still have cached. Best
@@ -874,5 +848,31 @@ impl NonceHistory {
             .map(std::fs::create_dir_all)
             .transpose()
             .and_then(|_| std::fs::write(p, text.join("\n") + "\n"));
+    }
+}
+
+#[cfg(test)]
+mod two_point_tests {
+    use super::{api_key, output_label};
+
+    #[test]
+    fn the_plan_names_both_two_point_lengths() {
+        assert_eq!(
+            output_label(Some((1, 17)), 32),
+            "1 and 17 output tokens (two-point)"
+        );
+        assert_eq!(output_label(None, 32), "32 output tokens");
+    }
+
+    #[test]
+    fn a_named_api_key_variable_that_is_unset_or_empty_is_refused() {
+        let unset = "CTXBENCH_TEST_SURELY_UNSET_VARIABLE";
+        let e = api_key(unset).unwrap_err().to_string();
+        assert!(e.contains(unset) && e.contains("unset or empty"), "{e}");
+        // PATH is set in any test environment; the default variable may be unset.
+        assert!(api_key("PATH").unwrap().is_some());
+        if std::env::var_os(super::DEFAULT_API_KEY_ENV).is_none() {
+            assert_eq!(api_key(super::DEFAULT_API_KEY_ENV).unwrap(), None);
+        }
     }
 }
