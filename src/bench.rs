@@ -222,8 +222,39 @@ async fn flush(
     settings: &BenchSettings,
 ) -> Option<Result<String, ClientError>> {
     match settings.flush {
-        true => Some(backend.flush().await),
+        true => Some(flush_when_idle(backend, FLUSH_IDLE_WAIT).await),
         false => None,
+    }
+}
+
+/// How long a flush refused because the server is busy is retried before giving up.
+pub const FLUSH_IDLE_WAIT: Duration = Duration::from_secs(120);
+
+/// Flushes; a refusal because the server is busy (another client's request is running)
+/// is retried with backoff (0.25 s doubling to 4 s) until it succeeds or `bound` passes,
+/// and a flush that had to wait says how long. Any other error is returned at once.
+pub async fn flush_when_idle(
+    backend: &dyn Backend,
+    bound: Duration,
+) -> Result<String, ClientError> {
+    let start = Instant::now();
+    let mut wait = Duration::from_millis(250);
+    let mut refused = false;
+    loop {
+        match backend.flush().await {
+            Err(ClientError::Busy { .. }) if start.elapsed() + wait <= bound => {
+                refused = true;
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(4));
+            }
+            Ok(what) if refused => {
+                return Ok(format!(
+                    "{what} (after {:.1} s waiting for the server to go idle)",
+                    start.elapsed().as_secs_f64()
+                ))
+            }
+            r => return r,
+        }
     }
 }
 
@@ -531,7 +562,7 @@ async fn measure_cold(
             let pair = async {
                 let a = backend.generate_once(&req(prompt, ab.0)).await;
                 if settings.flush {
-                    let _ = backend.flush().await;
+                    let _ = flush_when_idle(backend, FLUSH_IDLE_WAIT).await;
                 }
                 let b = backend.generate_once(&req(prompt_b, ab.1)).await;
                 (a, b)

@@ -79,14 +79,22 @@ impl Corpus {
                 requests += 1;
                 (t, true)
             }
-            CorpusSpec::Random => {
-                let v = n_vocab.ok_or_else(|| {
-                    CorpusError::Empty(
-                        "--corpus random needs the vocabulary size, which this server does not report; use --corpus repeat or a text folder".to_owned(),
-                    )
-                })?;
-                (random_tokens(v, needed.max(4096), seed), false)
-            }
+            CorpusSpec::Random => match n_vocab {
+                Some(v) => (random_tokens(v, needed.max(4096), seed), false),
+                // SGLang and vLLM do not report their vocabulary size: draw from the ids
+                // their own tokenizer produced for a probe text (every one a valid id).
+                None => {
+                    let ids = learn_ids(backend).await?;
+                    requests += 1;
+                    if ids.len() < 64 {
+                        return Err(CorpusError::Empty(format!(
+                            "--corpus random: the server does not report its vocabulary size, and its tokenizer gave only {} distinct ids for a probe text; use --corpus repeat or a text folder",
+                            ids.len()
+                        )));
+                    }
+                    (random_from(&ids, needed.max(4096), seed), false)
+                }
+            },
             CorpusSpec::Path(p) => {
                 let texts = read_texts(p)?;
                 let mut tokens = Vec::new();
@@ -133,6 +141,63 @@ impl Corpus {
     pub fn window(&self, offset: usize, len: usize) -> impl Iterator<Item = u32> + '_ {
         let n = self.tokens.len();
         (0..len).map(move |i| self.tokens[(offset + i) % n])
+    }
+}
+
+/// A text whose tokenization touches many distinct ids of any tokenizer: every one-, two-
+/// and three-letter lowercase word, capitalised two-letter words and numbers (about 80 kB,
+/// one `/tokenize` request).
+pub fn vocab_probe_text() -> String {
+    let letters: Vec<char> = ('a'..='z').collect();
+    let mut t = String::with_capacity(90_000);
+    for a in &letters {
+        t.push(' ');
+        t.push(*a);
+        for b in &letters {
+            t.push(' ');
+            t.push(*a);
+            t.push(*b);
+            t.push(' ');
+            t.push(a.to_ascii_uppercase());
+            t.push(*b);
+            for c in &letters {
+                t.push(' ');
+                t.push(*a);
+                t.push(*b);
+                t.push(*c);
+            }
+        }
+    }
+    for n in 0..1000 {
+        t.push_str(&format!(" {n}"));
+    }
+    t
+}
+
+/// The distinct ids the server's tokenizer produces for [`vocab_probe_text`]: a pool of
+/// valid ordinary ids where the server does not report its vocabulary size.
+pub async fn learn_ids(backend: &dyn Backend) -> Result<Vec<u32>, CorpusError> {
+    let mut ids = backend.tokenize(&vocab_probe_text()).await?;
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// `len` ids drawn at random (seeded) from `pool`.
+pub fn random_from(pool: &[u32], len: usize, seed: u64) -> Vec<u32> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    (0..len)
+        .map(|_| pool[rng.random_range(0..pool.len())])
+        .collect()
+}
+
+/// Adds ids to the nonce pool (token-id prompts only).
+impl Corpus {
+    /// Widens the nonce pool with `ids` (from [`learn_ids`]).
+    pub fn add_nonce_ids(&mut self, ids: &[u32]) {
+        self.nonce_pool.extend_from_slice(ids);
+        self.nonce_pool.sort_unstable();
+        self.nonce_pool.dedup();
     }
 }
 

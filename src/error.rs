@@ -95,6 +95,15 @@ pub enum ClientError {
         /// What went wrong, as the transport or parser reported it.
         detail: String,
     },
+    /// The server refused because it is busy with other requests (SGLang `/flush_cache`
+    /// HTTP 400, vLLM `/reset_prefix_cache` `{"success": false}`): worth retrying once idle.
+    #[error("{endpoint} refused while the server is busy: {message}")]
+    Busy {
+        /// The endpoint path.
+        endpoint: String,
+        /// The server's own answer.
+        message: String,
+    },
     /// The server cannot do this (e.g. flush), with what would enable it.
     #[error("{what} is not available: {hint}")]
     Unsupported {
@@ -120,6 +129,7 @@ impl ClientError {
             ClientError::TimedOut { .. } => "timeout",
             ClientError::Transport { .. } => "transport",
             ClientError::Unsupported { .. } => "unsupported",
+            ClientError::Busy { .. } => "busy",
         }
     }
 }

@@ -146,7 +146,7 @@ pub fn deltas(before: &Snapshot, after: &Snapshot) -> BTreeMap<String, f64> {
 }
 
 /// Sums the deltas of one counter over its labels (e.g. per engine).
-fn sum(d: &BTreeMap<String, f64>, name: &str) -> Option<f64> {
+pub fn sum(d: &BTreeMap<String, f64>, name: &str) -> Option<f64> {
     let hits: Vec<f64> = d
         .iter()
         .filter(|(k, _)| k.as_str() == name || k.starts_with(&format!("{name}{{")))

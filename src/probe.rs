@@ -121,6 +121,13 @@ async fn wait_until_ready(
                 return Ok(());
             }
             Err(e @ ClientError::Connect { .. }) => ("is not accepting connections yet", Some(e)),
+            // /props is llama.cpp's: a refusal there is named by the endpoint every
+            // OpenAI-compatible server has, so an SGLang or vLLM user is not sent to /props.
+            Err(ClientError::Unauthorized { .. }) => {
+                s.get("/v1/models").await?;
+                s.remember("/props", (401, None));
+                return Ok(());
+            }
             Err(e) => return Err(e),
         };
         if start.elapsed() >= wait_ready {
@@ -211,6 +218,14 @@ mod tests {
                 return Ok((503, None));
             }
             Ok(match self.get.get(path) {
+                // As `Http::get_probe` answers a refusal.
+                Some((401, _)) => {
+                    return Err(ClientError::Unauthorized {
+                        endpoint: path.into(),
+                        status: 401,
+                        message: "Unauthorized".into(),
+                    })
+                }
                 Some((status, body)) => (*status, Some(body.clone())),
                 None => (404, None),
             })
@@ -350,7 +365,7 @@ mod tests {
             assert_eq!(p.max_context, Some(32768));
             assert_eq!(p.kv_pool_tokens, Some(500000));
             assert!(p.cached_missing_means_zero);
-            assert_eq!(p.tokenize, Some(TokenizeDialect::Vllm));
+            assert_eq!(p.tokenize, Some(TokenizeDialect::Sglang));
             assert!(p.spec_stats.as_deref().unwrap().contains("EAGLE"));
             assert!(p.notes.iter().any(|n| n.contains("--enable-metrics")));
             assert!(p.flush.as_deref().unwrap().contains("/flush_cache"));
@@ -366,9 +381,20 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_key_is_named_by_v1_models_not_llama_cpps_props() {
+        // Recorded SGLang 0.5.23 with --api-key: every path answers 401.
+        let mut c = Canned::default();
+        c.get.insert("/props", (401, json!(null)));
+        c.get.insert("/v1/models", (401, json!(null)));
+        let e = run(&c, BackendKind::Auto).unwrap_err().to_string();
+        assert!(e.contains("/v1/models") && !e.contains("/props"), "{e}");
+    }
+
+    #[test]
     fn vllm_is_recognised_by_owned_by_and_reads_its_kv_pool() {
         let mut c = Canned::default()
             .get("/v1/models", models("vllm"))
+            .get("/version", json!({"version": "0.32.0"}))
             .get("/metrics", json!(null))
             .post("/tokenize", json!({"tokens": [1], "count": 1}));
         c.text.insert(
@@ -381,11 +407,17 @@ mod tests {
         assert!(p.metrics);
         assert_eq!(p.kv_pool_tokens, Some(16000));
         assert_eq!(p.tokenize, Some(TokenizeDialect::Vllm));
-        assert!(p
+        // Whether usage carries cached counts is known only after the warmup: no note here.
+        assert!(!p
             .notes
             .iter()
             .any(|n| n.contains("--enable-prompt-tokens-details")));
         assert!(p.flush.as_deref().unwrap().contains("VLLM_SERVER_DEV_MODE"));
+        assert_eq!(
+            p.server_version.as_deref(),
+            Some("0.32.0"),
+            "from GET /version"
+        );
     }
 
     #[test]

@@ -72,6 +72,18 @@ impl<'a> PromptBuilder<'a> {
 }
 
 impl PromptBuilder<'_> {
+    /// First tokens earlier runs against this server used (a prefix cache that was not
+    /// flushed still holds their prompts): avoided as long as the pool has others.
+    pub fn avoid_first(&mut self, ids: impl IntoIterator<Item = u32>) {
+        let room = self.corpus.nonce_pool.len() / 2;
+        self.used_first.extend(ids.into_iter().take(room));
+    }
+
+    /// Every first token used or avoided so far.
+    pub fn used_first(&self) -> impl Iterator<Item = u32> + '_ {
+        self.used_first.iter().copied()
+    }
+
     /// A first token no earlier prompt of this run started with, while the pool has one.
     fn fresh_first(&mut self) -> u32 {
         let pool = &self.corpus.nonce_pool;
@@ -135,6 +147,25 @@ mod tests {
         assert_eq!(firsts.len(), 59);
         // Past the pool's size prompts still get built (and verification catches any hit).
         assert_eq!(b.build(64, 60).len(), 64);
+    }
+
+    #[test]
+    fn first_tokens_of_earlier_runs_are_avoided() {
+        let c = corpus(); // a pool of 59 ids
+        let mut b = PromptBuilder::new(&c, true);
+        b.avoid_first(1..20);
+        for w in 0..20 {
+            let p = b.build(64, w);
+            assert!(
+                p[0] >= 20,
+                "first token {} was used by an earlier run",
+                p[0]
+            );
+        }
+        // At most half the pool is reserved by history, so a run always has fresh ids.
+        let mut b = PromptBuilder::new(&c, true);
+        b.avoid_first(1..60);
+        assert_eq!(b.used_first().count(), 29);
     }
 
     #[test]

@@ -161,6 +161,10 @@ string_enum! {
         PromptTokensFromRepeat = "prompt_tokens_from_repeat",
         /// The output count is the number of token-carrying events (no usage in the stream).
         OutputTokensFromEvents = "output_tokens_from_events",
+        /// The client's decode rate differs from the server's own by more than
+        /// `sample::DISAGREE_MARGIN` (a token read late, a stalled client): its decode is
+        /// left out of decode summaries, its TTFT kept.
+        ClientServerDisagree = "client_server_disagree",
     }
 }
 

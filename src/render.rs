@@ -463,6 +463,8 @@ mod tests {
             server_prefill_tokens_per_s: None,
             server_decode_tokens_per_s: sp(805.0),
             ttft_overhead_ms: None,
+            decode_client_over_server: None,
+            client_server_disagree: 0,
             spec_accept_length: None,
             spec_accept_rate: None,
             ms_per_verify_step: None,

@@ -129,7 +129,8 @@ fn warn(kind: &'static str, message: String) -> Warning {
 /// the sweep says these before it measures, and every report of the file repeats them.
 pub fn config_warnings(config: &RunConfig, server: &ServerInfo) -> Vec<Warning> {
     let mut w = Vec::new();
-    if !config.cache_bypass {
+    // A flush before every sample does what a per-request switch would: no warning then.
+    if !config.cache_bypass && (server.cache_bypass || server.flush_check.is_none()) {
         w.push(warn("cache_bypass_off", if server.cache_bypass {
             "--cache-bypass off: the server may reuse cached prompts; such samples are flagged and excluded".to_owned()
         } else {

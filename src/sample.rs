@@ -132,6 +132,7 @@ pub fn make_two_point_sample(
     s.cache_verified = s.cached_tokens.is_some();
     s.contaminated = s.cached_tokens.is_some_and(|c| c > 0);
     s.output_tokens = Some(n_b);
+    s.finish_reason = b.finish_reason.clone();
     s.e2e_ms = Some(t_b);
     s.server = b.timings;
     // With one token, request A's time is the time to that token: a non-streamed TTFT.
@@ -246,6 +247,9 @@ pub fn make_sample(
             s.ms_per_step = Some(span_ms / (n - 1) as f64);
         }
     }
+    if disagrees(&s) {
+        s.flags.push(Flag::ClientServerDisagree);
+    }
     if let Some(spec) = out.spec {
         set_spec(&mut s, spec);
     }
@@ -264,11 +268,37 @@ fn coalesced(
     server: Option<&crate::client::ServerTimings>,
 ) -> bool {
     let burst = st.token_events >= 4 && st.first_read_token_events * 4 >= st.token_events * 3;
+    // Buffered delivery the read count misses (recorded on a default vLLM 0.32.0: 32 events
+    // within 0.12 ms, each in its own read, after the whole generation): faster than
+    // MIN_STEP_MS per token is no single-stream decode, it is a flush of buffered events.
+    let instant =
+        st.token_events >= 4 && span_ms < MIN_STEP_MS * (st.token_events.saturating_sub(1)) as f64;
     let squeezed = server
         .and_then(|t| t.predicted_ms)
         .is_some_and(|p| p > 1.0 && span_ms < 0.5 * p);
-    burst || squeezed
+    burst || squeezed || instant
 }
+
+/// How far the client's decode rate may stray from the server's own before the sample is
+/// flagged `client_server_disagree`: 5%. Both time the same first→last-token span, so on an
+/// idle machine they agree within about 1% (real SGLang 0.5.23: median ratio 0.998); a
+/// token read late by the client (recorded against llama-server: +5.8%) is more.
+pub const DISAGREE_MARGIN: f64 = 0.05;
+
+/// The client's decode rate ÷ the server's, where the server reports its own.
+pub fn decode_ratio(s: &Sample) -> Option<f64> {
+    let server = s.server.as_ref()?.predicted_per_second?;
+    let client = s.decode_tokens_per_s?;
+    (server > 0.0 && server.is_finite()).then(|| client / server)
+}
+
+fn disagrees(s: &Sample) -> bool {
+    decode_ratio(s).is_some_and(|r| (r - 1.0).abs() > DISAGREE_MARGIN)
+}
+
+/// The shortest believable time between two streamed token events of one request, in ms
+/// (20 000 events/s): events closer than this on average were buffered and flushed together.
+const MIN_STEP_MS: f64 = 0.05;
 
 /// Stores speculative statistics on a sample; time per verify step is the decode span over
 /// the verify steps, kept apart from the per-token `ms_per_step`.
@@ -287,6 +317,36 @@ pub fn set_spec(s: &mut Sample, spec: SpecStats) {
     };
 }
 
+/// Tokens the sample's requests generated after their first (the first comes from the
+/// prefill, every later one from a decode step): n − 1, or (n_A − 1) + (n_B − 1) for the
+/// two requests of a two-point sample, whose counter deltas cover both.
+fn tokens_after_first(s: &Sample) -> Option<u64> {
+    match &s.two_point {
+        Some(tp) => Some(tp.a_tokens.saturating_sub(1) + tp.b_tokens.saturating_sub(1)),
+        None => s.output_tokens.map(|n| n.saturating_sub(1)),
+    }
+}
+
+/// Counter deltas count draft *proposals* (vLLM `spec_decode_num_drafts`): a decode step
+/// for which the n-gram matcher found nothing is not counted, yet it is a step. Every step
+/// yields its accepted drafts plus one token, so steps = tokens after the first − accepted,
+/// and accept length = tokens after the first ÷ steps (recorded vLLM 0.32.0 n-gram:
+/// 64 tokens, 13 drafts, 46 accepted → 17 steps, not 13).
+pub fn count_every_step(mut spec: SpecStats, after_first: Option<u64>) -> SpecStats {
+    if let (Some(t), Some(a)) = (after_first, spec.accepted_tokens) {
+        if t > a {
+            let steps = t - a;
+            spec.verify_steps = Some(steps);
+            spec.accept_length = Some(t as f64 / steps as f64);
+            spec.source = format!(
+                "{} (steps = tokens after the first − accepted)",
+                spec.source
+            );
+        }
+    }
+    spec
+}
+
 /// Adds Prometheus deltas to a sample; speculative statistics come from them when the
 /// response itself had none (vLLM).
 pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &metrics::Snapshot) {
@@ -299,10 +359,61 @@ pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &m
         .is_some_and(|x| x.contains("derived"));
     if s.spec_source.is_none() || derived {
         if let Some(spec) = metrics::spec_from_deltas(&d) {
-            set_spec(s, spec);
+            set_spec(s, count_every_step(spec, tokens_after_first(s)));
         }
     }
+    if s.phase == Phase::Cold && s.status == Status::Ok {
+        apply_cache_evidence(s, &d);
+    }
     s.metrics = Some(d);
+}
+
+/// The server's own prefix-cache counters over one sample, as (tokens served from the
+/// cache, tokens looked up): vLLM's `prefix_cache_hits/queries` (counted with or without
+/// `--enable-prompt-tokens-details`), SGLang's `cached_tokens/prompt_tokens` (also when the
+/// OpenAI protocol is spoken to it). Other traffic on the server during the sample counts
+/// too, so a hit here is at worst a false alarm, never a missed hit.
+pub fn metrics_cache_evidence(d: &std::collections::BTreeMap<String, f64>) -> Option<(f64, f64)> {
+    let pairs = [
+        (
+            "vllm:prefix_cache_hits_total",
+            "vllm:prefix_cache_queries_total",
+        ),
+        ("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),
+    ];
+    pairs.iter().find_map(|(hits, queries)| {
+        Some((
+            metrics::sum(d, hits)?,
+            metrics::sum(d, queries).unwrap_or(0.0),
+        ))
+    })
+}
+
+/// A cold sample the response did not prove cold: a cache hit the server counted in
+/// `/metrics` makes it contaminated; no hit while every prompt token was looked up proves
+/// it cold (`cache_verified`).
+fn apply_cache_evidence(s: &mut Sample, d: &std::collections::BTreeMap<String, f64>) {
+    let Some((hits, queries)) = metrics_cache_evidence(d) else {
+        return;
+    };
+    if hits > 0.0 {
+        if s.cached_tokens.is_none_or(|c| c == 0) {
+            s.cached_tokens = Some(hits as u64);
+        }
+        s.cache_verified = true;
+        s.contaminated = true;
+    } else if !s.cache_verified && s.prompt_tokens.is_some_and(|p| queries >= p as f64) {
+        s.cached_tokens = Some(0);
+        s.cache_verified = true;
+    }
+    s.flags
+        .retain(|f| *f != Flag::CacheUnverified && *f != Flag::Contaminated);
+    if s.contaminated {
+        s.flags.insert(0, Flag::Contaminated);
+    }
+    if !s.cache_verified {
+        s.flags.push(Flag::CacheUnverified);
+    }
 }
 
 #[cfg(test)]
@@ -420,6 +531,7 @@ mod tests {
             },
             timings: None,
             spec: None,
+            finish_reason: Some("length".into()),
         })
     }
 
@@ -476,6 +588,11 @@ mod tests {
         assert!((s.decode_tokens_per_s.unwrap() - 100.0).abs() < 1e-9);
         assert!((s.ms_per_step.unwrap() - 10.0).abs() < 1e-9);
         assert_eq!(s.ttft_ms, Some(100.0));
+        assert_eq!(
+            s.finish_reason.as_deref(),
+            Some("length"),
+            "B's, as the server said"
+        );
         assert!(s.flags.is_empty(), "{:?}", s.flags);
     }
 
@@ -573,6 +690,161 @@ mod tests {
         o.timings.as_mut().unwrap().predicted_ms = Some(330.0);
         let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
         assert!(s.decode_tokens_per_s.is_some());
+    }
+
+    /// A recorded real `/metrics` page (fixture body) and the same page with some counters
+    /// lowered by the given amounts: the "before" of a sample.
+    fn recorded_pair(file: &str, lower: &[(&str, f64)]) -> (metrics::Snapshot, metrics::Snapshot) {
+        let fx: serde_json::Value = serde_json::from_str(file).unwrap();
+        let after = metrics::parse(fx["response"]["body_text"].as_str().unwrap()).unwrap();
+        let mut before = after.clone();
+        for (name, by) in lower {
+            let key = before
+                .counters
+                .keys()
+                .find(|k| k.starts_with(&format!("{name}{{")))
+                .cloned()
+                .unwrap_or_else(|| panic!("{name} not in the recorded page"));
+            *before.counters.get_mut(&key).unwrap() -= by;
+        }
+        (before, after)
+    }
+
+    const VLLM_METRICS: &str = include_str!("../tests/fixtures/recorded/vllm-0.32.0/metrics.json");
+    const SGLANG_METRICS: &str =
+        include_str!("../tests/fixtures/recorded/sglang-0.5.23/metrics.json");
+
+    #[test]
+    fn vllm_prefix_cache_hits_in_metrics_make_a_sample_contaminated() {
+        // Default `vllm serve`: no cached count in usage; /metrics counted 1920 hit tokens.
+        let mut s = make_sample(
+            &target(),
+            2048,
+            0,
+            2048,
+            "t".into(),
+            Ok(outcome(None, 2048, 33, 33)),
+        );
+        assert!(s.has(&Flag::CacheUnverified));
+        let (b, a) = recorded_pair(
+            VLLM_METRICS,
+            &[
+                ("vllm:prefix_cache_hits_total", 1920.0),
+                ("vllm:prefix_cache_queries_total", 2048.0),
+            ],
+        );
+        apply_metric_deltas(&mut s, &b, &a);
+        assert!(s.contaminated && s.cache_verified && !s.usable());
+        assert_eq!(s.cached_tokens, Some(1920));
+        assert!(s.has(&Flag::Contaminated) && !s.has(&Flag::CacheUnverified));
+    }
+
+    #[test]
+    fn no_hits_while_every_prompt_token_was_looked_up_proves_cold() {
+        let mut s = make_sample(
+            &target(),
+            2048,
+            0,
+            2048,
+            "t".into(),
+            Ok(outcome(None, 2048, 33, 33)),
+        );
+        let (b, a) = recorded_pair(VLLM_METRICS, &[("vllm:prefix_cache_queries_total", 2048.0)]);
+        apply_metric_deltas(&mut s, &b, &a);
+        assert!(s.cache_verified && !s.contaminated && s.usable());
+        assert_eq!(s.cached_tokens, Some(0));
+        assert!(s.flags.is_empty(), "{:?}", s.flags);
+        // Fewer tokens looked up than the prompt: nothing is proven.
+        let mut s = make_sample(
+            &target(),
+            2048,
+            0,
+            2048,
+            "t".into(),
+            Ok(outcome(None, 2048, 33, 33)),
+        );
+        let (b, a) = recorded_pair(VLLM_METRICS, &[("vllm:prefix_cache_queries_total", 100.0)]);
+        apply_metric_deltas(&mut s, &b, &a);
+        assert!(!s.cache_verified && s.has(&Flag::CacheUnverified));
+    }
+
+    #[test]
+    fn sglang_cached_tokens_counter_flags_a_hit_under_any_protocol() {
+        // `--backend openai` on SGLang: usage without a cached count; /metrics had 1 hit.
+        let mut s = make_sample(
+            &target(),
+            1024,
+            0,
+            1024,
+            "t".into(),
+            Ok(outcome(None, 1024, 33, 33)),
+        );
+        let (b, a) = recorded_pair(
+            SGLANG_METRICS,
+            &[
+                ("sglang:cached_tokens_total", 1.0),
+                ("sglang:prompt_tokens_total", 1024.0),
+            ],
+        );
+        apply_metric_deltas(&mut s, &b, &a);
+        assert!(s.contaminated && s.has(&Flag::Contaminated));
+        assert_eq!(s.cached_tokens, Some(1));
+    }
+
+    #[test]
+    fn verify_steps_count_steps_without_a_draft() {
+        // Recorded vLLM 0.32.0 n-gram sample: 64 tokens, 13 drafts, 46 accepted.
+        let spec = SpecStats {
+            source: "vllm:spec_decode_* metric deltas".into(),
+            verify_steps: Some(13),
+            draft_tokens: Some(52),
+            accepted_tokens: Some(46),
+            accept_length: None,
+            accept_rate: None,
+        }
+        .derive();
+        let s = count_every_step(spec, Some(63));
+        assert_eq!(s.verify_steps, Some(17));
+        assert!((s.accept_length.unwrap() - 63.0 / 17.0).abs() < 1e-9);
+        assert_eq!(s.accepted_tokens, Some(46));
+    }
+
+    #[test]
+    fn events_closer_than_any_decode_step_are_a_burst() {
+        // Recorded on a default vLLM: 32 events within 0.12 ms, each in its own read.
+        let mut o = outcome(None, 4096, 32, 32);
+        let first = o.stream.t_first_token.unwrap();
+        o.stream.t_last_token = Some(first + Duration::from_micros(120));
+        o.timings = None;
+        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
+        assert!(s.decode_tokens_per_s.is_none() && s.has(&Flag::CoalescedTokens));
+        // 32 events over 320 ms keep their rate.
+        let s = make_sample(
+            &target(),
+            4096,
+            0,
+            4096,
+            "t".into(),
+            Ok(outcome(None, 4096, 32, 32)),
+        );
+        assert!(!s.has(&Flag::CoalescedTokens));
+    }
+
+    #[test]
+    fn a_decode_rate_off_the_servers_own_is_flagged() {
+        // Client 100 tok/s; the server says 94.5 (client 5.8% above, as recorded against
+        // llama-server when the first token was read late): flagged.
+        let mut o = outcome(Some(0), 4096, 33, 33);
+        o.timings.as_mut().unwrap().predicted_per_second = Some(94.5);
+        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
+        assert!(s.has(&Flag::ClientServerDisagree));
+        assert!(s.usable(), "TTFT still counts");
+        // Within the margin: not flagged.
+        let mut o = outcome(Some(0), 4096, 33, 33);
+        o.timings.as_mut().unwrap().predicted_per_second = Some(98.0);
+        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
+        assert!(!s.has(&Flag::ClientServerDisagree));
+        assert!((decode_ratio(&s).unwrap() - 100.0 / 98.0).abs() < 1e-9);
     }
 
     #[test]

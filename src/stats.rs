@@ -88,6 +88,12 @@ pub struct PointSummary {
     pub server_decode_tokens_per_s: Option<Spread>,
     /// Client TTFT minus server prompt time (ms): network, queueing, serialization.
     pub ttft_overhead_ms: Option<Spread>,
+    /// Client decode rate ÷ the server's own, per sample where the server reports one
+    /// (every usable sample, the disagreeing ones included: this is where they show).
+    pub decode_client_over_server: Option<Spread>,
+    /// Samples whose client decode rate strays from the server's by more than
+    /// `sample::DISAGREE_MARGIN` (their decode is left out of the decode columns).
+    pub client_server_disagree: usize,
     /// Speculative acceptance length (tokens per verify step).
     pub spec_accept_length: Option<Spread>,
     /// Speculative acceptance rate (accepted ÷ proposed drafts).
@@ -128,6 +134,12 @@ impl PointSummary {
         if self.coalesced > 0 {
             v.push(format!("{} bursty (no decode)", self.coalesced));
         }
+        if self.client_server_disagree > 0 {
+            v.push(format!(
+                "{} client≠server decode",
+                self.client_server_disagree
+            ));
+        }
         v
     }
 }
@@ -164,6 +176,12 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
                 .filter(|s| s.phase != Phase::Warm)
                 .collect();
             let at = cold;
+            // A decode rate the server's own contradicts is not averaged in.
+            let decode_ok: Vec<&Sample> = ok
+                .iter()
+                .copied()
+                .filter(|s| !s.has(&Flag::ClientServerDisagree))
+                .collect();
             let server = |f: fn(&ServerTimings) -> Option<f64>| {
                 Spread::of(ok.iter().filter_map(|s| s.server.as_ref().and_then(f)))
             };
@@ -188,11 +206,20 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
                     .count(),
                 ttft_ms: Spread::of(ok.iter().filter_map(|s| s.ttft_ms)),
                 prefill_tokens_per_s: Spread::of(ok.iter().filter_map(|s| s.prefill_tokens_per_s)),
-                decode_tokens_per_s: Spread::of(ok.iter().filter_map(|s| s.decode_tokens_per_s)),
-                ms_per_step: Spread::of(ok.iter().filter_map(|s| s.ms_per_step)),
+                decode_tokens_per_s: Spread::of(
+                    decode_ok.iter().filter_map(|s| s.decode_tokens_per_s),
+                ),
+                ms_per_step: Spread::of(decode_ok.iter().filter_map(|s| s.ms_per_step)),
                 server_prompt_ms: server(|t| t.prompt_ms),
                 server_prefill_tokens_per_s: server(|t| t.prompt_per_second),
                 server_decode_tokens_per_s: server(|t| t.predicted_per_second),
+                decode_client_over_server: Spread::of(
+                    ok.iter().filter_map(|s| crate::sample::decode_ratio(s)),
+                ),
+                client_server_disagree: at
+                    .iter()
+                    .filter(|s| s.has(&Flag::ClientServerDisagree))
+                    .count(),
                 ttft_overhead_ms: Spread::of(
                     ok.iter()
                         .filter_map(|s| Some(s.ttft_ms? - s.server.as_ref()?.prompt_ms?)),
@@ -307,6 +334,26 @@ mod tests {
         assert_eq!(s[0].length_mismatch, 1);
         assert_eq!(s[0].usable, 1);
         assert_eq!(s[0].ttft_ms.unwrap().median, 70.0);
+    }
+
+    #[test]
+    fn disagreeing_decode_is_shown_per_point_and_not_averaged() {
+        let mut a = sample(1024, 50.0, false);
+        a.server.as_mut().unwrap().predicted_per_second = Some(100.0);
+        let mut b = sample(1024, 52.0, false);
+        b.rep = 1;
+        b.decode_tokens_per_s = Some(150.0);
+        b.server.as_mut().unwrap().predicted_per_second = Some(100.0);
+        b.flags.push(Flag::ClientServerDisagree);
+        let s = summarize(&[a, b]);
+        assert_eq!(s[0].usable, 2);
+        assert_eq!(s[0].client_server_disagree, 1);
+        assert_eq!(s[0].decode_tokens_per_s.unwrap().median, 100.0);
+        assert_eq!(s[0].decode_client_over_server.unwrap().max, 1.5);
+        assert!(s[0]
+            .exclusions()
+            .iter()
+            .any(|e| e.contains("client≠server")));
     }
 
     #[test]

@@ -39,6 +39,8 @@ struct Fake {
     alive: bool,
     /// Set once the server has shut down (stopped listening).
     shut_down: std::sync::atomic::AtomicBool,
+    /// `Some(n)`: the server has a flush and refuses the next n as busy; `None`: no flush.
+    busy_flushes: Mutex<Option<usize>>,
     http: Http,
 }
 
@@ -50,6 +52,7 @@ impl Fake {
             asked: Mutex::new(Vec::new()),
             alive: true,
             shut_down: Default::default(),
+            busy_flushes: Mutex::new(None),
             // Never used: `reachable` is overridden and nothing else goes to the network.
             http: Http::new("http://127.0.0.1:9", None, None).unwrap(),
         }
@@ -81,6 +84,22 @@ impl Backend for Fake {
     }
     fn http(&self) -> &Http {
         &self.http
+    }
+    async fn flush(&self) -> Result<String, ClientError> {
+        match &mut *self.busy_flushes.lock().unwrap() {
+            None => Err(ClientError::Unsupported {
+                what: "flush".into(),
+                hint: "fake".into(),
+            }),
+            Some(0) => Ok("fake flush".into()),
+            Some(n) => {
+                *n -= 1;
+                Err(ClientError::Busy {
+                    endpoint: "/flush_cache".into(),
+                    message: "Flush cache failed.".into(),
+                })
+            }
+        }
     }
     async fn reachable(&self) -> bool {
         self.alive && !self.is_shut_down()
@@ -514,4 +533,22 @@ async fn a_server_that_stops_listening_mid_request_stops_the_sweep_within_second
     // The first request takes 0.42 s; the watchdog looks every second.
     let took = t0.elapsed();
     assert!(took < Duration::from_secs(3), "{took:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flush_refused_while_busy_is_retried_until_idle_within_a_bound() {
+    let fake = Fake::always(Step::Http500);
+    *fake.busy_flushes.lock().unwrap() = Some(3);
+    let done = flush_when_idle(&fake, FLUSH_IDLE_WAIT).await.unwrap();
+    assert!(done.starts_with("fake flush (after "), "{done}");
+    // Busy for longer than the bound: the refusal is returned, never recorded as done.
+    *fake.busy_flushes.lock().unwrap() = Some(1000);
+    let e = flush_when_idle(&fake, Duration::from_secs(10))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ClientError::Busy { .. }), "{e}");
+    // Not busy but impossible: returned at once.
+    *fake.busy_flushes.lock().unwrap() = None;
+    let e = flush_when_idle(&fake, FLUSH_IDLE_WAIT).await.unwrap_err();
+    assert!(matches!(e, ClientError::Unsupported { .. }));
 }

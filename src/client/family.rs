@@ -135,14 +135,26 @@ impl<'a> Server<'a> {
     }
 
     /// Whether `/tokenize` takes vLLM/SGLang's `{"prompt"}` body and answers with token ids.
-    pub async fn has_vllm_tokenize(&self, model: Option<&str>) -> bool {
+    /// A refusal naming the model (vLLM: 404 "The model `x` does not exist") is the
+    /// server's own answer to a wrong `--model`, returned as it is.
+    pub async fn has_vllm_tokenize(&self, model: Option<&str>) -> Result<bool, ClientError> {
         let mut body = json!({"prompt": "hello", "add_special_tokens": false});
         if let Some(m) = model {
             body["model"] = json!(m);
         }
         match self.post("/tokenize", &body).await {
-            Ok(v) => v.get("tokens").is_some_and(Value::is_array),
-            Err(_) => false,
+            Ok(v) => Ok(v.get("tokens").is_some_and(Value::is_array)),
+            Err(ClientError::Http {
+                endpoint,
+                status: 404,
+                message,
+            }) if model.is_some_and(|m| message.contains(m)) => Err(ClientError::Http {
+                endpoint,
+                status: 404,
+                message: format!("{message} (check --model)"),
+            }),
+            Err(e @ ClientError::Unauthorized { .. }) => Err(e),
+            Err(_) => Ok(false),
         }
     }
 }

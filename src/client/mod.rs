@@ -113,6 +113,8 @@ pub struct OnceOutcome {
     pub timings: Option<ServerTimings>,
     /// Speculative-decoding counts.
     pub spec: Option<SpecStats>,
+    /// Why generation stopped, as the server said (`length`, …).
+    pub finish_reason: Option<String>,
 }
 
 /// A server protocol.

@@ -64,8 +64,12 @@ impl super::Family for Family {
         }
         // SGLang and vLLM take token ids on /v1/completions (server-apis.md A, B).
         let known = matches!(p.detected, Some(BackendKind::Sglang | BackendKind::Vllm));
-        if known && s.has_vllm_tokenize(p.model.as_deref()).await {
-            p.tokenize = Some(TokenizeDialect::Vllm);
+        if known && s.has_vllm_tokenize(p.model.as_deref()).await? {
+            p.tokenize = Some(if p.detected == Some(BackendKind::Sglang) {
+                TokenizeDialect::Sglang
+            } else {
+                TokenizeDialect::Vllm
+            });
             p.token_id_prompts = true;
             return Ok(());
         }
@@ -198,6 +202,8 @@ pub enum TokenizeDialect {
     Llamacpp,
     /// `{"prompt": ..., "add_special_tokens": false}` (vLLM, SGLang).
     Vllm,
+    /// The same `{"prompt"}` body on an SGLang server (named for the server in the header).
+    Sglang,
     /// `{"input": ...}`, special tokens (BOS) always added (llama-cpp-python `/extras`).
     Extras,
 }
@@ -208,7 +214,9 @@ impl TokenizeDialect {
             TokenizeDialect::Llamacpp => {
                 json!({"content": text, "add_special": false, "parse_special": false})
             }
-            TokenizeDialect::Vllm => json!({"prompt": text, "add_special_tokens": false}),
+            TokenizeDialect::Vllm | TokenizeDialect::Sglang => {
+                json!({"prompt": text, "add_special_tokens": false})
+            }
             TokenizeDialect::Extras => json!({"input": text}),
         };
         if let (Some(m), false) = (model, self == TokenizeDialect::Llamacpp) {
@@ -592,10 +600,10 @@ impl EventReader for CompletionsReader {
         };
         if is_final {
             let u = usage.unwrap_or(&Value::Null);
-            let timings = v
-                .get("timings")
-                .map(llamacpp_timings)
-                .or_else(|| v.get("metrics").and_then(vllm_request_metrics));
+            let timings = v.get("timings").map(llamacpp_timings).or_else(|| {
+                v.get("metrics")
+                    .and_then(|m| vllm_request_metrics(m, get_u64(u, "completion_tokens")))
+            });
             self.got.counts = Counts {
                 prompt_tokens: get_u64(u, "prompt_tokens"),
                 completion_tokens: get_u64(u, "completion_tokens"),
@@ -638,15 +646,29 @@ fn usage_spec(usage: &Value) -> Option<SpecStats> {
 
 /// vLLM's opt-in per-request `metrics` (`--enable-per-request-metrics`, on the final usage
 /// chunk); its TTFT is measured from scheduling, so it excludes queueing.
-fn vllm_request_metrics(m: &Value) -> Option<ServerTimings> {
+///
+/// The decode rate is NOT vLLM's `tokens_per_second`: that is n ÷ (TTFT + generation time),
+/// prefill included (recorded 0.32.0: 8 tokens, 29.5 + 34.1 ms → 125.8 "tok/s"). vLLM's
+/// `generation_time_ms` is first→last token (= `mean_itl_ms` × (n − 1) in the recorded
+/// exchange), so the decode rate is (n − 1) ÷ generation time — the same span the client
+/// times — or 1000 ÷ `mean_itl_ms` when the count is unknown.
+fn vllm_request_metrics(m: &Value, completion_tokens: Option<u64>) -> Option<ServerTimings> {
     let f = |k: &str| m.get(k).and_then(Value::as_f64);
+    let gen_ms = f("generation_time_ms");
+    let itl = f("mean_itl_ms");
+    let decode_per_s = match (completion_tokens, gen_ms, itl) {
+        (Some(n), Some(ms), _) if n >= 2 && ms > 0.0 => Some((n - 1) as f64 / (ms / 1000.0)),
+        (_, _, Some(itl)) if itl > 0.0 => Some(1000.0 / itl),
+        _ => None,
+    };
     let t = ServerTimings {
         source: "vllm.metrics".to_owned(),
         prompt_ms: f("time_to_first_token_ms"),
         queue_ms: f("queue_time_ms"),
-        predicted_ms: f("generation_time_ms"),
-        predicted_per_token_ms: f("mean_itl_ms"),
-        predicted_per_second: f("tokens_per_second"),
+        predicted_n: completion_tokens,
+        predicted_ms: gen_ms,
+        predicted_per_token_ms: itl,
+        predicted_per_second: decode_per_s,
         ..Default::default()
     };
     (t.prompt_ms.is_some() || t.predicted_ms.is_some()).then_some(t)
@@ -688,7 +710,7 @@ impl Backend for OpenAi {
         }
         match self.tokenize {
             Some(TokenizeDialect::Llamacpp) => super::llamacpp::tokenize(&self.http, text).await,
-            Some(TokenizeDialect::Vllm) => {
+            Some(TokenizeDialect::Vllm | TokenizeDialect::Sglang) => {
                 tokenize_vllm(&self.http, self.model.as_deref(), text).await
             }
             Some(TokenizeDialect::Extras) | None => Err(ClientError::Http {
@@ -884,7 +906,28 @@ mod tests {
             (t.prompt_ms, t.queue_ms, t.predicted_ms),
             (Some(12.5), Some(1.0), Some(20.0))
         );
+        // (3 − 1) tokens over 20 ms of generation: 100 tok/s, not vLLM's tokens_per_second.
         assert_eq!(t.predicted_per_second, Some(100.0));
+        assert_eq!(t.predicted_n, Some(3));
+    }
+
+    /// The recorded vLLM 0.32.0 stream: `tokens_per_second` 125.8 includes the prefill; the
+    /// decode rate is 7 tokens over `generation_time_ms` 34.07 = 205.5 tok/s.
+    #[test]
+    fn recorded_vllm_server_decode_rate_excludes_prefill() {
+        let fx: Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/recorded/vllm-0.32.0/completions_stream.json"
+        ))
+        .unwrap();
+        let body = fx["response"]["body_text"].as_str().unwrap();
+        let mut r = CompletionsReader::default();
+        for line in body.lines().filter_map(|l| l.strip_prefix("data: ")) {
+            r.on_event(&ev(line)).unwrap();
+        }
+        let t = r.got.timings.unwrap();
+        let decode = t.predicted_per_second.unwrap();
+        assert!((decode - 7.0 / 0.034067).abs() < 0.5, "{decode}");
+        assert!((decode - 1000.0 / t.predicted_per_token_ms.unwrap()).abs() < 0.5);
     }
 
     #[test]

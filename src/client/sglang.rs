@@ -111,8 +111,8 @@ impl super::Family for Family {
             Some(a) => format!("sglang meta_info spec_* ({a} on)"),
             None => "sglang meta_info spec_* (when a speculative algorithm is set)".into(),
         });
-        if s.has_vllm_tokenize(p.model.as_deref()).await {
-            p.tokenize = Some(TokenizeDialect::Vllm);
+        if s.has_vllm_tokenize(p.model.as_deref()).await? {
+            p.tokenize = Some(TokenizeDialect::Sglang);
         } else {
             p.notes.push(
                 "no /tokenize (SGLang before mid-2025): use --corpus random, or upgrade SGLang"
@@ -367,6 +367,15 @@ impl Backend for Sglang {
             .await
         {
             Ok(_) => Ok("sglang /flush_cache".to_owned()),
+            // SGLang refuses with 400 "Flush cache failed." while any request is running.
+            Err(ClientError::Http {
+                status: 400,
+                message,
+                ..
+            }) => Err(ClientError::Busy {
+                endpoint: "/flush_cache".to_owned(),
+                message,
+            }),
             Err(ClientError::Http { status: 404, .. }) => Err(ClientError::Unsupported {
                 what: "sglang /flush_cache".to_owned(),
                 hint: "this SGLang build has no /flush_cache".to_owned(),

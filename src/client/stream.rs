@@ -95,6 +95,7 @@ pub async fn generate_unstreamed<R: EventReader>(
         counts: g.counts,
         timings: g.timings,
         spec: g.spec,
+        finish_reason: g.finish_reason,
     })
 }
 

@@ -287,6 +287,10 @@ impl Backend for Tgi {
                 ..Default::default()
             }),
             spec: None,
+            finish_reason: d
+                .get("finish_reason")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
         })
     }
 }

@@ -31,8 +31,16 @@ impl super::Family for Family {
     }
 
     async fn describe(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
-        p.notes
-            .push("cached-token counts need vLLM's --enable-prompt-tokens-details".into());
+        // vLLM answers `GET /version` with {"version": "0.32.0"}.
+        if p.server_version.is_none() {
+            p.server_version = s
+                .json("/version")
+                .await?
+                .and_then(|v| v.get("version")?.as_str().map(str::to_owned));
+        }
+        // No note about --enable-prompt-tokens-details here: whether usage carries cached
+        // counts is only known after the warmup (the run-level warning names the flag then),
+        // and /metrics prefix-cache deltas verify each sample without it.
         if p.metrics {
             if let Ok(text) = s.text("/metrics").await {
                 if let Ok(snap) = crate::metrics::parse(&text) {
@@ -44,7 +52,7 @@ impl super::Family for Family {
     }
 
     async fn capabilities(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
-        if s.has_vllm_tokenize(p.model.as_deref()).await {
+        if s.has_vllm_tokenize(p.model.as_deref()).await? {
             p.tokenize = Some(TokenizeDialect::Vllm);
             p.token_id_prompts = true;
         }
@@ -128,8 +136,7 @@ impl Backend for Vllm {
             .post_empty("/reset_prefix_cache", Duration::from_secs(60))
             .await
         {
-            // 200 with an empty body: vLLM does not confirm the reset.
-            Ok(_) => Ok("vllm /reset_prefix_cache (unconfirmed by the server)".to_owned()),
+            Ok(body) => reset_answer(&body),
             Err(ClientError::Http { status: 404, .. }) => Err(ClientError::Unsupported {
                 what: "vllm /reset_prefix_cache".to_owned(),
                 hint:
@@ -138,5 +145,48 @@ impl Backend for Vllm {
             }),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// Reads `/reset_prefix_cache`'s answer: vLLM 0.32 says `{"success": true|false}` and
+/// refuses while another request holds cache blocks; older versions answer 200 with an
+/// empty body, which confirms nothing.
+pub fn reset_answer(body: &str) -> Result<String, ClientError> {
+    let success = serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("success").and_then(serde_json::Value::as_bool));
+    match success {
+        Some(true) => Ok("vllm /reset_prefix_cache".to_owned()),
+        Some(false) => Err(ClientError::Busy {
+            endpoint: "/reset_prefix_cache".to_owned(),
+            message: format!(
+                "{} (cache blocks still in use by another request)",
+                body.trim()
+            ),
+        }),
+        None => Ok("vllm /reset_prefix_cache (unconfirmed by the server)".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recorded_body(file: &str) -> String {
+        let v: serde_json::Value = serde_json::from_str(file).unwrap();
+        v["response"]["body"].to_string()
+    }
+
+    #[test]
+    fn a_refused_reset_is_busy_and_a_confirmed_one_is_done() {
+        let busy = recorded_body(include_str!(
+            "../../tests/fixtures/recorded/vllm-0.32.0/reset_prefix_cache_busy.json"
+        ));
+        assert!(matches!(reset_answer(&busy), Err(ClientError::Busy { .. })));
+        let idle = recorded_body(include_str!(
+            "../../tests/fixtures/recorded/vllm-0.32.0/reset_prefix_cache_idle.json"
+        ));
+        assert_eq!(reset_answer(&idle).unwrap(), "vllm /reset_prefix_cache");
+        assert!(reset_answer("").unwrap().contains("unconfirmed"));
     }
 }

@@ -11,7 +11,7 @@ use ctxbench::bench::{self, BenchSettings, Observer};
 use ctxbench::client::family::ConnectOptions;
 use ctxbench::client::{family, Backend, Http, ServerProfile};
 use ctxbench::corpus::Corpus;
-use ctxbench::error::{RecordError, UsageError};
+use ctxbench::error::{ClientError, RecordError, UsageError};
 use ctxbench::metrics::Scraper;
 use ctxbench::plan;
 use ctxbench::probe::{self, ProbeError};
@@ -173,8 +173,16 @@ async fn measure(
     if !length.text_prompts {
         // Token-id prompts can start with any ordinary id: a vocabulary-wide nonce pool
         // makes a first-token match with an earlier run's cached prompt unlikely.
-        if let Some(v) = probe.n_vocab {
-            corpus.widen_nonce_pool(v);
+        match probe.n_vocab {
+            Some(v) => corpus.widen_nonce_pool(v),
+            // SGLang and vLLM do not report it: learn a few thousand valid ids from the
+            // server's tokenizer instead (a small pool made first tokens collide).
+            None => {
+                let ids = ctxbench::corpus::learn_ids(backend.as_ref())
+                    .await
+                    .context("learning token ids for the nonce")?;
+                corpus.add_nonce_ids(&ids);
+            }
         }
     }
     let run_id = output
@@ -203,6 +211,14 @@ async fn measure(
         decode_samples: args.decode_samples,
     };
     let mut builder = PromptBuilder::new(&corpus, args.nonce.is_on());
+    // First tokens earlier runs sent to this server: a prefix cache that is not flushed
+    // (SGLang's radix cache matches even one token) still holds those prompts.
+    let nonce_history = NonceHistory::open(&probe.url, probe.model.as_deref());
+    if args.nonce.is_on() && !length.text_prompts {
+        let mut recent = nonce_history.load();
+        recent.reverse();
+        builder.avoid_first(recent);
+    }
     let mut warm = bench::warmup(backend.as_ref(), &mut builder, &settings)
         .await
         .context("warmup request")?;
@@ -225,6 +241,26 @@ async fn measure(
     builder.set_server_added(warm.server_added);
     probe.server_added_tokens = Some(warm.server_added);
     probe.reports_cached_tokens = Some(warm.reports_cached_tokens);
+    if !warm.reports_cached_tokens {
+        // A default `vllm serve` (or SGLang behind the OpenAI protocol) leaves the count out
+        // of usage but counts prefix-cache hits in /metrics: each sample's deltas verify it.
+        if let Some(m) = &metrics {
+            if let Ok(snap) = m.scrape().await {
+                let d = ctxbench::metrics::deltas(&Default::default(), &snap);
+                if ctxbench::sample::metrics_cache_evidence(&d).is_some() {
+                    probe.reports_cached_tokens = Some(true);
+                    let n = format!(
+                        "cached tokens: from each sample's {} prefix-cache counter deltas (usage carries no count)",
+                        probe::redact_url(&m.url())
+                    );
+                    if !args.quiet {
+                        eprintln!("note: {n}");
+                    }
+                    probe.notes.push(n);
+                }
+            }
+        }
+    }
     probe.reports_timings = Some(warm.reports_timings);
     for n in backend.notes() {
         if !args.quiet {
@@ -344,6 +380,9 @@ async fn measure(
     )
     .await?;
     tally.server_busy_ms += warm.server_busy_ms;
+    if args.nonce.is_on() && !length.text_prompts {
+        nonce_history.save(builder.used_first(), corpus.nonce_pool.len());
+    }
     let wall_s = started.elapsed().as_secs_f64();
     let busy_s = tally.server_busy_ms / 1000.0;
     let efficiency = tally.efficiency(wall_s);
@@ -382,7 +421,11 @@ async fn measure(
         )?,
         Err(why) => writeln!(summary, "sweep efficiency: not computed: {why}")?,
     }
-    if let Some(line) = client_vs_server(&results.samples) {
+    if let Some(line) = report
+        .runs
+        .first()
+        .and_then(|r| client_vs_server(&r.points))
+    {
         writeln!(summary, "{line}")?;
     }
     let _ = std::io::stdout().lock().write_all(summary.as_bytes());
@@ -413,7 +456,47 @@ async fn measure(
         eprintln!("{} sample(s) failed; {resume_hint}", tally.failed);
         return Ok(Ending::Incomplete);
     }
+    let empty = points_without_usable_samples(&results.samples, &contexts);
+    if !empty.is_empty() {
+        eprintln!(
+            "error: no usable sample at {}: nothing was measured there",
+            empty.join("; ")
+        );
+        return Ok(Ending::Incomplete);
+    }
     Ok(Ending::Complete)
+}
+
+/// Context points whose cold samples are all excluded, each with why (the flags that
+/// excluded them, counted): a run that measured nothing usable somewhere must not exit 0.
+fn points_without_usable_samples(samples: &[record::Sample], contexts: &[u64]) -> Vec<String> {
+    let mut out = Vec::new();
+    for &c in contexts {
+        let cold: Vec<&record::Sample> = samples
+            .iter()
+            .filter(|s| s.context_tokens == c && s.phase == record::Phase::Cold)
+            .collect();
+        if cold.is_empty() || cold.iter().any(|s| s.usable()) {
+            continue;
+        }
+        let mut why: std::collections::BTreeMap<String, usize> = Default::default();
+        for s in &cold {
+            if s.status != record::Status::Ok {
+                *why.entry("failed".into()).or_default() += 1;
+            }
+            for f in &s.flags {
+                *why.entry(f.to_string()).or_default() += 1;
+            }
+        }
+        let why: Vec<String> = why.iter().map(|(k, n)| format!("{n} {k}")).collect();
+        out.push(format!(
+            "{} ({} sample(s): {})",
+            units::fmt_ctx(c),
+            cold.len(),
+            why.join(", ")
+        ));
+    }
+    out
 }
 
 /// The results file, opened early so an unwritable path fails before any request.
@@ -529,25 +612,38 @@ impl Output {
     }
 }
 
-/// "client vs server": median TTFT − server prompt_ms, and median client/server decode rate,
-/// over usable samples that carry server timings.
-pub fn client_vs_server(samples: &[record::Sample]) -> Option<String> {
-    let usable = samples.iter().filter(|s| s.usable());
-    let overhead = stats::Spread::of(
-        usable
-            .clone()
-            .filter_map(|s| Some(s.ttft_ms? - s.server.as_ref()?.prompt_ms?)),
-    )?;
-    let ratio = stats::Spread::of(usable.filter_map(|s| {
-        let server = s.server.as_ref()?.predicted_per_second?;
-        let client = s.decode_tokens_per_s?;
-        (server > 0.0).then(|| client / server)
-    }));
-    Some(format!(
-        "client vs server: median TTFT − server prompt_ms = {:.2} ms; median decode rate client/server = {}",
-        overhead.median,
-        ratio.map_or("n/a".to_owned(), |r| format!("{:.3}", r.median))
-    ))
+/// "client vs server" per context length, from the report model: median TTFT − server
+/// prompt ms (the server's request handling, which grows with length) and median client ÷
+/// server decode rate, with the samples flagged `client_server_disagree`.
+pub fn client_vs_server(points: &[stats::PointSummary]) -> Option<String> {
+    let lines: Vec<String> = points
+        .iter()
+        .filter_map(|p| {
+            let overhead = p.ttft_overhead_ms.as_ref()?;
+            let ratio = p
+                .decode_client_over_server
+                .as_ref()
+                .map_or("n/a".to_owned(), |r| format!("{:.3}", r.median));
+            let flagged = match p.client_server_disagree {
+                0 => String::new(),
+                n => format!(
+                    ", {n} sample(s) off by more than {:.0}%",
+                    ctxbench::sample::DISAGREE_MARGIN * 100.0
+                ),
+            };
+            Some(format!(
+                "  {:>6}: TTFT − server prompt_ms = {:.2} ms; decode client/server = {ratio}{flagged}",
+                units::fmt_ctx(p.context_tokens),
+                overhead.median
+            ))
+        })
+        .collect();
+    (!lines.is_empty()).then(|| {
+        format!(
+            "client vs server (medians per context):\n{}",
+            lines.join("\n")
+        )
+    })
 }
 
 /// What each request generates: two-point sends A and B tokens, not --output-tokens.
@@ -603,15 +699,31 @@ async fn decide_flush(
     if mode == FlushMode::Never {
         return Ok(None);
     }
-    match backend.flush().await {
+    match bench::flush_when_idle(backend, bench::FLUSH_IDLE_WAIT).await {
         Ok(what) => {
             if !quiet {
                 eprintln!("flush: {what} before every sample");
             }
             Ok(Some(what))
         }
+        // Busy is temporary: flushing stays on (auto and always), each sample waits for
+        // the server to go idle again, and a sample whose flush was still refused says so.
+        Err(e @ ClientError::Busy { .. }) => {
+            let note = format!(
+                "the server stayed busy for {} s ({e}); flushing stays on and each sample waits for it to go idle (another client is using this server: timings may include its load)",
+                bench::FLUSH_IDLE_WAIT.as_secs()
+            );
+            eprintln!("warning: {note}");
+            probe.notes.push(note);
+            Ok(Some(format!("{} (busy at start)", backend.kind().as_str())))
+        }
         Err(e) if mode == FlushMode::Auto => {
-            let note = format!("no cache flush: {e}; relying on the nonce, the per-request cache switch and cached-token verification");
+            let relying = if probe.cache_bypass {
+                "the nonce, the per-request cache switch and cached-token verification"
+            } else {
+                "the nonce and cached-token verification"
+            };
+            let note = format!("no cache flush: {e}; relying on {relying}");
             eprintln!("note: {note}");
             probe.flush = None;
             probe.notes.push(note);
@@ -685,6 +797,57 @@ fn print_probe(p: &ServerProfile) {
     );
     for n in &p.notes {
         eprintln!("note: {n}");
+    }
+}
+
+/// The first tokens of the prompts earlier runs sent to one server (URL and model), kept
+/// in `$XDG_STATE_HOME/ctxbench/nonce/` (else `~/.local/state/…`), oldest first, so that a
+/// later run's nonces do not start like a prompt the server may still have cached. Best
+/// effort: an unreadable or unwritable file only loses the history (verification remains).
+struct NonceHistory {
+    path: Option<PathBuf>,
+}
+
+impl NonceHistory {
+    fn open(url: &str, model: Option<&str>) -> NonceHistory {
+        let dir = std::env::var_os("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".local/state")));
+        let key: String = format!("{url}-{}", model.unwrap_or(""))
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        NonceHistory {
+            path: dir.map(|d| d.join("ctxbench/nonce").join(format!("{key}.txt"))),
+        }
+    }
+
+    fn load(&self) -> Vec<u32> {
+        let Some(p) = &self.path else {
+            return Vec::new();
+        };
+        std::fs::read_to_string(p)
+            .map(|t| {
+                t.split_whitespace()
+                    .filter_map(|w| w.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Appends this run's first tokens, keeping at most `cap` (the nonce pool's size).
+    fn save(&self, used: impl Iterator<Item = u32>, cap: usize) {
+        let Some(p) = &self.path else { return };
+        let mut all = self.load();
+        let known: std::collections::HashSet<u32> = all.iter().copied().collect();
+        all.extend(used.filter(|t| !known.contains(t)));
+        let start = all.len().saturating_sub(cap);
+        let text: Vec<String> = all[start..].iter().map(u32::to_string).collect();
+        let _ = p
+            .parent()
+            .map(std::fs::create_dir_all)
+            .transpose()
+            .and_then(|_| std::fs::write(p, text.join("\n") + "\n"));
     }
 }
 
