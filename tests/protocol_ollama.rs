@@ -110,7 +110,11 @@ fn scripted_ollama_silently_truncated_prompt_is_never_an_ok_sample_of_the_asked_
     let r = run.results();
     assert_eq!(r.samples.len(), 1);
     let s = &r.samples[0];
-    assert_eq!(s.prompt_tokens, Some(4096), "the cut length is recorded: {s:?}");
+    assert_eq!(
+        s.prompt_tokens,
+        Some(4096),
+        "the cut length is recorded: {s:?}"
+    );
     assert!(s.flags.iter().any(|f| f == "length_mismatch"), "{s:?}");
     assert!(
         run.stderr

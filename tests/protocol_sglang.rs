@@ -85,7 +85,10 @@ fn protocol_sglang_auto_sweep_lands_counts_timings_cache_and_spec_in_their_field
             server.e2e_ms.unwrap(),
         );
         assert!((p - prefill).abs() < 0.01, "epoch-s difference: {server:?}");
-        assert!((e2e - q - p - 5.0 * 3.0).abs() < 0.01, "e2e_latency is seconds: {server:?}");
+        assert!(
+            (e2e - q - p - 5.0 * 3.0).abs() < 0.01,
+            "e2e_latency is seconds: {server:?}"
+        );
         // The client saw at least the server's prefill before the first token.
         assert!(s.ttft_ms.unwrap() >= p, "{s:?}");
         assert_eq!(s.flush.as_deref(), Some("sglang /flush_cache"));

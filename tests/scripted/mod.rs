@@ -1,4 +1,6 @@
-//! Scripted in-process servers for the servers that cannot run here (SGLang, vLLM). Each
+//! Scripted in-process servers for what no real server here can show (busy refusals, flags a
+//! test must switch, TGI and Ollama). SGLang and vLLM are checked against recorded real
+//! exchanges by tests/scripted_fidelity.rs. Each
 //! follows its server's documented API field by field: endpoints, streaming shapes (SGLang cumulative
 //! `text`/`output_ids` with `meta_info`; vLLM OpenAI chunks then a `choices: []` usage chunk),
 //! units (SGLang seconds), error shapes, and optional fields that go missing without the
@@ -221,7 +223,9 @@ fn router(srv: Arc<Srv>) -> Router {
             .route("/get_server_info", get(server_info))
             .route("/generate", post(generate))
             .route("/v1/completions", post(completions))
-            .route("/flush_cache", get(flush).post(flush)),
+            .route("/model_info", get(sglang_model_info))
+            .route("/flush_cache", get(flush).post(flush))
+            .fallback(not_found),
         Flavor::Ollama => Router::new()
             .route("/api/version", get(|| async { Json(json!({"version": "0.12.10"})) }))
             .route("/api/tags", get(|| async { Json(json!({"models": [{"name": "tiny:latest", "model": "tiny:latest", "size": 1, "details": {"family": "llama"}}]})) }))
@@ -233,9 +237,20 @@ fn router(srv: Arc<Srv>) -> Router {
             .route("/generate_stream", post(tgi_generate_stream))
             .route("/generate", post(tgi_generate)),
         Flavor::Vllm => {
-            let r = r.route("/v1/completions", post(completions));
+            let r = r
+                .route("/v1/completions", post(completions))
+                .route(
+                    "/version",
+                    get(|| async { Json(json!({"version": "0.32.0"})) }),
+                )
+                .fallback(not_found);
             if srv.cfg.dev_mode {
-                r.route("/reset_prefix_cache", post(flush))
+                r.route("/reset_prefix_cache", post(flush)).route(
+                    "/server_info",
+                    get(|| async {
+                        Json(json!({"vllm_config": "model='scripted-model', max_seq_len=8192", "vllm_env": {}, "system_env": {}}))
+                    }),
+                )
             } else {
                 r
             }
@@ -244,15 +259,37 @@ fn router(srv: Arc<Srv>) -> Router {
     r.with_state(srv)
 }
 
+/// FastAPI's answer to an unknown path (both SGLang and vLLM).
+async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, Json(json!({"detail": "Not Found"}))).into_response()
+}
+
+async fn sglang_model_info() -> Json<Value> {
+    Json(json!({
+        "model_path": "scripted/model", "served_model_name": "scripted-model",
+        "tokenizer_path": "scripted/model", "is_generation": true,
+        "preferred_sampling_params": null, "weight_version": "default", "load_format": "auto",
+        "reasoning_parser": null, "tool_call_parser": null, "disaggregation_mode": "null",
+        "has_image_understanding": false, "has_audio_understanding": false,
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "embedding": {}
+    }))
+}
+
 async fn models(State(s): State<Arc<Srv>>) -> Json<Value> {
-    let owner = match s.cfg.flavor {
-        Flavor::Sglang => "sglang",
-        _ => "vllm",
-    };
-    Json(json!({"object": "list", "data": [{
-        "id": "scripted-model", "object": "model", "created": 1, "owned_by": owner,
-        "root": "scripted-model", "max_model_len": s.cfg.advertised_context
-    }]}))
+    let mut m = json!({
+        "id": "scripted-model", "object": "model", "created": 1, "owned_by": "sglang",
+        "root": "scripted-model", "parent": null, "max_model_len": s.cfg.advertised_context
+    });
+    if s.cfg.flavor == Flavor::Vllm {
+        m["owned_by"] = json!("vllm");
+        m["permission"] = json!([{
+            "id": "modelperm-1", "object": "model_permission", "created": 1,
+            "allow_create_engine": false, "allow_sampling": true, "allow_logprobs": true,
+            "allow_search_indices": false, "allow_view": true, "allow_fine_tuning": false,
+            "organization": "*", "group": null, "is_blocking": false
+        }]);
+    }
+    Json(json!({"object": "list", "data": [m]}))
 }
 
 async fn server_info(State(s): State<Arc<Srv>>) -> Json<Value> {
@@ -264,7 +301,7 @@ async fn server_info(State(s): State<Arc<Srv>>) -> Json<Value> {
         "speculative_algorithm": if s.cfg.spec_draft > 0 { json!("EAGLE") } else { Value::Null },
         "max_total_num_tokens": 500_000,
         "max_req_input_len": s.cfg.advertised_context - 5,
-        "internal_states": [{"max_total_num_tokens": 500_000}],
+        "internal_states": [{"last_gen_throughput": 0.0}],
         "version": "0.5.6-scripted"
     }))
 }
@@ -476,6 +513,9 @@ async fn generate(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Respons
             "storage_prefetch_wait": 0.0, "storage_staging_wait": 0.0,
             "cached_tokens_details": {"device": cached, "host": 0}, "dp_rank": null
         });
+        if i == 0 && stream {
+            meta["response_sent_to_client_ts"] = json!(entry + prefill_s);
+        }
         if s.cfg.enable_metrics {
             meta["queue_time"] = json!(entry - received);
             meta["forward_entry_time"] = json!(entry);
@@ -527,7 +567,6 @@ async fn generate(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Respons
     sse(events, running)
 }
 
-
 async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Response {
     let arrived = std::time::Instant::now();
     let running = Running::start(&s);
@@ -542,6 +581,29 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
     };
     let max_tokens = body["max_tokens"].as_u64().unwrap_or(16);
     let ctx = s.cfg.real_context;
+    let vllm = s.cfg.flavor == Flavor::Vllm;
+    let model = body["model"].as_str().unwrap_or("scripted-model");
+    if vllm && model != "scripted-model" {
+        // Recorded: vllm-0.32.0/completions_wrong_model.json (SGLang serves any name).
+        let msg = format!("The model `{model}` does not exist. Valid aliases: scripted-model.");
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": {"message": msg, "type": "NotFoundError", "param": "model", "code": 404}})),
+        )
+            .into_response();
+    }
+    if !vllm && ids.len() as u64 >= ctx {
+        // Recorded: sglang-0.5.23/completions_context_exceeded.json.
+        let msg = format!(
+            "The input ({} tokens) is longer than the model's context length ({ctx} tokens).",
+            ids.len()
+        );
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"object": "error", "message": msg, "type": "BadRequestError", "param": null, "code": 400})),
+        )
+            .into_response();
+    }
     if ids.len() as u64 + max_tokens > ctx {
         // vLLM validates before streaming starts: a reliable HTTP 400 (recorded:
         // vllm-0.32.0/completions_context_exceeded.json).
@@ -567,7 +629,8 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
         l.draft_tokens_total += steps * s.cfg.spec_draft;
         l.accepted_total += steps * s.cfg.spec_accepted;
     }
-    let base = json!({"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "scripted-model"});
+    let base = json!({"id": "cmpl-1", "object": "text_completion", "created": 1, "model": model});
+    let stream = body["stream"].as_bool() == Some(true);
     let mut events = Vec::new();
     let bounds = chunks(&s.cfg, max_tokens);
     let mut prev = 0;
@@ -578,7 +641,10 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
         } else {
             Value::Null
         };
-        c["choices"] = json!([{"index": 0, "text": "a".repeat((n - prev) as usize), "logprobs": null, "finish_reason": fr, "stop_reason": null, "prompt_token_ids": null, "token_ids": null}]);
+        c["choices"] = choice(vllm, "a".repeat((n - prev) as usize), fr);
+        if !vllm {
+            c["usage"] = Value::Null;
+        }
         prev = n;
         let delay = if i == 0 {
             prefill_delay(ids.len())
@@ -588,6 +654,9 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
         events.push((delay, c.to_string()));
     }
     let mut usage = json!({"prompt_tokens": ids.len(), "completion_tokens": max_tokens, "total_tokens": ids.len() as u64 + max_tokens});
+    if !vllm {
+        usage["reasoning_tokens"] = json!(0);
+    }
     // vLLM (--enable-prompt-tokens-details) always sends the field; SGLang
     // (--enable-cache-report) only when it is positive.
     let send = match s.cfg.flavor {
@@ -596,6 +665,16 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
     };
     if send {
         usage["prompt_tokens_details"] = json!({"cached_tokens": cached});
+    }
+    if !stream {
+        // The non-streamed answer carries the full details objects (recorded:
+        // sglang-0.5.23/completions.json, vllm-0.32.0/completions.json).
+        usage["completion_tokens_details"] = Value::Null;
+        if vllm && send {
+            usage["prompt_tokens_details"] = json!({"cached_tokens": cached, "created_cache_tokens": null, "multimodal_tokens": null});
+        } else if !vllm && !send {
+            usage["prompt_tokens_details"] = Value::Null;
+        }
     }
     let mut u = base.clone();
     u["choices"] = json!([]);
@@ -616,8 +695,11 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
             "mean_itl_ms": gen_ms / max_tokens.saturating_sub(1).max(1) as f64,
             "tokens_per_second": max_tokens as f64 / ((ttft_ms + gen_ms) / 1000.0)
         });
+        if !stream {
+            u["metrics"]["speculative_decoding"] = Value::Null;
+        }
     }
-    if body["stream"].as_bool() != Some(true) {
+    if !stream {
         // Non-streaming: one JSON body, sent when generation is done.
         tokio::time::sleep(events.iter().map(|(d, _)| *d).sum()).await;
         drop(running);
@@ -627,8 +709,18 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
             .filter_map(|e| e["choices"][0]["text"].as_str().map(str::to_owned))
             .collect();
         let mut out = base.clone();
-        out["choices"] = json!([{"index": 0, "text": text, "logprobs": null, "finish_reason": "length", "stop_reason": null, "token_ids": null, "prompt_logprobs": null, "prompt_token_ids": null}]);
+        out["choices"] = choice(vllm, text, json!("length"));
         out["usage"] = u["usage"].clone();
+        if vllm {
+            out["choices"][0]["prompt_logprobs"] = Value::Null;
+            out["choices"][0]["routed_experts"] = Value::Null;
+            for k in ["service_tier", "kv_transfer_params", "ec_transfer_params"] {
+                out[k] = Value::Null;
+            }
+            out["system_fingerprint"] = u["system_fingerprint"].clone();
+        } else {
+            out["metadata"] = json!({"weight_version": "default", "weight_versions": [{"version": "default", "start": 0, "end": max_tokens}]});
+        }
         if let Some(m) = u.get("metrics") {
             out["metrics"] = m.clone();
         }
@@ -637,6 +729,19 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
     events.push((Duration::ZERO, u.to_string()));
     events.push((Duration::ZERO, "[DONE]".into()));
     sse(events, running)
+}
+
+/// One `choices` entry: vLLM adds `stop_reason` and the token-id fields, SGLang `matched_stop`.
+fn choice(vllm: bool, text: String, finish_reason: Value) -> Value {
+    let mut c = json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish_reason});
+    if vllm {
+        c["stop_reason"] = Value::Null;
+        c["prompt_token_ids"] = Value::Null;
+        c["token_ids"] = Value::Null;
+    } else {
+        c["matched_stop"] = Value::Null;
+    }
+    json!([c])
 }
 
 // ---- TGI ----
