@@ -123,3 +123,32 @@ fn scripted_ollama_silently_truncated_prompt_is_never_an_ok_sample_of_the_asked_
         run.stderr
     );
 }
+
+/// `--length-tolerance N` accepts a server count up to N tokens off the target: the same
+/// cut prompt as above (4096 of 8192) is then a usable sample.
+#[test]
+fn scripted_ollama_length_tolerance_accepts_a_count_within_it() {
+    let mut c = Config::new(Flavor::Ollama);
+    c.advertised_context = 32768;
+    c.real_context = 4096;
+    let srv = Scripted::start(c);
+    let run = sweep(
+        &srv.url(),
+        &[
+            "--contexts",
+            "8k",
+            "--reps",
+            "1",
+            "--output-tokens",
+            "8",
+            "--length-tolerance",
+            "4096",
+        ],
+    )
+    .ok();
+    let r = run.results();
+    assert_eq!(r.header.config.length_tolerance, 4096);
+    let s = &r.samples[0];
+    assert_eq!(s.prompt_tokens, Some(4096));
+    assert!(!s.flags.iter().any(|f| f == "length_mismatch"), "{s:?}");
+}

@@ -193,3 +193,20 @@ fn scripted_vllm_reset_refused_at_the_probe_turns_flushing_off_with_flush_auto()
     let r = run.results();
     assert_eq!(r.samples[0].flush, None);
 }
+
+/// `--model` is the name sent in every request; vLLM answers 404 to a name it does not
+/// serve (tests/fixtures/recorded/vllm-0.32.0/completions_wrong_model.json).
+#[test]
+fn scripted_vllm_model_flag_is_sent_and_an_unserved_name_fails_clearly() {
+    let srv = Scripted::start(Config::new(Flavor::Vllm));
+    let args = ["--contexts", "1k", "--reps", "1", "--output-tokens", "4"];
+    let run = sweep(&srv.url(), &[&args[..], &["--model", "scripted-model"]].concat()).ok();
+    assert_eq!(run.results().header.config.model.as_deref(), Some("scripted-model"));
+    assert!(srv
+        .requests("/v1/completions")
+        .iter()
+        .all(|q| q["model"] == "scripted-model"));
+    let run = sweep(&srv.url(), &[&args[..], &["--model", "nope"]].concat());
+    assert_ne!(run.code, 0);
+    assert!(run.stderr.contains("nope"), "{}", run.stderr);
+}
