@@ -109,7 +109,11 @@ fn every_help_flag_has_a_row_in_the_promise_list() {
 #[test]
 fn every_row_names_tests_that_exist() {
     let tests = test_functions();
-    assert!(tests.len() > 100, "found only {} test functions", tests.len());
+    assert!(
+        tests.len() > 100,
+        "found only {} test functions",
+        tests.len()
+    );
     for (key, names) in rows() {
         assert!(!names.is_empty(), "{key}: no test named");
         for n in names {

@@ -262,7 +262,8 @@ fn protocol_openai_endpoint_flag_picks_the_path_and_completions_on_a_chat_only_s
     let args = ["--contexts", "256", "--reps", "1", "--output-tokens", "4"];
     let run = sweep(&url, &[&args[..], &["--endpoint", "chat"]].concat()).ok();
     assert!(
-        run.stderr.contains("generations: POST /v1/chat/completions"),
+        run.stderr
+            .contains("generations: POST /v1/chat/completions"),
         "{}",
         run.stderr
     );

@@ -56,8 +56,6 @@ fn protocol_vllm_auto_sweep_with_flush_cached_tokens_and_spec_from_metric_deltas
         assert_eq!(s.spec_accept_length, Some(4.0));
         assert_eq!(s.spec_accept_rate, Some(0.75));
         assert!(s.spec_source.as_deref().unwrap().contains("vllm:"));
-        let (t, v) = (s.ms_per_step.unwrap(), s.ms_per_verify_step.unwrap());
-        assert!((v - 4.0 * t).abs() < 1e-6, "{t} {v}");
         assert!(s.flush.as_deref().unwrap().contains("/reset_prefix_cache"));
         // --enable-per-request-metrics, in ms: the fake's queueing plus its prefill of
         // 5 ms + 2 µs per token, then 16 tokens in 4 chunks 3 ms apart.
@@ -200,8 +198,15 @@ fn scripted_vllm_reset_refused_at_the_probe_turns_flushing_off_with_flush_auto()
 fn scripted_vllm_model_flag_is_sent_and_an_unserved_name_fails_clearly() {
     let srv = Scripted::start(Config::new(Flavor::Vllm));
     let args = ["--contexts", "1k", "--reps", "1", "--output-tokens", "4"];
-    let run = sweep(&srv.url(), &[&args[..], &["--model", "scripted-model"]].concat()).ok();
-    assert_eq!(run.results().header.config.model.as_deref(), Some("scripted-model"));
+    let run = sweep(
+        &srv.url(),
+        &[&args[..], &["--model", "scripted-model"]].concat(),
+    )
+    .ok();
+    assert_eq!(
+        run.results().header.config.model.as_deref(),
+        Some("scripted-model")
+    );
     assert!(srv
         .requests("/v1/completions")
         .iter()
