@@ -75,11 +75,6 @@ fn the_nonce_alone_keeps_samples_cold_with_the_cache_switch_off() {
         );
         assert!(!x.contaminated, "{x:?}");
     }
-    // The same prompts are reused across reps: only the nonce keeps them apart.
-    let log = std::fs::read_to_string(&srv.log).unwrap();
-    assert!(
-        !log.contains("cache_prompt\":false"),
-        "the switch was not sent"
     );
 }
 
