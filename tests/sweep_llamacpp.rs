@@ -75,7 +75,6 @@ fn the_nonce_alone_keeps_samples_cold_with_the_cache_switch_off() {
         );
         assert!(!x.contaminated, "{x:?}");
     }
-    );
 }
 
 #[test]
