@@ -1,13 +1,14 @@
 //! Ollama cannot run here: these tests drive ctxbench against a scripted in-process server
 //! that follows Ollama's documented API (/api/version, /api/tags, /api/show, /api/generate with
-//! raw text, NDJSON lines, nanosecond durations, 400 {"error"} when too long, no tokenizer).
+//! raw text, NDJSON lines, nanosecond durations, no tokenizer) and, as Ollama is reported to do
+//! (ollama/ollama#10368, #17427), silently cuts an over-long prompt to `num_ctx`.
 
 mod common;
 mod scripted;
 
 use common::sweep;
 use ctxbench::record::Status;
-use scripted::{over_long_prompt_error, tgi_words, Config, Flavor, Scripted};
+use scripted::{tgi_words, Config, Flavor, Scripted};
 
 #[test]
 fn protocol_ollama_calibrated_lengths_ndjson_and_nanoseconds() {
@@ -94,12 +95,60 @@ fn protocol_ollama_calibrated_lengths_ndjson_and_nanoseconds() {
     }
 }
 
+/// Ollama does not refuse an over-long prompt: it cuts it to `num_ctx` and reports the cut
+/// `prompt_eval_count`. No sample may pass as a measurement of the length asked for.
 #[test]
-fn protocol_ollama_over_long_prompt_is_a_clear_context_error() {
-    let e = over_long_prompt_error(Flavor::Ollama, "ollama");
-    assert_eq!(e.kind, "context_exceeded", "{e:?}");
-    assert!(
-        e.message.contains("longer than the context length"),
-        "{e:?}"
+fn scripted_ollama_silently_truncated_prompt_is_never_an_ok_sample_of_the_asked_length() {
+    let mut c = Config::new(Flavor::Ollama);
+    c.advertised_context = 32768;
+    c.real_context = 4096;
+    let srv = Scripted::start(c);
+    let run = sweep(
+        &srv.url(),
+        &["--contexts", "8k", "--reps", "1", "--output-tokens", "8"],
     );
+    let r = run.results();
+    assert_eq!(r.samples.len(), 1);
+    let s = &r.samples[0];
+    assert_eq!(
+        s.prompt_tokens,
+        Some(4096),
+        "the cut length is recorded: {s:?}"
+    );
+    assert!(s.flags.iter().any(|f| f == "length_mismatch"), "{s:?}");
+    assert!(
+        run.stderr
+            .contains("prompt length different from the target: excluded"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// `--length-tolerance N` accepts a server count up to N tokens off the target: the same
+/// cut prompt as above (4096 of 8192) is then a usable sample.
+#[test]
+fn scripted_ollama_length_tolerance_accepts_a_count_within_it() {
+    let mut c = Config::new(Flavor::Ollama);
+    c.advertised_context = 32768;
+    c.real_context = 4096;
+    let srv = Scripted::start(c);
+    let run = sweep(
+        &srv.url(),
+        &[
+            "--contexts",
+            "8k",
+            "--reps",
+            "1",
+            "--output-tokens",
+            "8",
+            "--length-tolerance",
+            "4096",
+        ],
+    )
+    .ok();
+    let r = run.results();
+    assert_eq!(r.header.config.length_tolerance, 4096);
+    let s = &r.samples[0];
+    assert_eq!(s.prompt_tokens, Some(4096));
+    assert!(!s.flags.iter().any(|f| f == "length_mismatch"), "{s:?}");
 }

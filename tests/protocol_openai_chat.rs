@@ -255,3 +255,20 @@ fn protocol_openai_a_v1_url_is_a_usage_error_before_any_request() {
         "{err}"
     );
 }
+
+#[test]
+fn protocol_openai_endpoint_flag_picks_the_path_and_completions_on_a_chat_only_server_fails() {
+    let (url, _st) = start();
+    let args = ["--contexts", "256", "--reps", "1", "--output-tokens", "4"];
+    let run = sweep(&url, &[&args[..], &["--endpoint", "chat"]].concat()).ok();
+    assert!(
+        run.stderr
+            .contains("generations: POST /v1/chat/completions"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.results().samples[0].status, Status::Ok);
+    let run = sweep(&url, &[&args[..], &["--endpoint", "completions"]].concat());
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    assert!(run.stderr.contains("/v1/completions"), "{}", run.stderr);
+}

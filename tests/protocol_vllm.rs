@@ -56,18 +56,27 @@ fn protocol_vllm_auto_sweep_with_flush_cached_tokens_and_spec_from_metric_deltas
         assert_eq!(s.spec_accept_length, Some(4.0));
         assert_eq!(s.spec_accept_rate, Some(0.75));
         assert!(s.spec_source.as_deref().unwrap().contains("vllm:"));
-        let (t, v) = (s.ms_per_step.unwrap(), s.ms_per_verify_step.unwrap());
-        assert!((v - 4.0 * t).abs() < 1e-6, "{t} {v}");
         assert!(s.flush.as_deref().unwrap().contains("/reset_prefix_cache"));
-        // --enable-per-request-metrics: ms, TTFT from scheduling (5 ms + 2 µs per token).
+        // --enable-per-request-metrics, in ms: the fake's queueing plus its prefill of
+        // 5 ms + 2 µs per token, then 16 tokens in 4 chunks 3 ms apart.
         let server = s.server.as_ref().expect("per-request metrics");
         assert_eq!(server.source, "vllm.metrics");
-        let want = 5.0 + s.context_tokens as f64 * 0.002;
+        let q = server.queue_ms.unwrap();
+        let want = 5.0 + s.context_tokens as f64 * 0.002 + q;
         assert!(
             (server.prompt_ms.unwrap() - want).abs() < 1e-6,
             "{server:?}"
         );
-        assert_eq!(server.queue_ms, Some(0.5));
+        assert_eq!(server.predicted_ms, Some(12.0));
+        // vLLM's tokens_per_second counts prefill (n / (ttft + generation)); it is not a
+        // decode rate. A server decode rate, if recorded, is (n - 1) / generation time.
+        let decode = 16.0 / 12.0 * 1000.0;
+        assert!(
+            server
+                .predicted_per_second
+                .is_none_or(|r| (r - decode).abs() < 1e-6 * decode),
+            "server decode tok/s taken from tokens_per_second: {server:?}"
+        );
         let m = s.metrics.as_ref().unwrap();
         let key = "vllm:prompt_tokens_total{engine=\"0\",model_name=\"scripted-model\"}";
         assert_eq!(m.get(key).copied(), Some(s.context_tokens as f64));
@@ -141,4 +150,68 @@ fn protocol_vllm_over_long_prompt_is_a_clear_context_error() {
         e.message.contains("maximum context length is 4096"),
         "{e:?}"
     );
+}
+
+/// Real vLLM answers 200 `{"success": false}` to /reset_prefix_cache while a request holds
+/// blocks, and clears nothing (tests/fixtures/recorded/vllm-0.32.0/reset_prefix_cache_busy.json);
+/// here another client's request is running from the second flush on.
+#[test]
+fn scripted_vllm_reset_refused_mid_run_flags_every_later_sample_flush_failed() {
+    let mut c = Config::new(Flavor::Vllm);
+    c.busy_from_flush = Some(2);
+    let srv = Scripted::start(c);
+    let run = sweep(
+        &srv.url(),
+        &["--contexts", "1k", "--reps", "2", "--output-tokens", "4"],
+    );
+    let r = run.results();
+    assert_eq!(srv.flushes(), 1, "only the probe flush was done");
+    assert_eq!(srv.refused_flushes(), 2);
+    for s in &r.samples {
+        assert!(s.flags.iter().any(|f| f == "flush_failed"), "{s:?}");
+        assert!(
+            s.flush.as_deref().is_some_and(|f| f.starts_with("failed")),
+            "a refused reset is not recorded as done: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn scripted_vllm_reset_refused_at_the_probe_turns_flushing_off_with_flush_auto() {
+    let mut c = Config::new(Flavor::Vllm);
+    c.busy_from_flush = Some(1);
+    let srv = Scripted::start(c);
+    let run = sweep(
+        &srv.url(),
+        &["--contexts", "1k", "--reps", "1", "--output-tokens", "4"],
+    )
+    .ok();
+    assert!(run.stderr.contains("no cache flush"), "{}", run.stderr);
+    assert_eq!(srv.refused_flushes(), 1, "no reset tried after the refusal");
+    let r = run.results();
+    assert_eq!(r.samples[0].flush, None);
+}
+
+/// `--model` is the name sent in every request; vLLM answers 404 to a name it does not
+/// serve (tests/fixtures/recorded/vllm-0.32.0/completions_wrong_model.json).
+#[test]
+fn scripted_vllm_model_flag_is_sent_and_an_unserved_name_fails_clearly() {
+    let srv = Scripted::start(Config::new(Flavor::Vllm));
+    let args = ["--contexts", "1k", "--reps", "1", "--output-tokens", "4"];
+    let run = sweep(
+        &srv.url(),
+        &[&args[..], &["--model", "scripted-model"]].concat(),
+    )
+    .ok();
+    assert_eq!(
+        run.results().header.config.model.as_deref(),
+        Some("scripted-model")
+    );
+    assert!(srv
+        .requests("/v1/completions")
+        .iter()
+        .all(|q| q["model"] == "scripted-model"));
+    let run = sweep(&srv.url(), &[&args[..], &["--model", "nope"]].concat());
+    assert_ne!(run.code, 0);
+    assert!(run.stderr.contains("nope"), "{}", run.stderr);
 }

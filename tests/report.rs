@@ -77,7 +77,6 @@ fn report_json_has_fits_with_nonnegative_coefficients_and_an_extrapolation() {
         let f = &run0[key];
         let coef = f["fit"]["coef"].as_array().expect(key);
         assert!(coef.iter().all(|c| c.as_f64().unwrap() >= 0.0), "{f}");
-        assert!(f["fit"]["r2"].as_f64().unwrap() <= 1.0);
         assert_eq!(f["fit"]["n"], 6);
         assert_eq!(f["fit"]["residuals"].as_array().unwrap().len(), 3);
         // The server's maximum (8192) is beyond the largest point (4096).

@@ -44,6 +44,39 @@ fn every_sample_has_exact_length_and_no_cache_hit_on_a_default_caching_server() 
     }
 }
 
+/// With the per-request cache switch off, the nonce alone must keep every prompt cold on a
+/// server that caches prompts (the test above has both defences on at once).
+#[test]
+fn the_nonce_alone_keeps_samples_cold_with_the_cache_switch_off() {
+    let _g = serial();
+    let srv = RefServer::start(4096, &[]);
+    let run = sweep(
+        &srv.url(),
+        &[
+            "--contexts",
+            "1k,2k",
+            "--reps",
+            "2",
+            "--output-tokens",
+            "4",
+            "--cache-bypass",
+            "off",
+        ],
+    )
+    .ok();
+    let r = run.results();
+    assert!(!r.header.config.cache_bypass && r.header.config.nonce);
+    assert_eq!(r.samples.len(), 4);
+    for x in &r.samples {
+        assert_eq!(
+            x.cached_tokens,
+            Some(0),
+            "cache hit despite the nonce: {x:?}"
+        );
+        assert!(!x.contaminated, "{x:?}");
+    }
+}
+
 #[test]
 fn the_seeds_repeated_prompt_trap_is_detected_and_excluded() {
     let _g = serial();

@@ -70,6 +70,20 @@ const KEYS: &[&str] = &[
     "metrics",
     "time_to_first_token_ms",
     "generation_time_ms",
+    "tokens_per_second",
+    "mean_itl_ms",
+    "queue_time_ms",
+    "prompt_per_second",
+    "completion_tokens_details",
+    "accepted_prediction_tokens",
+    "rejected_prediction_tokens",
+    "spec_accepted_drafts",
+    "spec_proposed_drafts",
+    "processed",
+    "total",
+    "time_ms",
+    "delta",
+    "reasoning_content",
 ];
 
 fn scalar() -> impl Strategy<Value = Value> {

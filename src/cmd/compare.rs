@@ -1,7 +1,7 @@
 //! `ctxbench compare`: reads the runs, builds the comparison, writes the chosen format and plot.
 
 use crate::cmd::cli::CompareArgs;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use ctxbench::compare::build;
 use ctxbench::error::UsageError;
 
@@ -34,15 +34,14 @@ pub fn run(args: &CompareArgs) -> Result<()> {
     )?;
     let text = render::renderer(args.format).compare(&cmp)?;
     match &args.out {
-        Some(p) => std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?,
+        Some(p) => super::report::write_creating_folders(p, text.as_bytes())?,
         None => {
             use std::io::Write;
             std::io::stdout().lock().write_all(text.as_bytes())?;
         }
     }
     if let Some(p) = &args.plot {
-        std::fs::write(p, svg::compare_plot(&cmp)?)
-            .with_context(|| format!("writing {}", p.display()))?;
+        super::report::write_creating_folders(p, svg::compare_plot(&cmp)?.as_bytes())?;
         eprintln!("plot: {}", p.display());
     }
     Ok(())

@@ -41,6 +41,14 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<(String, String, Results)>> {
     Ok(loaded)
 }
 
+/// Writes `bytes` to `path`, creating missing parent folders first (as `sweep --out` does).
+pub fn write_creating_folders(path: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
 /// Writes one SVG per plot into `dir`; returns the files written.
 pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -59,7 +67,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     let report = build(&loaded);
     let text = render::renderer(args.format).report(&report)?;
     match &args.out {
-        Some(p) => std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))?,
+        Some(p) => write_creating_folders(p, text.as_bytes())?,
         None => {
             use std::io::Write;
             let mut o = std::io::stdout().lock();

@@ -194,6 +194,16 @@ async fn measure(
         false => decide_flush(args.flush, backend.as_ref(), probe, args.quiet).await?,
     };
     let metrics = metrics_scraper(args, http, probe)?;
+    if let (Some(m), Some(_), false) = (&metrics, &args.metrics_url, args.dry_run) {
+        // A user-given endpoint is tried once up front, so a wrong one is said once, not
+        // only as a flag on every sample.
+        if let Err(e) = m.scrape().await {
+            eprintln!(
+                "warning: --metrics-url {} does not answer ({e}); every sample will be flagged metrics_unavailable",
+                probe::redact_url(&m.url())
+            );
+        }
+    }
     let settings = BenchSettings {
         run_id: run_id.clone(),
         output_tokens: args.output_tokens,

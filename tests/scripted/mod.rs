@@ -1,4 +1,6 @@
-//! Scripted in-process servers for the servers that cannot run here (SGLang, vLLM). Each
+//! Scripted in-process servers for what no real server here can show (busy refusals, flags a
+//! test must switch, TGI and Ollama). SGLang and vLLM are checked against recorded real
+//! exchanges by tests/scripted_fidelity.rs. Each
 //! follows its server's documented API field by field: endpoints, streaming shapes (SGLang cumulative
 //! `text`/`output_ids` with `meta_info`; vLLM OpenAI chunks then a `choices: []` usage chunk),
 //! units (SGLang seconds), error shapes, and optional fields that go missing without the
@@ -55,6 +57,11 @@ pub struct Config {
     pub incremental: bool,
     /// vLLM `--enable-per-request-metrics`: a `metrics` object on the usage chunk (ms).
     pub per_request_metrics: bool,
+    /// Another client's request is running from the Nth flush request on (1-based), so
+    /// the server refuses that flush and every later one, as the real servers do while
+    /// a request holds cache blocks (recorded: sglang-0.5.23/flush_cache_busy.json,
+    /// vllm-0.32.0/reset_prefix_cache_busy.json).
+    pub busy_from_flush: Option<usize>,
 }
 
 impl Config {
@@ -72,6 +79,7 @@ impl Config {
             chunk_delay: Duration::from_millis(3),
             incremental: false,
             per_request_metrics: false,
+            busy_from_flush: None,
         }
     }
 }
@@ -81,8 +89,12 @@ impl Config {
 pub struct Log {
     /// (path, JSON body) of every POST.
     pub requests: Vec<(String, Value)>,
-    /// Cache flushes served.
+    /// Cache flushes served (the cache really cleared).
     pub flushes: usize,
+    /// Flush requests refused because a request was running.
+    pub refused_flushes: usize,
+    /// Requests being answered right now (a flush is refused while this is above 0).
+    running: usize,
     seen: Vec<Vec<u64>>,
     prompt_tokens_total: u64,
     generation_tokens_total: u64,
@@ -149,6 +161,29 @@ impl Scripted {
     pub fn flushes(&self) -> usize {
         self.srv.log.lock().unwrap().flushes
     }
+
+    pub fn refused_flushes(&self) -> usize {
+        self.srv.log.lock().unwrap().refused_flushes
+    }
+}
+
+/// Counts a request as running from its arrival until its response body is dropped
+/// (the stream finished or the client went away).
+struct Running(Arc<Srv>);
+
+impl Running {
+    fn start(s: &Arc<Srv>) -> Running {
+        s.log.lock().unwrap().running += 1;
+        Running(s.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(mut l) = self.0.log.lock() {
+            l.running -= 1;
+        }
+    }
 }
 
 /// Sweeps 8k tokens with `--backend BACKEND` against a `flavor` server that advertises 32k of
@@ -188,7 +223,9 @@ fn router(srv: Arc<Srv>) -> Router {
             .route("/get_server_info", get(server_info))
             .route("/generate", post(generate))
             .route("/v1/completions", post(completions))
-            .route("/flush_cache", get(flush).post(flush)),
+            .route("/model_info", get(sglang_model_info))
+            .route("/flush_cache", get(flush).post(flush))
+            .fallback(not_found),
         Flavor::Ollama => Router::new()
             .route("/api/version", get(|| async { Json(json!({"version": "0.12.10"})) }))
             .route("/api/tags", get(|| async { Json(json!({"models": [{"name": "tiny:latest", "model": "tiny:latest", "size": 1, "details": {"family": "llama"}}]})) }))
@@ -200,9 +237,20 @@ fn router(srv: Arc<Srv>) -> Router {
             .route("/generate_stream", post(tgi_generate_stream))
             .route("/generate", post(tgi_generate)),
         Flavor::Vllm => {
-            let r = r.route("/v1/completions", post(completions));
+            let r = r
+                .route("/v1/completions", post(completions))
+                .route(
+                    "/version",
+                    get(|| async { Json(json!({"version": "0.32.0"})) }),
+                )
+                .fallback(not_found);
             if srv.cfg.dev_mode {
-                r.route("/reset_prefix_cache", post(flush))
+                r.route("/reset_prefix_cache", post(flush)).route(
+                    "/server_info",
+                    get(|| async {
+                        Json(json!({"vllm_config": "model='scripted-model', max_seq_len=8192", "vllm_env": {}, "system_env": {}}))
+                    }),
+                )
             } else {
                 r
             }
@@ -211,15 +259,37 @@ fn router(srv: Arc<Srv>) -> Router {
     r.with_state(srv)
 }
 
+/// FastAPI's answer to an unknown path (both SGLang and vLLM).
+async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, Json(json!({"detail": "Not Found"}))).into_response()
+}
+
+async fn sglang_model_info() -> Json<Value> {
+    Json(json!({
+        "model_path": "scripted/model", "served_model_name": "scripted-model",
+        "tokenizer_path": "scripted/model", "is_generation": true,
+        "preferred_sampling_params": null, "weight_version": "default", "load_format": "auto",
+        "reasoning_parser": null, "tool_call_parser": null, "disaggregation_mode": "null",
+        "has_image_understanding": false, "has_audio_understanding": false,
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "embedding": {}
+    }))
+}
+
 async fn models(State(s): State<Arc<Srv>>) -> Json<Value> {
-    let owner = match s.cfg.flavor {
-        Flavor::Sglang => "sglang",
-        _ => "vllm",
-    };
-    Json(json!({"object": "list", "data": [{
-        "id": "scripted-model", "object": "model", "created": 1, "owned_by": owner,
-        "root": "scripted-model", "max_model_len": s.cfg.advertised_context
-    }]}))
+    let mut m = json!({
+        "id": "scripted-model", "object": "model", "created": 1, "owned_by": "sglang",
+        "root": "scripted-model", "parent": null, "max_model_len": s.cfg.advertised_context
+    });
+    if s.cfg.flavor == Flavor::Vllm {
+        m["owned_by"] = json!("vllm");
+        m["permission"] = json!([{
+            "id": "modelperm-1", "object": "model_permission", "created": 1,
+            "allow_create_engine": false, "allow_sampling": true, "allow_logprobs": true,
+            "allow_search_indices": false, "allow_view": true, "allow_fine_tuning": false,
+            "organization": "*", "group": null, "is_blocking": false
+        }]);
+    }
+    Json(json!({"object": "list", "data": [m]}))
 }
 
 async fn server_info(State(s): State<Arc<Srv>>) -> Json<Value> {
@@ -231,7 +301,7 @@ async fn server_info(State(s): State<Arc<Srv>>) -> Json<Value> {
         "speculative_algorithm": if s.cfg.spec_draft > 0 { json!("EAGLE") } else { Value::Null },
         "max_total_num_tokens": 500_000,
         "max_req_input_len": s.cfg.advertised_context - 5,
-        "internal_states": [{"max_total_num_tokens": 500_000}],
+        "internal_states": [{"last_gen_throughput": 0.0}],
         "version": "0.5.6-scripted"
     }))
 }
@@ -249,26 +319,45 @@ async fn tokenize(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Json<Va
         .push(("/tokenize".into(), body.clone()));
     let text = body["prompt"].as_str().unwrap_or("");
     let t = tok(text);
-    // SGLang's max_model_len here is the HF tokenizer's, not the server's (a trap).
-    let mml = match s.cfg.flavor {
-        Flavor::Sglang => 1_000_000_000_000_000_019u64,
-        _ => s.cfg.advertised_context,
-    };
-    Json(json!({"tokens": t, "count": t.len(), "max_model_len": mml}))
+    // Recorded (sglang-0.5.23/tokenize.json, vllm-0.32.0/tokenize.json): both report the
+    // server's context length; vLLM adds `token_strs`.
+    let mut out = json!({"tokens": t, "count": t.len(), "max_model_len": s.cfg.advertised_context});
+    if s.cfg.flavor == Flavor::Vllm {
+        out["token_strs"] = Value::Null;
+    }
+    Json(out)
 }
 
+/// SGLang (`/flush_cache`) and vLLM (`/reset_prefix_cache`) flush only while idle. Busy,
+/// SGLang answers 400 "Flush cache failed." and vLLM 200 `{"success": false}`; neither
+/// clears anything (recorded: sglang-0.5.23/flush_cache_{busy,idle}.json,
+/// vllm-0.32.0/reset_prefix_cache_{busy,idle}.json).
 async fn flush(State(s): State<Arc<Srv>>) -> Response {
     let mut log = s.log.lock().unwrap();
-    log.flushes += 1;
-    log.seen.clear();
-    match s.cfg.flavor {
-        Flavor::Sglang => (
+    let calls = log.flushes + log.refused_flushes + 1;
+    let busy = log.running > 0 || s.cfg.busy_from_flush.is_some_and(|n| calls >= n);
+    if busy {
+        log.refused_flushes += 1;
+    } else {
+        log.flushes += 1;
+        log.seen.clear();
+    }
+    match (s.cfg.flavor, busy) {
+        // SGLang's answer is plain text without a content-type header.
+        (Flavor::Sglang, true) => plain(StatusCode::BAD_REQUEST, "Flush cache failed.\n"),
+        (Flavor::Sglang, false) => plain(
             StatusCode::OK,
             "Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting requests, the operation will not be performed.)\n",
-        )
-            .into_response(),
-        _ => StatusCode::OK.into_response(),
+        ),
+        (_, busy) => Json(json!({"success": !busy})).into_response(),
     }
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response {
+    Response::builder()
+        .status(status)
+        .body(Body::from(text))
+        .unwrap()
 }
 
 async fn metrics(State(s): State<Arc<Srv>>) -> Response {
@@ -329,13 +418,17 @@ fn spec_steps(cfg: &Config, n: u64) -> u64 {
     (n.saturating_sub(1)).div_ceil(per)
 }
 
-fn sse(events: Vec<(Duration, String)>) -> Response {
-    let stream = futures_util::stream::iter(events).then(|(d, data)| async move {
-        tokio::time::sleep(d).await;
-        Ok::<_, Infallible>(Bytes::from(format!("data: {data}\n\n")))
+fn sse(events: Vec<(Duration, String)>, running: Running) -> Response {
+    let stream = futures_util::stream::iter(events).then(move |(d, data)| {
+        // The request counts as running until its last event is sent.
+        let _still_running = &running;
+        async move {
+            tokio::time::sleep(d).await;
+            Ok::<_, Infallible>(Bytes::from(format!("data: {data}\n\n")))
+        }
     });
     Response::builder()
-        .header("content-type", "text/event-stream")
+        .header("content-type", "text/event-stream; charset=utf-8")
         .body(Body::from_stream(stream))
         .unwrap()
 }
@@ -355,7 +448,15 @@ fn prefill_delay(n: usize) -> Duration {
     Duration::from_millis(5) + Duration::from_micros(n as u64 * 2)
 }
 
+fn epoch_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 async fn generate(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Response {
+    let received = epoch_now();
+    let running = Running::start(&s);
     s.log
         .lock()
         .unwrap()
@@ -378,10 +479,13 @@ async fn generate(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Respons
         let err = json!({"error": {"message": msg}});
         return if stream {
             // SGLang's native streaming error: HTTP 200, an error event, then [DONE].
-            sse(vec![
-                (Duration::ZERO, err.to_string()),
-                (Duration::ZERO, "[DONE]".into()),
-            ])
+            sse(
+                vec![
+                    (Duration::ZERO, err.to_string()),
+                    (Duration::ZERO, "[DONE]".into()),
+                ],
+                running,
+            )
         } else {
             (StatusCode::BAD_REQUEST, Json(err)).into_response()
         };
@@ -391,6 +495,11 @@ async fn generate(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Respons
     let mut events = Vec::new();
     let bounds = chunks(&s.cfg, max_new);
     let last = bounds.len() - 1;
+    // Timings are those of the schedule this answer follows (the sleeps below), stamped on
+    // the wall clock the way SGLang stamps them.
+    let entry = epoch_now();
+    let prefill_s = prefill_delay(ids.len()).as_secs_f64();
+    let decode_s = s.cfg.chunk_delay.as_secs_f64() * last as f64;
     let mut prev = 0;
     for (i, &n) in bounds.iter().enumerate() {
         let from = if s.cfg.incremental { prev } else { 0 };
@@ -400,20 +509,28 @@ async fn generate(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Respons
         let mut meta = json!({
             "id": "rid-1", "finish_reason": Value::Null,
             "prompt_tokens": ids.len(), "completion_tokens": n, "cached_tokens": cached,
-            "reasoning_tokens": 0, "num_retractions": 0, "weight_version": "default"
+            "reasoning_tokens": 0, "num_retractions": 0, "weight_version": "default",
+            "storage_prefetch_wait": 0.0, "storage_staging_wait": 0.0,
+            "cached_tokens_details": {"device": cached, "host": 0}, "dp_rank": null
         });
+        if i == 0 && stream {
+            meta["response_sent_to_client_ts"] = json!(entry + prefill_s);
+        }
+        if s.cfg.enable_metrics {
+            meta["queue_time"] = json!(entry - received);
+            meta["forward_entry_time"] = json!(entry);
+            meta["prefill_finished_time"] = json!(entry + prefill_s);
+        }
         if i == last {
             meta["finish_reason"] = json!({"type": "length", "length": max_new});
-            meta["e2e_latency"] = json!(0.125);
-            if s.cfg.enable_metrics {
-                meta["queue_time"] = json!(0.002);
-                meta["forward_entry_time"] = json!(1_700_000_000.0);
-                meta["prefill_finished_time"] = json!(1_700_000_000.05);
-                // Decode as long as the stream below really takes, so client and
-                // "server" timings agree the way a real server's do.
-                let decode_s = s.cfg.chunk_delay.as_secs_f64() * last as f64;
-                meta["request_finished_ts"] = json!(1_700_000_000.05 + decode_s);
-            }
+            meta["weight_versions"] = json!([{"version": "default", "start": 0, "end": max_new}]);
+            meta["e2e_latency"] = json!(entry - received + prefill_s + decode_s);
+            meta["request_received_ts"] = json!(received);
+            meta["first_token_latency"] = json!(entry - received + prefill_s);
+            meta["api_server_dispatch_finish_ts"] = json!(received);
+            meta["response_sent_to_client_ts"] = json!(entry + prefill_s);
+            meta["request_finished_ts"] = json!(entry + prefill_s + decode_s);
+            meta["decode_throughput"] = json!(last as f64 / decode_s.max(1e-9));
             if s.cfg.spec_draft > 0 {
                 meta["spec_verify_ct"] = json!(steps);
                 meta["spec_accept_length"] = json!(max_new as f64 / steps as f64);
@@ -437,18 +554,22 @@ async fn generate(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Respons
         ));
     }
     if !stream {
-        let (_, last) = events.pop().unwrap();
+        tokio::time::sleep(events.iter().map(|(d, _)| *d).sum()).await;
+        drop(running);
+        let (_, fin) = events.pop().unwrap();
         return (
             StatusCode::OK,
-            Json(serde_json::from_str::<Value>(&last).unwrap()),
+            Json(serde_json::from_str::<Value>(&fin).unwrap()),
         )
             .into_response();
     }
     events.push((Duration::ZERO, "[DONE]".into()));
-    sse(events)
+    sse(events, running)
 }
 
 async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Response {
+    let arrived = std::time::Instant::now();
+    let running = Running::start(&s);
     s.log
         .lock()
         .unwrap()
@@ -460,15 +581,46 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
     };
     let max_tokens = body["max_tokens"].as_u64().unwrap_or(16);
     let ctx = s.cfg.real_context;
-    if ids.len() as u64 + max_tokens > ctx {
-        // vLLM validates before streaming starts: a reliable HTTP 400.
-        let msg = format!("This model's maximum context length is {ctx} tokens. However, your request has {} input tokens. Please reduce the length of the input messages.", ids.len());
+    let vllm = s.cfg.flavor == Flavor::Vllm;
+    let model = body["model"].as_str().unwrap_or("scripted-model");
+    if vllm && model != "scripted-model" {
+        // Recorded: vllm-0.32.0/completions_wrong_model.json (SGLang serves any name).
+        let msg = format!("The model `{model}` does not exist. Valid aliases: scripted-model.");
         return (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"error": {"message": msg, "type": "BadRequestError", "param": null, "code": 400}})),
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": {"message": msg, "type": "NotFoundError", "param": "model", "code": 404}})),
         )
             .into_response();
     }
+    if !vllm && ids.len() as u64 >= ctx {
+        // Recorded: sglang-0.5.23/completions_context_exceeded.json.
+        let msg = format!(
+            "The input ({} tokens) is longer than the model's context length ({ctx} tokens).",
+            ids.len()
+        );
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"object": "error", "message": msg, "type": "BadRequestError", "param": null, "code": 400})),
+        )
+            .into_response();
+    }
+    if ids.len() as u64 + max_tokens > ctx {
+        // vLLM validates before streaming starts: a reliable HTTP 400 (recorded:
+        // vllm-0.32.0/completions_context_exceeded.json).
+        let n = ids.len();
+        let msg = if n as u64 >= ctx {
+            format!("This model's maximum context length is {ctx} tokens. However, your prompt contains {n} input tokens, which exceeds this limit even without any output tokens. Please reduce the length of the input prompt. (parameter=input_tokens, value={n})")
+        } else {
+            format!("This model's maximum context length is {ctx} tokens. However, you requested {max_tokens} output tokens and your prompt contains {n} input tokens, for a total of {} tokens. Please reduce the length of the input prompt or the number of requested output tokens. (parameter=input_tokens, value={n})", n as u64 + max_tokens)
+        };
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": {"message": msg, "type": "BadRequestError", "param": "input_tokens", "code": 400}})),
+        )
+            .into_response();
+    }
+    // Queue time: from arrival to scheduling (this fake schedules at once).
+    let queue_ms = arrived.elapsed().as_secs_f64() * 1000.0;
     let cached = admit(&s, &ids, max_tokens);
     if s.cfg.spec_draft > 0 {
         let steps = spec_steps(&s.cfg, max_tokens);
@@ -477,7 +629,8 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
         l.draft_tokens_total += steps * s.cfg.spec_draft;
         l.accepted_total += steps * s.cfg.spec_accepted;
     }
-    let base = json!({"id": "cmpl-1", "object": "text_completion", "created": 1, "model": "scripted-model"});
+    let base = json!({"id": "cmpl-1", "object": "text_completion", "created": 1, "model": model});
+    let stream = body["stream"].as_bool() == Some(true);
     let mut events = Vec::new();
     let bounds = chunks(&s.cfg, max_tokens);
     let mut prev = 0;
@@ -488,7 +641,10 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
         } else {
             Value::Null
         };
-        c["choices"] = json!([{"index": 0, "text": "a".repeat((n - prev) as usize), "logprobs": null, "finish_reason": fr, "stop_reason": null}]);
+        c["choices"] = choice(vllm, "a".repeat((n - prev) as usize), fr);
+        if !vllm {
+            c["usage"] = Value::Null;
+        }
         prev = n;
         let delay = if i == 0 {
             prefill_delay(ids.len())
@@ -498,6 +654,9 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
         events.push((delay, c.to_string()));
     }
     let mut usage = json!({"prompt_tokens": ids.len(), "completion_tokens": max_tokens, "total_tokens": ids.len() as u64 + max_tokens});
+    if !vllm {
+        usage["reasoning_tokens"] = json!(0);
+    }
     // vLLM (--enable-prompt-tokens-details) always sends the field; SGLang
     // (--enable-cache-report) only when it is positive.
     let send = match s.cfg.flavor {
@@ -507,21 +666,82 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
     if send {
         usage["prompt_tokens_details"] = json!({"cached_tokens": cached});
     }
+    if !stream {
+        // The non-streamed answer carries the full details objects (recorded:
+        // sglang-0.5.23/completions.json, vllm-0.32.0/completions.json).
+        usage["completion_tokens_details"] = Value::Null;
+        if vllm && send {
+            usage["prompt_tokens_details"] = json!({"cached_tokens": cached, "created_cache_tokens": null, "multimodal_tokens": null});
+        } else if !vllm && !send {
+            usage["prompt_tokens_details"] = Value::Null;
+        }
+    }
     let mut u = base.clone();
     u["choices"] = json!([]);
     u["usage"] = usage;
+    if s.cfg.flavor == Flavor::Vllm {
+        u["system_fingerprint"] = json!("vllm-0.32.0-scripted");
+    }
     if s.cfg.per_request_metrics {
+        // From the schedule this answer follows. vLLM's tokens_per_second counts prefill:
+        // n / (ttft + generation) (recorded: vllm-0.32.0/completions_stream.json gives
+        // 8 / (29.5 ms + 34.1 ms) = 125.8), and mean_itl_ms is generation / (n - 1).
+        let ttft_ms = prefill_delay(ids.len()).as_secs_f64() * 1000.0 + queue_ms;
         let gen_ms = s.cfg.chunk_delay.as_secs_f64() * 1000.0 * (bounds.len() - 1) as f64;
         u["metrics"] = json!({
-            "time_to_first_token_ms": prefill_delay(ids.len()).as_secs_f64() * 1000.0,
-            "queue_time_ms": 0.5, "generation_time_ms": gen_ms,
-            "mean_itl_ms": gen_ms / (bounds.len() - 1).max(1) as f64,
-            "tokens_per_second": max_tokens as f64 / (gen_ms / 1000.0)
+            "time_to_first_token_ms": ttft_ms,
+            "generation_time_ms": gen_ms,
+            "queue_time_ms": queue_ms,
+            "mean_itl_ms": gen_ms / max_tokens.saturating_sub(1).max(1) as f64,
+            "tokens_per_second": max_tokens as f64 / ((ttft_ms + gen_ms) / 1000.0)
         });
+        if !stream {
+            u["metrics"]["speculative_decoding"] = Value::Null;
+        }
+    }
+    if !stream {
+        // Non-streaming: one JSON body, sent when generation is done.
+        tokio::time::sleep(events.iter().map(|(d, _)| *d).sum()).await;
+        drop(running);
+        let text: String = events
+            .iter()
+            .filter_map(|(_, e)| serde_json::from_str::<Value>(e).ok())
+            .filter_map(|e| e["choices"][0]["text"].as_str().map(str::to_owned))
+            .collect();
+        let mut out = base.clone();
+        out["choices"] = choice(vllm, text, json!("length"));
+        out["usage"] = u["usage"].clone();
+        if vllm {
+            out["choices"][0]["prompt_logprobs"] = Value::Null;
+            out["choices"][0]["routed_experts"] = Value::Null;
+            for k in ["service_tier", "kv_transfer_params", "ec_transfer_params"] {
+                out[k] = Value::Null;
+            }
+            out["system_fingerprint"] = u["system_fingerprint"].clone();
+        } else {
+            out["metadata"] = json!({"weight_version": "default", "weight_versions": [{"version": "default", "start": 0, "end": max_tokens}]});
+        }
+        if let Some(m) = u.get("metrics") {
+            out["metrics"] = m.clone();
+        }
+        return Json(out).into_response();
     }
     events.push((Duration::ZERO, u.to_string()));
     events.push((Duration::ZERO, "[DONE]".into()));
-    sse(events)
+    sse(events, running)
+}
+
+/// One `choices` entry: vLLM adds `stop_reason` and the token-id fields, SGLang `matched_stop`.
+fn choice(vllm: bool, text: String, finish_reason: Value) -> Value {
+    let mut c = json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish_reason});
+    if vllm {
+        c["stop_reason"] = Value::Null;
+        c["prompt_token_ids"] = Value::Null;
+        c["token_ids"] = Value::Null;
+    } else {
+        c["matched_stop"] = Value::Null;
+    }
+    json!([c])
 }
 
 // ---- TGI ----
@@ -697,7 +917,10 @@ async fn ollama_show(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Json
 }
 
 /// Ollama (v0.3x, llama-server runner): word-level tokenizer plus BOS for `prompt_eval_count`,
-/// NDJSON lines, durations in integer nanoseconds, 400 `{"error"}` for an over-long prompt.
+/// NDJSON lines, durations in integer nanoseconds. An over-long prompt is not refused: the
+/// runner logs "truncating input prompt", keeps the first and the last tokens up to
+/// `num_ctx`, and reports the cut length in `prompt_eval_count` (no real Ollama runs here;
+/// the source is ollama/ollama issue threads #10368 and #17427).
 async fn ollama_generate(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Response {
     s.log
         .lock()
@@ -705,18 +928,11 @@ async fn ollama_generate(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> 
         .requests
         .push(("/api/generate".into(), body.clone()));
     let text = body["prompt"].as_str().unwrap_or("");
-    let n = tgi_words(text).len() as u64 + 1;
     let num_ctx = body["options"]["num_ctx"]
         .as_u64()
         .unwrap_or(2048)
         .min(s.cfg.real_context);
-    if n >= num_ctx {
-        return (
-            StatusCode::BAD_REQUEST,
-            Json(json!({"error": "the prompt is longer than the context length currently available to the model; increase num_ctx or shorten the prompt"})),
-        )
-            .into_response();
-    }
+    let n = (tgi_words(text).len() as u64 + 1).min(num_ctx);
     let max_new = body["options"]["num_predict"].as_u64().unwrap_or(128);
     let stream = body["stream"].as_bool().unwrap_or(true);
     let prefill = prefill_delay(n as usize);

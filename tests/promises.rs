@@ -1,0 +1,136 @@
+//! docs/promises.md maps every `--help` flag and README promise to the tests that keep it.
+//! This fails when a flag has no row, or a row names a test that does not exist.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const COMMANDS: &[&str] = &["sweep", "report", "compare", "overhead"];
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Long flags listed by `ctxbench <cmd> --help` (without `--help` itself).
+fn help_flags(cmd: &str) -> Vec<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_ctxbench"))
+        .args([cmd, "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{cmd} --help");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut flags: Vec<String> = text
+        .lines()
+        .map(str::trim_start)
+        .filter(|l| l.starts_with('-'))
+        .filter_map(|l| {
+            l.split([' ', ','])
+                .find(|w| w.starts_with("--"))
+                .map(str::to_owned)
+        })
+        .filter(|f| f != "--help" && f != "--version")
+        .collect();
+    flags.dedup();
+    flags
+}
+
+/// (first cell, test names in backticks of the second cell) of every table row.
+fn rows() -> Vec<(String, Vec<String>)> {
+    let text = std::fs::read_to_string(root().join("docs/promises.md")).unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("|---"))
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split(" | ").collect();
+            let [key, tests] = cells[..] else {
+                panic!("a row has two cells: {l}")
+            };
+            let names = tests
+                .split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_owned)
+                .collect();
+            Some((key.trim().trim_matches('`').to_owned(), names))
+        })
+        .filter(|(k, _)| k != "Flag" && k != "Promise")
+        .collect()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Names of every `#[test]` function in tests/ and src/.
+fn test_functions() -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(&root().join("tests"), &mut files);
+    rust_files(&root().join("src"), &mut files);
+    let mut names = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let mut after_test = false;
+        for line in text.lines().map(str::trim) {
+            if line.starts_with("#[test]") || line.starts_with("#[tokio::test") {
+                after_test = true;
+            } else if after_test {
+                let rest = line
+                    .strip_prefix("async fn ")
+                    .or_else(|| line.strip_prefix("fn "));
+                if let Some(rest) = rest {
+                    names.push(rest.split('(').next().unwrap().to_owned());
+                    after_test = false;
+                }
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn every_help_flag_has_a_row_in_the_promise_list() {
+    let keys: Vec<String> = rows().into_iter().map(|(k, _)| k).collect();
+    let missing: Vec<String> = COMMANDS
+        .iter()
+        .flat_map(|c| help_flags(c).into_iter().map(move |f| format!("{c} {f}")))
+        .filter(|k| !keys.contains(k))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "flags in --help with no row in docs/promises.md (add the row and its tests): {missing:?}"
+    );
+}
+
+#[test]
+fn every_row_names_tests_that_exist() {
+    let tests = test_functions();
+    assert!(
+        tests.len() > 100,
+        "found only {} test functions",
+        tests.len()
+    );
+    for (key, names) in rows() {
+        assert!(!names.is_empty(), "{key}: no test named");
+        for n in names {
+            assert!(
+                tests.contains(&n),
+                "{key}: `{n}` is not a test function in tests/ or src/"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_help_flag_reader_finds_the_flags_of_every_command() {
+    // Guards the check above against a reader that finds nothing (and so misses nothing).
+    let sweep = help_flags("sweep");
+    for f in ["--url", "--contexts", "--out", "--quiet", "--metrics-url"] {
+        assert!(sweep.contains(&f.to_owned()), "{f} in {sweep:?}");
+    }
+    assert!(help_flags("compare").contains(&"--noise".to_owned()));
+}
