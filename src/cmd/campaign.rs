@@ -12,7 +12,9 @@ use crate::cmd::cli::{ReportFormat, SweepArgs};
 use crate::cmd::sweep_options::SweepOptions;
 use crate::cmd::{report, sweep, Ending};
 use ctxbench::error::UsageError;
-use ctxbench::launch::{self, LaunchOptions, ManagedServer, ParameterList, ServerTemplate, Variant};
+use ctxbench::launch::{
+    self, LaunchOptions, ManagedServer, ParameterList, ServerTemplate, Variant,
+};
 use ctxbench::record;
 use ctxbench::render;
 use ctxbench::stats::significance::Settings;
@@ -218,7 +220,10 @@ pub async fn run(
             }
         };
         let mut server = started.with_context(|| {
-            format!("starting variant {} (run {r}); nothing is left running", names[v])
+            format!(
+                "starting variant {} (run {r}); nothing is left running",
+                names[v]
+            )
         })?;
         if !args.quiet {
             eprintln!("server ready: {}", server.command_line());
@@ -292,7 +297,10 @@ fn summarise(
         .zip(&sides)
         .map(|(&v, side)| {
             let mut r = side[0].2.clone();
-            r.samples = side.iter().flat_map(|(_, _, x)| x.samples.clone()).collect();
+            r.samples = side
+                .iter()
+                .flat_map(|(_, _, x)| x.samples.clone())
+                .collect();
             r.points.clear();
             (
                 names[v].clone(),
@@ -329,7 +337,9 @@ fn side_glob(dir: &Path, side: &[(String, String, record::Results)]) -> String {
         .map(|f| f.to_string_lossy().into_owned())
         .unwrap_or_default();
     match first.rsplit_once("-run") {
-        Some((stem, _)) if side.len() > 1 => dir.join(format!("{stem}-run*.jsonl")).display().to_string(),
+        Some((stem, _)) if side.len() > 1 => {
+            dir.join(format!("{stem}-run*.jsonl")).display().to_string()
+        }
         _ => side[0].1.clone(),
     }
 }

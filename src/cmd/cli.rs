@@ -179,7 +179,12 @@ pub struct SweepArgs {
     pub baseline: Option<String>,
 
     /// With --server-cmd: seconds a server may take to become ready.
-    #[arg(long, default_value_t = 600.0, value_name = "SECONDS", requires = "server_cmd")]
+    #[arg(
+        long,
+        default_value_t = 600.0,
+        value_name = "SECONDS",
+        requires = "server_cmd"
+    )]
     pub server_timeout: f64,
 
     /// Set by the campaign for each run it starts: the variant's command line (with

@@ -108,7 +108,9 @@ pub fn apply_gate(cmp: &Comparison, threshold: f64) -> Ending {
         );
     }
     if regs.is_empty() {
-        eprintln!("gate: no metric is significantly slower than the baseline by more than {pct:.1}%");
+        eprintln!(
+            "gate: no metric is significantly slower than the baseline by more than {pct:.1}%"
+        );
         return Ending::Complete;
     }
     eprintln!(
@@ -120,7 +122,14 @@ pub fn apply_gate(cmp: &Comparison, threshold: f64) -> Ending {
         let c = &r.comparison;
         let ci = c
             .interval
-            .map(|i| format!(", B/A {:.3} ({:.3}–{:.3})", c.ratio.unwrap_or(f64::NAN), i.low, i.high))
+            .map(|i| {
+                format!(
+                    ", B/A {:.3} ({:.3}–{:.3})",
+                    c.ratio.unwrap_or(f64::NAN),
+                    i.low,
+                    i.high
+                )
+            })
             .unwrap_or_default();
         eprintln!(
             "  {label}: {} at {}: {:.1}% worse{ci}",

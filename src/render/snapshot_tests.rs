@@ -354,7 +354,10 @@ fn one_run_of_3_samples_per_side_gives_too_few_samples_not_a_verdict() {
     let t = crate::render::renderer(crate::render::ReportFormat::Table)
         .compare(&c)
         .expect("renders");
-    assert!(t.contains("too few samples") && t.contains("at least 6 per side"), "{t}");
+    assert!(
+        t.contains("too few samples") && t.contains("at least 6 per side"),
+        "{t}"
+    );
 }
 
 #[test]

@@ -470,11 +470,9 @@ pub fn compare_plot(cmp: &Comparison) -> Result<String, RenderError> {
                     m.label().to_owned()
                 };
                 chart
-                    .draw_series(
-                        pts.iter().map(|(x, ratio, _)| {
-                            Circle::new((*x, ratio.max(1e-9).log2()), 4, c.filled())
-                        }),
-                    )
+                    .draw_series(pts.iter().map(|(x, ratio, _)| {
+                        Circle::new((*x, ratio.max(1e-9).log2()), 4, c.filled())
+                    }))
                     .map_err(perr)?
                     .label(label)
                     .legend(move |(x, y)| Circle::new((x + 9, y), 4, c.filled()));

@@ -256,9 +256,7 @@ impl Renderer for TableRenderer {
                         r.metric.label().to_owned(),
                         val(r.a),
                         val(r.b),
-                        r.ratio
-                            .map(|x| format!("{x:.3}"))
-                            .unwrap_or("–".into()),
+                        r.ratio.map(|x| format!("{x:.3}")).unwrap_or("–".into()),
                         r.interval
                             .map(|c| format!("{:.3}–{:.3}", c.low, c.high))
                             .unwrap_or("–".into()),
