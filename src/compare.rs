@@ -1,53 +1,66 @@
-//! `ctxbench compare A.jsonl B.jsonl [...]`: per context point and metric, the ratio of
-//! medians B/A with a bootstrap confidence interval and a plain verdict. Built from the
-//! results files alone; refuses runs that did not measure the same thing.
+//! `ctxbench compare A.jsonl B.jsonl [...]` or `compare --a A1 A2 A3 --b B1 B2 B3`: per
+//! context point and metric, B/A with a confidence interval and a plain verdict from
+//! [`crate::stats::significance`] (Welch's t on log values, the run as the unit when a side
+//! has several results files, a noise band, "too few runs"/"too few samples" instead of a
+//! guess). Built from the results files alone; refuses runs that did not measure the same
+//! thing.
 
 use serde::Serialize;
 
 use crate::error::UsageError;
 use crate::record::{self, Results};
-use crate::report;
-use crate::stats::bootstrap::{self, RatioCi};
 use crate::stats::metric::{self, Metric};
+use crate::stats::significance::{self, Basis, CellComparison, RatioInterval, Settings};
+
+pub use crate::stats::significance::Verdict;
+
+/// One results file as loaded: (label, path, results).
+pub type Loaded = (String, String, Results);
 
 /// Runs compared against a baseline.
 #[derive(Debug, Clone, Serialize)]
 pub struct Comparison {
-    /// Run A.
+    /// Side A (the baseline).
     pub baseline: RunInfo,
-    /// Each other run against A.
+    /// Each other side against A.
     pub versus: Vec<Versus>,
     /// Confidence level of the intervals.
     pub level: f64,
-    /// Bootstrap resamples per interval.
-    pub resamples: usize,
     /// Noise band: a change is called only when its whole interval lies beyond ±noise.
     pub noise: f64,
+    /// Runs per side needed for a verdict when a side has several runs.
+    pub min_runs: usize,
+    /// Samples per side needed for a verdict when each side is one run.
+    pub min_samples: usize,
 }
 
-/// What identifies a run in a comparison.
+/// What identifies one side (one or more runs of the same thing) in a comparison.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunInfo {
     /// Short name.
     pub label: String,
-    /// Results file.
+    /// Results file (the first one when the side has several).
     pub path: String,
-    /// Run id.
+    /// Every results file of this side.
+    pub paths: Vec<String>,
+    /// Run id (of the first file).
     pub run_id: String,
     /// Corpus label.
     pub corpus: String,
 }
 
-/// One run (B) against the baseline (A).
+/// One side (B) against the baseline (A).
 #[derive(Debug, Clone, Serialize)]
 pub struct Versus {
-    /// Run B.
+    /// Side B.
     pub run: RunInfo,
+    /// What the intervals are over: run medians, or the samples of one run each.
+    pub basis: Basis,
     /// Recorded configuration and server differences (what changed between the runs).
     pub differences: Vec<String>,
     /// Why the runs are not comparable (only non-empty with `--allow-mismatch`).
     pub mismatches: Vec<String>,
-    /// One row per context point present in both runs, and metric.
+    /// One row per context point present in both sides, and metric.
     pub rows: Vec<CompareRow>,
 }
 
@@ -58,68 +71,66 @@ pub struct CompareRow {
     pub context_tokens: u64,
     /// The metric.
     pub metric: Metric,
-    /// Median of A.
+    /// Median of A (the median of its run medians when A has several runs).
     pub a: Option<f64>,
-    /// Median of B.
+    /// Median of B, likewise.
     pub b: Option<f64>,
-    /// B/A with its interval.
-    pub ratio: Option<RatioCi>,
+    /// B/A: ratio of geometric means of the units (run medians, or samples of one run).
+    pub ratio: Option<f64>,
+    /// Its interval; `None` with too few runs or samples.
+    pub interval: Option<RatioInterval>,
+    /// Units (runs, or samples) of A behind the interval.
+    pub n_a: usize,
+    /// Units of B.
+    pub n_b: usize,
     /// What it means.
     pub verdict: Verdict,
 }
 
-/// A plain verdict for B relative to A.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    /// B is better (lower time or higher rate): the whole interval is beyond the noise band.
-    Faster,
-    /// B is worse: the whole interval is beyond the noise band.
-    Slower,
-    /// The interval reaches into the noise band around 1.
-    NoSignificantDifference,
-    /// Fewer than two usable samples on a side: no interval worth the name.
-    TooFewSamples,
-}
-
-impl std::fmt::Display for Verdict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Verdict::Faster => "faster",
-            Verdict::Slower => "slower",
-            Verdict::NoSignificantDifference => "no significant difference",
-            Verdict::TooFewSamples => "too few samples",
-        })
-    }
-}
-
-/// The verdict for a ratio interval of `metric`. Excluding 1 is not enough: runs on a real
-/// host drift by a few percent between runs (two identical runs against the reference server
-/// differed by up to 11% at one point, with intervals excluding 1), so a change is called
-/// only when the whole interval lies outside the band [1/(1+noise), 1+noise]
-/// (criterion's "noise threshold" idea).
-pub fn verdict(metric: Metric, ci: Option<&RatioCi>, noise: f64) -> Verdict {
-    let (lo, hi) = (1.0 / (1.0 + noise), 1.0 + noise);
-    match ci {
-        Some(c) if c.n_a >= 2 && c.n_b >= 2 => {
-            if !c.excludes_one() || (c.high >= lo && c.low <= hi) {
-                Verdict::NoSignificantDifference
-            } else if (c.ratio > 1.0) == metric.higher_is_better() {
-                Verdict::Faster
-            } else {
-                Verdict::Slower
-            }
+impl CompareRow {
+    /// The significance result behind this row, for [`significance::regressions`].
+    pub fn cell(&self, basis: Basis) -> CellComparison {
+        CellComparison {
+            metric: self.metric,
+            n_a: self.n_a,
+            n_b: self.n_b,
+            basis,
+            ratio: self.ratio,
+            interval: self.interval,
+            verdict: self.verdict,
         }
-        _ => Verdict::TooFewSamples,
     }
 }
 
-fn info(label: &str, path: &str, r: &Results) -> RunInfo {
+/// A side's label: the label its runs share, else the file's own label (one file), else the
+/// first file's label and how many files there are.
+fn group_label(group: &[Loaded]) -> String {
+    let shared = group.first().and_then(|(_, _, r)| r.header.label.as_ref());
+    match (group, shared) {
+        ([], _) => String::new(),
+        (g, Some(l)) if g.iter().all(|(_, _, r)| r.header.label.as_ref() == Some(l)) => l.clone(),
+        ([(l, _, _)], _) => l.clone(),
+        ([(l, _, _), ..], _) => format!("{l} (+{} runs)", group.len() - 1),
+    }
+}
+
+fn info(group: &[Loaded]) -> RunInfo {
+    let (path, run_id, corpus) = group
+        .first()
+        .map(|(_, p, r)| {
+            (
+                p.clone(),
+                r.header.run_id.clone(),
+                r.header.corpus.label.clone(),
+            )
+        })
+        .unwrap_or_default();
     RunInfo {
-        label: label.to_owned(),
-        path: path.to_owned(),
-        run_id: r.header.run_id.clone(),
-        corpus: r.header.corpus.label.clone(),
+        label: group_label(group),
+        path,
+        paths: group.iter().map(|(_, p, _)| p.clone()).collect(),
+        run_id,
+        corpus,
     }
 }
 
@@ -181,7 +192,7 @@ pub fn differences(a: &Results, b: &Results) -> Vec<String> {
     // The URL always differs between an A and a B server; the rest is what the user chose.
     let strip = |c: &record::RunConfig| record::RunConfig {
         url: String::new(),
-        ..c.clone()
+        ..record::identity(c)
     };
     let mut d: Vec<String> =
         record::config_diff(&strip(&a.header.config), &strip(&b.header.config))
@@ -207,146 +218,189 @@ pub fn differences(a: &Results, b: &Results) -> Vec<String> {
     d
 }
 
-/// B against A at every context point both have. Pure.
-pub fn rows(
-    a: &Results,
-    b: &Results,
-    resamples: usize,
-    level: f64,
-    noise: f64,
-    seed: u64,
-) -> Vec<CompareRow> {
+/// Per run, the values of `m` at context `c` (usable cold samples).
+fn values_by_run(group: &[Loaded], m: Metric, c: u64) -> Vec<Vec<f64>> {
+    group
+        .iter()
+        .map(|(_, _, r)| {
+            metric::observations(&r.samples, m)
+                .into_iter()
+                .filter(|o| o.0 == c)
+                .map(|o| o.1)
+                .collect()
+        })
+        .collect()
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    crate::stats::Spread::of(v.iter().copied()).map(|s| s.median)
+}
+
+/// The median of the run medians (the median itself for one run).
+fn center(runs: &[Vec<f64>]) -> Option<f64> {
+    let meds: Vec<f64> = runs.iter().filter_map(|r| median(r)).collect();
+    median(&meds)
+}
+
+/// Context points every file of the group measured.
+fn group_contexts(group: &[Loaded]) -> Vec<u64> {
+    let mut it = group.iter().map(|(_, _, r)| contexts(r));
+    let first = it.next().unwrap_or_default();
+    it.fold(first, |acc, c| {
+        acc.into_iter().filter(|x| c.contains(x)).collect()
+    })
+}
+
+/// B against A at every context point both sides have. Pure.
+pub fn rows(a: &[Loaded], b: &[Loaded], s: &Settings) -> Vec<CompareRow> {
     let mut out = Vec::new();
-    let cb = contexts(b);
-    for c in contexts(a).into_iter().filter(|c| cb.contains(c)) {
-        for (i, m) in Metric::ALL.into_iter().enumerate() {
-            let at = |r: &Results| -> Vec<f64> {
-                metric::observations(&r.samples, m)
-                    .into_iter()
-                    .filter(|o| o.0 == c)
-                    .map(|o| o.1)
-                    .collect()
-            };
-            let (va, vb) = (at(a), at(b));
-            let med = |v: &[f64]| crate::stats::Spread::of(v.iter().copied()).map(|s| s.median);
-            let ci = bootstrap::ratio_of_medians(
-                &va,
-                &vb,
-                resamples,
-                level,
-                seed ^ c.rotate_left(17) ^ i as u64,
-            );
+    let cb = group_contexts(b);
+    for c in group_contexts(a).into_iter().filter(|c| cb.contains(c)) {
+        for m in Metric::ALL {
+            let (va, vb) = (values_by_run(a, m, c), values_by_run(b, m, c));
+            let cell = significance::compare_cell(m, &va, &vb, s);
             out.push(CompareRow {
                 context_tokens: c,
                 metric: m,
-                a: med(&va),
-                b: med(&vb),
-                verdict: verdict(m, ci.as_ref(), noise),
-                ratio: ci,
+                a: center(&va),
+                b: center(&vb),
+                ratio: cell.ratio,
+                interval: cell.interval,
+                n_a: cell.n_a,
+                n_b: cell.n_b,
+                verdict: cell.verdict,
             });
         }
     }
     out
 }
 
-/// Compares each run after the first against the first. Refuses mismatched runs unless
-/// `allow_mismatch`.
-pub fn build(
-    loaded: &[(String, String, Results)],
-    allow_mismatch: bool,
-    resamples: usize,
-    level: f64,
-    noise: f64,
-) -> Result<Comparison, UsageError> {
-    let Some((la, pa, a)) = loaded.first() else {
-        return Err(UsageError::Invalid(
-            "compare needs at least two results files".into(),
-        ));
+/// Mismatches within one side: its runs must have measured the same thing too.
+fn check_group(group: &[Loaded], allow_mismatch: bool) -> Result<Vec<String>, UsageError> {
+    let mut out = Vec::new();
+    let Some((l0, _, r0)) = group.first() else {
+        return Ok(out);
     };
-    if loaded.len() < 2 {
-        return Err(UsageError::Invalid(
-            "compare needs at least two results files".into(),
-        ));
+    for (l, _, r) in &group[1..] {
+        let mism = mismatches(r0, r);
+        if !mism.is_empty() && !allow_mismatch {
+            return Err(UsageError::Invalid(format!(
+                "refusing to pool {l0} and {l} as runs of one side: they did not measure the same thing:\n  {}\n(--allow-mismatch compares the common points anyway)",
+                mism.join("\n  ")
+            )));
+        }
+        out.extend(mism.into_iter().map(|m| format!("{l0} vs {l}: {m}")));
     }
+    Ok(out)
+}
+
+/// Compares every side after the first with the first. Each side is one or more results
+/// files (runs of the same thing); with several runs on either side the run is the unit.
+/// Refuses mismatched runs unless `allow_mismatch`.
+pub fn build(
+    sides: &[Vec<Loaded>],
+    allow_mismatch: bool,
+    s: &Settings,
+) -> Result<Comparison, UsageError> {
+    let too_few = || UsageError::Invalid("compare needs at least two results files".into());
+    let Some(a) = sides.first() else {
+        return Err(too_few());
+    };
+    if sides.len() < 2 || sides.iter().any(|g| g.is_empty()) {
+        return Err(too_few());
+    }
+    let within_a = check_group(a, allow_mismatch)?;
+    let (la, ra) = (&a[0].0, &a[0].2);
     let mut versus = Vec::new();
-    for (lb, pb, b) in &loaded[1..] {
-        let mism = mismatches(a, b);
+    for b in &sides[1..] {
+        let (lb, rb) = (&b[0].0, &b[0].2);
+        let mut mism = mismatches(ra, rb);
         if !mism.is_empty() && !allow_mismatch {
             return Err(UsageError::Invalid(format!(
                 "refusing to compare {la} with {lb}: they did not measure the same thing:\n  {}\n(--allow-mismatch compares the common points anyway)",
                 mism.join("\n  ")
             )));
         }
+        mism.extend(within_a.iter().cloned());
+        mism.extend(check_group(b, allow_mismatch)?);
         versus.push(Versus {
-            run: info(lb, pb, b),
-            differences: differences(a, b),
+            run: info(b),
+            basis: if a.len() > 1 || b.len() > 1 {
+                Basis::Runs
+            } else {
+                Basis::SamplesOfOneRun
+            },
+            differences: differences(ra, rb),
             mismatches: mism,
-            rows: rows(a, b, resamples, level, noise, report::SEED),
+            rows: rows(a, b, s),
         });
     }
     Ok(Comparison {
-        baseline: info(la, pa, a),
+        baseline: info(a),
         versus,
-        level,
-        resamples,
-        noise,
+        level: s.level,
+        noise: s.noise,
+        min_runs: s.min_runs,
+        min_samples: s.min_samples,
     })
+}
+
+/// One line that says what the intervals of `v` are over, for every renderer.
+pub fn method_note(cmp: &Comparison, v: &Versus) -> String {
+    let band = format!(
+        "faster or slower only when the whole interval is beyond ±{:.0}%",
+        cmp.noise * 100.0
+    );
+    match v.basis {
+        Basis::Runs => format!(
+            "B/A of the geometric means of run medians, {:.0}% Welch t-interval with the run as the unit ({} run(s) of A, {} of B; at least {} per side for a verdict); {band}",
+            cmp.level * 100.0,
+            cmp.baseline.paths.len(),
+            v.run.paths.len(),
+            cmp.min_runs
+        ),
+        Basis::SamplesOfOneRun => format!(
+            "B/A of the geometric means of the samples, {:.0}% Welch t-interval over the samples of one run each (at least {} per side for a verdict; run-to-run drift is not measured: give several runs per side with --a/--b); {band}",
+            cmp.level * 100.0,
+            cmp.min_samples
+        ),
+    }
+}
+
+/// The cells of every B that got significantly worse than A by more than `threshold`
+/// (`compare --fail-if-slower`), with B's label. Cells without a verdict never count.
+pub fn regressions(cmp: &Comparison, threshold: f64) -> Vec<(String, significance::Regression)> {
+    cmp.versus
+        .iter()
+        .flat_map(|v| {
+            let cells: Vec<(u64, CellComparison)> = v
+                .rows
+                .iter()
+                .map(|r| (r.context_tokens, r.cell(v.basis)))
+                .collect();
+            significance::regressions(&cells, threshold)
+                .into_iter()
+                .map(|r| (v.run.label.clone(), r))
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::bootstrap::RatioCi;
-
-    fn ci(ratio: f64, low: f64, high: f64) -> RatioCi {
-        RatioCi {
-            ratio,
-            low,
-            high,
-            level: 0.95,
-            n_a: 3,
-            n_b: 3,
-        }
-    }
 
     #[test]
-    fn verdict_depends_on_the_metric_direction() {
-        let lower = ci(0.5, 0.4, 0.6);
-        assert_eq!(verdict(Metric::TtftMs, Some(&lower), 0.05), Verdict::Faster);
-        assert_eq!(
-            verdict(Metric::DecodeTokensPerS, Some(&lower), 0.05),
-            Verdict::Slower
-        );
-        let unclear = ci(0.9, 0.7, 1.1);
-        assert_eq!(
-            verdict(Metric::MsPerStep, Some(&unclear), 0.05),
-            Verdict::NoSignificantDifference
-        );
-        let mut one = lower;
-        one.n_b = 1;
-        assert_eq!(
-            verdict(Metric::TtftMs, Some(&one), 0.05),
-            Verdict::TooFewSamples
-        );
-        assert_eq!(verdict(Metric::TtftMs, None, 0.05), Verdict::TooFewSamples);
-    }
-
-    #[test]
-    fn a_significant_change_inside_the_noise_band_is_not_called() {
-        // 0.6% slower with a tight interval: real, but drift-sized.
-        let tiny = ci(1.006, 1.003, 1.028);
-        assert_eq!(
-            verdict(Metric::TtftMs, Some(&tiny), 0.05),
-            Verdict::NoSignificantDifference
-        );
-        assert_eq!(verdict(Metric::TtftMs, Some(&tiny), 0.0), Verdict::Slower);
-        // An interval that starts inside the band is not called either.
-        let edge = ci(1.108, 1.014, 1.135);
-        assert_eq!(
-            verdict(Metric::TtftMs, Some(&edge), 0.05),
-            Verdict::NoSignificantDifference
-        );
-        let clear = ci(1.9, 1.6, 2.2);
-        assert_eq!(verdict(Metric::TtftMs, Some(&clear), 0.05), Verdict::Slower);
+    fn a_side_of_several_runs_is_labelled_by_its_shared_label_or_its_first_file() {
+        let mk = |label: &str, hl: Option<&str>| -> Loaded {
+            let mut r = crate::render::snapshot_tests::golden("sweep.jsonl");
+            r.header.label = hl.map(str::to_owned);
+            (label.to_owned(), format!("{label}.jsonl"), r)
+        };
+        let g = vec![mk("a1", Some("-t 1")), mk("a2", Some("-t 1"))];
+        assert_eq!(group_label(&g), "-t 1");
+        assert_eq!(info(&g).paths, ["a1.jsonl", "a2.jsonl"]);
+        let g = vec![mk("a1", None), mk("a2", None), mk("a3", Some("x"))];
+        assert_eq!(group_label(&g), "a1 (+2 runs)");
+        assert_eq!(group_label(&g[..1]), "a1");
     }
 }

@@ -50,21 +50,27 @@ fn main() -> ExitCode {
                 eprintln!("\ninterrupt: stopping after saving results (Ctrl-C again to quit now)");
                 let _ = tx.send(true);
                 if sigint.recv().await.is_some() {
+                    // exit() runs no destructors: stop managed servers here.
+                    ctxbench::launch::kill_all();
                     std::process::exit(130);
                 }
             }
         });
         match cli.command {
+            Command::Sweep(args) if args.server_cmd.is_some() => {
+                cmd::campaign::run(*args, rx).await
+            }
             Command::Sweep(args) => sweep::run(*args, rx).await,
             Command::Overhead(args) => cmd::overhead::run(args).await.map(|()| Ending::Complete),
             Command::Report(args) => cmd::report::run(&args).map(|()| Ending::Complete),
-            Command::Compare(args) => cmd::compare::run(&args).map(|()| Ending::Complete),
+            Command::Compare(args) => cmd::compare::run(&args),
         }
     });
     match result {
         Ok(Ending::Complete) => ExitCode::SUCCESS,
         Ok(Ending::Incomplete) => ExitCode::from(1),
         Ok(Ending::Interrupted) => ExitCode::from(130),
+        Ok(Ending::Regressed) => ExitCode::from(3),
         // A reader that stopped reading (`| head`) is not an error (as in ripgrep).
         Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {

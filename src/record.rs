@@ -419,6 +419,10 @@ pub struct RunConfig {
     pub flush: Option<FlushChoice>,
     /// Prometheus endpoint scraped around each sample (credentials removed).
     pub metrics_url: Option<String>,
+    /// `sweep --server-cmd`: the command that started the server, `{port}` left open (each
+    /// run of a variant gets its own port; the URL says which). Part of the run's identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cmd: Option<String>,
 }
 
 /// What the probe (and the warmup) learned about the server.
@@ -1017,6 +1021,17 @@ pub fn read_results(path: &Path, mend: bool) -> Result<Results, RecordError> {
 /// Lists the differences between two configurations, one `key: old -> new` per line.
 pub fn config_diff(old: &RunConfig, new: &RunConfig) -> Vec<String> {
     value_diff(&to_value(old), &to_value(new))
+}
+
+/// What identifies a run for `--resume`: the configuration, except that a server ctxbench
+/// starts itself (`server_cmd`) gets a new port on every start, so its URLs do not count.
+pub fn identity(c: &RunConfig) -> RunConfig {
+    let mut c = c.clone();
+    if c.server_cmd.is_some() {
+        c.url = String::new();
+        c.metrics_url = c.metrics_url.map(|_| String::new());
+    }
+    c
 }
 
 /// Lists the differences between two server descriptions, leaving out what varies run to

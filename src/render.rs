@@ -486,7 +486,7 @@ mod tests {
 }
 
 #[cfg(test)]
-mod snapshot_tests;
+pub(crate) mod snapshot_tests;
 
 /// The six measured cells of a summary row, in the order every table shows them: TTFT,
 /// prefill, decode, ms/step, server prompt ms, server decode; `spread` formats each.

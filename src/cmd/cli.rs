@@ -27,7 +27,8 @@ pub enum Command {
     /// Tables, scaling fits, plots and an HTML report, from results files alone.
     #[command(after_help = REPORT_EXAMPLES)]
     Report(ReportArgs),
-    /// Compare runs: B/A per context and metric, with bootstrap confidence intervals.
+    /// Compare runs: B/A per context and metric, with confidence intervals and verdicts that
+    /// take the run as the unit; `--fail-if-slower` gates CI.
     #[command(after_help = COMPARE_EXAMPLES)]
     Compare(CompareArgs),
 }
@@ -40,8 +41,13 @@ const REPORT_EXAMPLES: &str = "Examples:
 const COMPARE_EXAMPLES: &str = "Examples:
   ctxbench compare before.jsonl after.jsonl
   ctxbench compare a.jsonl b.jsonl --format md --plot ab.svg
+  ctxbench compare --a main-run*.jsonl --b pr-run*.jsonl --fail-if-slower 5%
 
-The first file is the baseline A; every other file is compared with it.";
+Positional files: the first is the baseline A; every other file is compared with it, one run
+against one run (a verdict needs at least 6 samples per side, and cannot see run-to-run drift).
+--a/--b: several runs per side (interleave them: A B A B ...); each run's median is one unit of
+a Welch t-interval, at least 3 runs per side for a verdict.
+Exit codes: 0 ok, 2 usage error, 3 --fail-if-slower found a regression.";
 
 pub use ctxbench::render::ReportFormat;
 
@@ -68,9 +74,28 @@ pub struct ReportArgs {
 /// Options of `ctxbench compare`.
 #[derive(Debug, Args, Clone)]
 pub struct CompareArgs {
-    /// Results files: the baseline A first, then one or more runs B.
-    #[arg(required = true, num_args = 2.., value_name = "RESULTS.jsonl")]
+    /// Results files: the baseline A first, then one or more runs B, each compared with A.
+    #[arg(
+        num_args = 2..,
+        value_name = "RESULTS.jsonl",
+        required_unless_present = "a",
+        conflicts_with_all = ["a", "b"]
+    )]
     pub files: Vec<PathBuf>,
+
+    /// Several runs of the baseline A (results files); the run is the unit of the test.
+    #[arg(long, num_args = 1.., value_name = "RESULTS.jsonl", requires = "b")]
+    pub a: Vec<PathBuf>,
+
+    /// Several runs of B, compared with --a.
+    #[arg(long, num_args = 1.., value_name = "RESULTS.jsonl", requires = "a")]
+    pub b: Vec<PathBuf>,
+
+    /// CI gate: exit with code 3 when any metric of B is significantly worse than A by more
+    /// than this (`5%` or `0.05`), and print which. Cells without a verdict (too few runs or
+    /// samples) never fail the gate.
+    #[arg(long, value_name = "PERCENT")]
+    pub fail_if_slower: Option<String>,
 
     /// Output format.
     #[arg(long, value_enum, default_value = "table")]
@@ -98,15 +123,21 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 0.05)]
     pub noise: f64,
 
-    /// Bootstrap resamples per interval.
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(100..=1_000_000))]
-    pub resamples: u32,
+    /// Runs per side needed for a verdict when a side has several runs.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
+    pub min_runs: u32,
+
+    /// Samples per side needed for a verdict when each side is one run.
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
+    pub min_samples: u32,
 }
 
 const SWEEP_EXAMPLES: &str = "Examples:
   ctxbench sweep --url http://127.0.0.1:8080
   ctxbench sweep --url http://gpu-box:30000 --contexts 1k,8k,32k,128k --reps 3 --out a.jsonl
   ctxbench sweep --url http://127.0.0.1:8080 --out a.jsonl --resume      # continue a run
+  ctxbench sweep --server-cmd 'llama-server -m m.gguf --port {port} -t {t}' -L t 1,2 \
+      --runs 5 --contexts 1k,16k --out ab/                                 # A/B campaign
 
 k means ×1024: 4k = 4096 tokens. Results: one JSON line per sample (docs/results-schema.md).";
 
@@ -114,8 +145,52 @@ k means ×1024: 4k = 4096 tokens. Results: one JSON line per sample (docs/result
 #[derive(Debug, Args, Clone)]
 pub struct SweepArgs {
     /// Server base URL, without /v1.
-    #[arg(long, env = "CTXBENCH_URL")]
-    pub url: String,
+    #[arg(long, env = "CTXBENCH_URL", required_unless_present = "server_cmd")]
+    pub url: Option<String>,
+
+    /// Start the server yourself: a command with `{port}` where ctxbench puts the free port
+    /// it picked, and `{NAME}` for each -L list. ctxbench waits until it is ready, sweeps,
+    /// stops it (SIGTERM, then SIGKILL) and logs its output beside the results. --out is then
+    /// a folder: one results file per variant and run.
+    #[arg(long, value_name = "TEMPLATE", allow_hyphen_values = true)]
+    pub server_cmd: Option<String>,
+
+    /// With --server-cmd: `-L NAME V1,V2,...` makes one variant per value (several lists
+    /// make a grid, the first changing fastest; `\,` is a literal comma), as in hyperfine.
+    #[arg(
+        short = 'L',
+        long = "parameter-list",
+        num_args = 2,
+        value_names = ["NAME", "VALUES"],
+        action = clap::ArgAction::Append,
+        requires = "server_cmd",
+        allow_hyphen_values = true
+    )]
+    pub parameter_list: Vec<String>,
+
+    /// With --server-cmd: runs of each variant, interleaved (A B A B ...), each on a fresh
+    /// server; the comparison takes the run as its unit (3 or more for a verdict).
+    #[arg(long, default_value_t = 1, requires = "server_cmd", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub runs: u32,
+
+    /// With --server-cmd: the variant the others are compared with, by its short name
+    /// (`t=2`, `default`) [default: the first].
+    #[arg(long, value_name = "NAME", requires = "server_cmd")]
+    pub baseline: Option<String>,
+
+    /// With --server-cmd: seconds a server may take to become ready.
+    #[arg(
+        long,
+        default_value_t = 600.0,
+        value_name = "SECONDS",
+        requires = "server_cmd"
+    )]
+    pub server_timeout: f64,
+
+    /// Set by the campaign for each run it starts: the variant's command line (with
+    /// `{port}`), recorded in the results header.
+    #[arg(skip)]
+    pub managed_cmd: Option<String>,
 
     /// Server protocol; `auto` probes the server and says what it chose.
     #[arg(long, value_enum, default_value = "auto")]

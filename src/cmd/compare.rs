@@ -1,15 +1,20 @@
-//! `ctxbench compare`: reads the runs, builds the comparison, writes the chosen format and plot.
+//! `ctxbench compare`: reads the runs, builds the comparison, writes the chosen format and
+//! plot, and applies the CI gate (`--fail-if-slower`).
+
+use std::path::PathBuf;
 
 use crate::cmd::cli::CompareArgs;
+use crate::cmd::Ending;
 use anyhow::Result;
-use ctxbench::compare::build;
+use ctxbench::compare::{self, Comparison};
 use ctxbench::error::UsageError;
+use ctxbench::stats::significance::Settings;
 
 use super::report;
 use ctxbench::render::{self, svg};
 
-/// `ctxbench compare`.
-pub fn run(args: &CompareArgs) -> Result<()> {
+/// `ctxbench compare`. `Ending::Regressed` when the gate found a regression.
+pub fn run(args: &CompareArgs) -> Result<Ending> {
     if !(args.confidence > 0.0 && args.confidence < 1.0) {
         return Err(UsageError::Invalid(format!(
             "--confidence {}: must be between 0 and 1, e.g. 0.95",
@@ -24,14 +29,27 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         ))
         .into());
     }
-    let loaded = report::load(&args.files)?;
-    let cmp = build(
-        &loaded,
-        args.allow_mismatch,
-        args.resamples as usize,
-        args.confidence,
-        args.noise,
-    )?;
+    let gate = args
+        .fail_if_slower
+        .as_deref()
+        .map(parse_threshold)
+        .transpose()?;
+    let settings = Settings {
+        level: args.confidence,
+        noise: args.noise,
+        min_runs: args.min_runs as usize,
+        min_samples: args.min_samples as usize,
+    };
+    let sides: Vec<Vec<PathBuf>> = if args.a.is_empty() {
+        args.files.iter().map(|f| vec![f.clone()]).collect()
+    } else {
+        vec![args.a.clone(), args.b.clone()]
+    };
+    let sides = sides
+        .iter()
+        .map(|s| report::load(s))
+        .collect::<Result<Vec<_>>>()?;
+    let cmp = compare::build(&sides, args.allow_mismatch, &settings)?;
     let text = render::renderer(args.format).compare(&cmp)?;
     match &args.out {
         Some(p) => super::report::write_creating_folders(p, text.as_bytes())?,
@@ -44,5 +62,94 @@ pub fn run(args: &CompareArgs) -> Result<()> {
         super::report::write_creating_folders(p, svg::compare_plot(&cmp)?.as_bytes())?;
         eprintln!("plot: {}", p.display());
     }
-    Ok(())
+    Ok(match gate {
+        Some(t) => apply_gate(&cmp, t),
+        None => Ending::Complete,
+    })
+}
+
+/// `5%`, `5` (percent) or `0.05` (fraction) → 0.05.
+pub fn parse_threshold(s: &str) -> Result<f64, UsageError> {
+    let t = s.trim();
+    let v = match t.strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|x| x / 100.0),
+        None => t
+            .parse::<f64>()
+            .map(|x| if x >= 1.0 { x / 100.0 } else { x }),
+    };
+    match v {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(UsageError::Invalid(format!(
+            "--fail-if-slower {s}: give a threshold like 5% (or 0.05)"
+        ))),
+    }
+}
+
+/// Prints the gate's outcome on stderr; `Regressed` when a metric is significantly worse by
+/// more than `threshold`.
+pub fn apply_gate(cmp: &Comparison, threshold: f64) -> Ending {
+    let regs = compare::regressions(cmp, threshold);
+    let undecided = cmp
+        .versus
+        .iter()
+        .flat_map(|v| &v.rows)
+        .filter(|r| {
+            matches!(
+                r.verdict,
+                compare::Verdict::TooFewRuns | compare::Verdict::TooFewSamples
+            )
+        })
+        .count();
+    let pct = threshold * 100.0;
+    if undecided > 0 {
+        eprintln!(
+            "gate: {undecided} cell(s) had too few runs or samples for a verdict; they cannot fail the gate (that is not a pass: measure more runs)"
+        );
+    }
+    if regs.is_empty() {
+        eprintln!(
+            "gate: no metric is significantly slower than the baseline by more than {pct:.1}%"
+        );
+        return Ending::Complete;
+    }
+    eprintln!(
+        "gate FAILED: {} cell(s) significantly slower than {} by more than {pct:.1}%:",
+        regs.len(),
+        cmp.baseline.label
+    );
+    for (label, r) in &regs {
+        let c = &r.comparison;
+        let ci = c
+            .interval
+            .map(|i| {
+                format!(
+                    ", B/A {:.3} ({:.3}–{:.3})",
+                    c.ratio.unwrap_or(f64::NAN),
+                    i.low,
+                    i.high
+                )
+            })
+            .unwrap_or_default();
+        eprintln!(
+            "  {label}: {} at {}: {:.1}% worse{ci}",
+            c.metric.label(),
+            ctxbench::units::fmt_ctx(r.context_tokens),
+            r.worse_by * 100.0
+        );
+    }
+    Ending::Regressed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_threshold;
+
+    #[test]
+    fn thresholds_read_as_percent_or_fraction() {
+        assert_eq!(parse_threshold("5%").unwrap(), 0.05);
+        assert_eq!(parse_threshold("0.05").unwrap(), 0.05);
+        assert_eq!(parse_threshold("10").unwrap(), 0.1);
+        assert!(parse_threshold("fast").is_err());
+        assert!(parse_threshold("-5%").is_err());
+    }
 }

@@ -1,6 +1,7 @@
 //! The commands: orchestration that reads, writes and talks to servers, on top of the
 //! library's typed pieces; errors here carry `anyhow` context for the user.
 
+pub mod campaign;
 pub mod cli;
 pub mod compare;
 pub mod dryrun;
@@ -19,4 +20,6 @@ pub enum Ending {
     Incomplete,
     /// The user pressed Ctrl-C.
     Interrupted,
+    /// `compare --fail-if-slower`: a metric got significantly worse (exit code 3).
+    Regressed,
 }

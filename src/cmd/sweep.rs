@@ -45,7 +45,8 @@ pub async fn run(
                 .map_err(|e| UsageError::Invalid(format!("--ca-cert {}: {e}", p.display())))
         })
         .transpose()?;
-    let http = Http::new(&args.url, api_key, ca.as_deref()).map_err(UsageError::Invalid)?;
+    let url = args.url.as_deref().unwrap_or_default();
+    let http = Http::new(url, api_key, ca.as_deref()).map_err(UsageError::Invalid)?;
 
     // The results file is opened before any request, so an unwritable path costs nothing.
     let out_path = args.out.clone().unwrap_or_else(default_out);
@@ -326,6 +327,7 @@ async fn measure(
             FlushMode::Never => FlushChoice::Never,
         }),
         metrics_url: metrics.as_ref().map(|m| probe::redact_url(&m.url())),
+        server_cmd: args.managed_cmd.clone(),
     };
     let mut server: ServerInfo = serde_json::from_value(serde_json::to_value(&*probe)?)
         .context("internal: the probe does not match the results schema")?;
@@ -584,7 +586,10 @@ impl Output {
     fn start(&mut self, header: RunHeader) -> Result<(ResultsWriter, Vec<record::Sample>)> {
         match &self.resume {
             Some(r) => {
-                let diff = record::config_diff(&r.header.config, &header.config);
+                let diff = record::config_diff(
+                    &record::identity(&r.header.config),
+                    &record::identity(&header.config),
+                );
                 if !diff.is_empty() {
                     return Err(RecordError::ConfigMismatch {
                         path: self.path.display().to_string(),

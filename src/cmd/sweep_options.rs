@@ -39,16 +39,16 @@ impl SweepOptions {
     /// Checks the options; no request is sent and no file is written.
     pub fn from_args(args: &SweepArgs) -> Result<SweepOptions, UsageError> {
         let bad = |m: String| Err(UsageError::Invalid(m));
-        if !(args.url.starts_with("http://") || args.url.starts_with("https://")) {
+        // `--server-cmd` sets the URL of the server it starts.
+        let url = args.url.as_deref().unwrap_or_default();
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
             return bad(format!(
-                "--url {}: give the server's base URL with its scheme, e.g. http://127.0.0.1:8080",
-                args.url
+                "--url {url}: give the server's base URL with its scheme, e.g. http://127.0.0.1:8080, or --server-cmd"
             ));
         }
-        if let Some(base) = strip_v1(&args.url) {
+        if let Some(base) = strip_v1(url) {
             return bad(format!(
-                "--url {}: give the server's base URL without /v1 (ctxbench adds the paths itself): --url {base}",
-                args.url
+                "--url {url}: give the server's base URL without /v1 (ctxbench adds the paths itself): --url {base}"
             ));
         }
         let contexts = args

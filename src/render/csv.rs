@@ -94,26 +94,30 @@ impl Renderer for CsvRenderer {
 
     fn compare(&self, cmp: &Comparison) -> Result<String, RenderError> {
         let mut out = String::from(
-            "a,b,context_tokens,metric,a_median,b_median,ratio,low,high,level,n_a,n_b,verdict\n",
+            "a,b,context_tokens,metric,a_median,b_median,ratio,low,high,level,basis,n_a,n_b,verdict\n",
         );
         for v in &cmp.versus {
             for r in &v.rows {
-                let c = r.ratio;
+                let c = r.interval;
                 let _ = writeln!(
                     out,
-                    "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                     field(&cmp.baseline.label),
                     field(&v.run.label),
                     r.context_tokens,
                     r.metric.key(),
                     opt(r.a),
                     opt(r.b),
-                    opt(c.map(|c| c.ratio)),
+                    opt(r.ratio),
                     opt(c.map(|c| c.low)),
                     opt(c.map(|c| c.high)),
                     cmp.level,
-                    c.map(|c| c.n_a.to_string()).unwrap_or_default(),
-                    c.map(|c| c.n_b.to_string()).unwrap_or_default(),
+                    match v.basis {
+                        crate::stats::significance::Basis::Runs => "runs",
+                        crate::stats::significance::Basis::SamplesOfOneRun => "samples_of_one_run",
+                    },
+                    r.n_a,
+                    r.n_b,
                     field(&r.verdict.to_string())
                 );
             }

@@ -272,11 +272,8 @@ impl Renderer for HtmlRenderer {
         let mut body = String::new();
         let _ = writeln!(
             body,
-            "<h1>ctxbench compare</h1>\n<p class=\"sub\">baseline A = {} · ratio of medians B/A with {:.0}% bootstrap intervals ({} resamples), cold usable samples; faster or slower only when the whole interval is beyond ±{:.0}%</p>",
+            "<h1>ctxbench compare</h1>\n<p class=\"sub\">baseline A = {} · cold usable samples</p>",
             esc(&cmp.baseline.label),
-            cmp.level * 100.0,
-            cmp.resamples,
-            cmp.noise * 100.0
         );
         figure(
             &mut body,
@@ -284,7 +281,12 @@ impl Renderer for HtmlRenderer {
             "B/A per context and metric; whiskers: confidence interval; dashed: no change",
         );
         for v in &cmp.versus {
-            let _ = writeln!(body, "<h2>B = {}</h2>", esc(&v.run.label));
+            let _ = writeln!(
+                body,
+                "<h2>B = {}</h2>\n<p class=\"sub\">{}</p>",
+                esc(&v.run.label),
+                esc(&crate::compare::method_note(cmp, v))
+            );
             if !v.differences.is_empty() || !v.mismatches.is_empty() {
                 body.push_str("<div class=\"warn\"><ul>");
                 for d in &v.differences {
@@ -313,8 +315,8 @@ impl Renderer for HtmlRenderer {
                     esc(r.metric.label()),
                     esc(&val(r.a)),
                     esc(&val(r.b)),
-                    r.ratio.map(|c| format!("{:.3}", c.ratio)).unwrap_or("–".into()),
-                    r.ratio.map(|c| format!("{:.3}–{:.3}", c.low, c.high)).unwrap_or("–".into()),
+                    r.ratio.map(|x| format!("{x:.3}")).unwrap_or("–".into()),
+                    r.interval.map(|c| format!("{:.3}–{:.3}", c.low, c.high)).unwrap_or("–".into()),
                     r.verdict
                 );
             }

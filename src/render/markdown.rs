@@ -170,12 +170,10 @@ impl Renderer for MarkdownRenderer {
         for v in &cmp.versus {
             let _ = writeln!(
                 out,
-                "## B = {} vs A = {}\n\nRatio of medians B/A with a {:.0}% bootstrap interval ({} resamples) over cold usable samples; faster or slower only when the whole interval is beyond ±{:.0}% (run-to-run noise).\n",
+                "## B = {} vs A = {}\n\nCold usable samples. {}.\n",
                 cell(&v.run.label),
                 cell(&cmp.baseline.label),
-                cmp.level * 100.0,
-                cmp.resamples,
-                cmp.noise * 100.0
+                crate::compare::method_note(cmp, v)
             );
             if !v.differences.is_empty() {
                 let _ = writeln!(out, "Recorded differences:\n");
@@ -210,10 +208,8 @@ impl Renderer for MarkdownRenderer {
                     r.metric.label(),
                     val(r.a),
                     val(r.b),
-                    r.ratio
-                        .map(|c| format!("{:.3}", c.ratio))
-                        .unwrap_or("–".into()),
-                    r.ratio
+                    r.ratio.map(|x| format!("{x:.3}")).unwrap_or("–".into()),
+                    r.interval
                         .map(|c| format!("{:.3}–{:.3}", c.low, c.high))
                         .unwrap_or("–".into()),
                     verdict

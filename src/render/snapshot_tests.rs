@@ -197,19 +197,24 @@ fn fixture() -> Report {
 }
 
 fn comparison() -> Comparison {
-    let loaded = vec![
-        (
-            "base".to_owned(),
-            "base.jsonl".to_owned(),
-            results("r1", 1.0, None),
-        ),
-        (
-            "spec".to_owned(),
-            "spec.jsonl".to_owned(),
-            results("r2", 0.8, Some(3.2)),
-        ),
+    // Three interleaved runs per side, each a little off the others (run-to-run drift):
+    // the run is the unit of the comparison.
+    let side = |name: &str, speeds: [f64; 3], accept: Option<f64>| {
+        speeds
+            .iter()
+            .enumerate()
+            .map(|(k, &sp)| {
+                let mut r = results(&format!("{name}{k}"), sp, accept);
+                r.header.label = Some(name.to_owned());
+                (name.to_owned(), format!("{name}-run{k}.jsonl"), r)
+            })
+            .collect::<Vec<_>>()
+    };
+    let sides = vec![
+        side("base", [1.0, 1.02, 0.99], None),
+        side("spec", [0.8, 0.81, 0.79], Some(3.2)),
     ];
-    compare::build(&loaded, false, 500, 0.95, 0.05).expect("comparable")
+    compare::build(&sides, false, &Default::default()).expect("comparable")
 }
 
 fn render(f: ReportFormat) -> String {
@@ -320,10 +325,39 @@ fn html_is_self_contained() {
 fn compare_verdicts_of_a_20_percent_speedup() {
     let c = comparison();
     let v = &c.versus[0];
-    // B is 0.8× A everywhere with 3 reps of ±3% jitter: clearly faster at every point.
+    // B is 0.8× A everywhere over 3 runs each that drift by ±2%: clearly faster at every
+    // point, with the run as the unit.
+    assert_eq!(v.basis, crate::stats::significance::Basis::Runs);
     for r in &v.rows {
         assert_eq!(r.verdict, compare::Verdict::Faster, "{r:?}");
+        assert_eq!((r.n_a, r.n_b), (3, 3), "{r:?}");
     }
+}
+
+#[test]
+fn one_run_of_3_samples_per_side_gives_too_few_samples_not_a_verdict() {
+    let one = |name: &str, sp: f64| {
+        vec![(
+            name.to_owned(),
+            format!("{name}.jsonl"),
+            results(name, sp, None),
+        )]
+    };
+    let c = compare::build(&[one("a", 1.0), one("b", 0.8)], false, &Default::default())
+        .expect("comparable");
+    let v = &c.versus[0];
+    assert_eq!(v.basis, crate::stats::significance::Basis::SamplesOfOneRun);
+    for r in &v.rows {
+        assert_eq!(r.verdict, compare::Verdict::TooFewSamples, "{r:?}");
+        assert!(r.ratio.is_some() && r.interval.is_none(), "{r:?}");
+    }
+    let t = crate::render::renderer(crate::render::ReportFormat::Table)
+        .compare(&c)
+        .expect("renders");
+    assert!(
+        t.contains("too few samples") && t.contains("at least 6 per side"),
+        "{t}"
+    );
 }
 
 #[test]

@@ -392,7 +392,7 @@ pub fn compare_plot(cmp: &Comparison) -> Result<String, RenderError> {
     let rows = cmp.versus.iter().flat_map(|v| v.rows.iter());
     let xs: Vec<f64> = rows.clone().map(|r| r.context_tokens as f64).collect();
     let ys: Vec<f64> = rows
-        .filter_map(|r| r.ratio)
+        .filter_map(|r| r.interval)
         .flat_map(|c| [c.low, c.high])
         .filter(|v| v.is_finite())
         .collect();
@@ -412,13 +412,13 @@ pub fn compare_plot(cmp: &Comparison) -> Result<String, RenderError> {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         let caption = match cmp.versus.as_slice() {
             [v] => format!(
-                "{} / {} (ratio of medians, {:.0}% CI)",
+                "{} / {} (B/A, {:.0}% CI)",
                 v.run.label,
                 cmp.baseline.label,
                 cmp.level * 100.0
             ),
             _ => format!(
-                "runs / {} (ratio of medians, {:.0}% CI)",
+                "runs / {} (B/A, {:.0}% CI)",
                 cmp.baseline.label,
                 cmp.level * 100.0
             ),
@@ -444,14 +444,17 @@ pub fn compare_plot(cmp: &Comparison) -> Result<String, RenderError> {
                 let c = color(mi);
                 // Spread the metrics a little along x so that their whiskers do not overlap.
                 let shift = 0.06 * (mi as f64 - 1.5) + 0.03 * vi as f64;
-                let pts: Vec<(f64, crate::stats::bootstrap::RatioCi)> = v
+                // Only cells with an interval: a ratio without one is not a result.
+                let pts: Vec<(f64, f64, crate::stats::significance::RatioInterval)> = v
                     .rows
                     .iter()
                     .filter(|r| r.metric == m)
-                    .filter_map(|r| Some((lx(r.context_tokens as f64) + shift, r.ratio?)))
+                    .filter_map(|r| {
+                        Some((lx(r.context_tokens as f64) + shift, r.ratio?, r.interval?))
+                    })
                     .collect();
                 chart
-                    .draw_series(pts.iter().map(|(x, ci)| {
+                    .draw_series(pts.iter().map(|(x, _, ci)| {
                         PathElement::new(
                             [
                                 (*x, ci.low.max(1e-9).log2()),
@@ -467,11 +470,9 @@ pub fn compare_plot(cmp: &Comparison) -> Result<String, RenderError> {
                     m.label().to_owned()
                 };
                 chart
-                    .draw_series(
-                        pts.iter().map(|(x, ci)| {
-                            Circle::new((*x, ci.ratio.max(1e-9).log2()), 4, c.filled())
-                        }),
-                    )
+                    .draw_series(pts.iter().map(|(x, ratio, _)| {
+                        Circle::new((*x, ratio.max(1e-9).log2()), 4, c.filled())
+                    }))
                     .map_err(perr)?
                     .label(label)
                     .legend(move |(x, y)| Circle::new((x + 9, y), 4, c.filled()));

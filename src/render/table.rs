@@ -225,11 +225,10 @@ impl Renderer for TableRenderer {
         for v in &cmp.versus {
             let _ = writeln!(
                 out,
-                "B = {} vs A = {} (ratio of medians B/A, {:.0}% bootstrap interval; cold usable samples;\nfaster/slower only when the whole interval is beyond ±{:.0}%)",
+                "B = {} vs A = {} (cold usable samples)\n{}",
                 v.run.label,
                 cmp.baseline.label,
-                cmp.level * 100.0,
-                cmp.noise * 100.0
+                crate::compare::method_note(cmp, v)
             );
             if v.differences.is_empty() {
                 let _ = writeln!(out, "recorded differences: none (server flags are not recorded; say what you changed)");
@@ -257,10 +256,8 @@ impl Renderer for TableRenderer {
                         r.metric.label().to_owned(),
                         val(r.a),
                         val(r.b),
-                        r.ratio
-                            .map(|c| format!("{:.3}", c.ratio))
-                            .unwrap_or("–".into()),
-                        r.ratio
+                        r.ratio.map(|x| format!("{x:.3}")).unwrap_or("–".into()),
+                        r.interval
                             .map(|c| format!("{:.3}–{:.3}", c.low, c.high))
                             .unwrap_or("–".into()),
                         r.verdict.to_string(),

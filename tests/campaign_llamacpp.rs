@@ -1,0 +1,347 @@
+//! A/B campaigns (`sweep --server-cmd ... -L ...`) against the real reference llama-server:
+//! ctxbench starts every variant itself, records its command line, compares with the run as
+//! the unit, and leaves no server behind however it ends.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{ref_paths, serial};
+
+/// A marker no other process has (given to llama-server as its model alias), so "nothing
+/// left running" can be checked in /proc.
+fn marker(tag: &str) -> String {
+    format!("ctxbench-campaign-{tag}-{}", std::process::id())
+}
+
+/// The reference server's command template, with `extra` flags and the marker.
+fn template(mark: &str, extra: &str) -> String {
+    let p = ref_paths();
+    format!(
+        "{} -m {} --host 127.0.0.1 --port {{port}} -c 20480 -np 1 --alias {mark} {extra}",
+        p.server.display(),
+        p.model.display()
+    )
+}
+
+/// Live (not zombie) processes whose command line contains `needle`.
+fn live_with(needle: &str) -> Vec<u32> {
+    let me = std::process::id();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        // Only servers: ctxbench's own command line holds the marker too.
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if !cmd.contains(needle) || !cmd.contains("llama-server") || cmd.contains("ctxbench sweep")
+        {
+            continue;
+        }
+        if cmd.contains(env!("CARGO_BIN_EXE_ctxbench")) {
+            continue;
+        }
+        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, r)| r.split_whitespace().next().map(str::to_owned))
+            })
+            .is_some_and(|st| st != "Z" && st != "X");
+        if alive {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Waits (generously) until `cond` holds; the bound only stops a hung test.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "still not true after 120 s: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn campaign(args: &[&str]) -> (i32, String, String) {
+    let out = common::ctxbench()
+        .args(["sweep"])
+        .args(args)
+        .env_remove("CTXBENCH_URL")
+        .env_remove("CTXBENCH_API_KEY")
+        .output()
+        .expect("run ctxbench");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn read(p: &Path) -> ctxbench::record::Results {
+    ctxbench::record::read_results(p, false).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// `compare --a ... --b ... --format json` of a campaign's two variants.
+fn compare_json(a: &[PathBuf], b: &[PathBuf]) -> serde_json::Value {
+    let mut cmd = common::ctxbench();
+    cmd.arg("compare").arg("--a").args(a).arg("--b").args(b);
+    let out = cmd.args(["--format", "json"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("compare JSON")
+}
+
+fn runs(dir: &Path, name: &str, n: usize) -> Vec<PathBuf> {
+    (0..n)
+        .map(|r| dir.join(format!("{name}-run{r}.jsonl")))
+        .collect()
+}
+
+#[test]
+fn ab_of_one_thread_against_two_in_one_command_says_which_is_faster_at_16k() {
+    let _g = serial();
+    let mark = marker("ab");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("ab");
+    let tpl = template(&mark, "-t {t}");
+    let (code, stdout, stderr) = campaign(&[
+        "--server-cmd",
+        &tpl,
+        "-L",
+        "t",
+        "1,2",
+        "--runs",
+        "3",
+        "--reps",
+        "1",
+        "--contexts",
+        "1k,16k",
+        "--output-tokens",
+        "4",
+        "--out",
+        out.to_str().unwrap(),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    // Two variants measured, three runs each, each header holding its command line.
+    for (t, name) in [("1", "t=1"), ("2", "t=2")] {
+        for p in runs(&out, name, 3) {
+            let r = read(&p);
+            let cmd = r
+                .header
+                .config
+                .server_cmd
+                .clone()
+                .expect("server_cmd recorded");
+            assert!(cmd.ends_with(&format!("-t {t}")), "{cmd}");
+            assert!(
+                cmd.contains("--port {port}") && cmd.contains("llama-server"),
+                "{cmd}"
+            );
+            assert_eq!(r.header.label.as_deref(), Some(cmd.as_str()));
+            assert_eq!(r.samples.iter().filter(|s| s.ttft_ms.is_some()).count(), 2);
+            assert!(p.with_extension("server.log").exists());
+        }
+    }
+    // The comparison at the end, the run as the unit.
+    assert!(
+        stdout.contains("run as the unit (3 run(s) of A, 3 of B"),
+        "{stdout}"
+    );
+    let j = compare_json(&runs(&out, "t=1", 3), &runs(&out, "t=2", 3));
+    let row = j["versus"][0]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["context_tokens"] == 16384 && r["metric"] == "ttft_ms")
+        .expect("a 16k TTFT row")
+        .clone();
+    let verdict = row["verdict"].as_str().unwrap();
+    let (a, b) = (row["a"].as_f64().unwrap(), row["b"].as_f64().unwrap());
+    eprintln!("16k TTFT: -t 1 {a:.0} ms, -t 2 {b:.0} ms: {verdict}");
+    // Which one wins depends on the host (two threads on a shared 2-core machine can lose);
+    // that the campaign tells, in the direction its medians show, is what is asserted.
+    let expected = if b < a { "faster" } else { "slower" };
+    assert_eq!(verdict, expected, "{row}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("16k") && l.contains("TTFT"))
+        .expect("16k TTFT line in the campaign's table");
+    assert!(line.ends_with(expected), "{line}");
+    assert!(live_with(&mark).is_empty());
+}
+
+#[test]
+fn aa_of_the_same_command_finds_no_significant_difference() {
+    let _g = serial();
+    let mark = marker("aa");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("aa");
+    // The same command twice: two -L values that only change a directory nothing is saved
+    // in (`--slot-save-path`, used for slot erase, never for saving here).
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    let tpl = template(
+        &mark,
+        &format!("-t 1 --slot-save-path {}/{{copy}}", dir.path().display()),
+    );
+    let (code, stdout, stderr) = campaign(&[
+        "--server-cmd",
+        &tpl,
+        "-L",
+        "copy",
+        "a,b",
+        "--runs",
+        "3",
+        "--reps",
+        "2",
+        "--contexts",
+        "1k,2k",
+        "--output-tokens",
+        "8",
+        "--out",
+        out.to_str().unwrap(),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let j = compare_json(&runs(&out, "copy=a", 3), &runs(&out, "copy=b", 3));
+    let rows = j["versus"][0]["rows"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), 8, "2 contexts × 4 metrics");
+    for r in &rows {
+        assert_eq!(r["verdict"], "no_significant_difference", "{r}\n{stdout}");
+        assert_eq!((r["n_a"].as_u64(), r["n_b"].as_u64()), (Some(3), Some(3)));
+    }
+    assert!(live_with(&mark).is_empty());
+}
+
+#[test]
+fn a_server_command_with_a_bad_flag_fails_with_its_log_tail_and_leaves_nothing() {
+    let _g = serial();
+    let mark = marker("bad");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bad");
+    let tpl = template(&mark, "--no-such-flag-{v}");
+    let (code, _, stderr) = campaign(&[
+        "--server-cmd",
+        &tpl,
+        "-L",
+        "v",
+        "x,y",
+        "--contexts",
+        "1k",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("before it was ready"), "{stderr}");
+    // llama-server's own words, from the log tail.
+    assert!(stderr.contains("no-such-flag-x"), "{stderr}");
+    assert!(stderr.contains("last lines of"), "{stderr}");
+    assert!(out.join("v=x-run0.server.log").exists());
+    // The campaign stopped at the first failure: the second variant never started.
+    assert!(!out.join("v=y-run0.server.log").exists());
+    assert!(live_with(&mark).is_empty());
+}
+
+/// Starts a two-variant campaign in the background.
+fn spawn_campaign(mark: &str, out: &Path, contexts: &str) -> std::process::Child {
+    let tpl = template(mark, "-t {t}");
+    common::ctxbench()
+        .args(["sweep", "--server-cmd", &tpl, "-L", "t", "1,2"])
+        .args([
+            "--contexts",
+            contexts,
+            "--reps",
+            "2",
+            "--output-tokens",
+            "4",
+            "-q",
+        ])
+        .arg("--out")
+        .arg(out)
+        .env_remove("CTXBENCH_URL")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn sigkill_of_ctxbench_mid_campaign_leaves_no_server() {
+    let _g = serial();
+    let mark = marker("kill");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("k");
+    let mut child = spawn_campaign(&mark, &out, "8k");
+    common::wait_for_samples(&out.join("t=1-run0.jsonl"), 1, Duration::from_secs(120));
+    assert_eq!(live_with(&mark).len(), 1, "one server runs mid-campaign");
+    common::signal(child.id(), "-KILL");
+    let _ = child.wait();
+    eventually("the server is gone after SIGKILL of ctxbench", || {
+        live_with(&mark).is_empty()
+    });
+}
+
+#[test]
+fn ctrl_c_mid_campaign_stops_the_server_and_resume_measures_only_what_is_missing() {
+    let _g = serial();
+    let mark = marker("int");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("i");
+    let mut child = spawn_campaign(&mark, &out, "1k,4k");
+    // The first variant's run finished, the second's is under way.
+    common::wait_for_samples(&out.join("t=2-run0.jsonl"), 1, Duration::from_secs(120));
+    let first = std::fs::read(out.join("t=1-run0.jsonl")).unwrap();
+    common::signal(child.id(), "-INT");
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(live_with(&mark).is_empty(), "no server after Ctrl-C");
+    let tpl = template(&mark, "-t {t}");
+    let (code, stdout, stderr) = campaign(&[
+        "--server-cmd",
+        &tpl,
+        "-L",
+        "t",
+        "1,2",
+        "--contexts",
+        "1k,4k",
+        "--reps",
+        "2",
+        "--output-tokens",
+        "4",
+        "--out",
+        out.to_str().unwrap(),
+        "--resume",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("t=1 run 0: already measured, skipped"),
+        "{stderr}"
+    );
+    // The finished run was not measured again; the interrupted one was completed.
+    assert_eq!(std::fs::read(out.join("t=1-run0.jsonl")).unwrap(), first);
+    let b = read(&out.join("t=2-run0.jsonl"));
+    assert_eq!(b.resumes.len(), 1);
+    let cold =
+        |r: &ctxbench::record::Results| r.samples.iter().filter(|s| s.ttft_ms.is_some()).count();
+    assert_eq!(cold(&b), 4, "2 contexts × 2 reps, none twice");
+    // One run per side: the fallback on samples says it has too few of them.
+    assert!(stdout.contains("too few samples"), "{stdout}");
+    assert!(live_with(&mark).is_empty());
+}
