@@ -11,10 +11,11 @@ use tokio::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::adaptive::{relative_half_width, PointProgress, RepPolicy, StopReason};
+use crate::client::Scraper;
 use crate::client::{Backend, GenRequest, Timeouts};
 use crate::costmodel::{CostModel, Observation};
 use crate::error::{ClientError, RecordError};
-use crate::metrics::{self, Scraper};
+use crate::metrics;
 use crate::prompt::PromptBuilder;
 use crate::record::{ErrorKind, Flag, Line, Phase, ResultsWriter, Sample, ServerTimings, Status};
 use crate::sample::{
@@ -525,7 +526,7 @@ fn flag_suspected_hit(sample: &mut Sample, same: &[f64], observations: &[Observa
         .filter(|o| o.context < here)
         .max_by(|a, b| a.context.total_cmp(&b.context))
         .map(|o| o.ttft_s * 1000.0);
-    if crate::cachehit::is_suspect(t, same, shorter) {
+    if crate::stats::cachehit::is_suspect(t, same, shorter) {
         sample.flags.push(crate::record::Flag::SuspectedCacheHit);
     }
 }

@@ -7,7 +7,6 @@
 
 pub mod adaptive;
 pub mod bench;
-pub mod cachehit;
 pub mod client;
 pub mod compare;
 pub mod corpus;

@@ -1,14 +1,13 @@
 //! Prometheus `/metrics`: scraped before and after each sample; counter deltas are stored with
 //! the sample (prompt, cached and speculative counters), and vLLM's speculative statistics are
-//! read from them. Parsing is `prometheus-parse`'s.
+//! read from them. Parsing is `prometheus-parse`'s; fetching is `client::Scraper`'s, so this
+//! module is pure.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use prometheus_parse::{Scrape, Value};
 
-use crate::client::{Http, SpecStats};
-use crate::error::ClientError;
+use crate::record::SpecStats;
 
 /// Counter names (substrings) worth keeping per sample: token counts, cache hits, spec
 /// decoding. Everything else on a busy server's page is noise for one request.
@@ -31,40 +30,6 @@ pub struct Snapshot {
     pub counters: BTreeMap<String, f64>,
     /// Gauges, labels kept (vLLM's `cache_config_info` carries its values in labels).
     pub gauges: Vec<(String, BTreeMap<String, String>, f64)>,
-}
-
-/// Where metrics are scraped from.
-#[derive(Debug, Clone)]
-pub struct Scraper {
-    http: Http,
-    path: String,
-}
-
-impl Scraper {
-    /// Scrapes `path` (e.g. `/metrics`) on `http`'s server.
-    pub fn new(http: Http, path: impl Into<String>) -> Self {
-        Scraper {
-            http,
-            path: path.into(),
-        }
-    }
-
-    /// The URL scraped (for messages).
-    pub fn url(&self) -> String {
-        format!("{}{}", self.http.base(), self.path)
-    }
-
-    /// Fetches and parses one snapshot.
-    pub async fn scrape(&self) -> Result<Snapshot, ClientError> {
-        let text = self
-            .http
-            .get_text(&self.path, Duration::from_secs(10))
-            .await?;
-        parse(&text).map_err(|detail| ClientError::Malformed {
-            endpoint: self.path.clone(),
-            detail,
-        })
-    }
 }
 
 /// Parses Prometheus text. Series named `*_total` count as counters even when the `# TYPE`

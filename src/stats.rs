@@ -1,6 +1,7 @@
 //! Summaries of samples. No I/O here.
 
 pub mod bootstrap;
+pub mod cachehit;
 pub mod fit;
 pub mod metric;
 pub mod significance;
@@ -149,7 +150,7 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
     let mut contexts: Vec<u64> = samples.iter().map(|s| s.context_tokens).collect();
     contexts.sort_unstable();
     contexts.dedup();
-    let suspects = crate::cachehit::suspects(samples);
+    let suspects = cachehit::suspects(samples);
     let suspect = |s: &Sample| {
         samples
             .iter()

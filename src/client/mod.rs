@@ -7,6 +7,7 @@ pub mod llamacpp;
 pub mod ndjson;
 pub mod ollama;
 pub mod openai;
+pub mod scrape;
 pub mod sglang;
 pub mod sse;
 pub mod stream;
@@ -26,6 +27,7 @@ use crate::error::ClientError;
 pub use crate::record::{Counts, ServerTimings, SpecStats};
 pub use family::{family, Family, ServerProfile, FAMILIES};
 pub use http::Http;
+pub use scrape::Scraper;
 pub use stream::StreamStats;
 
 /// Which protocol to speak.
