@@ -26,7 +26,7 @@ use crate::error::ClientError;
 pub use crate::record::{Counts, ServerTimings, SpecStats};
 pub use family::{family, Family, ServerProfile, FAMILIES};
 pub use http::Http;
-pub use stream::StreamStats;
+pub use stream::{Generated, StreamStats};
 
 /// Which protocol to speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -100,6 +100,8 @@ pub struct GenOutcome {
     pub spec: Option<SpecStats>,
     /// Sample flags the backend adds: where a count came from when the stream had none.
     pub flags: Vec<crate::record::Flag>,
+    /// What was generated (ids where the stream carries them, text otherwise).
+    pub output: Generated,
 }
 
 /// The result of one non-streamed generation (the two-point method).

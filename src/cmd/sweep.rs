@@ -201,8 +201,19 @@ async fn measure(
         metrics: metrics.clone(),
         two_point,
         decode_samples: args.decode_samples,
+        needle: opts
+            .needle_depths
+            .clone()
+            .map(|depths| bench::NeedleSettings {
+                depths,
+                seed: args.prompt_seed,
+                nonce_tokens,
+            }),
     };
     let mut builder = PromptBuilder::new(&corpus, args.nonce.is_on());
+    if let Some(seed) = args.prompt_seed {
+        builder = builder.seeded(seed);
+    }
     let mut warm = bench::warmup(backend.as_ref(), &mut builder, &settings)
         .await
         .context("warmup request")?;
@@ -280,6 +291,8 @@ async fn measure(
             FlushMode::Never => FlushChoice::Never,
         }),
         metrics_url: metrics.as_ref().map(|m| probe::redact_url(&m.url())),
+        prompt_seed: args.prompt_seed,
+        needle_depths: opts.needle_depths.clone(),
     };
     let mut server: ServerInfo = serde_json::from_value(serde_json::to_value(&*probe)?)
         .context("internal: the probe does not match the results schema")?;
