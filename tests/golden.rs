@@ -115,7 +115,11 @@ fn decode_at_depth_is_reported_from_the_results_file_alone() {
 #[test]
 fn needle_checks_and_fingerprints_are_reported_from_the_results_file_alone() {
     let r = read("needle.jsonl");
-    let needles = r.samples.iter().filter(|s| s.phase == Phase::Needle).count();
+    let needles = r
+        .samples
+        .iter()
+        .filter(|s| s.phase == Phase::Needle)
+        .count();
     assert_eq!(needles, 6, "3 default depths at each of 2 contexts");
     assert!(r.samples.iter().all(|s| s.output_fingerprint.is_some()));
     let md = rendered("needle.jsonl", ReportFormat::Md);
