@@ -651,6 +651,9 @@ async fn needle_point(
         s.phase = Phase::Needle;
         // Only an answer seen is judged: a failed request is an error, never a fail.
         let verdict = match (&s.status, &answer) {
+            (Status::Ok, Some(a)) if a.is_empty() && s.output_fingerprint.is_none() => {
+                crate::record::NeedleVerdict::Unseen
+            }
             (Status::Ok, Some(a)) => crate::needle::check(a, &value),
             _ => crate::record::NeedleVerdict::Error,
         };

@@ -21,7 +21,8 @@ pub struct NeedleCell {
     pub pass: usize,
     /// Answers without the value.
     pub fail: usize,
-    /// Requests that failed: no answer seen, neither pass nor fail.
+    /// No answer seen (the request failed, or the protocol shows no answer text):
+    /// neither pass nor fail.
     pub error: usize,
 }
 

@@ -125,6 +125,9 @@ string_enum! {
         Fail = "fail",
         /// The request failed: nothing was seen, so neither pass nor fail.
         Error = "error",
+        /// The server answered, but this protocol shows no answer text (SGLang's native
+        /// stream): nothing was seen, so neither pass nor fail.
+        Unseen = "unseen",
     }
 }
 

@@ -371,7 +371,7 @@ fn integrity_warnings(needle: &[crate::integrity::NeedleCell], samples: &[Sample
         w.push(warn("needle_fail", format!("{fail} needle check(s) answered without the value placed in the prompt (retrieval per context × depth is in the needle table)")));
     }
     if error > 0 {
-        w.push(warn("needle_error", format!("{error} needle request(s) failed: no answer was seen, so they count as neither pass nor fail")));
+        w.push(warn("needle_error", format!("{error} needle check(s) without a verdict (the request failed, or the protocol shows no answer text): no answer was seen, so they count as neither pass nor fail")));
     }
     let nd: Vec<String> = crate::integrity::nondeterministic(samples)
         .into_iter()

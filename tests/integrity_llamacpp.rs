@@ -515,7 +515,7 @@ fn scripted_needle_pass_path_and_a_failed_request_is_an_error_not_a_fail() {
     assert!(run.stdout.contains("1/1"), "{}", run.stdout);
     assert!(run.stdout.contains("0/0 1err"), "{}", run.stdout);
     assert!(
-        run.stderr.contains("1 needle request(s) failed"),
+        run.stderr.contains("1 needle check(s) without a verdict"),
         "{}",
         run.stderr
     );
