@@ -240,3 +240,91 @@ pub fn agreement_text(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{FingerprintOf, NeedleCheck};
+
+    fn sample(ctx: u64, rep: u32, phase: Phase, ids: &[u32]) -> Sample {
+        let mut s: Sample = serde_json::from_value(serde_json::json!({
+            "run_id": "r", "context_tokens": ctx, "rep": rep, "phase": phase.as_str(),
+            "status": "ok", "at": "t", "prompt_tokens_sent": ctx, "prompt_tokens": ctx,
+            "length_ok": true, "cached_tokens": 0, "cache_verified": true,
+            "contaminated": false, "ttft_ms": 1.0, "prefill_tokens_per_s": null,
+            "decode_tokens_per_s": null, "ms_per_step": null, "output_tokens": 4,
+            "token_chunks": 4, "e2e_ms": 2.0, "finish_reason": "limit", "server": null
+        }))
+        .unwrap();
+        let out = crate::client::Generated {
+            ids: Some(ids.to_vec()),
+            text: String::new(),
+        };
+        let (f, of, kept) = crate::fingerprint::of(&out).unwrap();
+        s.output_fingerprint = Some(f);
+        s.fingerprint_of = Some(of);
+        s.output_ids = kept;
+        s
+    }
+
+    #[test]
+    fn agreement_pairs_by_context_rep_and_phase_and_finds_the_first_divergence() {
+        let a = vec![
+            sample(1024, 0, Phase::Cold, &[1, 2, 3, 4]),
+            sample(1024, 1, Phase::Cold, &[5, 6, 7, 8]),
+            sample(2048, 0, Phase::Cold, &[1, 2, 3, 4]),
+        ];
+        let b = vec![
+            sample(2048, 0, Phase::Cold, &[1, 2, 9, 4]),
+            sample(1024, 1, Phase::Cold, &[5, 6, 7, 8]),
+            sample(1024, 0, Phase::Cold, &[1, 2, 3, 4]),
+        ];
+        let rows = agreement(Some(7), &a, Some(7), &b).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].pairs, rows[0].identical), (2, 2));
+        assert_eq!((rows[1].pairs, rows[1].identical), (1, 0));
+        assert_eq!(rows[1].earliest_divergence, Some(2));
+        let text = agreement_text("a", "b", &Ok(rows));
+        assert!(text.contains("token 2  OUTPUTS DIFFER"), "{text}");
+        assert!(!text.contains("wrong"));
+        // Different or missing seeds: the prompts differ, so nothing is compared.
+        assert!(agreement(Some(7), &a, Some(8), &b).is_err());
+        assert!(agreement(None, &a, Some(7), &b).is_err());
+        // Text and id fingerprints are never compared with each other.
+        let mut t = b.clone();
+        t[2].fingerprint_of = Some(FingerprintOf::Text);
+        let rows = agreement(Some(7), &a, Some(7), &t).unwrap();
+        assert_eq!(rows[0].pairs, 1);
+    }
+
+    #[test]
+    fn needle_cells_count_errors_apart_and_forget_a_failure_retried() {
+        let with = |rep: u32, depth: u32, verdict: NeedleVerdict, ok: bool| {
+            let mut s = sample(1024, rep, Phase::Needle, &[1]);
+            if !ok {
+                s.status = Status::Failed;
+            }
+            s.needle = Some(NeedleCheck {
+                depth_pct: depth,
+                value: "12345".into(),
+                fact_at: 10,
+                fact_tokens: 5,
+                question_tokens: 5,
+                answer: ok.then(|| "x".into()),
+                verdict,
+            });
+            s
+        };
+        let s = vec![
+            with(0, 10, NeedleVerdict::Pass, true),
+            with(1, 50, NeedleVerdict::Error, false),
+            with(1, 50, NeedleVerdict::Fail, true), // the resumed retry
+            with(2, 90, NeedleVerdict::Error, false),
+        ];
+        let c = needle_cells(&s);
+        assert_eq!(c.len(), 3);
+        assert_eq!((c[0].pass, c[0].fail, c[0].error), (1, 0, 0));
+        assert_eq!((c[1].pass, c[1].fail, c[1].error), (0, 1, 0));
+        assert_eq!((c[2].pass, c[2].fail, c[2].error), (0, 0, 1));
+    }
+}
