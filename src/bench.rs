@@ -82,6 +82,19 @@ pub struct BenchSettings {
     pub two_point: Option<(u32, u32)>,
     /// Warm decode samples after each cold one, reusing its prefix on purpose.
     pub decode_samples: u32,
+    /// Needle checks after each context's speed samples (`--needle`).
+    pub needle: Option<NeedleSettings>,
+}
+
+/// How the needle checks are made (see [`crate::needle`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NeedleSettings {
+    /// Depths, percent of the filler before the fact.
+    pub depths: Vec<u32>,
+    /// `--prompt-seed`: the values are drawn from it when given.
+    pub seed: Option<u64>,
+    /// Nonce tokens at the start of every prompt (0 with `--nonce off`).
+    pub nonce_tokens: usize,
 }
 
 impl BenchSettings {
@@ -400,13 +413,18 @@ pub async fn run(
     tally.skipped = done.len();
     let planned = contexts.len() * policy.min_reps.max(1) as usize;
     // Each cold sample is followed by its warm decode samples.
+    let needles = settings.needle.as_ref().map_or(0, |n| n.depths.len()) * contexts.len();
     observer.start(
-        planned.saturating_sub(done.len()) * (1 + settings.decode_samples as usize),
+        planned.saturating_sub(done.len()) * (1 + settings.decode_samples as usize) + needles,
         tally.skipped,
     );
     let run_start = Instant::now();
     let mut observations: Vec<Observation> = Vec::new();
     let mut window = prior.len() as u64;
+    let mut values = settings
+        .needle
+        .as_ref()
+        .map(|n| crate::needle::Values::new(n.seed));
     'points: for (pi, &context) in contexts.iter().enumerate() {
         let (mut prog, mut steps) = prior_progress(prior, context, policy.min_reps);
         // Cold TTFTs at this point without a cached-token count (the cache-hit rule's data).
@@ -426,6 +444,37 @@ pub async fn run(
                 let rec = point_record(settings, context, &prog, reason);
                 writer.append(&Line::Point(rec.clone()))?;
                 observer.point_done(&rec);
+                if let (Some(n), Some(values)) = (&settings.needle, values.as_mut()) {
+                    let ctx = NeedleCtx {
+                        backend,
+                        settings,
+                        needle: n,
+                        prior,
+                    };
+                    let stop = needle_point(
+                        &ctx,
+                        builder,
+                        values,
+                        context,
+                        &mut window,
+                        writer,
+                        &mut tally,
+                        observer,
+                        interrupt,
+                    )
+                    .await?;
+                    match stop {
+                        NeedleStop::Done => {}
+                        NeedleStop::Interrupted => {
+                            tally.interrupted = true;
+                            break 'points;
+                        }
+                        NeedleStop::Stopped(reason) => {
+                            tally.stopped = Some(reason);
+                            break 'points;
+                        }
+                    }
+                }
                 break;
             }
             if *interrupt.borrow() {
@@ -473,6 +522,7 @@ pub async fn run(
             }
             // Recorded before the warm samples, so a kill during them loses nothing measured.
             let cold_ok = sample.status == Status::Ok;
+            let cold_print = sample.output_fingerprint.clone();
             let mut stop = record(writer, &mut tally, observer, settings, &sample)?;
             if server_gone && stop.is_none() {
                 stop = sample.error.as_ref().map(|e| e.message.clone());
@@ -491,6 +541,13 @@ pub async fn run(
                     let sent = req.prompt.len() as u64;
                     let mut w =
                         make_warm_sample(&settings.target(context), context, rep, sent, at, r);
+                    // Same prompt, greedy: the same tokens, or the server is not
+                    // deterministic at this depth.
+                    if let (Some(c), Some(x)) = (&cold_print, &w.output_fingerprint) {
+                        if c != x {
+                            w.flags.push(Flag::Nondeterministic);
+                        }
+                    }
                     finish_metrics(settings, Some(&mut w), before.as_ref()).await;
                     stop = record(writer, &mut tally, observer, settings, &w)?;
                     if stop.is_some() {
@@ -510,6 +567,142 @@ pub async fn run(
     }
     observer.finish();
     Ok(tally)
+}
+
+/// What the needle checks of one context share.
+struct NeedleCtx<'a> {
+    backend: &'a dyn Backend,
+    settings: &'a BenchSettings,
+    needle: &'a NeedleSettings,
+    prior: &'a [Sample],
+}
+
+/// How a context's needle checks ended.
+enum NeedleStop {
+    Done,
+    Interrupted,
+    Stopped(String),
+}
+
+/// One needle check per depth at `context` (rep = the depth's index), cold like every
+/// measured prompt: fresh nonce, cache switch and flush, cached tokens verified.
+#[allow(clippy::too_many_arguments)]
+async fn needle_point(
+    ctx: &NeedleCtx<'_>,
+    builder: &mut PromptBuilder<'_>,
+    values: &mut crate::needle::Values,
+    context: u64,
+    window: &mut u64,
+    writer: &mut ResultsWriter,
+    tally: &mut Tally,
+    observer: &mut dyn Observer,
+    interrupt: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<NeedleStop, RecordError> {
+    let settings = ctx.settings;
+    let mut target = settings.target(context);
+    target.output_tokens = crate::needle::ANSWER_TOKENS;
+    let question = match ctx.backend.tokenize(crate::needle::QUESTION).await {
+        Ok(q) => Some(q),
+        Err(e) => {
+            observer.warn(&format!(
+                "needle checks at {context}: cannot tokenize the question: {e}"
+            ));
+            None
+        }
+    };
+    for (i, &depth) in ctx.needle.depths.iter().enumerate() {
+        let rep = i as u32;
+        let done = ctx.prior.iter().any(|s| {
+            s.phase == Phase::Needle
+                && s.status == Status::Ok
+                && s.context_tokens == context
+                && s.needle.as_ref().is_some_and(|n| n.depth_pct == depth)
+        });
+        if done {
+            continue;
+        }
+        if *interrupt.borrow() {
+            return Ok(NeedleStop::Interrupted);
+        }
+        // Drawn even when the check cannot run, so a seeded run's later values stay put.
+        let value = values.next_value();
+        let base = builder.build(context, *window);
+        *window += 1;
+        let at = now();
+        observer.sample_started(context, rep);
+        let fact = match &question {
+            Some(_) => ctx.backend.tokenize(&crate::needle::fact(&value)).await,
+            None => Err(ClientError::Unsupported {
+                what: "needle question".to_owned(),
+                hint: "the server's tokenizer failed".to_owned(),
+            }),
+        };
+        let placed = match (&fact, &question) {
+            (Ok(f), Some(q)) => crate::needle::place(&base, ctx.needle.nonce_tokens, f, q, depth)
+                .map(|p| (p, f.len(), q.len())),
+            _ => None,
+        };
+        let sent = base.len() as u64;
+        let (mut s, answer, fact_at, fact_len, q_len) = match (fact, placed) {
+            (Err(e), _) => {
+                let s = make_sample(&target, context, rep, sent, at, Err(e));
+                (s, None, 0, 0, 0)
+            }
+            (Ok(_), None) => {
+                let e = ClientError::Unsupported {
+                    what: format!("a needle check at {context} tokens"),
+                    hint: "the prompt is too short to hold the fact and the question".to_owned(),
+                };
+                (
+                    make_sample(&target, context, rep, sent, at, Err(e)),
+                    None,
+                    0,
+                    0,
+                    0,
+                )
+            }
+            (Ok(_), Some((placed, f_len, q_len))) => {
+                let flushed = flush(ctx.backend, settings).await;
+                let req = GenRequest {
+                    prompt: placed.prompt,
+                    max_tokens: crate::needle::ANSWER_TOKENS,
+                    cache_bypass: settings.cache_bypass,
+                    timeouts: settings.timeouts_for(context),
+                };
+                let r = tokio::select! {
+                    r = ctx.backend.generate(&req) => r,
+                    e = watch_server(ctx.backend) => Err(e),
+                    _ = interrupt.wait_for(|v| *v) => return Ok(NeedleStop::Interrupted),
+                };
+                let answer = r.as_ref().ok().map(|o| o.output.text.clone());
+                let mut s = make_sample(&target, context, rep, sent, at, r);
+                note_flush(&mut s, flushed);
+                (s, answer, placed.fact_at as u64, f_len as u64, q_len as u64)
+            }
+        };
+        s.phase = Phase::Needle;
+        // Only an answer seen is judged: a failed request is an error, never a fail.
+        let verdict = match (&s.status, &answer) {
+            (Status::Ok, Some(a)) if a.is_empty() && s.output_fingerprint.is_none() => {
+                crate::record::NeedleVerdict::Unseen
+            }
+            (Status::Ok, Some(a)) => crate::needle::check(a, &value),
+            _ => crate::record::NeedleVerdict::Error,
+        };
+        s.needle = Some(crate::record::NeedleCheck {
+            depth_pct: depth,
+            value,
+            fact_at,
+            fact_tokens: fact_len,
+            question_tokens: q_len,
+            answer,
+            verdict,
+        });
+        if let Some(reason) = record(writer, tally, observer, settings, &s)? {
+            return Ok(NeedleStop::Stopped(reason));
+        }
+    }
+    Ok(NeedleStop::Done)
 }
 
 /// Flags a sample the cache-hit rule catches (see `cachehit`) as it is recorded, so the
@@ -679,6 +872,7 @@ pub(crate) mod tests {
             metrics: None,
             two_point: None,
             decode_samples: 0,
+            needle: None,
         }
     }
 

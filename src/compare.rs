@@ -62,6 +62,38 @@ pub struct Versus {
     pub mismatches: Vec<String>,
     /// One row per context point present in both sides, and metric.
     pub rows: Vec<CompareRow>,
+    /// Output agreement per context, when both runs used the same `--prompt-seed`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agreement: Option<Vec<crate::integrity::AgreementRow>>,
+    /// Why outputs were not compared (a prompt seed on one side only, or two seeds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agreement_note: Option<String>,
+}
+
+impl Versus {
+    /// Whether some greedy outputs at `context` differ between the runs.
+    pub fn outputs_differ_at(&self, context: u64) -> bool {
+        self.agreement
+            .iter()
+            .flatten()
+            .any(|r| r.context_tokens == context && r.identical < r.pairs)
+    }
+}
+
+/// Output agreement of B with A (see [`crate::integrity::agreement`]); nothing when
+/// neither run seeded its prompts.
+fn agreement_of(
+    a: &Results,
+    b: &Results,
+) -> (Option<Vec<crate::integrity::AgreementRow>>, Option<String>) {
+    let (sa, sb) = (a.header.config.prompt_seed, b.header.config.prompt_seed);
+    if sa.is_none() && sb.is_none() {
+        return (None, None);
+    }
+    match crate::integrity::agreement(sa, &a.samples, sb, &b.samples) {
+        Ok(rows) => (Some(rows), None),
+        Err(why) => (None, Some(why)),
+    }
 }
 
 /// B/A at one context point for one metric.
@@ -323,7 +355,10 @@ pub fn build(
         }
         mism.extend(within_a.iter().cloned());
         mism.extend(check_group(b, allow_mismatch)?);
+        let (agreement, agreement_note) = agreement_of(ra, rb);
         versus.push(Versus {
+            agreement,
+            agreement_note,
             run: info(b),
             basis: if a.len() > 1 || b.len() > 1 {
                 Basis::Runs

@@ -36,6 +36,13 @@ impl<'a> PromptBuilder<'a> {
         }
     }
 
+    /// Draws nonces from `seed` instead of the OS (`--prompt-seed`): two runs with the same
+    /// seed and options send the same prompts.
+    pub fn seeded(mut self, seed: u64) -> Self {
+        self.rng = rand::rngs::StdRng::seed_from_u64(seed);
+        self
+    }
+
     /// Records how many tokens the server adds to a token-id prompt (0, or 1 for BOS).
     pub fn set_server_added(&mut self, n: u64) {
         self.server_added = n;

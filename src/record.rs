@@ -100,7 +100,54 @@ string_enum! {
         Cold = "cold",
         /// Decode at depth: the cold sample's prefix reused on purpose; summarised apart.
         Warm = "warm",
+        /// A retrieval check (`--needle`): a cold prompt holding a fact at a stated depth;
+        /// never in the speed summaries.
+        Needle = "needle",
     }
+}
+
+string_enum! {
+    /// What a sample's `output_fingerprint` hashes.
+    FingerprintOf {
+        /// The generated token ids, from the stream (llama.cpp `tokens`).
+        TokenIds = "token_ids",
+        /// The generated text: the protocol streams no ids.
+        Text = "text",
+    }
+}
+
+string_enum! {
+    /// Outcome of a needle check.
+    NeedleVerdict {
+        /// The answer holds the value.
+        Pass = "pass",
+        /// The server answered, without the value.
+        Fail = "fail",
+        /// The request failed: nothing was seen, so neither pass nor fail.
+        Error = "error",
+        /// The server answered, but this protocol shows no answer text (SGLang's native
+        /// stream): nothing was seen, so neither pass nor fail.
+        Unseen = "unseen",
+    }
+}
+
+/// A needle check: the fact placed in the prompt and what the server answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NeedleCheck {
+    /// Depth of the fact in the prompt, percent of the filler before it.
+    pub depth_pct: u32,
+    /// The value the fact states and the answer must hold.
+    pub value: String,
+    /// Index of the fact's first token in the prompt sent.
+    pub fact_at: u64,
+    /// Tokens of the fact.
+    pub fact_tokens: u64,
+    /// Tokens of the question that ends the prompt.
+    pub question_tokens: u64,
+    /// The generated answer, as text (`None` when the request failed).
+    pub answer: Option<String>,
+    /// Pass, fail, or error.
+    pub verdict: NeedleVerdict,
 }
 
 // Not derived: `string_enum!` serves enums without a default too.
@@ -165,6 +212,9 @@ string_enum! {
         /// `sample::DISAGREE_MARGIN` (a token read late, a stalled client): its decode is
         /// left out of decode summaries, its TTFT kept.
         ClientServerDisagree = "client_server_disagree",
+        /// A warm sample whose greedy output differs from its cold sample's (same prompt):
+        /// the server is not deterministic at this depth.
+        Nondeterministic = "nondeterministic",
     }
 }
 
@@ -423,6 +473,13 @@ pub struct RunConfig {
     /// run of a variant gets its own port; the URL says which). Part of the run's identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_cmd: Option<String>,
+    /// `--prompt-seed`: prompts (nonces included) are drawn from this seed, so another run
+    /// with the same seed sends the same prompts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_seed: Option<u64>,
+    /// `--needle-depths` when `--needle` was given: depths (percent) of the needle checks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub needle_depths: Option<Vec<u32>>,
 }
 
 /// What the probe (and the warmup) learned about the server.
@@ -773,6 +830,19 @@ pub struct Sample {
     /// Two-point method: the two requests' numbers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub two_point: Option<TwoPoint>,
+    /// FNV-1a 64-bit hash of the whole generated output, `fnv1a64:` and 16 hex digits
+    /// (see `fingerprint`); equal outputs have equal fingerprints on every platform.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_fingerprint: Option<String>,
+    /// What the fingerprint hashes: token ids, or text where the stream carries no ids.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint_of: Option<FingerprintOf>,
+    /// The first generated token ids (at most `fingerprint::KEPT_IDS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_ids: Option<Vec<u32>>,
+    /// Needle samples: the fact, the answer and the verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub needle: Option<NeedleCheck>,
 }
 
 impl Sample {

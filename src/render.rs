@@ -185,6 +185,67 @@ pub fn warm_table(points: &[PointSummary]) -> Option<String> {
     Some(out)
 }
 
+/// A compare verdict, with "OUTPUTS DIFFER" beside a change whose greedy outputs differ.
+pub fn verdict_text(v: &crate::compare::Versus, r: &crate::compare::CompareRow) -> String {
+    use crate::compare::Verdict;
+    let changed = matches!(r.verdict, Verdict::Faster | Verdict::Slower);
+    if changed && v.outputs_differ_at(r.context_tokens) {
+        format!("{} — OUTPUTS DIFFER", r.verdict)
+    } else {
+        r.verdict.to_string()
+    }
+}
+
+/// The output-agreement section of one comparison, as text; empty when neither run
+/// seeded its prompts.
+pub fn agreement_section(cmp: &Comparison, v: &crate::compare::Versus) -> String {
+    match (&v.agreement, &v.agreement_note) {
+        (Some(rows), _) => {
+            crate::integrity::agreement_text(&cmp.baseline.label, &v.run.label, &Ok(rows.clone()))
+        }
+        (None, Some(note)) => format!("{note}\n"),
+        (None, None) => String::new(),
+    }
+}
+
+/// Needle retrieval per context × depth as text (`pass/checked`, errors apart), or `None`
+/// when the run has no needle checks.
+pub fn needle_table(cells: &[crate::integrity::NeedleCell]) -> Option<String> {
+    if cells.is_empty() {
+        return None;
+    }
+    let mut depths: Vec<u32> = cells.iter().map(|c| c.depth_pct).collect();
+    depths.sort_unstable();
+    depths.dedup();
+    let mut contexts: Vec<u64> = cells.iter().map(|c| c.context_tokens).collect();
+    contexts.dedup();
+    let mut out = String::from("context");
+    for d in &depths {
+        let _ = write!(out, "  {:>9}", format!("{d}%"));
+    }
+    out.push('\n');
+    for c in contexts {
+        let _ = write!(out, "{:<7}", fmt_ctx(c));
+        for d in &depths {
+            let cell = cells
+                .iter()
+                .find(|x| x.context_tokens == c && x.depth_pct == *d);
+            let _ = write!(out, "  {:>9}", cell.map_or("–".to_owned(), needle_cell));
+        }
+        out.push('\n');
+    }
+    Some(out)
+}
+
+/// One needle cell: `pass/answered`, plus failed requests (`err`), never counted as fails.
+pub fn needle_cell(c: &crate::integrity::NeedleCell) -> String {
+    let mut s = format!("{}/{}", c.pass, c.pass + c.fail);
+    if c.error > 0 {
+        let _ = write!(s, " {}err", c.error);
+    }
+    s
+}
+
 /// Context lengths as `--contexts` takes them: `1k, 2k, 4k`.
 pub fn contexts_text(c: &[u64]) -> String {
     if c.is_empty() {

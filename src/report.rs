@@ -61,6 +61,9 @@ pub struct RunReport {
     pub step_fit: Option<ScalingFit>,
     /// What the reader must know before trusting the numbers.
     pub warnings: Vec<Warning>,
+    /// Needle retrieval per context × depth (`--needle`), apart from the speed numbers.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub needle: Vec<crate::integrity::NeedleCell>,
 }
 
 /// Acceptance length at one context length.
@@ -166,7 +169,12 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         .cloned()
         .collect();
     let cold: Vec<&Sample> = known.iter().filter(|s| s.phase == Phase::Cold).collect();
-    let other_phases = results.samples.len() - known.len();
+    let needle = crate::integrity::needle_cells(&results.samples);
+    let other_phases = results
+        .samples
+        .iter()
+        .filter(|s| !matches!(s.phase, Phase::Cold | Phase::Warm | Phase::Needle))
+        .count();
     let points = stats::summarize(&known);
     let max_context = h.server.max_context;
     let mut warnings = Vec::new();
@@ -212,6 +220,7 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
     if inverted > 0 {
         warnings.push(warn("two_point_inverted", format!("{inverted} two-point sample(s) had t_B ≤ t_A: no decode rate for them (the reason is in each sample's two_point.reason)")));
     }
+    warnings.extend(integrity_warnings(&needle, &results.samples));
     let known = config_warnings(&h.config, &h.server);
     let server_says_unverified = known.iter().any(|w| w.kind == "cache_unverified");
     warnings.extend(known);
@@ -350,7 +359,30 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         ttft_fit,
         step_fit,
         warnings,
+        needle,
     }
+}
+
+/// What the needle checks and the warm-vs-cold output comparison say, worded once.
+fn integrity_warnings(needle: &[crate::integrity::NeedleCell], samples: &[Sample]) -> Vec<Warning> {
+    let mut w = Vec::new();
+    let sum = |f: fn(&crate::integrity::NeedleCell) -> usize| needle.iter().map(f).sum::<usize>();
+    let (fail, error) = (sum(|c| c.fail), sum(|c| c.error));
+    if fail > 0 {
+        w.push(warn("needle_fail", format!("{fail} needle check(s) answered without the value placed in the prompt (retrieval per context × depth is in the needle table)")));
+    }
+    if error > 0 {
+        w.push(warn("needle_error", format!("{error} needle check(s) without a verdict (the request failed, or the protocol shows no answer text): no answer was seen, so they count as neither pass nor fail")));
+    }
+    let nd: Vec<String> = crate::integrity::nondeterministic(samples)
+        .into_iter()
+        .filter(|x| x.1 > 0)
+        .map(|(c, n, of)| format!("{} ({n} of {of})", fmt_ctx(c)))
+        .collect();
+    if !nd.is_empty() {
+        w.push(warn("nondeterministic", format!("outputs differ: warm samples produced other greedy tokens than their cold sample from the same prompt at {}: the server is not deterministic at that depth (batching, thread counts and reduction order can cause this legitimately)", nd.join(", "))));
+    }
+    w
 }
 
 /// A unique short label per file: the stem, or the path when stems collide.

@@ -81,6 +81,10 @@ fn blank_sample(target: &Target<'_>, context: u64, rep: u32, sent: u64, at: Stri
         metrics: None,
         flush: None,
         two_point: None,
+        output_fingerprint: None,
+        fingerprint_of: None,
+        output_ids: None,
+        needle: None,
     }
 }
 
@@ -254,6 +258,11 @@ pub fn make_sample(
         set_spec(&mut s, spec);
     }
     s.flags.extend(out.flags);
+    if let Some((print, of, ids)) = crate::fingerprint::of(&out.output) {
+        s.output_fingerprint = Some(print);
+        s.fingerprint_of = Some(of);
+        s.output_ids = ids;
+    }
     flag_common(&mut s, target.output_tokens as u64);
     s
 }
@@ -459,6 +468,7 @@ mod tests {
             finish_reason: Some("limit".into()),
             spec: None,
             flags: Vec::new(),
+            output: Default::default(),
         }
     }
 

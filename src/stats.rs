@@ -284,6 +284,10 @@ mod tests {
             metrics: None,
             flush: None,
             two_point: None,
+            output_fingerprint: None,
+            fingerprint_of: None,
+            output_ids: None,
+            needle: None,
         }
     }
 

@@ -9,11 +9,12 @@ use ctxbench::render::{renderer, ReportFormat};
 use ctxbench::report;
 use serde_json::Value;
 
-const FILES: [&str; 4] = [
+const FILES: [&str; 5] = [
     "sweep.jsonl",
     "two-point.jsonl",
     "contaminated.jsonl",
     "precision.jsonl",
+    "needle.jsonl",
 ];
 
 fn path(name: &str) -> PathBuf {
@@ -109,6 +110,24 @@ fn decode_at_depth_is_reported_from_the_results_file_alone() {
     assert!(html.contains("<h3>Decode at depth</h3>"));
     let table = rendered("sweep.jsonl", ReportFormat::Table);
     assert!(table.contains("decode at depth (warm"), "{table}");
+}
+
+#[test]
+fn needle_checks_and_fingerprints_are_reported_from_the_results_file_alone() {
+    let r = read("needle.jsonl");
+    let needles = r
+        .samples
+        .iter()
+        .filter(|s| s.phase == Phase::Needle)
+        .count();
+    assert_eq!(needles, 6, "3 default depths at each of 2 contexts");
+    assert!(r.samples.iter().all(|s| s.output_fingerprint.is_some()));
+    let md = rendered("needle.jsonl", ReportFormat::Md);
+    assert!(md.contains("### Needle retrieval"), "{md}");
+    assert!(md.contains("| 2k | 0/1 | 0/1 | 0/1 |"), "{md}");
+    assert!(!md.contains("not in this report"), "{md}");
+    // Needle samples stay out of the speed table: 2 cold usable samples per point.
+    assert!(md.contains("| 2k | 2/2 |"), "{md}");
 }
 
 #[test]

@@ -148,6 +148,7 @@ impl Backend for Fake {
                     },
                     timings: None,
                     flags: Vec::new(),
+                    output: Default::default(),
                     finish_reason: Some("length".into()),
                     spec: None,
                 })

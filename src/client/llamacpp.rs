@@ -78,6 +78,9 @@ struct CompletionBody<'a> {
     // Progress events during prefill keep bytes flowing, so a stall can be told from a
     // long prefill.
     return_progress: bool,
+    // Generated ids per event, for output fingerprints (the text alone can hide a
+    // different token split).
+    return_tokens: bool,
 }
 
 /// Reads llama.cpp `/completion` events; shared with the tests.
@@ -125,6 +128,15 @@ impl EventReader for CompletionReader {
             // An older build without the counter: fall back on the payload.
             None => (content_nonempty || tokens_nonempty) && v.get("prompt_progress").is_none(),
         };
+        if has_token {
+            if let Some(ids) = v.get("tokens").and_then(Value::as_array) {
+                let ids = ids.iter().filter_map(Value::as_u64).map(|t| t as u32);
+                self.got.output.push_ids(ids);
+            }
+            if let Some(t) = v.get("content").and_then(Value::as_str) {
+                self.got.output.text.push_str(t);
+            }
+        }
         let is_final = v.get("stop").and_then(Value::as_bool) == Some(true);
         if is_final {
             let timings = v.get("timings").map(llamacpp_timings);
@@ -211,6 +223,7 @@ fn body(req: &GenRequest, stream: bool) -> Result<Value, ClientError> {
         stream,
         cache_prompt: !req.cache_bypass,
         return_progress: stream,
+        return_tokens: true,
     };
     serde_json::to_value(&body).map_err(|e| ClientError::Malformed {
         endpoint: ENDPOINT.to_owned(),

@@ -28,7 +28,7 @@ pub use crate::record::{Counts, ServerTimings, SpecStats};
 pub use family::{family, Family, ServerProfile, FAMILIES};
 pub use http::Http;
 pub use scrape::Scraper;
-pub use stream::StreamStats;
+pub use stream::{Generated, StreamStats};
 
 /// Which protocol to speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -102,6 +102,8 @@ pub struct GenOutcome {
     pub spec: Option<SpecStats>,
     /// Sample flags the backend adds: where a count came from when the stream had none.
     pub flags: Vec<crate::record::Flag>,
+    /// What was generated (ids where the stream carries them, text otherwise).
+    pub output: Generated,
 }
 
 /// The result of one non-streamed generation (the two-point method).

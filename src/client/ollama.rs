@@ -300,6 +300,9 @@ impl EventReader for GenerateReader {
         if done {
             self.read_final(&v);
         }
+        if let Some(t) = v.get("response").and_then(Value::as_str).filter(|_| !done) {
+            self.got.output.text.push_str(t);
+        }
         Ok(EventInfo {
             // Ollama sends one line per generated token.
             has_token: !done && v.get("response").is_some(),

@@ -573,6 +573,17 @@ impl EventReader for CompletionsReader {
                 field(c.get("text"))
             }
         });
+        if let Some(c) = choice {
+            let text = if self.chat {
+                c.pointer("/delta/content")
+                    .or_else(|| c.pointer("/message/content"))
+            } else {
+                c.get("text")
+            };
+            if let Some(t) = text.and_then(Value::as_str) {
+                self.got.output.text.push_str(t);
+            }
+        }
         let usage = v.get("usage").filter(|u| u.is_object());
         let running = usage.and_then(|u| get_u64(u, "completion_tokens"));
         let has_token = match (choice, running) {

@@ -41,6 +41,24 @@ pub struct Gathered {
     pub finish_reason: Option<String>,
     /// Speculative-decoding counts.
     pub spec: Option<SpecStats>,
+    /// What was generated, as far as the protocol shows it.
+    pub output: Generated,
+}
+
+/// The generated output of one request, for output agreement and needle checks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Generated {
+    /// Generated token ids in order, when the stream carries them (llama.cpp `tokens`).
+    pub ids: Option<Vec<u32>>,
+    /// Generated text, concatenated from the stream.
+    pub text: String,
+}
+
+impl Generated {
+    /// Appends one event's ids.
+    pub fn push_ids(&mut self, ids: impl IntoIterator<Item = u32>) {
+        self.ids.get_or_insert_with(Vec::new).extend(ids);
+    }
 }
 
 /// One protocol's reading of its answers. Every API gives its non-streamed answer the shape
@@ -75,6 +93,7 @@ pub async fn generate_streamed<R: EventReader>(
         finish_reason: g.finish_reason,
         spec: g.spec,
         flags: Vec::new(),
+        output: g.output,
     })
 }
 

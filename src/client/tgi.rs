@@ -196,6 +196,16 @@ impl EventReader for StreamReader {
         let has_token = v.get("token").is_some_and(|t| {
             t.is_object() && t.get("special").and_then(Value::as_bool) != Some(true)
         });
+        if has_token {
+            if let Some(t) = v.get("token") {
+                if let Some(id) = t.get("id").and_then(Value::as_u64) {
+                    self.got.output.push_ids([id as u32]);
+                }
+                if let Some(text) = t.get("text").and_then(Value::as_str) {
+                    self.got.output.text.push_str(text);
+                }
+            }
+        }
         let details = v.get("details").filter(|d| d.is_object());
         let is_final = details.is_some() || v.get("generated_text").is_some_and(|g| !g.is_null());
         if let Some(d) = details {

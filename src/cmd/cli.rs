@@ -344,6 +344,31 @@ pub struct SweepArgs {
     #[arg(long, default_value_t = 0, value_name = "K", value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub decode_samples: u32,
 
+    /// Seed the prompts (nonces and needle values included) so that another run with the
+    /// same seed and options sends identical prompts: `compare` then reports how many greedy
+    /// outputs agree. The cache defence still holds (flush, per-request switch, verified
+    /// cached-token counts; a reused prompt that hits a cache is flagged, never counted).
+    #[arg(long, value_name = "N")]
+    pub prompt_seed: Option<u64>,
+
+    /// Retrieval checks: at each context, after the speed samples, one extra cold prompt per
+    /// depth holding a short fact with a random 5-digit value ("The secret number is …")
+    /// and ending with a question ("… Answer: The secret number is"). The prompt is plain
+    /// text for the completions API, no chat template, so base and instruction-tuned models
+    /// both continue it; the greedy answer passes if it holds the value. Recorded with phase
+    /// `needle`, never in the speed summaries; a failed request is an error, not a fail.
+    #[arg(long)]
+    pub needle: bool,
+
+    /// Depths of the needle checks, percent of the prompt before the fact.
+    #[arg(
+        long,
+        default_value = "10,50,90",
+        value_name = "PCT,...",
+        requires = "needle"
+    )]
+    pub needle_depths: String,
+
     /// Flush the server's prefix cache before every measured request: `auto` when the server
     /// has a flush endpoint (SGLang /flush_cache, vLLM /reset_prefix_cache, llama.cpp slot
     /// erase), `always` (fail if it cannot), `never`. The nonce and the cached-token check stay

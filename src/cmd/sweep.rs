@@ -220,12 +220,24 @@ async fn measure(
         metrics: metrics.clone(),
         two_point,
         decode_samples: args.decode_samples,
+        needle: opts
+            .needle_depths
+            .clone()
+            .map(|depths| bench::NeedleSettings {
+                depths,
+                seed: args.prompt_seed,
+                nonce_tokens,
+            }),
     };
     let mut builder = PromptBuilder::new(&corpus, args.nonce.is_on());
     // First tokens earlier runs sent to this server: a prefix cache that is not flushed
     // (SGLang's radix cache matches even one token) still holds those prompts.
     let nonce_history = NonceHistory::open(&probe.url, probe.model.as_deref());
-    if args.nonce.is_on() && !length.text_prompts {
+    if let Some(seed) = args.prompt_seed {
+        // A reproducible run sends what its twin sent: no history avoidance here; the
+        // flush and the cached-token check still catch a replay that hits a cache.
+        builder = builder.seeded(seed);
+    } else if args.nonce.is_on() && !length.text_prompts {
         let mut recent = nonce_history.load();
         recent.reverse();
         builder.avoid_first(recent);
@@ -328,6 +340,8 @@ async fn measure(
         }),
         metrics_url: metrics.as_ref().map(|m| probe::redact_url(&m.url())),
         server_cmd: args.managed_cmd.clone(),
+        prompt_seed: args.prompt_seed,
+        needle_depths: opts.needle_depths.clone(),
     };
     let mut server: ServerInfo = serde_json::from_value(serde_json::to_value(&*probe)?)
         .context("internal: the probe does not match the results schema")?;

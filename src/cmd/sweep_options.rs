@@ -33,6 +33,8 @@ pub struct SweepOptions {
     pub stall_timeout: Duration,
     /// `--wait-ready`.
     pub wait_ready: Duration,
+    /// `--needle-depths` when `--needle` is on.
+    pub needle_depths: Option<Vec<u32>>,
 }
 
 impl SweepOptions {
@@ -70,6 +72,17 @@ impl SweepOptions {
         if two_point.is_some() && args.decode_samples > 0 {
             return bad(
                 "--decode-samples needs --method stream (warm samples are timed per token)".into(),
+            );
+        }
+        let needle_depths = match args.needle {
+            true => Some(
+                ctxbench::needle::parse_depths(&args.needle_depths).map_err(UsageError::Invalid)?,
+            ),
+            false => None,
+        };
+        if needle_depths.is_some() && two_point.is_some() {
+            return bad(
+                "--needle needs --method stream (the answer is read from the stream)".into(),
             );
         }
         let seconds = |name: &str, v: f64, zero_ok: bool| -> Result<Duration, UsageError> {
@@ -138,6 +151,7 @@ impl SweepOptions {
             timeout_per_1k: seconds("--timeout-per-1k", args.timeout_per_1k, true)?,
             stall_timeout: seconds("--stall-timeout", args.stall_timeout, false)?,
             wait_ready: seconds("--wait-ready", args.wait_ready, true)?,
+            needle_depths,
         })
     }
 

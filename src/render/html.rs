@@ -169,6 +169,31 @@ fn run_section(out: &mut String, run: &RunReport) {
         }
         out.push_str("</tbody></table>\n");
     }
+    if !run.needle.is_empty() {
+        let mut depths: Vec<u32> = run.needle.iter().map(|c| c.depth_pct).collect();
+        depths.sort_unstable();
+        depths.dedup();
+        out.push_str("<h3>Needle retrieval</h3>\n<p class=\"muted\">A fact with a random value at each depth of a cold, exact-length prompt, asked for at the end (plain completions prompt, no chat template); cells are value found / answered, failed requests apart. Not in the speed numbers.</p>\n<table><thead><tr><th>context</th>");
+        for d in &depths {
+            let _ = write!(out, "<th>{d}%</th>");
+        }
+        out.push_str("</tr></thead><tbody>\n");
+        let mut contexts: Vec<u64> = run.needle.iter().map(|c| c.context_tokens).collect();
+        contexts.dedup();
+        for c in contexts {
+            let _ = write!(out, "<tr><td>{}</td>", fmt_ctx(c));
+            for d in &depths {
+                let cell = run
+                    .needle
+                    .iter()
+                    .find(|x| x.context_tokens == c && x.depth_pct == *d)
+                    .map_or("–".to_owned(), super::needle_cell);
+                let _ = write!(out, "<td>{}</td>", esc(&cell));
+            }
+            out.push_str("</tr>\n");
+        }
+        out.push_str("</tbody></table>\n");
+    }
     if !run.acceptance.is_empty() {
         out.push_str(
             "<table><thead><tr><th>context</th><th>acceptance length</th></tr></thead><tbody>",
@@ -317,10 +342,18 @@ impl Renderer for HtmlRenderer {
                     esc(&val(r.b)),
                     r.ratio.map(|x| format!("{x:.3}")).unwrap_or("–".into()),
                     r.interval.map(|c| format!("{:.3}–{:.3}", c.low, c.high)).unwrap_or("–".into()),
-                    r.verdict
+                    esc(&super::verdict_text(v, r))
                 );
             }
             body.push_str("</tbody></table>\n");
+            let agreement = super::agreement_section(cmp, v);
+            if !agreement.is_empty() {
+                let _ = write!(
+                    body,
+                    "<h3>Output agreement</h3>\n<pre>{}</pre>\n",
+                    esc(&agreement)
+                );
+            }
         }
         Ok(page("ctxbench compare", &body))
     }

@@ -118,6 +118,34 @@ fn run_section(out: &mut String, run: &RunReport) {
         }
         out.push('\n');
     }
+    if !run.needle.is_empty() {
+        let mut depths: Vec<u32> = run.needle.iter().map(|c| c.depth_pct).collect();
+        depths.sort_unstable();
+        depths.dedup();
+        let _ = writeln!(out, "### Needle retrieval\n\nA fact with a random value at each depth of a cold, exact-length prompt, asked for at the end (plain completions prompt, no chat template); cells are value found / answered, failed requests apart. Not in the speed numbers.\n");
+        let head: Vec<String> = depths.iter().map(|d| format!("{d}%")).collect();
+        let _ = writeln!(
+            out,
+            "| context | {} |\n|---|{}",
+            head.join(" | "),
+            "--:|".repeat(depths.len())
+        );
+        let mut contexts: Vec<u64> = run.needle.iter().map(|c| c.context_tokens).collect();
+        contexts.dedup();
+        for c in contexts {
+            let cells: Vec<String> = depths
+                .iter()
+                .map(|d| {
+                    run.needle
+                        .iter()
+                        .find(|x| x.context_tokens == c && x.depth_pct == *d)
+                        .map_or("–".to_owned(), super::needle_cell)
+                })
+                .collect();
+            let _ = writeln!(out, "| {} | {} |", fmt_ctx(c), cells.join(" | "));
+        }
+        out.push('\n');
+    }
     if !run.acceptance.is_empty() {
         let _ = writeln!(out, "| context | acceptance length |\n|---|--:|");
         for a in &run.acceptance {
@@ -197,7 +225,7 @@ impl Renderer for MarkdownRenderer {
                 };
                 let verdict = match r.verdict {
                     crate::compare::Verdict::Faster | crate::compare::Verdict::Slower => {
-                        format!("**{}**", r.verdict)
+                        format!("**{}**", super::verdict_text(v, r))
                     }
                     _ => r.verdict.to_string(),
                 };
@@ -216,6 +244,10 @@ impl Renderer for MarkdownRenderer {
                 );
             }
             out.push('\n');
+            let agreement = super::agreement_section(cmp, v);
+            if !agreement.is_empty() {
+                let _ = writeln!(out, "```text\n{agreement}```\n");
+            }
         }
         Ok(out)
     }

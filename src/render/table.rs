@@ -184,6 +184,12 @@ pub fn details(run: &RunReport) -> String {
     if let Some(t) = super::spec_table(&run.points) {
         let _ = writeln!(out, "speculative decoding (medians per point):\n{t}");
     }
+    if let Some(t) = super::needle_table(&run.needle) {
+        let _ = writeln!(
+            out,
+            "needle retrieval (value found / answered, per depth; not in the speed numbers):\n{t}"
+        );
+    }
     out
 }
 
@@ -260,7 +266,7 @@ impl Renderer for TableRenderer {
                         r.interval
                             .map(|c| format!("{:.3}–{:.3}", c.low, c.high))
                             .unwrap_or("–".into()),
-                        r.verdict.to_string(),
+                        super::verdict_text(v, r),
                     ]
                 })
                 .collect();
@@ -306,6 +312,10 @@ impl Renderer for TableRenderer {
                 let _ = writeln!(out, "{}", line(cells.iter().map(String::as_str).collect()));
             }
             out.push('\n');
+            let agreement = super::agreement_section(cmp, v);
+            if !agreement.is_empty() {
+                let _ = writeln!(out, "{agreement}");
+            }
         }
         Ok(out)
     }
