@@ -376,19 +376,21 @@ pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &m
 /// OpenAI protocol is spoken to it). Other traffic on the server during the sample counts
 /// too, so a hit here is at worst a false alarm, never a missed hit.
 pub fn metrics_cache_evidence(d: &std::collections::BTreeMap<String, f64>) -> Option<(f64, f64)> {
-    let pairs = [
-        (
-            "vllm:prefix_cache_hits_total",
-            "vllm:prefix_cache_queries_total",
-        ),
-        ("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),
-    ];
-    pairs.iter().find_map(|(hits, queries)| {
+    let vllm = metrics::sum(d, "vllm:prefix_cache_hits_total").map(|h| {
+        let q = metrics::sum(d, "vllm:prefix_cache_queries_total");
+        (h, q.unwrap_or(0.0))
+    });
+    // SGLang (0.5.23, seen on the real server) creates its `cached_tokens_total` series at
+    // the first cache hit since start: with the prompt counter present and no such series,
+    // nothing was ever served from the cache.
+    let sglang = || {
+        let q = metrics::sum(d, "sglang:prompt_tokens_total")?;
         Some((
-            metrics::sum(d, hits)?,
-            metrics::sum(d, queries).unwrap_or(0.0),
+            metrics::sum(d, "sglang:cached_tokens_total").unwrap_or(0.0),
+            q,
         ))
-    })
+    };
+    vllm.or_else(sglang)
 }
 
 /// A cold sample the response did not prove cold: a cache hit the server counted in
@@ -791,6 +793,23 @@ mod tests {
         apply_metric_deltas(&mut s, &b, &a);
         assert!(s.contaminated && s.has(&Flag::Contaminated));
         assert_eq!(s.cached_tokens, Some(1));
+    }
+
+    #[test]
+    fn sglang_without_any_hit_since_start_has_no_cached_series_and_is_cold() {
+        let page = "# TYPE sglang:prompt_tokens_total counter\nsglang:prompt_tokens_total{engine_type=\"unified\",is_streaming=\"true\"} 100.0\n";
+        let before = metrics::parse(page).unwrap();
+        let after = metrics::parse(&page.replace("100.0", "1124.0")).unwrap();
+        let mut s = make_sample(
+            &target(),
+            1024,
+            0,
+            1024,
+            "t".into(),
+            Ok(outcome(None, 1024, 33, 33)),
+        );
+        apply_metric_deltas(&mut s, &before, &after);
+        assert!(s.cache_verified && !s.contaminated, "{:?}", s.flags);
     }
 
     #[test]
