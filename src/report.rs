@@ -225,7 +225,12 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
     let server_says_unverified = known.iter().any(|w| w.kind == "cache_unverified");
     warnings.extend(known);
     if unver > 0 && !server_says_unverified {
-        warnings.push(warn("cache_unverified", format!("{unver} sample(s) have no cached-token count from the server: cold prefill is not proven for them")));
+        let hint = h
+            .server
+            .cached_tokens_hint
+            .as_ref()
+            .map_or(String::new(), |h| format!(" ({h})"));
+        warnings.push(warn("cache_unverified", format!("{unver} sample(s) have no cached-token count from the server: cold prefill is not proven for them{hint}")));
     }
     if h.corpus.label.contains("synthetic") {
         warnings.push(warn(

@@ -278,8 +278,8 @@ fn coalesced(
 ) -> bool {
     let burst = st.token_events >= 4 && st.first_read_token_events * 4 >= st.token_events * 3;
     // Buffered delivery the read count misses (recorded on a default vLLM 0.32.0: 32 events
-    // within 0.12 ms, each in its own read, after the whole generation): faster than
-    // MIN_STEP_MS per token is no single-stream decode, it is a flush of buffered events.
+    // within 0.12 ms, or 3.2 ms, each in its own read, after the whole generation): faster
+    // than MIN_STEP_MS per event is no single-stream decode, it is a flush of buffered events.
     let instant =
         st.token_events >= 4 && span_ms < MIN_STEP_MS * (st.token_events.saturating_sub(1)) as f64;
     let squeezed = server
@@ -306,8 +306,10 @@ fn disagrees(s: &Sample) -> bool {
 }
 
 /// The shortest believable time between two streamed token events of one request, in ms
-/// (20 000 events/s): events closer than this on average were buffered and flushed together.
-const MIN_STEP_MS: f64 = 0.05;
+/// (5 000 events/s; a speculative step's several tokens are one event): no served model
+/// decodes one stream that fast, so events closer than this on average were buffered and
+/// flushed together (recorded on a default vLLM 0.32.0: 31 gaps of 0.004 ms and of 0.10 ms).
+const MIN_STEP_MS: f64 = 0.2;
 
 /// Stores speculative statistics on a sample; time per verify step is the decode span over
 /// the verify steps, kept apart from the per-token `ms_per_step`.
@@ -383,19 +385,21 @@ pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &m
 /// OpenAI protocol is spoken to it). Other traffic on the server during the sample counts
 /// too, so a hit here is at worst a false alarm, never a missed hit.
 pub fn metrics_cache_evidence(d: &std::collections::BTreeMap<String, f64>) -> Option<(f64, f64)> {
-    let pairs = [
-        (
-            "vllm:prefix_cache_hits_total",
-            "vllm:prefix_cache_queries_total",
-        ),
-        ("sglang:cached_tokens_total", "sglang:prompt_tokens_total"),
-    ];
-    pairs.iter().find_map(|(hits, queries)| {
+    let vllm = metrics::sum(d, "vllm:prefix_cache_hits_total").map(|h| {
+        let q = metrics::sum(d, "vllm:prefix_cache_queries_total");
+        (h, q.unwrap_or(0.0))
+    });
+    // SGLang (0.5.23, seen on the real server) creates its `cached_tokens_total` series at
+    // the first cache hit since start: with the prompt counter present and no such series,
+    // nothing was ever served from the cache.
+    let sglang = || {
+        let q = metrics::sum(d, "sglang:prompt_tokens_total")?;
         Some((
-            metrics::sum(d, hits)?,
-            metrics::sum(d, queries).unwrap_or(0.0),
+            metrics::sum(d, "sglang:cached_tokens_total").unwrap_or(0.0),
+            q,
         ))
-    })
+    };
+    vllm.or_else(sglang)
 }
 
 /// A cold sample the response did not prove cold: a cache hit the server counted in
@@ -802,6 +806,23 @@ mod tests {
     }
 
     #[test]
+    fn sglang_without_any_hit_since_start_has_no_cached_series_and_is_cold() {
+        let page = "# TYPE sglang:prompt_tokens_total counter\nsglang:prompt_tokens_total{engine_type=\"unified\",is_streaming=\"true\"} 100.0\n";
+        let before = metrics::parse(page).unwrap();
+        let after = metrics::parse(&page.replace("100.0", "1124.0")).unwrap();
+        let mut s = make_sample(
+            &target(),
+            1024,
+            0,
+            1024,
+            "t".into(),
+            Ok(outcome(None, 1024, 33, 33)),
+        );
+        apply_metric_deltas(&mut s, &before, &after);
+        assert!(s.cache_verified && !s.contaminated, "{:?}", s.flags);
+    }
+
+    #[test]
     fn verify_steps_count_steps_without_a_draft() {
         // Recorded vLLM 0.32.0 n-gram sample: 64 tokens, 13 drafts, 46 accepted.
         let spec = SpecStats {
@@ -828,6 +849,12 @@ mod tests {
         o.timings = None;
         let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
         assert!(s.decode_tokens_per_s.is_none() && s.has(&Flag::CoalescedTokens));
+        // 32 events within 3.2 ms (9 661 tok/s, also recorded there): a burst too.
+        let mut o = outcome(None, 4096, 32, 32);
+        o.stream.t_last_token = Some(first + Duration::from_micros(3200));
+        o.timings = None;
+        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
+        assert!(s.has(&Flag::CoalescedTokens));
         // 32 events over 320 ms keep their rate.
         let s = make_sample(
             &target(),

@@ -117,6 +117,9 @@ fn real_vllm_server_decode_rate_is_a_decode_rate() {
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     for s in &read_lines(&run.out).samples {
+        if has_flag(s, "coalesced_tokens") {
+            continue; // held back and sent at once: no client decode rate to compare
+        }
         let client = f(s, "decode_tokens_per_s");
         let server = &s["server"];
         let srv_rate = server["predicted_per_second"].as_f64().unwrap_or(f64::NAN);
@@ -198,6 +201,7 @@ fn real_vllm_ngram_speculation_counts_every_verify_step() {
         "{}",
         run.stdout
     );
+    let mut timed = 0;
     for s in &read_lines(&run.out).samples {
         let out = u(s, "output_tokens");
         let steps = u(s, "spec_verify_steps");
@@ -205,11 +209,19 @@ fn real_vllm_ngram_speculation_counts_every_verify_step() {
         // The first token comes from prefill; every later step yields one token plus the
         // drafts it accepted.
         assert_eq!(steps + accepted, out - 1, "{s}");
+        // vLLM on CPU sometimes holds a whole speculative stream back and sends it at the
+        // end (TTFT = e2e): such a sample is flagged and has no per-token time.
+        if has_flag(s, "coalesced_tokens") {
+            assert!(s["ms_per_step"].is_null(), "{s}");
+            continue;
+        }
+        timed += 1;
         let per_tok = f(s, "ms_per_step");
         let per_step = f(s, "ms_per_verify_step");
         let want = per_tok * (out - 1) as f64 / steps as f64;
         assert!((per_step - want).abs() < 1e-6 * want.max(1.0), "{s}");
     }
+    assert!(timed > 0, "no sample had its decode timed");
 }
 
 #[test]

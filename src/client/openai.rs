@@ -129,6 +129,9 @@ impl super::Family for Family {
         o2.text = text;
         o2.chat = chat;
         o2.nonce_tokens = o.nonce_tokens;
+        o2.flush_with = p
+            .detected
+            .filter(|k| matches!(k, BackendKind::Sglang | BackendKind::Vllm));
         Ok(Box::new(if p.cached_missing_means_zero {
             o2.missing_cached_is_zero()
         } else {
@@ -390,6 +393,9 @@ pub struct OpenAi {
     nonce_tokens: usize,
     /// What this backend had to do that the run header should say (counts' sources).
     notes: Mutex<Vec<String>>,
+    /// The server's own flush, when the probe recognised SGLang or vLLM behind this
+    /// protocol (the cache is the server's, whichever API fills it).
+    pub flush_with: Option<BackendKind>,
 }
 
 impl OpenAi {
@@ -410,6 +416,7 @@ impl OpenAi {
             chat: false,
             nonce_tokens: 0,
             notes: Mutex::new(Vec::new()),
+            flush_with: None,
         }
     }
 
@@ -713,6 +720,17 @@ impl Backend for OpenAi {
 
     fn http(&self) -> &Http {
         &self.http
+    }
+
+    async fn flush(&self) -> Result<String, ClientError> {
+        match self.flush_with {
+            Some(BackendKind::Vllm) => super::vllm::reset_prefix_cache(&self.http).await,
+            Some(BackendKind::Sglang) => super::sglang::flush_cache(&self.http).await,
+            _ => Err(ClientError::Unsupported {
+                what: "flush".to_owned(),
+                hint: "the openai protocol has no cache-flush endpoint".to_owned(),
+            }),
+        }
     }
 
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {

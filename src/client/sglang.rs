@@ -361,27 +361,31 @@ impl Backend for Sglang {
     }
 
     async fn flush(&self) -> Result<String, ClientError> {
-        match self
-            .http
-            .post_empty("/flush_cache", Duration::from_secs(60))
-            .await
-        {
-            Ok(_) => Ok("sglang /flush_cache".to_owned()),
-            // SGLang refuses with 400 "Flush cache failed." while any request is running.
-            Err(ClientError::Http {
-                status: 400,
-                message,
-                ..
-            }) => Err(ClientError::Busy {
-                endpoint: "/flush_cache".to_owned(),
-                message,
-            }),
-            Err(ClientError::Http { status: 404, .. }) => Err(ClientError::Unsupported {
-                what: "sglang /flush_cache".to_owned(),
-                hint: "this SGLang build has no /flush_cache".to_owned(),
-            }),
-            Err(e) => Err(e),
-        }
+        flush_cache(&self.http).await
+    }
+}
+
+/// SGLang's flush, whichever protocol is spoken to the server (also `--backend openai`).
+pub async fn flush_cache(http: &Http) -> Result<String, ClientError> {
+    match http
+        .post_empty("/flush_cache", Duration::from_secs(60))
+        .await
+    {
+        Ok(_) => Ok("sglang /flush_cache".to_owned()),
+        // SGLang refuses with 400 "Flush cache failed." while any request is running.
+        Err(ClientError::Http {
+            status: 400,
+            message,
+            ..
+        }) => Err(ClientError::Busy {
+            endpoint: "/flush_cache".to_owned(),
+            message,
+        }),
+        Err(ClientError::Http { status: 404, .. }) => Err(ClientError::Unsupported {
+            what: "sglang /flush_cache".to_owned(),
+            hint: "this SGLang build has no /flush_cache".to_owned(),
+        }),
+        Err(e) => Err(e),
     }
 }
 

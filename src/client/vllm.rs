@@ -131,20 +131,23 @@ impl Backend for Vllm {
     }
 
     async fn flush(&self) -> Result<String, ClientError> {
-        match self
-            .http
-            .post_empty("/reset_prefix_cache", Duration::from_secs(60))
-            .await
-        {
-            Ok(body) => reset_answer(&body),
-            Err(ClientError::Http { status: 404, .. }) => Err(ClientError::Unsupported {
-                what: "vllm /reset_prefix_cache".to_owned(),
-                hint:
-                    "start vLLM with the environment variable VLLM_SERVER_DEV_MODE=1 to enable it"
-                        .to_owned(),
-            }),
-            Err(e) => Err(e),
-        }
+        reset_prefix_cache(&self.http).await
+    }
+}
+
+/// vLLM's flush, whichever protocol is spoken to the server (also `--backend openai`).
+pub async fn reset_prefix_cache(http: &Http) -> Result<String, ClientError> {
+    match http
+        .post_empty("/reset_prefix_cache", Duration::from_secs(60))
+        .await
+    {
+        Ok(body) => reset_answer(&body),
+        Err(ClientError::Http { status: 404, .. }) => Err(ClientError::Unsupported {
+            what: "vllm /reset_prefix_cache".to_owned(),
+            hint: "start vLLM with the environment variable VLLM_SERVER_DEV_MODE=1 to enable it"
+                .to_owned(),
+        }),
+        Err(e) => Err(e),
     }
 }
 
