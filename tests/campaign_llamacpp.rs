@@ -125,21 +125,21 @@ fn ab_of_one_thread_against_two_in_one_command_says_which_is_faster_at_16k() {
         "t",
         "1,2",
         "--runs",
-        "3",
+        "4",
         "--reps",
         "1",
         "--contexts",
-        "1k,16k",
+        "16k",
         "--output-tokens",
-        "4",
+        "2",
         "--out",
         out.to_str().unwrap(),
         "-q",
     ]);
     assert_eq!(code, 0, "{stderr}");
-    // Two variants measured, three runs each, each header holding its command line.
+    // Two variants measured, four runs each, each header holding its command line.
     for (t, name) in [("1", "t=1"), ("2", "t=2")] {
-        for p in runs(&out, name, 3) {
+        for p in runs(&out, name, 4) {
             let r = read(&p);
             let cmd = r
                 .header
@@ -153,7 +153,7 @@ fn ab_of_one_thread_against_two_in_one_command_says_which_is_faster_at_16k() {
                 "{cmd}"
             );
             assert_eq!(r.header.label.as_deref(), Some(cmd.as_str()));
-            assert_eq!(r.samples.iter().filter(|s| s.ttft_ms.is_some()).count(), 2);
+            assert_eq!(r.samples.iter().filter(|s| s.ttft_ms.is_some()).count(), 1);
             assert!(p.with_extension("server.log").exists());
         }
     }
