@@ -159,10 +159,10 @@ fn ab_of_one_thread_against_two_in_one_command_says_which_is_faster_at_16k() {
     }
     // The comparison at the end, the run as the unit.
     assert!(
-        stdout.contains("run as the unit (3 run(s) of A, 3 of B"),
+        stdout.contains("run as the unit (4 run(s) of A, 4 of B"),
         "{stdout}"
     );
-    let j = compare_json(&runs(&out, "t=1", 3), &runs(&out, "t=2", 3));
+    let j = compare_json(&runs(&out, "t=1", 4), &runs(&out, "t=2", 4));
     let row = j["versus"][0]["rows"]
         .as_array()
         .unwrap()
@@ -277,7 +277,8 @@ fn spawn_campaign(mark: &str, out: &Path, contexts: &str) -> std::process::Child
         .arg(out)
         .env_remove("CTXBENCH_URL")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        // -q keeps it short: a pipe nobody reads until the end cannot fill up.
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap()
 }
@@ -344,4 +345,30 @@ fn ctrl_c_mid_campaign_stops_the_server_and_resume_measures_only_what_is_missing
     // One run per side: the fallback on samples says it has too few of them.
     assert!(stdout.contains("too few samples"), "{stdout}");
     assert!(live_with(&mark).is_empty());
+}
+
+#[test]
+fn a_server_that_dies_mid_run_is_reported_with_its_log_tail() {
+    let _g = serial();
+    let mark = marker("dies");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("d");
+    let child = spawn_campaign(&mark, &out, "4k,8k");
+    common::wait_for_samples(&out.join("t=1-run0.jsonl"), 1, Duration::from_secs(120));
+    let servers = live_with(&mark);
+    assert_eq!(servers.len(), 1, "one server runs mid-campaign");
+    common::signal(servers[0], "-KILL");
+    let done = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the server of t=1 died during run 0"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("signal: 9"), "{stderr}");
+    assert!(stderr.contains("last lines of"), "{stderr}");
+    assert!(stderr.contains("--resume"), "{stderr}");
+    assert!(live_with(&mark).is_empty());
+    assert!(out.join("t=1-run0.server.log").exists());
+    assert!(!out.join("t=2-run0.jsonl").exists(), "the campaign stopped");
 }
