@@ -236,7 +236,10 @@ pub fn differences(a: &Results, b: &Results) -> Vec<String> {
             .into_iter()
             .map(|l| format!("server.{}", l.trim_start())),
     );
-    if a.header.label != b.header.label {
+    // A managed server's label is its command line, listed above already.
+    let is_cmd =
+        |r: &Results| r.header.label.is_some() && r.header.label == r.header.config.server_cmd;
+    if a.header.label != b.header.label && !(is_cmd(a) && is_cmd(b)) {
         let show = |l: &Option<String>| {
             l.as_deref()
                 .map_or("(none)".to_owned(), |s| format!("{s:?}"))

@@ -125,21 +125,21 @@ fn ab_of_one_thread_against_two_in_one_command_says_which_is_faster_at_16k() {
         "t",
         "1,2",
         "--runs",
-        "3",
+        "4",
         "--reps",
         "1",
         "--contexts",
-        "1k,16k",
+        "16k",
         "--output-tokens",
-        "4",
+        "2",
         "--out",
         out.to_str().unwrap(),
         "-q",
     ]);
     assert_eq!(code, 0, "{stderr}");
-    // Two variants measured, three runs each, each header holding its command line.
+    // Two variants measured, four runs each, each header holding its command line.
     for (t, name) in [("1", "t=1"), ("2", "t=2")] {
-        for p in runs(&out, name, 3) {
+        for p in runs(&out, name, 4) {
             let r = read(&p);
             let cmd = r
                 .header
@@ -153,16 +153,16 @@ fn ab_of_one_thread_against_two_in_one_command_says_which_is_faster_at_16k() {
                 "{cmd}"
             );
             assert_eq!(r.header.label.as_deref(), Some(cmd.as_str()));
-            assert_eq!(r.samples.iter().filter(|s| s.ttft_ms.is_some()).count(), 2);
+            assert_eq!(r.samples.iter().filter(|s| s.ttft_ms.is_some()).count(), 1);
             assert!(p.with_extension("server.log").exists());
         }
     }
     // The comparison at the end, the run as the unit.
     assert!(
-        stdout.contains("run as the unit (3 run(s) of A, 3 of B"),
+        stdout.contains("run as the unit (4 run(s) of A, 4 of B"),
         "{stdout}"
     );
-    let j = compare_json(&runs(&out, "t=1", 3), &runs(&out, "t=2", 3));
+    let j = compare_json(&runs(&out, "t=1", 4), &runs(&out, "t=2", 4));
     let row = j["versus"][0]["rows"]
         .as_array()
         .unwrap()
@@ -277,7 +277,8 @@ fn spawn_campaign(mark: &str, out: &Path, contexts: &str) -> std::process::Child
         .arg(out)
         .env_remove("CTXBENCH_URL")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        // -q keeps it short: a pipe nobody reads until the end cannot fill up.
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap()
 }
@@ -344,4 +345,30 @@ fn ctrl_c_mid_campaign_stops_the_server_and_resume_measures_only_what_is_missing
     // One run per side: the fallback on samples says it has too few of them.
     assert!(stdout.contains("too few samples"), "{stdout}");
     assert!(live_with(&mark).is_empty());
+}
+
+#[test]
+fn a_server_that_dies_mid_run_is_reported_with_its_log_tail() {
+    let _g = serial();
+    let mark = marker("dies");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("d");
+    let child = spawn_campaign(&mark, &out, "4k,8k");
+    common::wait_for_samples(&out.join("t=1-run0.jsonl"), 1, Duration::from_secs(120));
+    let servers = live_with(&mark);
+    assert_eq!(servers.len(), 1, "one server runs mid-campaign");
+    common::signal(servers[0], "-KILL");
+    let done = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the server of t=1 died during run 0"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("signal: 9"), "{stderr}");
+    assert!(stderr.contains("last lines of"), "{stderr}");
+    assert!(stderr.contains("--resume"), "{stderr}");
+    assert!(live_with(&mark).is_empty());
+    assert!(out.join("t=1-run0.server.log").exists());
+    assert!(!out.join("t=2-run0.jsonl").exists(), "the campaign stopped");
 }

@@ -241,3 +241,72 @@ fn a_closed_stdout_or_stderr_is_not_an_error() {
         .unwrap();
     assert_eq!(status.code(), Some(1), "a closed stderr panicked the sweep");
 }
+
+/// Copies of the golden results file with every TTFT times `factor` (prefill rates divided).
+fn scaled_golden(dir: &std::path::Path, name: &str, factor: f64) -> String {
+    let golden = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/golden/sweep.jsonl"),
+    )
+    .unwrap();
+    let mut out = String::new();
+    for line in golden.lines() {
+        let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if let Some(t) = v.get("ttft_ms").and_then(|t| t.as_f64()) {
+            v["ttft_ms"] = (t * factor).into();
+            if let Some(p) = v.get("prefill_tokens_per_s").and_then(|p| p.as_f64()) {
+                v["prefill_tokens_per_s"] = (p / factor).into();
+            }
+        }
+        out.push_str(&v.to_string());
+        out.push('\n');
+    }
+    let p = dir.join(name);
+    std::fs::write(&p, out).unwrap();
+    p.display().to_string()
+}
+
+#[test]
+fn gate_fail_if_slower_exits_3_on_a_significant_regression_and_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Three runs per side, each a little off the others; B's TTFT 30% longer.
+    let a: Vec<String> = [1.0, 1.02, 0.99]
+        .iter()
+        .enumerate()
+        .map(|(k, &f)| scaled_golden(d, &format!("a{k}.jsonl"), f))
+        .collect();
+    let b: Vec<String> = [1.3, 1.31, 1.29]
+        .iter()
+        .enumerate()
+        .map(|(k, &f)| scaled_golden(d, &format!("b{k}.jsonl"), f))
+        .collect();
+    let args = |gate: &'static str| {
+        let mut v = vec!["compare", "--a"];
+        v.extend(a.iter().map(String::as_str));
+        v.push("--b");
+        v.extend(b.iter().map(String::as_str));
+        v.extend(["--fail-if-slower", gate]);
+        v
+    };
+    let (code, stdout, stderr) = run(&args("5%"));
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stderr.contains("gate FAILED"), "{stderr}");
+    assert!(stderr.contains("TTFT at 1k: 29.6% worse"), "{stderr}");
+    assert!(stderr.contains("prefill at 2k"), "{stderr}");
+    assert!(stdout.contains("slower"), "{stdout}");
+    // Decode did not change: not named.
+    assert!(!stderr.contains("decode at"), "{stderr}");
+    // A threshold above the change passes.
+    let (code, _, stderr) = run(&args("40%"));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("no metric is significantly slower"),
+        "{stderr}"
+    );
+    // One run of 2 samples per side: no verdict, so nothing fails, and it says so.
+    let (code, _, stderr) = run(&["compare", &a[0], &b[0], "--fail-if-slower", "5%"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stderr.contains("cannot fail the gate"), "{stderr}");
+    let (code, _, stderr) = run(&["compare", &a[0], &b[0], "--fail-if-slower", "fast"]);
+    assert_eq!(code, 2, "{stderr}");
+}

@@ -121,9 +121,22 @@ fn compare_a_run_with_itself_finds_no_difference() {
     let v: Value = serde_json::from_str(&stdout).unwrap();
     let rows = v["versus"][0]["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 3 * 4);
+    // One run of 2 samples per side: a ratio, but too few samples for a verdict.
     for row in rows {
-        assert_eq!(row["ratio"]["ratio"].as_f64(), Some(1.0), "{row}");
+        assert_eq!(row["ratio"].as_f64(), Some(1.0), "{row}");
+        assert_eq!(row["verdict"], "too_few_samples", "{row}");
+    }
+    // The same run three times per side: runs as the unit, no difference.
+    let a = s(&r.a.out);
+    let (code, stdout, stderr) = run(&[
+        "compare", "--a", a, a, a, "--b", a, a, a, "--format", "json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["versus"][0]["basis"], "runs");
+    for row in v["versus"][0]["rows"].as_array().unwrap() {
         assert_eq!(row["verdict"], "no_significant_difference", "{row}");
+        assert_eq!(row["n_a"], 3, "{row}");
     }
     let dir = tempfile::tempdir().unwrap();
     let plot = dir.path().join("ab.svg");
