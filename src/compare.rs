@@ -68,6 +68,16 @@ pub struct CompareRow {
     pub verdict: Verdict,
 }
 
+impl CompareRow {
+    /// The interval, when there is one worth printing: with fewer than two samples on a
+    /// side a bootstrap interval collapses to a point (readme-audit L17).
+    pub fn interval(&self) -> Option<(f64, f64)> {
+        self.ratio
+            .filter(|_| self.verdict != Verdict::TooFewSamples)
+            .map(|c| (c.low, c.high))
+    }
+}
+
 /// A plain verdict for B relative to A.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]

@@ -241,3 +241,23 @@ fn a_closed_stdout_or_stderr_is_not_an_error() {
         .unwrap();
     assert_eq!(status.code(), Some(1), "a closed stderr panicked the sweep");
 }
+
+#[test]
+fn a_ca_cert_that_holds_no_certificate_is_a_usage_error_before_any_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let pem = dir.path().join("garbage.pem");
+    std::fs::write(&pem, "this is not a certificate\n").unwrap();
+    let url = unreachable_url();
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--url",
+        &url,
+        "--contexts",
+        "1k",
+        "--ca-cert",
+        pem.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--ca-cert holds no PEM certificate"), "{stderr}");
+    assert!(!stderr.contains("cannot connect"), "{stderr}");
+}

@@ -314,7 +314,7 @@ impl Renderer for HtmlRenderer {
                     esc(&val(r.a)),
                     esc(&val(r.b)),
                     r.ratio.map(|c| format!("{:.3}", c.ratio)).unwrap_or("–".into()),
-                    r.ratio.map(|c| format!("{:.3}–{:.3}", c.low, c.high)).unwrap_or("–".into()),
+                    r.interval().map(|(lo, hi)| format!("{lo:.3}–{hi:.3}")).unwrap_or("–".into()),
                     r.verdict
                 );
             }

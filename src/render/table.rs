@@ -260,8 +260,8 @@ impl Renderer for TableRenderer {
                         r.ratio
                             .map(|c| format!("{:.3}", c.ratio))
                             .unwrap_or("–".into()),
-                        r.ratio
-                            .map(|c| format!("{:.3}–{:.3}", c.low, c.high))
+                        r.interval()
+                            .map(|(lo, hi)| format!("{lo:.3}–{hi:.3}"))
                             .unwrap_or("–".into()),
                         r.verdict.to_string(),
                     ]
