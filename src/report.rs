@@ -218,7 +218,10 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         warnings.push(warn("cache_unverified", format!("{unver} sample(s) have no cached-token count from the server: cold prefill is not proven for them")));
     }
     // Only acceptance is inflated by a synthetic corpus: say so where there is some.
-    let has_spec = results.samples.iter().any(|s| s.spec_accept_length.is_some());
+    let has_spec = results
+        .samples
+        .iter()
+        .any(|s| s.spec_accept_length.is_some());
     if has_spec && h.corpus.label.contains("synthetic") {
         warnings.push(warn(
             "synthetic_corpus",

@@ -258,6 +258,9 @@ fn a_ca_cert_that_holds_no_certificate_is_a_usage_error_before_any_request() {
         pem.to_str().unwrap(),
     ]);
     assert_eq!(code, 2, "{stderr}");
-    assert!(stderr.contains("--ca-cert holds no PEM certificate"), "{stderr}");
+    assert!(
+        stderr.contains("--ca-cert holds no PEM certificate"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("cannot connect"), "{stderr}");
 }

@@ -184,12 +184,20 @@ fn the_synthetic_corpus_warning_appears_only_with_speculative_statistics() {
     };
     let plain = read("sweep.jsonl");
     assert!(plain.header.corpus.label.contains("synthetic"));
-    assert!(!kinds(&plain).contains(&"synthetic_corpus"), "{:?}", kinds(&plain));
+    assert!(
+        !kinds(&plain).contains(&"synthetic_corpus"),
+        "{:?}",
+        kinds(&plain)
+    );
     let mut spec = plain.clone();
     for s in &mut spec.samples {
         s.spec_accept_length = Some(3.0);
     }
-    assert!(kinds(&spec).contains(&"synthetic_corpus"), "{:?}", kinds(&spec));
+    assert!(
+        kinds(&spec).contains(&"synthetic_corpus"),
+        "{:?}",
+        kinds(&spec)
+    );
 }
 
 /// With one sample on a side there is no interval: compare prints none next to "too few
@@ -210,7 +218,11 @@ fn compare_prints_no_interval_for_too_few_samples() {
     let rows = &cmp.versus[0].rows;
     assert!(!rows.is_empty());
     for r in rows {
-        assert_eq!(r.verdict, ctxbench::compare::Verdict::TooFewSamples, "{r:?}");
+        assert_eq!(
+            r.verdict,
+            ctxbench::compare::Verdict::TooFewSamples,
+            "{r:?}"
+        );
         assert_eq!(r.interval(), None);
     }
     for f in [ReportFormat::Table, ReportFormat::Md, ReportFormat::Html] {

@@ -175,10 +175,14 @@ fn metrics_url_takes_a_url_a_path_or_off_and_one_that_does_not_answer_is_flagged
         "{:?}",
         r.samples
     );
-    assert_eq!(
-        stderr.matches("/nope").count(),
-        1,
-        "one warning naming the metrics URL: {stderr}"
+    let warned: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("does not answer"))
+        .collect();
+    assert_eq!(warned.len(), 1, "one warning: {stderr}");
+    assert!(
+        warned[0].contains("--metrics-url") && warned[0].contains("/nope"),
+        "{stderr}"
     );
 }
 
@@ -225,7 +229,12 @@ fn without_contexts_the_plan_is_the_default_ladder_under_the_servers_context() {
     let run = sweep(&srv.url(), &["--dry-run", "--output-tokens", "4"]).ok();
     // 8192 − output − margin: 1k, 2k, 4k, then the top near 7k.
     let all = format!("{}{}", run.stdout, run.stderr);
-    assert!(all.contains("1k, 2k, 4k, 7k"), "{all}");
+    let rows: Vec<&str> = all
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.ends_with('k') && w[..w.len() - 1].parse::<u32>().is_ok())
+        .collect();
+    assert_eq!(rows, ["1k", "2k", "4k", "7k"], "{all}");
 }
 
 #[test]
@@ -233,8 +242,6 @@ fn point_and_run_budgets_from_the_command_line_stop_precision_points() {
     let _g = serial();
     let srv = RefServer::start(4096, &[]);
     let precise = [
-        "--contexts",
-        "1k,2k",
         "--precision",
         "0.0001",
         "--min-reps",
@@ -244,14 +251,15 @@ fn point_and_run_budgets_from_the_command_line_stop_precision_points() {
         "--output-tokens",
         "4",
     ];
-    // A budget of several requests beyond --min-reps (a 1k request takes 0.1–1 s here).
+    // A budget of several requests beyond --min-reps (a 1k request takes 0.1–2 s on a
+    // loaded 2-core machine); the point stops when the next request would overrun it.
     let run = sweep(
         &srv.url(),
-        &[&precise[..], &["--point-budget", "2.5"]].concat(),
+        &[&precise[..], &["--contexts", "1k", "--point-budget", "8"]].concat(),
     )
     .ok();
     let r = run.results();
-    assert_eq!(r.points.len(), 2);
+    assert_eq!(r.points.len(), 1);
     for p in &r.points {
         assert_eq!(p.stop_reason, StopReason::PointBudget, "{p:?}");
         assert!(p.reps > 2, "the budget is spent beyond --min-reps: {p:?}");
@@ -259,7 +267,11 @@ fn point_and_run_budgets_from_the_command_line_stop_precision_points() {
     }
     let run = sweep(
         &srv.url(),
-        &[&precise[..], &["--run-budget", "0.3"]].concat(),
+        &[
+            &precise[..],
+            &["--contexts", "1k,2k", "--run-budget", "0.3"],
+        ]
+        .concat(),
     )
     .ok();
     let r = run.results();
@@ -315,8 +327,8 @@ fn run_report(file: &Path, args: &[&str]) -> (i32, String, String) {
     run(&[&["report", s(file)][..], args].concat())
 }
 
-/// Two real runs that differ in one real way (B prefills in micro-batches of 32 tokens
-/// instead of 512, so TTFT grows): compare calls B slower on TTFT, and --confidence,
+/// Two real runs that differ in one real way (B prefills in micro-batches of 256 tokens
+/// instead of 512: twice the batches, so TTFT grows): compare calls B slower on TTFT, and --confidence,
 /// --resamples and --noise change what it reports.
 #[test]
 fn compare_finds_a_real_slowdown_and_its_confidence_resamples_and_noise_apply() {
@@ -325,7 +337,7 @@ fn compare_finds_a_real_slowdown_and_its_confidence_resamples_and_noise_apply() 
         "--contexts",
         "2k",
         "--reps",
-        "4",
+        "3",
         "--output-tokens",
         "4",
         "-q",
@@ -335,7 +347,7 @@ fn compare_finds_a_real_slowdown_and_its_confidence_resamples_and_noise_apply() 
         sweep_to("a.jsonl", &srv.url(), &args).ok()
     };
     let b = {
-        let srv = RefServer::start(4096, &["-ub", "32", "-b", "32"]);
+        let srv = RefServer::start(4096, &["-ub", "256", "-b", "256"]);
         sweep_to("b.jsonl", &srv.url(), &args).ok()
     };
     let json = |extra: &[&str]| -> Value {
@@ -359,7 +371,7 @@ fn compare_finds_a_real_slowdown_and_its_confidence_resamples_and_noise_apply() 
     let d = json(&[]);
     let row = ttft(&d);
     assert_eq!(row["verdict"], "slower", "{row}");
-    assert!(row["ratio"]["ratio"].as_f64().unwrap() > 1.5, "{row}");
+    assert!(row["ratio"]["ratio"].as_f64().unwrap() > 1.2, "{row}");
     let n = json(&["--confidence", "0.5", "--resamples", "200", "--noise", "0"]);
     assert_eq!(n["level"], 0.5);
     assert_eq!(n["resamples"], 200);
