@@ -7,7 +7,6 @@
 //! server sent is sent by the imitation too. A real server upgrade that changes a field, or
 //! an imitation that drifts, fails here.
 
-#[allow(dead_code)]
 mod common;
 mod scripted;
 
