@@ -120,6 +120,13 @@ pub struct CompareRow {
 }
 
 impl CompareRow {
+    /// The interval, when it is worth printing: beside "too few runs/samples" an interval
+    /// over one or two values only looks precise (readme-audit L17).
+    pub fn shown_interval(&self) -> Option<RatioInterval> {
+        self.interval
+            .filter(|_| !matches!(self.verdict, Verdict::TooFewRuns | Verdict::TooFewSamples))
+    }
+
     /// The significance result behind this row, for [`significance::regressions`].
     pub fn cell(&self, basis: Basis) -> CellComparison {
         CellComparison {

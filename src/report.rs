@@ -232,7 +232,12 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
             .map_or(String::new(), |h| format!(" ({h})"));
         warnings.push(warn("cache_unverified", format!("{unver} sample(s) have no cached-token count from the server: cold prefill is not proven for them{hint}")));
     }
-    if h.corpus.label.contains("synthetic") {
+    // Only acceptance is inflated by a synthetic corpus: say so where there is some.
+    let has_spec = results
+        .samples
+        .iter()
+        .any(|s| s.spec_accept_length.is_some());
+    if has_spec && h.corpus.label.contains("synthetic") {
         warnings.push(warn(
             "synthetic_corpus",
             format!(

@@ -310,3 +310,57 @@ fn gate_fail_if_slower_exits_3_on_a_significant_regression_and_names_it() {
     let (code, _, stderr) = run(&["compare", &a[0], &b[0], "--fail-if-slower", "fast"]);
     assert_eq!(code, 2, "{stderr}");
 }
+
+#[test]
+fn a_ca_cert_that_holds_no_certificate_is_a_usage_error_before_any_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let pem = dir.path().join("garbage.pem");
+    std::fs::write(&pem, "this is not a certificate\n").unwrap();
+    let url = unreachable_url();
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--url",
+        &url,
+        "--contexts",
+        "1k",
+        "--ca-cert",
+        pem.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("--ca-cert holds no PEM certificate"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("cannot connect"), "{stderr}");
+}
+
+/// A run keeps its --label when no other run shares it, even if other runs' labels collide
+/// (readme-audit L14: `report a b b` used to drop every label).
+#[test]
+fn a_unique_label_names_its_run_when_other_labels_collide() {
+    let golden =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/golden/sweep.jsonl");
+    let text = std::fs::read_to_string(golden).unwrap();
+    let (head, rest) = text.split_once('\n').unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, label: &str| {
+        let mut h: serde_json::Value = serde_json::from_str(head).unwrap();
+        h["label"] = label.into();
+        let p = dir.path().join(name);
+        std::fs::write(&p, format!("{h}\n{rest}")).unwrap();
+        p.to_str().unwrap().to_owned()
+    };
+    let a = write("a.jsonl", "baseline");
+    let b = write("b.jsonl", "tuned");
+    let c = write("c.jsonl", "tuned");
+    let (code, out, err) = run(&["report", &a, &b, &c, "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&str> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["baseline", "b", "c"]);
+}

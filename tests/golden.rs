@@ -189,3 +189,65 @@ fn the_schema_document_names_every_field_the_sweep_writes() {
         "not in docs/results-schema.md: {missing:?}"
     );
 }
+
+/// The synthetic-corpus warning is about speculative acceptance: only a run with speculative
+/// statistics gets it (readme-audit L1).
+#[test]
+fn the_synthetic_corpus_warning_appears_only_with_speculative_statistics() {
+    let kinds = |r: &Results| -> Vec<&'static str> {
+        report::build_run("r", "r.jsonl", r)
+            .warnings
+            .iter()
+            .map(|w| w.kind)
+            .collect()
+    };
+    let plain = read("sweep.jsonl");
+    assert!(plain.header.corpus.label.contains("synthetic"));
+    assert!(
+        !kinds(&plain).contains(&"synthetic_corpus"),
+        "{:?}",
+        kinds(&plain)
+    );
+    let mut spec = plain.clone();
+    for s in &mut spec.samples {
+        s.spec_accept_length = Some(3.0);
+    }
+    assert!(
+        kinds(&spec).contains(&"synthetic_corpus"),
+        "{:?}",
+        kinds(&spec)
+    );
+}
+
+/// With one sample on a side there is no interval: compare prints none next to "too few
+/// samples" (readme-audit L17), in every format that shows intervals.
+#[test]
+fn compare_prints_no_interval_for_too_few_samples() {
+    let a = read("sweep.jsonl");
+    let mut b = a.clone();
+    // Keep one cold sample per context in B.
+    let mut seen = std::collections::HashSet::new();
+    b.samples
+        .retain(|s| s.phase != Phase::Cold || seen.insert(s.context_tokens));
+    let sides = [
+        vec![("a".to_owned(), "a.jsonl".to_owned(), a)],
+        vec![("b".to_owned(), "b.jsonl".to_owned(), b)],
+    ];
+    let settings = ctxbench::stats::significance::Settings::default();
+    let cmp = ctxbench::compare::build(&sides, false, &settings).unwrap();
+    let rows = &cmp.versus[0].rows;
+    assert!(!rows.is_empty());
+    for r in rows {
+        assert_eq!(
+            r.verdict,
+            ctxbench::stats::significance::Verdict::TooFewSamples,
+            "{r:?}"
+        );
+        assert_eq!(r.shown_interval(), None);
+    }
+    for f in [ReportFormat::Table, ReportFormat::Md, ReportFormat::Html] {
+        let out = renderer(f).compare(&cmp).unwrap();
+        assert!(out.contains("too few samples"), "{f:?}: {out}");
+        assert!(!out.contains("1.000–1.000"), "{f:?}: {out}");
+    }
+}

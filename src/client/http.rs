@@ -36,9 +36,18 @@ impl Http {
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(30));
         if let Some(pem) = ca_cert_pem {
-            let cert = reqwest::Certificate::from_pem(pem)
+            // from_pem accepts bytes it cannot use; a bundle read finds the real certificates.
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
                 .map_err(|e| format!("--ca-cert is not a PEM certificate: {e}"))?;
-            b = b.add_root_certificate(cert);
+            if certs.is_empty() {
+                return Err(
+                    "--ca-cert holds no PEM certificate (no -----BEGIN CERTIFICATE----- block)"
+                        .to_owned(),
+                );
+            }
+            for cert in certs {
+                b = b.add_root_certificate(cert);
+            }
         }
         let client = b
             .build()

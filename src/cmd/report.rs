@@ -27,18 +27,29 @@ pub fn load(paths: &[PathBuf]) -> Result<Vec<(String, String, Results)>> {
         .iter()
         .map(|(_, _, r)| r.header.label.as_ref())
         .collect();
-    let distinct = given
+    // Each run whose label is its own (no other run has it, as a label or a file name)
+    // is named by it; the others keep their file names (readme-audit L14).
+    let names: Vec<String> = loaded
         .iter()
-        .flatten()
-        .collect::<std::collections::HashSet<_>>()
-        .len();
-    if given.iter().all(Option::is_some) && distinct == given.len() {
-        return Ok(loaded
-            .into_iter()
-            .map(|(_, p, r)| (r.header.label.clone().unwrap_or_default(), p, r))
-            .collect());
-    }
-    Ok(loaded)
+        .enumerate()
+        .map(|(i, (stem, _, _))| match given[i] {
+            Some(l)
+                if given.iter().filter(|g| *g == &Some(l)).count() == 1
+                    && loaded
+                        .iter()
+                        .enumerate()
+                        .all(|(j, (s, _, _))| j == i || s != l) =>
+            {
+                l.clone()
+            }
+            _ => stem.clone(),
+        })
+        .collect();
+    Ok(loaded
+        .into_iter()
+        .zip(names)
+        .map(|((_, p, r), name)| (name, p, r))
+        .collect())
 }
 
 /// Writes `bytes` to `path`, creating missing parent folders first (as `sweep --out` does).

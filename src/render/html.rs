@@ -341,7 +341,7 @@ impl Renderer for HtmlRenderer {
                     esc(&val(r.a)),
                     esc(&val(r.b)),
                     r.ratio.map(|x| format!("{x:.3}")).unwrap_or("–".into()),
-                    r.interval.map(|c| format!("{:.3}–{:.3}", c.low, c.high)).unwrap_or("–".into()),
+                    r.shown_interval().map(|c| format!("{:.3}–{:.3}", c.low, c.high)).unwrap_or("–".into()),
                     esc(&super::verdict_text(v, r))
                 );
             }

@@ -237,7 +237,7 @@ impl Renderer for MarkdownRenderer {
                     val(r.a),
                     val(r.b),
                     r.ratio.map(|x| format!("{x:.3}")).unwrap_or("–".into()),
-                    r.interval
+                    r.shown_interval()
                         .map(|c| format!("{:.3}–{:.3}", c.low, c.high))
                         .unwrap_or("–".into()),
                     verdict

@@ -263,7 +263,7 @@ impl Renderer for TableRenderer {
                         val(r.a),
                         val(r.b),
                         r.ratio.map(|x| format!("{x:.3}")).unwrap_or("–".into()),
-                        r.interval
+                        r.shown_interval()
                             .map(|c| format!("{:.3}–{:.3}", c.low, c.high))
                             .unwrap_or("–".into()),
                         super::verdict_text(v, r),
