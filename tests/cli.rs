@@ -310,3 +310,40 @@ fn gate_fail_if_slower_exits_3_on_a_significant_regression_and_names_it() {
     let (code, _, stderr) = run(&["compare", &a[0], &b[0], "--fail-if-slower", "fast"]);
     assert_eq!(code, 2, "{stderr}");
 }
+
+#[test]
+fn url_and_server_cmd_exclude_each_other_and_bad_templates_are_usage_errors() {
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--url",
+        "http://127.0.0.1:9",
+        "--server-cmd",
+        "llama-server --port {port}",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--url and --server-cmd"), "{stderr}");
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--server-cmd",
+        "llama-server -t {t}",
+        "-L",
+        "t",
+        "1,2",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("{port}"), "{stderr}");
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--server-cmd",
+        "llama-server --port {port} -t {t}",
+        "-L",
+        "t",
+        "1,2",
+        "--baseline",
+        "t=3",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("t=1, t=2"), "{stderr}");
+    let (code, _, stderr) = run(&["sweep", "--url", "http://127.0.0.1:9", "-L", "t", "1"]);
+    assert_eq!(code, 2, "{stderr}");
+}
