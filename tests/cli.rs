@@ -364,3 +364,40 @@ fn a_unique_label_names_its_run_when_other_labels_collide() {
         .collect();
     assert_eq!(names, ["baseline", "b", "c"]);
 }
+
+#[test]
+fn url_and_server_cmd_exclude_each_other_and_bad_templates_are_usage_errors() {
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--url",
+        "http://127.0.0.1:9",
+        "--server-cmd",
+        "llama-server --port {port}",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("--url and --server-cmd"), "{stderr}");
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--server-cmd",
+        "llama-server -t {t}",
+        "-L",
+        "t",
+        "1,2",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("{port}"), "{stderr}");
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--server-cmd",
+        "llama-server --port {port} -t {t}",
+        "-L",
+        "t",
+        "1,2",
+        "--baseline",
+        "t=3",
+    ]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("t=1, t=2"), "{stderr}");
+    let (code, _, stderr) = run(&["sweep", "--url", "http://127.0.0.1:9", "-L", "t", "1"]);
+    assert_eq!(code, 2, "{stderr}");
+}
