@@ -333,6 +333,7 @@ fn point_record(
         stop_reason: reason,
         ttft_ci_rel: relative_half_width(&prog.ttft_ms),
         decode_ci_rel: relative_half_width(&prog.decode),
+        concurrency: None,
     }
 }
 
@@ -713,3 +714,5 @@ pub(crate) mod tests {
 
 #[cfg(test)]
 mod loop_tests;
+
+pub mod wave;

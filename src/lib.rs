@@ -8,6 +8,7 @@
 pub mod adaptive;
 pub mod bench;
 pub mod cachehit;
+pub mod capacity;
 pub mod client;
 pub mod compare;
 pub mod corpus;

@@ -81,6 +81,9 @@ fn blank_sample(target: &Target<'_>, context: u64, rep: u32, sent: u64, at: Stri
         metrics: None,
         flush: None,
         two_point: None,
+        concurrency: None,
+        wave: None,
+        wave_stats: None,
     }
 }
 
@@ -334,6 +337,7 @@ mod tests {
                 first_read_token_events: 1,
                 bytes: 1000,
                 saw_final: true,
+                token_times: Vec::new(),
             },
             counts: Counts {
                 prompt_tokens: Some(prompt),
