@@ -8,7 +8,7 @@ use crate::error::UsageError;
 use crate::record::{self, Results};
 use crate::report;
 use crate::stats::bootstrap::{self, RatioCi};
-use crate::stats::metric::{self, Metric};
+use crate::stats::metric::Metric;
 
 /// Runs compared against a baseline.
 #[derive(Debug, Clone, Serialize)]
@@ -56,6 +56,9 @@ pub struct Versus {
 pub struct CompareRow {
     /// Context length.
     pub context_tokens: u64,
+    /// Concurrency of the cell, in a concurrency grid (absent: one request at a time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
     /// The metric.
     pub metric: Metric,
     /// Median of A.
@@ -66,6 +69,30 @@ pub struct CompareRow {
     pub ratio: Option<RatioCi>,
     /// What it means.
     pub verdict: Verdict,
+}
+
+impl CompareRow {
+    /// The point or cell as written in tables: `16k`, or `16k ×4` in a concurrency grid.
+    pub fn label(&self) -> String {
+        match self.concurrency {
+            Some(c) => format!("{} ×{c}", crate::units::fmt_ctx(self.context_tokens)),
+            None => crate::units::fmt_ctx(self.context_tokens),
+        }
+    }
+}
+
+/// A sample's value of `m`; inside a concurrent wave, decode is the request's rate in the
+/// window where all the wave's requests decoded at once.
+fn value(s: &record::Sample, m: Metric) -> Option<f64> {
+    let w = s
+        .wave_stats
+        .as_ref()
+        .filter(|_| s.concurrency.unwrap_or(1) > 1);
+    match (m, w) {
+        (Metric::DecodeTokensPerS, Some(w)) => w.window_decode_tokens_per_s,
+        (Metric::MsPerStep, Some(w)) => w.window_ms_per_step,
+        _ => m.of(s),
+    }
 }
 
 /// A plain verdict for B relative to A.
@@ -218,32 +245,44 @@ pub fn rows(
 ) -> Vec<CompareRow> {
     let mut out = Vec::new();
     let cb = contexts(b);
+    // Grids are compared cell by cell: (context, concurrency) present in both runs.
+    let (la, lb) = (
+        a.header.config.concurrency_levels(),
+        b.header.config.concurrency_levels(),
+    );
+    let grid = la != [1] || lb != [1];
+    let levels: Vec<u32> = la.into_iter().filter(|c| lb.contains(c)).collect();
     for c in contexts(a).into_iter().filter(|c| cb.contains(c)) {
-        for (i, m) in Metric::ALL.into_iter().enumerate() {
-            let at = |r: &Results| -> Vec<f64> {
-                metric::observations(&r.samples, m)
-                    .into_iter()
-                    .filter(|o| o.0 == c)
-                    .map(|o| o.1)
-                    .collect()
-            };
-            let (va, vb) = (at(a), at(b));
-            let med = |v: &[f64]| crate::stats::Spread::of(v.iter().copied()).map(|s| s.median);
-            let ci = bootstrap::ratio_of_medians(
-                &va,
-                &vb,
-                resamples,
-                level,
-                seed ^ c.rotate_left(17) ^ i as u64,
-            );
-            out.push(CompareRow {
-                context_tokens: c,
-                metric: m,
-                a: med(&va),
-                b: med(&vb),
-                verdict: verdict(m, ci.as_ref(), noise),
-                ratio: ci,
-            });
+        for &conc in &levels {
+            for (i, m) in Metric::ALL.into_iter().enumerate() {
+                let at = |r: &Results| -> Vec<f64> {
+                    r.samples
+                        .iter()
+                        .filter(|s| s.usable() && s.context_tokens == c)
+                        .filter(|s| s.concurrency.unwrap_or(1) == conc)
+                        .filter_map(|s| value(s, m))
+                        .filter(|v| v.is_finite())
+                        .collect()
+                };
+                let (va, vb) = (at(a), at(b));
+                let med = |v: &[f64]| crate::stats::Spread::of(v.iter().copied()).map(|s| s.median);
+                let ci = bootstrap::ratio_of_medians(
+                    &va,
+                    &vb,
+                    resamples,
+                    level,
+                    seed ^ c.rotate_left(17) ^ i as u64 ^ u64::from(conc - 1).rotate_left(40),
+                );
+                out.push(CompareRow {
+                    context_tokens: c,
+                    concurrency: grid.then_some(conc),
+                    metric: m,
+                    a: med(&va),
+                    b: med(&vb),
+                    verdict: verdict(m, ci.as_ref(), noise),
+                    ratio: ci,
+                });
+            }
         }
     }
     out

@@ -122,11 +122,9 @@ pub async fn run_grid(
     'cells: for (pi, &context) in contexts.iter().enumerate() {
         for (ci, &c) in levels.iter().enumerate() {
             let earlier = prior_waves(prior, context, c);
-            let done: HashSet<u32> = earlier
-                .iter()
-                .filter(|(_, w)| wave_done(w, c))
-                .map(|(k, _)| *k)
-                .collect();
+            // Every recorded wave id is taken, complete or not: a wave cut short (killed
+            // between its lines) is measured again under a new id, not mixed with the old.
+            let done: HashSet<u32> = earlier.keys().copied().collect();
             let mut prog = PointProgress::default();
             for w in earlier.values().filter(|w| wave_done(w, c)) {
                 let secs = w.iter().filter_map(|s| s.e2e_ms).fold(0.0, f64::max) / 1000.0;

@@ -360,4 +360,8 @@ pub struct OverheadArgs {
     /// Runs (the median is reported).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub runs: u32,
+    /// Concurrent streams (many-streams mode: --tokens is split between them, and the
+    /// client's CPU is the whole process's minus the loopback server's thread).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub streams: u32,
 }

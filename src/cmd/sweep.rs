@@ -331,13 +331,24 @@ async fn measure(
     let mut observer = Terminal::new(args.quiet);
     if !args.quiet {
         eprintln!(
-            "plan: {} context(s) [{}] × {}, {}, corpus: {}{}",
+            "plan: {} context(s) [{}]{} × {}, {}, corpus: {}{}",
             contexts.len(),
             contexts
                 .iter()
                 .map(|&c| units::fmt_ctx(c))
                 .collect::<Vec<_>>()
                 .join(", "),
+            match opts.grid() {
+                true => format!(
+                    " × concurrency [{}] (waves of c requests released together)",
+                    levels
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                false => String::new(),
+            },
             policy,
             output_label(two_point, out_tokens),
             corpus_spec.label(),

@@ -330,7 +330,7 @@ impl Renderer for HtmlRenderer {
                 let _ = writeln!(
                     body,
                     "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td></tr>",
-                    fmt_ctx(r.context_tokens),
+                    esc(&r.label()),
                     esc(r.metric.label()),
                     esc(&val(r.a)),
                     esc(&val(r.b)),

@@ -232,7 +232,7 @@ impl Renderer for MarkdownRenderer {
                 let _ = writeln!(
                     out,
                     "| {} | {} | {} | {} | {} | {} | {} |",
-                    fmt_ctx(r.context_tokens),
+                    r.label(),
                     r.metric.label(),
                     val(r.a),
                     val(r.b),

@@ -288,7 +288,7 @@ impl Renderer for TableRenderer {
                             .unwrap_or("–".into())
                     };
                     [
-                        fmt_ctx(r.context_tokens),
+                        r.label(),
                         r.metric.label().to_owned(),
                         val(r.a),
                         val(r.b),
