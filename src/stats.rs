@@ -256,6 +256,9 @@ mod tests {
             metrics: None,
             flush: None,
             two_point: None,
+            concurrency: None,
+            wave: None,
+            wave_stats: None,
         }
     }
 

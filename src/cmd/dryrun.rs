@@ -18,6 +18,7 @@ use ctxbench::render;
 
 /// `--dry-run`: the plan, prompt sizes and a predicted duration from two calibration
 /// requests; nothing is recorded.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     backend: &dyn Backend,
     builder: &mut PromptBuilder<'_>,
