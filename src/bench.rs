@@ -378,6 +378,7 @@ fn point_record(
         stop_reason: reason,
         ttft_ci_rel: relative_half_width(&prog.ttft_ms),
         decode_ci_rel: relative_half_width(&prog.decode),
+        concurrency: None,
     }
 }
 
@@ -939,3 +940,5 @@ pub(crate) mod tests {
 
 #[cfg(test)]
 mod loop_tests;
+
+pub mod wave;

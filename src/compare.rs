@@ -101,6 +101,9 @@ fn agreement_of(
 pub struct CompareRow {
     /// Context length.
     pub context_tokens: u64,
+    /// Concurrency of the cell, in a concurrency grid (absent: one request at a time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
     /// The metric.
     pub metric: Metric,
     /// Median of A (the median of its run medians when A has several runs).
@@ -120,6 +123,14 @@ pub struct CompareRow {
 }
 
 impl CompareRow {
+    /// The point or cell as written in tables: `16k`, or `16k ×4` in a concurrency grid.
+    pub fn label(&self) -> String {
+        match self.concurrency {
+            Some(c) => format!("{} ×{c}", crate::units::fmt_ctx(self.context_tokens)),
+            None => crate::units::fmt_ctx(self.context_tokens),
+        }
+    }
+
     /// The interval, when it is worth printing: beside "too few runs/samples" an interval
     /// over one or two values only looks precise (readme-audit L17).
     pub fn shown_interval(&self) -> Option<RatioInterval> {
@@ -261,17 +272,39 @@ pub fn differences(a: &Results, b: &Results) -> Vec<String> {
 }
 
 /// Per run, the values of `m` at context `c` (usable cold samples).
-fn values_by_run(group: &[Loaded], m: Metric, c: u64) -> Vec<Vec<f64>> {
+fn values_by_run(group: &[Loaded], m: Metric, c: u64, cell: Option<u32>) -> Vec<Vec<f64>> {
     group
         .iter()
-        .map(|(_, _, r)| {
-            metric::observations(&r.samples, m)
+        .map(|(_, _, r)| match cell {
+            None => metric::observations(&r.samples, m)
                 .into_iter()
                 .filter(|o| o.0 == c)
                 .map(|o| o.1)
-                .collect()
+                .collect(),
+            Some(conc) => r
+                .samples
+                .iter()
+                .filter(|s| s.usable() && s.phase == record::Phase::Cold && s.context_tokens == c)
+                .filter(|s| s.concurrency.unwrap_or(1) == conc)
+                .filter_map(|s| value(s, m))
+                .filter(|v| v.is_finite())
+                .collect(),
         })
         .collect()
+}
+
+/// A sample's value of `m`; inside a concurrent wave, decode is the request's rate in the
+/// window where all the wave's requests decoded at once.
+fn value(s: &record::Sample, m: Metric) -> Option<f64> {
+    let w = s
+        .wave_stats
+        .as_ref()
+        .filter(|_| s.concurrency.unwrap_or(1) > 1);
+    match (m, w) {
+        (Metric::DecodeTokensPerS, Some(w)) => w.window_decode_tokens_per_s,
+        (Metric::MsPerStep, Some(w)) => w.window_ms_per_step,
+        _ => m.of(s),
+    }
 }
 
 fn median(v: &[f64]) -> Option<f64> {
@@ -293,25 +326,40 @@ fn group_contexts(group: &[Loaded]) -> Vec<u64> {
     })
 }
 
-/// B against A at every context point both sides have. Pure.
+/// B against A at every context point both sides have, and in concurrency grids at every
+/// (context, concurrency) cell both have. Pure.
 pub fn rows(a: &[Loaded], b: &[Loaded], s: &Settings) -> Vec<CompareRow> {
     let mut out = Vec::new();
     let cb = group_contexts(b);
+    let levels = |g: &[Loaded]| {
+        g.first()
+            .map_or(vec![1], |(_, _, r)| r.header.config.concurrency_levels())
+    };
+    let (la, lb) = (levels(a), levels(b));
+    let grid = la != [1] || lb != [1];
+    let common: Vec<u32> = la.into_iter().filter(|c| lb.contains(c)).collect();
     for c in group_contexts(a).into_iter().filter(|c| cb.contains(c)) {
-        for m in Metric::ALL {
-            let (va, vb) = (values_by_run(a, m, c), values_by_run(b, m, c));
-            let cell = significance::compare_cell(m, &va, &vb, s);
-            out.push(CompareRow {
-                context_tokens: c,
-                metric: m,
-                a: center(&va),
-                b: center(&vb),
-                ratio: cell.ratio,
-                interval: cell.interval,
-                n_a: cell.n_a,
-                n_b: cell.n_b,
-                verdict: cell.verdict,
-            });
+        for &conc in &common {
+            let cell_of = grid.then_some(conc);
+            for m in Metric::ALL {
+                let (va, vb) = (
+                    values_by_run(a, m, c, cell_of),
+                    values_by_run(b, m, c, cell_of),
+                );
+                let cell = significance::compare_cell(m, &va, &vb, s);
+                out.push(CompareRow {
+                    context_tokens: c,
+                    concurrency: cell_of,
+                    metric: m,
+                    a: center(&va),
+                    b: center(&vb),
+                    ratio: cell.ratio,
+                    interval: cell.interval,
+                    n_a: cell.n_a,
+                    n_b: cell.n_b,
+                    verdict: cell.verdict,
+                });
+            }
         }
     }
     out

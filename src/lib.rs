@@ -7,6 +7,7 @@
 
 pub mod adaptive;
 pub mod bench;
+pub mod capacity;
 pub mod client;
 pub mod compare;
 pub mod corpus;

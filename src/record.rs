@@ -215,6 +215,12 @@ string_enum! {
         /// A warm sample whose greedy output differs from its cold sample's (same prompt):
         /// the server is not deterministic at this depth.
         Nondeterministic = "nondeterministic",
+        /// Concurrent wave: this request waited for a slot (its first token came after
+        /// another request of the wave had finished, or the server reported a long queue).
+        Queued = "queued",
+        /// Concurrent wave: the window where all requests decoded at once was too short to
+        /// time, so no concurrent rate is reported.
+        NoOverlap = "no_overlap",
     }
 }
 
@@ -480,6 +486,24 @@ pub struct RunConfig {
     /// `--needle-depths` when `--needle` was given: depths (percent) of the needle checks.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub needle_depths: Option<Vec<u32>>,
+    /// `--concurrency`: requests sent together at each context (absent: 1, one at a time).
+    #[serde(default, skip_serializing_if = "one_at_a_time")]
+    pub concurrency: Vec<u32>,
+}
+
+/// Whether a concurrency list means today's one-request-at-a-time sweep (not written).
+fn one_at_a_time(c: &[u32]) -> bool {
+    c.is_empty() || c == [1]
+}
+
+impl RunConfig {
+    /// The concurrency levels measured (`[1]` for a file without the field).
+    pub fn concurrency_levels(&self) -> Vec<u32> {
+        match self.concurrency.is_empty() {
+            true => vec![1],
+            false => self.concurrency.clone(),
+        }
+    }
 }
 
 /// What the probe (and the warmup) learned about the server.
@@ -843,6 +867,51 @@ pub struct Sample {
     /// Needle samples: the fact, the answer and the verdict.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub needle: Option<NeedleCheck>,
+    /// Requests sent together in this sample's wave (`--concurrency`; absent: 1, no wave).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
+    /// The wave's number within its cell (context × concurrency); its `rep` is the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave: Option<u32>,
+    /// What the wave measured, seen from this request and for the whole wave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wave_stats: Option<WaveStats>,
+}
+
+/// One request of a concurrent wave: times relative to the wave's start (`t0`, when all its
+/// requests were released together), its share of the window where all requests decoded at
+/// once, and the wave's aggregate numbers (the same on every sample of the wave).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct WaveStats {
+    /// This request's index in the wave, from 0.
+    pub slot: u32,
+    /// When this request was written, after t0.
+    pub sent_ms: f64,
+    /// Its first token, after t0.
+    pub first_token_ms: Option<f64>,
+    /// Its last token, after t0.
+    pub last_token_ms: Option<f64>,
+    /// Length of the window where all requests of the wave were decoding (latest first
+    /// token to earliest last token); `null`: they never all decoded at once.
+    pub window_ms: Option<f64>,
+    /// Token-carrying events of this request inside the window.
+    pub window_tokens: Option<u64>,
+    /// This request's decode rate inside the window.
+    pub window_decode_tokens_per_s: Option<f64>,
+    /// This request's time per step inside the window.
+    pub window_ms_per_step: Option<f64>,
+    /// Sum over the wave of the in-window decode rates: what the server delivered.
+    pub aggregate_decode_tokens_per_s: Option<f64>,
+    /// c × context / (latest first token − t0): prompt tokens the server took in per second.
+    pub aggregate_prefill_tokens_per_s: Option<f64>,
+    /// Latest minus earliest first token of the wave.
+    pub ttft_spread_ms: Option<f64>,
+    /// Output tokens of the wave over its first-to-last token span: the throughput also when
+    /// requests queued (no common window).
+    pub wave_output_tokens_per_s: Option<f64>,
+    /// Slot of a request that finished decoding before this one's first token (it waited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waited_for: Option<u32>,
 }
 
 impl Sample {
@@ -879,6 +948,9 @@ pub struct PointRecord {
     pub ttft_ci_rel: Option<f64>,
     /// Relative 95% CI half-width of the median decode rate.
     pub decode_ci_rel: Option<f64>,
+    /// Concurrency of this cell (`--concurrency`; absent: 1, one request at a time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
 }
 
 /// The `resume` line: a later session continued the file.

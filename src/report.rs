@@ -64,6 +64,10 @@ pub struct RunReport {
     /// Needle retrieval per context × depth (`--needle`), apart from the speed numbers.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub needle: Vec<crate::integrity::NeedleCell>,
+    /// The capacity map (context × concurrency), for a run with `--concurrency` above 1;
+    /// the points and fits above are then its lowest concurrency level's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<crate::capacity::CapacityMap>,
 }
 
 /// Acceptance length at one context length.
@@ -112,7 +116,7 @@ pub struct Slowdown {
 pub struct Warning {
     /// `contaminated`, `length_mismatch`, `failed`, `cache_unverified`, `two_point_inverted`,
     /// `cache_bypass_off`, `nonce_off`, `poor_fit`, `no_fit`, `extrapolation`, `torn_line`,
-    /// `synthetic_corpus`, `other_phase`.
+    /// `synthetic_corpus`, `other_phase`, `prediction_missed`.
     pub kind: &'static str,
     /// What happened and what to do.
     pub message: String,
@@ -162,16 +166,24 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
     // Tables, plots and fits use cold samples; warm decode-at-depth samples (a cached
     // prefix reused on purpose) are summarised apart in the same points. Phases this
     // version does not know are left out, and said so.
-    let known: Vec<Sample> = results
+    let capacity = crate::capacity::map(&results.samples, &h.config, &h.server);
+    // A grid's one-request view (table, fits) is its lowest concurrency level: requests
+    // sharing the server would blur how one request's cost grows with context.
+    let lowest = h.config.concurrency_levels().into_iter().min().unwrap_or(1);
+    let alone: Vec<Sample> = results
         .samples
+        .iter()
+        .filter(|s| s.concurrency.unwrap_or(1) == lowest)
+        .cloned()
+        .collect();
+    let known: Vec<Sample> = alone
         .iter()
         .filter(|s| matches!(s.phase, Phase::Cold | Phase::Warm))
         .cloned()
         .collect();
     let cold: Vec<&Sample> = known.iter().filter(|s| s.phase == Phase::Cold).collect();
     let needle = crate::integrity::needle_cells(&results.samples);
-    let other_phases = results
-        .samples
+    let other_phases = alone
         .iter()
         .filter(|s| !matches!(s.phase, Phase::Cold | Phase::Warm | Phase::Needle))
         .count();
@@ -247,8 +259,16 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         ));
     }
 
+    if let Some(m) = &capacity {
+        for x in &m.mispredicted {
+            warnings.push(warn(
+                "prediction_missed",
+                format!("the server did not do what its limits predicted at {x}"),
+            ));
+        }
+    }
     let mut scaling = |metric: Metric, model: Model| -> Option<ScalingFit> {
-        let obs = metric::observations(&results.samples, metric);
+        let obs = metric::observations(&alone, metric);
         let Some(f) = fit::fit(model, &obs) else {
             let lengths = {
                 let mut l: Vec<u64> = obs.iter().map(|o| o.0).collect();
@@ -362,7 +382,16 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         run_label: h.label.clone(),
         stops: points
             .iter()
-            .filter_map(|p| results.point(p.context_tokens).cloned())
+            .filter_map(|p| {
+                results
+                    .points
+                    .iter()
+                    .rev()
+                    .find(|r| {
+                        r.context_tokens == p.context_tokens && r.concurrency.unwrap_or(1) == lowest
+                    })
+                    .cloned()
+            })
             .collect(),
         points,
         acceptance,
@@ -370,6 +399,7 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         step_fit,
         warnings,
         needle,
+        capacity,
     }
 }
 

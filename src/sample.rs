@@ -85,6 +85,9 @@ fn blank_sample(target: &Target<'_>, context: u64, rep: u32, sent: u64, at: Stri
         fingerprint_of: None,
         output_ids: None,
         needle: None,
+        concurrency: None,
+        wave: None,
+        wave_stats: None,
     }
 }
 
@@ -458,6 +461,7 @@ mod tests {
                 first_read_token_events: 1,
                 bytes: 1000,
                 saw_final: true,
+                token_times: Vec::new(),
             },
             counts: Counts {
                 prompt_tokens: Some(prompt),

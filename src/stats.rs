@@ -288,6 +288,9 @@ mod tests {
             fingerprint_of: None,
             output_ids: None,
             needle: None,
+            concurrency: None,
+            wave: None,
+            wave_stats: None,
         }
     }
 

@@ -139,6 +139,7 @@ impl Backend for Fake {
                         first_read_token_events: 1,
                         bytes: 1000,
                         saw_final: true,
+                        token_times: Vec::new(),
                     },
                     counts: Counts {
                         prompt_tokens: Some(len),

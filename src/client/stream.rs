@@ -154,7 +154,13 @@ pub struct StreamStats {
     pub bytes: usize,
     /// Whether the final record arrived.
     pub saw_final: bool,
+    /// Arrival of each token-carrying event, in order (at most [`MAX_TOKEN_TIMES`]): a
+    /// concurrent wave counts each request's tokens inside the window where all decoded.
+    pub token_times: Vec<Instant>,
 }
+
+/// Token arrival times kept per stream: bounds memory on very long outputs.
+pub const MAX_TOKEN_TIMES: usize = 1 << 16;
 
 impl StreamStats {
     /// Time to first token.
@@ -239,6 +245,7 @@ where
         first_read_token_events: 0,
         bytes: 0,
         saw_final: false,
+        token_times: Vec::new(),
     };
     let mut body = resp.bytes_stream();
     let mut parser = match framing {
@@ -297,6 +304,9 @@ where
                 stats.token_events += 1;
                 stats.t_first_token.get_or_insert(arrived);
                 stats.t_last_token = Some(arrived);
+                if stats.token_times.len() < MAX_TOKEN_TIMES {
+                    stats.token_times.push(arrived);
+                }
                 if first_read {
                     stats.first_read_token_events += 1;
                 }

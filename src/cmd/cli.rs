@@ -208,6 +208,21 @@ pub struct SweepArgs {
     #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
     pub contexts: Option<String>,
 
+    /// Requests sent together at each context, e.g. `1,2,4,8`: the capacity map (context ×
+    /// concurrency). Each cell sends c cold requests of exactly the context length, each
+    /// with its own nonce, released together; a repetition repeats the whole wave. The
+    /// default, 1, measures one request at a time.
+    #[arg(long, value_name = "LIST", default_value = "1")]
+    pub concurrency: String,
+
+    /// Output tokens per request when --concurrency has a level above 1 (every cell of the
+    /// grid, 1 included, so cells compare). Longer than --output-tokens on purpose: the
+    /// concurrent decode rate is timed only in the window where all c requests decode at
+    /// once (last first token to first last token), and with short outputs the first
+    /// request finishes before the last one starts, leaving no window to time.
+    #[arg(long, value_name = "N", default_value_t = ctxbench::capacity::WAVE_OUTPUT_TOKENS, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
+    pub wave_output_tokens: u32,
+
     /// Tokens to generate per request (EOS ignored).
     #[arg(long, default_value_t = 32, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
     pub output_tokens: u32,
@@ -445,4 +460,8 @@ pub struct OverheadArgs {
     /// Runs (the median is reported).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub runs: u32,
+    /// Concurrent streams (many-streams mode: --tokens is split between them, and the
+    /// client's CPU is the whole process's minus the loopback server's thread).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub streams: u32,
 }

@@ -1,6 +1,7 @@
 //! `ctxbench sweep --dry-run`: the plan, each prompt's size and a predicted duration, from
 //! two small calibration requests; nothing is recorded.
 
+use std::fmt::Write as _;
 use std::io::Write;
 
 use anyhow::{Context, Result};
@@ -8,6 +9,7 @@ use anyhow::{Context, Result};
 use crate::cmd::progress::fmt_secs;
 use crate::cmd::Ending;
 use ctxbench::bench::BenchSettings;
+use ctxbench::capacity::{Fit, Limits};
 use ctxbench::client::{Backend, GenRequest};
 use ctxbench::corpus::{Corpus, CorpusSpec};
 use ctxbench::costmodel::{CostModel, Observation};
@@ -16,10 +18,13 @@ use ctxbench::render;
 
 /// `--dry-run`: the plan, prompt sizes and a predicted duration from two calibration
 /// requests; nothing is recorded.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     backend: &dyn Backend,
     builder: &mut PromptBuilder<'_>,
     contexts: &[u64],
+    levels: &[u32],
+    limits: &Limits,
     settings: &BenchSettings,
     corpus_spec: &CorpusSpec,
     corpus: &Corpus,
@@ -63,6 +68,7 @@ pub async fn run(
         "{:>8}  {:>5}  {:>13}  {:>13}  {:>15}",
         "context", "reps", "prompt tokens", "request bytes", "predicted s/req"
     )?;
+    let grid = levels != [1];
     let mut total = 0.0;
     for (i, &c) in contexts.iter().enumerate() {
         // Build the real prompt and body once, to size it; dropped before the next one.
@@ -78,6 +84,28 @@ pub async fn run(
             prompt.len() as u64 + builder.server_added(),
             body_bytes,
             pred.map_or("?".to_owned(), |p| format!("{p:.2}"))
+        )?;
+    }
+    if grid {
+        // A wave costs one request's time per round the server needs (⌈c ÷ slots⌉).
+        total = ctxbench::bench::wave::predicted_grid_s(&model, contexts, levels, settings, limits)
+            .unwrap_or(total);
+        writeln!(
+            out,
+            "grid: {} context(s) × concurrency {} = {} cells, {} wave(s) each",
+            contexts.len(),
+            levels
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            contexts.len() * levels.len(),
+            reps
+        )?;
+        write!(
+            out,
+            "{}",
+            prediction(contexts, levels, settings.output_tokens, limits)
         )?;
     }
     writeln!(
@@ -96,6 +124,51 @@ pub async fn run(
         writeln!(out, "peak memory (RSS): {:.1} MiB", kib as f64 / 1024.0)?;
     }
     Ok(Ending::Complete)
+}
+
+/// What the server's limits predict for each cell of a concurrency grid: a table (context
+/// down, concurrency across: `fits` or `queues`) and the limit behind each `queues`.
+pub fn prediction(contexts: &[u64], levels: &[u32], output: u32, limits: &Limits) -> String {
+    let mut s = String::new();
+    let src = match (limits.slots, limits.kv_pool_tokens) {
+        (None, None) => {
+            "the server reports no slot count or KV pool: nothing to predict".to_owned()
+        }
+        (slots, pool) => format!(
+            "prediction from the server's limits ({}{}{}):",
+            slots.map_or(String::new(), |n| format!("{n} slot(s)")),
+            if slots.is_some() && pool.is_some() {
+                ", "
+            } else {
+                ""
+            },
+            pool.map_or(String::new(), |p| format!("KV pool {p} tokens")),
+        ),
+    };
+    let _ = writeln!(s, "{src}");
+    let _ = write!(s, "{:>8}", "context");
+    for c in levels {
+        let _ = write!(s, "  {:>6}", format!("c={c}"));
+    }
+    let _ = writeln!(s);
+    let mut why = Vec::new();
+    for &ctx in contexts {
+        let _ = write!(s, "{:>8}", render::fmt_ctx(ctx));
+        for &c in levels {
+            let fit = limits.predict(ctx, output, c);
+            let _ = write!(s, "  {:>6}", fit.word());
+            if let Fit::Queues(w) = fit {
+                if !why.contains(&w) {
+                    why.push(w);
+                }
+            }
+        }
+        let _ = writeln!(s);
+    }
+    for w in why {
+        let _ = writeln!(s, "  queues: {w}");
+    }
+    s
 }
 
 /// Peak resident set size of this process (Linux `VmHWM`), in KiB.

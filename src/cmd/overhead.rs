@@ -3,6 +3,8 @@
 //! timestamps) consumes them on one thread whose CPU time is measured.
 
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -20,7 +22,10 @@ struct RunFigures {
 
 /// Runs the benchmark and prints its figures.
 pub async fn run(args: crate::cmd::cli::OverheadArgs) -> Result<()> {
-    let (port, _server) = start_server(args.tokens).context("starting the loopback server")?;
+    if args.streams > 1 {
+        return many_streams(args).await;
+    }
+    let (port, _server, _) = start_server(args.tokens).context("starting the loopback server")?;
     let http =
         Http::new(&format!("http://127.0.0.1:{port}"), None, None).map_err(anyhow::Error::msg)?;
     let backend = LlamaCpp::new(http, 1);
@@ -81,11 +86,80 @@ pub async fn run(args: crate::cmd::cli::OverheadArgs) -> Result<()> {
     Ok(())
 }
 
+/// Many-streams mode: `streams` concurrent streams from one wave (as `--concurrency` sends
+/// them), aggregate tokens/s and client CPU per token (the process minus the server thread).
+async fn many_streams(args: crate::cmd::cli::OverheadArgs) -> Result<()> {
+    let per = (args.tokens / args.streams).max(16);
+    let (port, _server, server_cpu) = start_server(per).context("starting the loopback server")?;
+    let http =
+        Http::new(&format!("http://127.0.0.1:{port}"), None, None).map_err(anyhow::Error::msg)?;
+    let backend = LlamaCpp::new(http, 1);
+    let req = GenRequest {
+        prompt: vec![1, 2, 3, 4],
+        max_tokens: per,
+        cache_bypass: true,
+        timeouts: Timeouts {
+            request: Duration::from_secs(600),
+            stall: Duration::from_secs(60),
+        },
+    };
+    let mut figures = Vec::new();
+    for _ in 0..args.runs.max(1) {
+        let (cpu0, srv0) = (process_cpu_us(), server_cpu.load(Ordering::Relaxed));
+        let t0 = Instant::now();
+        let outs =
+            futures_util::future::join_all((0..args.streams).map(|_| backend.generate(&req))).await;
+        let wall = t0.elapsed().as_secs_f64();
+        let (cpu1, srv1) = (process_cpu_us(), server_cpu.load(Ordering::Relaxed));
+        let mut n = 0usize;
+        for o in outs {
+            n += o
+                .context("streaming from the loopback server")?
+                .stream
+                .token_events;
+        }
+        let client_cpu = (cpu1 - cpu0) - (srv1 as f64 - srv0 as f64);
+        figures.push(RunFigures {
+            tokens_per_s: n as f64 / wall,
+            cpu_us_per_token: client_cpu / n as f64,
+        });
+    }
+    let med = |f: fn(&RunFigures) -> f64| {
+        ctxbench::stats::Spread::of(figures.iter().map(f)).map_or(f64::NAN, |s| s.median)
+    };
+    let mut o = std::io::stdout().lock();
+    writeln!(
+        o,
+        "loopback, {} concurrent streams × {per} tokens × {} runs (medians):",
+        args.streams, args.runs
+    )?;
+    writeln!(
+        o,
+        "  aggregate client throughput: {:.0} tokens/s",
+        med(|f| f.tokens_per_s)
+    )?;
+    writeln!(
+        o,
+        "  client CPU per streamed token: {:.2} µs (process CPU minus the loopback server's thread)",
+        med(|f| f.cpu_us_per_token)
+    )?;
+    Ok(())
+}
+
+/// CPU time (user + system) of the whole process, in µs.
+fn process_cpu_us() -> f64 {
+    rusage_us(libc::RUSAGE_SELF)
+}
+
 /// CPU time (user + system) of the calling thread, in µs.
 fn thread_cpu_us() -> f64 {
+    rusage_us(libc::RUSAGE_THREAD)
+}
+
+fn rusage_us(who: libc::c_int) -> f64 {
     // SAFETY: getrusage only writes into the struct we pass.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    let rc = unsafe { libc::getrusage(who, &mut ru) };
     if rc != 0 {
         return f64::NAN;
     }
@@ -112,8 +186,11 @@ fn timestamp_resolution() -> (f64, f64) {
 }
 
 /// A loopback server on its own thread that answers every request with `tokens` llama.cpp
-/// stream events, one write each, as fast as the socket takes them.
-fn start_server(tokens: u32) -> Result<(u16, std::thread::JoinHandle<()>)> {
+/// stream events, one write each, as fast as the socket takes them; connections are served
+/// concurrently. The thread's CPU time (µs) is published after each answer.
+fn start_server(tokens: u32) -> Result<(u16, std::thread::JoinHandle<()>, Arc<AtomicU64>)> {
+    let cpu = Arc::new(AtomicU64::new(0));
+    let cpu_out = cpu.clone();
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     let port = listener.local_addr()?.port();
     listener.set_nonblocking(true)?;
@@ -139,7 +216,10 @@ fn start_server(tokens: u32) -> Result<(u16, std::thread::JoinHandle<()>)> {
             let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
                 return;
             };
+            let events = Arc::new(events);
             while let Ok((mut sock, _)) = listener.accept().await {
+                let (events, cpu) = (events.clone(), cpu.clone());
+                tokio::spawn(async move {
                 let _ = sock.set_nodelay(true);
                 // Read the request head and body (Content-Length) before answering.
                 let mut buf = Vec::new();
@@ -162,17 +242,18 @@ fn start_server(tokens: u32) -> Result<(u16, std::thread::JoinHandle<()>)> {
                     }
                 }
                 let head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
-                if sock.write_all(head).await.is_err() {
-                    continue;
-                }
-                for e in &events {
-                    if sock.write_all(e).await.is_err() {
-                        break;
+                if sock.write_all(head).await.is_ok() {
+                    for e in events.iter() {
+                        if sock.write_all(e).await.is_err() {
+                            break;
+                        }
                     }
+                    let _ = sock.shutdown().await;
                 }
-                let _ = sock.shutdown().await;
+                cpu.store(thread_cpu_us() as u64, Ordering::Relaxed);
+                });
             }
         });
     });
-    Ok((port, handle))
+    Ok((port, handle, cpu_out))
 }

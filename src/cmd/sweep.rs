@@ -8,6 +8,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::cmd::cli::{FlushMode, Method, SweepArgs};
 use ctxbench::bench::{self, BenchSettings, Observer};
+use ctxbench::capacity;
 use ctxbench::client::family::ConnectOptions;
 use ctxbench::client::Scraper;
 use ctxbench::client::{family, Backend, Http, ServerProfile};
@@ -123,8 +124,11 @@ async fn measure(
         policy,
         ..
     } = opts.clone();
+    // Per request: --wave-output-tokens in a concurrency grid.
+    let out_tokens = opts.output_tokens(args);
+    let levels = opts.concurrency.clone();
     // The longest generation a point must hold.
-    let output_tokens = opts.longest_output(args.output_tokens);
+    let output_tokens = opts.longest_output(out_tokens);
     let contexts = match (contexts_arg.clone(), probe.max_context) {
         (Some(c), Some(limit)) => {
             plan::check_limit(&c, output_tokens, limit, probe.max_context_source.as_deref().unwrap_or("server"))?;
@@ -155,7 +159,7 @@ async fn measure(
         &ConnectOptions {
             nonce_tokens,
             largest_context: contexts.last().copied().unwrap_or(0),
-            output_tokens: output_tokens.max(u64::from(args.output_tokens)),
+            output_tokens: output_tokens.max(u64::from(out_tokens)),
         },
     )?;
     let length = fam.length_policy();
@@ -207,7 +211,7 @@ async fn measure(
     }
     let settings = BenchSettings {
         run_id: run_id.clone(),
-        output_tokens: args.output_tokens,
+        output_tokens: out_tokens,
         policy,
         cache_bypass,
         length_tolerance: args.length_tolerance,
@@ -295,11 +299,24 @@ async fn measure(
         eprintln!("warning: the server does not report its maximum context; a --contexts point beyond it will fail when sent");
     }
 
+    let limits = capacity::Limits {
+        server_kind: probe.server_kind.clone(),
+        slots: probe.total_slots,
+        kv_pool_tokens: probe.kv_pool_tokens,
+    };
+    if opts.grid() && !args.quiet {
+        eprint!(
+            "{}",
+            crate::cmd::dryrun::prediction(&contexts, &levels, out_tokens, &limits)
+        );
+    }
     if args.dry_run {
         return crate::cmd::dryrun::run(
             backend.as_ref(),
             &mut builder,
             &contexts,
+            &levels,
+            &limits,
             &settings,
             &corpus_spec,
             &corpus,
@@ -318,7 +335,7 @@ async fn measure(
         url: probe.url.clone(),
         model: probe.model.clone(),
         contexts: contexts.clone(),
-        output_tokens: args.output_tokens,
+        output_tokens: out_tokens,
         reps: policy,
         corpus: corpus_spec.clone(),
         seed: args.seed,
@@ -342,6 +359,7 @@ async fn measure(
         server_cmd: args.managed_cmd.clone(),
         prompt_seed: args.prompt_seed,
         needle_depths: opts.needle_depths.clone(),
+        concurrency: levels.clone(),
     };
     let mut server: ServerInfo = serde_json::from_value(serde_json::to_value(&*probe)?)
         .context("internal: the probe does not match the results schema")?;
@@ -375,15 +393,26 @@ async fn measure(
     let mut observer = Terminal::new(args.quiet);
     if !args.quiet {
         eprintln!(
-            "plan: {} context(s) [{}] × {}, {}, corpus: {}{}",
+            "plan: {} context(s) [{}]{} × {}, {}, corpus: {}{}",
             contexts.len(),
             contexts
                 .iter()
                 .map(|&c| units::fmt_ctx(c))
                 .collect::<Vec<_>>()
                 .join(", "),
+            match opts.grid() {
+                true => format!(
+                    " × concurrency [{}] (waves of c requests released together)",
+                    levels
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                false => String::new(),
+            },
             policy,
-            output_label(two_point, args.output_tokens),
+            output_label(two_point, out_tokens),
             corpus_spec.label(),
             if corpus.wraps { " (wraps around)" } else { "" },
         );
@@ -394,17 +423,36 @@ async fn measure(
         observer.warn(&w.message);
     }
 
-    let mut tally = bench::run(
-        backend.as_ref(),
-        &mut builder,
-        &contexts,
-        &prior,
-        &settings,
-        &mut writer,
-        &mut observer,
-        interrupt,
-    )
-    .await?;
+    let mut tally = match opts.grid() {
+        false => {
+            bench::run(
+                backend.as_ref(),
+                &mut builder,
+                &contexts,
+                &prior,
+                &settings,
+                &mut writer,
+                &mut observer,
+                interrupt,
+            )
+            .await?
+        }
+        true => {
+            bench::wave::run_grid(
+                backend.as_ref(),
+                &mut builder,
+                &contexts,
+                &levels,
+                &limits,
+                &prior,
+                &settings,
+                &mut writer,
+                &mut observer,
+                interrupt,
+            )
+            .await?
+        }
+    };
     tally.server_busy_ms += warm.server_busy_ms;
     if args.nonce.is_on() && !length.text_prompts {
         nonce_history.save(builder.used_first(), corpus.nonce_pool.len());

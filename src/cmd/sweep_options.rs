@@ -35,6 +35,8 @@ pub struct SweepOptions {
     pub wait_ready: Duration,
     /// `--needle-depths` when `--needle` is on.
     pub needle_depths: Option<Vec<u32>>,
+    /// `--concurrency`, sorted and deduplicated (`[1]`: one request at a time).
+    pub concurrency: Vec<u32>,
 }
 
 impl SweepOptions {
@@ -84,6 +86,13 @@ impl SweepOptions {
             return bad(
                 "--needle needs --method stream (the answer is read from the stream)".into(),
             );
+        }
+        let concurrency = parse_concurrency(&args.concurrency)?;
+        if concurrency != [1] && (two_point.is_some() || args.decode_samples > 0) {
+            return bad(format!(
+                "--concurrency {}: concurrent waves are streamed cold requests; drop --method two-point and --decode-samples, or measure them in a separate run",
+                args.concurrency
+            ));
         }
         let seconds = |name: &str, v: f64, zero_ok: bool| -> Result<Duration, UsageError> {
             if v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0)) {
@@ -152,7 +161,21 @@ impl SweepOptions {
             stall_timeout: seconds("--stall-timeout", args.stall_timeout, false)?,
             wait_ready: seconds("--wait-ready", args.wait_ready, true)?,
             needle_depths,
+            concurrency,
         })
+    }
+
+    /// Whether this is a concurrency grid (a level above 1).
+    pub fn grid(&self) -> bool {
+        self.concurrency != [1]
+    }
+
+    /// Output tokens per request: `--wave-output-tokens` in a grid, else `--output-tokens`.
+    pub fn output_tokens(&self, args: &SweepArgs) -> u32 {
+        match self.grid() {
+            true => args.wave_output_tokens,
+            false => args.output_tokens,
+        }
     }
 
     /// The longest generation one request asks for.
@@ -165,6 +188,29 @@ impl SweepOptions {
 fn strip_v1(url: &str) -> Option<&str> {
     let u = url.trim_end_matches('/');
     u.strip_suffix("/v1").filter(|b| b.contains("://"))
+}
+
+/// Parses `--concurrency 1,2,4,8`: positive counts, sorted, duplicates dropped.
+fn parse_concurrency(s: &str) -> Result<Vec<u32>, UsageError> {
+    let bad = |why: &str| {
+        UsageError::Invalid(format!(
+            "--concurrency '{s}': {why}; give request counts separated by commas, e.g. 1,2,4,8"
+        ))
+    };
+    let mut v = Vec::new();
+    for part in s.split(',') {
+        let n: u32 = part
+            .trim()
+            .parse()
+            .map_err(|_| bad(&format!("'{}' is not a whole number", part.trim())))?;
+        if n == 0 || n > 4096 {
+            return Err(bad(&format!("{n} is outside 1..=4096")));
+        }
+        v.push(n);
+    }
+    v.sort_unstable();
+    v.dedup();
+    Ok(v)
 }
 
 /// Parses `A,B` for the two-point method.
@@ -214,6 +260,24 @@ mod tests {
         assert_eq!((o.policy.min_reps, o.policy.max_reps), (3, 3));
         assert_eq!(o.wait_ready, Duration::from_secs(60));
         assert_eq!(o.longest_output(32), 32);
+    }
+
+    #[test]
+    fn concurrency_lists_parse_and_refuse_what_a_wave_cannot_do() {
+        assert_eq!(options(&[]).unwrap().concurrency, vec![1]);
+        let o = options(&["--concurrency", "8,1, 4,2,4"]).unwrap();
+        assert_eq!(o.concurrency, vec![1, 2, 4, 8]);
+        assert!(o.grid());
+        refused(&["--concurrency", "0,2"], "outside 1..=4096");
+        refused(&["--concurrency", "two"], "'two' is not a whole number");
+        refused(
+            &["--concurrency", "2", "--method", "two-point"],
+            "drop --method two-point",
+        );
+        refused(
+            &["--concurrency", "2", "--decode-samples", "1"],
+            "--decode-samples",
+        );
     }
 
     #[test]

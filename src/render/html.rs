@@ -118,6 +118,27 @@ fn run_section(out: &mut String, run: &RunReport) {
     );
     out.push_str("</div>\n</div>\n");
 
+    if let Some(m) = &run.capacity {
+        let (head, rows) = crate::capacity::map_rows(m);
+        let _ = writeln!(out, "<h3>Capacity map</h3>\n<p class=\"muted\">context × concurrency; the results table below is c = {}</p>", m.levels.first().copied().unwrap_or(1));
+        out.push_str("<table><thead><tr>");
+        for h in &head {
+            let _ = write!(out, "<th>{}</th>", esc(h));
+        }
+        out.push_str("</tr></thead><tbody>\n");
+        for r in &rows {
+            out.push_str("<tr>");
+            for c in r {
+                let _ = write!(out, "<td>{}</td>", esc(c));
+            }
+            out.push_str("</tr>\n");
+        }
+        out.push_str("</tbody></table>\n<ul class=\"muted\">");
+        for l in crate::capacity::map_legend(m) {
+            let _ = write!(out, "<li>{}</li>", esc(&l));
+        }
+        out.push_str("</ul>\n");
+    }
     out.push_str("<h3>Results</h3>\n<table><thead><tr><th>context</th><th>usable/n</th><th>TTFT ms</th><th>prefill tok/s</th><th>decode tok/s</th><th>ms/step</th><th>server prompt ms</th><th>server decode tok/s</th><th>excluded</th></tr></thead><tbody>\n");
     for p in &run.points {
         let ex = p.exclusions();
@@ -336,7 +357,7 @@ impl Renderer for HtmlRenderer {
                 let _ = writeln!(
                     body,
                     "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td></tr>",
-                    fmt_ctx(r.context_tokens),
+                    esc(&r.label()),
                     esc(r.metric.label()),
                     esc(&val(r.a)),
                     esc(&val(r.b)),

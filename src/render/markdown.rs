@@ -63,6 +63,32 @@ fn run_section(out: &mut String, run: &RunReport) {
         }
         out.push('\n');
     }
+    if let Some(m) = &run.capacity {
+        let (head, rows) = crate::capacity::map_rows(m);
+        let _ = writeln!(
+            out,
+            "**Capacity map** (context × concurrency; the table below is c = {})\n",
+            m.levels.first().copied().unwrap_or(1)
+        );
+        let _ = writeln!(
+            out,
+            "| {} |",
+            head.iter().map(|h| cell(h)).collect::<Vec<_>>().join(" | ")
+        );
+        let _ = writeln!(out, "|---|{}", "---|".repeat(head.len() - 1));
+        for r in &rows {
+            let _ = writeln!(
+                out,
+                "| {} |",
+                r.iter().map(|h| cell(h)).collect::<Vec<_>>().join(" | ")
+            );
+        }
+        out.push('\n');
+        for l in crate::capacity::map_legend(m) {
+            let _ = writeln!(out, "- {}", cell(&l));
+        }
+        out.push('\n');
+    }
     let _ = writeln!(out, "| context | usable/n | TTFT ms | prefill tok/s | decode tok/s | ms/step | server prompt ms | server decode tok/s | excluded |");
     let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|--:|---|");
     for p in &run.points {
@@ -232,7 +258,7 @@ impl Renderer for MarkdownRenderer {
                 let _ = writeln!(
                     out,
                     "| {} | {} | {} | {} | {} | {} | {} |",
-                    fmt_ctx(r.context_tokens),
+                    r.label(),
                     r.metric.label(),
                     val(r.a),
                     val(r.b),

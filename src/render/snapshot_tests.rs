@@ -165,6 +165,7 @@ fn results(run_id: &str, speed: f64, accept: Option<f64>) -> Results {
                 },
                 ttft_ci_rel: Some(0.03),
                 decode_ci_rel: Some(0.02 + i as f64 / 100.0),
+                concurrency: None,
             });
         }
     }

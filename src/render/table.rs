@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use super::{fmt_ctx, num, summary_table, RenderError, Renderer};
+use crate::capacity as ctxbench_capacity;
 use crate::compare::Comparison;
 use crate::report::{Report, RunReport, ScalingFit};
 use crate::stats::fit::Model;
@@ -190,6 +191,40 @@ pub fn details(run: &RunReport) -> String {
             "needle retrieval (value found / answered, per depth; not in the speed numbers):\n{t}"
         );
     }
+    if let Some(m) = &run.capacity {
+        let _ = writeln!(
+            out,
+            "\ncapacity map (context × concurrency; the table above is c = {}):",
+            m.levels.first().copied().unwrap_or(1)
+        );
+        let (head, rows) = ctxbench_capacity::map_rows(m);
+        let width: Vec<usize> = (0..head.len())
+            .map(|i| {
+                rows.iter()
+                    .map(|r| r[i].chars().count())
+                    .chain([head[i].chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let line = |cells: &[String]| {
+            cells
+                .iter()
+                .zip(&width)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+                .trim_end()
+                .to_owned()
+        };
+        let _ = writeln!(out, "{}", line(&head));
+        for r in &rows {
+            let _ = writeln!(out, "{}", line(r));
+        }
+        for l in ctxbench_capacity::map_legend(m) {
+            let _ = writeln!(out, "  {l}");
+        }
+    }
     out
 }
 
@@ -258,7 +293,7 @@ impl Renderer for TableRenderer {
                             .unwrap_or("–".into())
                     };
                     [
-                        fmt_ctx(r.context_tokens),
+                        r.label(),
                         r.metric.label().to_owned(),
                         val(r.a),
                         val(r.b),

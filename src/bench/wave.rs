@@ -1,0 +1,357 @@
+//! The concurrency grid (`--concurrency`): at each context and concurrency c, waves of c
+//! cold requests of exactly that length, each with its own nonce, released together from
+//! one t0; repetitions repeat the whole wave. Each wave is recorded when it is complete, so
+//! `--resume` re-measures a wave cut short and skips the recorded ones.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Instant as StdInstant;
+
+use futures_util::future::join_all;
+use tokio::time::Instant;
+
+use super::{
+    flush, gone_error, note_flush, now, point_record, record, watch_server, BenchSettings,
+    Observer, Tally,
+};
+use crate::adaptive::PointProgress;
+use crate::capacity::{analyse_wave, apply_wave, Fit, Limits, RequestTimes};
+use crate::client::{Backend, GenRequest};
+use crate::costmodel::{CostModel, Observation};
+use crate::error::{ClientError, RecordError};
+use crate::prompt::PromptBuilder;
+use crate::record::{ErrorKind, Line, Phase, ResultsWriter, Sample, Status};
+use crate::sample::make_sample;
+
+/// Samples of a cell recorded earlier (resume), grouped by wave.
+fn prior_waves(prior: &[Sample], context: u64, c: u32) -> BTreeMap<u32, Vec<&Sample>> {
+    let mut by: BTreeMap<u32, Vec<&Sample>> = BTreeMap::new();
+    for s in prior.iter().filter(|s| {
+        s.context_tokens == context && s.concurrency.unwrap_or(1) == c && s.phase == Phase::Cold
+    }) {
+        by.entry(s.wave.unwrap_or(s.rep)).or_default().push(s);
+    }
+    by
+}
+
+/// A wave counts as recorded when all its c requests completed.
+fn wave_done(samples: &[&Sample], c: u32) -> bool {
+    samples.iter().filter(|s| s.status == Status::Ok).count() >= c as usize
+}
+
+/// Counts a wave in a cell's progress: one repetition; its requests' TTFTs and its
+/// aggregate decode rate (what the adaptive policy's precision is about).
+fn add_wave(prog: &mut PointProgress, wave: &[&Sample], secs: f64, min_reps: u32) {
+    prog.add_rep(secs, min_reps);
+    let usable: Vec<&&Sample> = wave.iter().filter(|s| s.usable()).collect();
+    prog.ttft_ms.extend(usable.iter().filter_map(|s| s.ttft_ms));
+    if let Some(w) = usable.iter().find_map(|s| s.wave_stats.as_ref()) {
+        prog.decode.extend(
+            w.aggregate_decode_tokens_per_s
+                .or(w.wave_output_tokens_per_s),
+        );
+    }
+}
+
+/// How long the server was busy with a wave: the union of its requests' busy intervals
+/// (prompt start to last token, from the server's own prompt and generation times placed at
+/// the client's first-token time). Summing the requests would count overlap c times.
+fn wave_busy_ms(samples: &[Sample]) -> f64 {
+    let mut iv: Vec<(f64, f64)> = samples
+        .iter()
+        .filter_map(|s| {
+            let w = s.wave_stats.as_ref()?;
+            let t = s.server.as_ref()?;
+            let first = w.first_token_ms?;
+            Some((
+                first - t.prompt_ms.unwrap_or(0.0),
+                first + t.predicted_ms.unwrap_or(0.0),
+            ))
+        })
+        .collect();
+    iv.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut total, mut cur): (f64, Option<(f64, f64)>) = (0.0, None);
+    for (a, b) in iv {
+        cur = match cur {
+            Some((ca, cb)) if a <= cb => Some((ca, cb.max(b))),
+            Some((ca, cb)) => {
+                total += cb - ca;
+                Some((a, b))
+            }
+            None => Some((a, b)),
+        };
+    }
+    total + cur.map_or(0.0, |(a, b)| b - a)
+}
+
+/// Measures every cell of contexts × `levels`, small first, with the repetitions the
+/// policy asks for, skipping waves already in `prior`. A cell the server's `limits` say
+/// cannot run at once is measured anyway (waiting is a finding), with a warning naming the
+/// limit and the flag that raises it.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_grid(
+    backend: &dyn Backend,
+    builder: &mut PromptBuilder<'_>,
+    contexts: &[u64],
+    levels: &[u32],
+    limits: &Limits,
+    prior: &[Sample],
+    settings: &BenchSettings,
+    writer: &mut ResultsWriter,
+    observer: &mut dyn Observer,
+    interrupt: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<Tally, RecordError> {
+    let mut tally = Tally::default();
+    let policy = settings.policy;
+    let min_reps = policy.min_reps.max(1);
+    let mut planned = 0usize;
+    for &ctx in contexts {
+        for &c in levels {
+            let done = prior_waves(prior, ctx, c)
+                .values()
+                .filter(|w| wave_done(w, c))
+                .count();
+            tally.skipped += done * c as usize;
+            planned += (min_reps as usize).saturating_sub(done) * c as usize;
+        }
+    }
+    observer.start(planned, tally.skipped);
+    let run_start = Instant::now();
+    let mut observations: Vec<Observation> = Vec::new();
+    let mut nonce = prior.len() as u64;
+    let smallest = levels.iter().copied().min().unwrap_or(1);
+    'cells: for (pi, &context) in contexts.iter().enumerate() {
+        for (ci, &c) in levels.iter().enumerate() {
+            let earlier = prior_waves(prior, context, c);
+            // Every recorded wave id is taken, complete or not: a wave cut short (killed
+            // between its lines) is measured again under a new id, not mixed with the old.
+            let done: HashSet<u32> = earlier.keys().copied().collect();
+            let mut prog = PointProgress::default();
+            for w in earlier.values().filter(|w| wave_done(w, c)) {
+                let secs = w.iter().filter_map(|s| s.e2e_ms).fold(0.0, f64::max) / 1000.0;
+                add_wave(&mut prog, w, secs, min_reps);
+            }
+            if let Fit::Queues(why) = limits.predict(context, settings.output_tokens, c) {
+                observer.warn(&format!(
+                    "{} × {c}: {why}; measured anyway (waiting is a finding)",
+                    crate::units::fmt_ctx(context)
+                ));
+            }
+            let mut next_wave = 0u32;
+            loop {
+                let model = CostModel::new(observations.clone());
+                let cost = model.request_s(context as f64, settings.output_tokens);
+                if let Err(reason) = policy.next(&prog, run_start.elapsed().as_secs_f64(), cost) {
+                    let mut rec = point_record(settings, context, &prog, reason);
+                    rec.concurrency = Some(c);
+                    writer.append(&Line::Point(rec.clone()))?;
+                    observer.point_done(&rec);
+                    break;
+                }
+                if *interrupt.borrow() {
+                    tally.interrupted = true;
+                    break 'cells;
+                }
+                while done.contains(&next_wave) {
+                    next_wave += 1;
+                }
+                let wave = next_wave;
+                next_wave += 1;
+                observer.eta(remaining_s(
+                    &model,
+                    contexts,
+                    levels,
+                    (pi, ci),
+                    &prog,
+                    settings,
+                    limits,
+                ));
+                observer.sample_started(context, wave);
+                let timeouts = settings.timeouts_with_prediction(
+                    context,
+                    cost.map(|s| s * waits(limits, context, settings.output_tokens, c)),
+                );
+                let started = Instant::now();
+                let Some(mut samples) = measure_wave(
+                    backend, builder, settings, context, c, wave, nonce, timeouts, interrupt,
+                )
+                .await
+                else {
+                    tally.interrupted = true;
+                    break 'cells;
+                };
+                nonce += u64::from(c);
+                let secs = started.elapsed().as_secs_f64();
+                let refs: Vec<&Sample> = samples.iter().collect();
+                add_wave(&mut prog, &refs, secs, min_reps);
+                if c == smallest {
+                    let med = |v: Vec<f64>| crate::stats::Spread::of(v).map(|s| s.median);
+                    let steps = samples
+                        .iter()
+                        .filter(|s| s.usable())
+                        .filter_map(|s| s.wave_stats.as_ref().and_then(|w| w.window_ms_per_step));
+                    if let (Some(t), Some(st)) = (med(prog.ttft_ms.clone()), med(steps.collect())) {
+                        observations.retain(|o| o.context != context as f64);
+                        observations.push(Observation {
+                            context: context as f64,
+                            ttft_s: t / 1000.0,
+                            step_s: st / 1000.0,
+                        });
+                    }
+                }
+                let server_gone = samples.iter().any(|s| {
+                    s.error
+                        .as_ref()
+                        .is_some_and(|e| e.kind == ErrorKind::Transport)
+                }) && !backend.reachable().await;
+                let summed: f64 = samples.iter().map(super::server_busy_ms).sum();
+                let busy = wave_busy_ms(&samples);
+                let mut stop = None;
+                for s in samples.iter_mut() {
+                    if let Some(reason) = record(writer, &mut tally, observer, settings, s)? {
+                        stop.get_or_insert(reason);
+                    }
+                }
+                tally.server_busy_ms += busy - summed;
+                if server_gone && stop.is_none() {
+                    stop = samples
+                        .iter()
+                        .find_map(|s| s.error.as_ref().map(|e| e.message.clone()));
+                }
+                if let Some(reason) = stop {
+                    tally.stopped = Some(reason);
+                    break 'cells;
+                }
+            }
+        }
+    }
+    observer.finish();
+    Ok(tally)
+}
+
+/// How many rounds a wave of c takes when the server runs fewer at once (for the ETA and
+/// the timeout): ⌈c ÷ slots⌉ where slots are known, else 1.
+fn waits(limits: &Limits, context: u64, output: u32, c: u32) -> f64 {
+    let at_once = match limits.predict(context, output, c) {
+        Fit::Queues(_) => {
+            let by_slots = limits.slots.unwrap_or(u64::from(c));
+            let by_pool = limits
+                .kv_pool_tokens
+                .map_or(u64::from(c), |p| p / (context + u64::from(output)).max(1));
+            by_slots.min(by_pool).max(1)
+        }
+        _ => u64::from(c),
+    };
+    (u64::from(c)).div_ceil(at_once) as f64
+}
+
+/// Predicted seconds left in the grid: one request's cost per wave round.
+fn remaining_s(
+    model: &CostModel,
+    contexts: &[u64],
+    levels: &[u32],
+    (pi, ci): (usize, usize),
+    prog: &PointProgress,
+    settings: &BenchSettings,
+    limits: &Limits,
+) -> Option<f64> {
+    let reps = settings.policy.min_reps.max(1);
+    let mut total = 0.0;
+    for (i, &ctx) in contexts.iter().enumerate().skip(pi) {
+        for (j, &c) in levels.iter().enumerate() {
+            if i == pi && j < ci {
+                continue;
+            }
+            let n = match (i, j) == (pi, ci) {
+                true => reps.saturating_sub(prog.reps).max(1),
+                false => reps,
+            };
+            let per = model.request_s(ctx as f64, settings.output_tokens)?
+                * waits(limits, ctx, settings.output_tokens, c);
+            total += per * n as f64;
+        }
+    }
+    Some(total)
+}
+
+/// The predicted seconds of a whole grid from a cost model (the dry run's estimate).
+pub fn predicted_grid_s(
+    model: &CostModel,
+    contexts: &[u64],
+    levels: &[u32],
+    settings: &BenchSettings,
+    limits: &Limits,
+) -> Option<f64> {
+    remaining_s(
+        model,
+        contexts,
+        levels,
+        (0, 0),
+        &PointProgress::default(),
+        settings,
+        limits,
+    )
+}
+
+/// One wave: c prompts, each with its own nonce, built before t0 and released together;
+/// the cache flushed once before it. `None` when interrupted (nothing of it is recorded).
+#[allow(clippy::too_many_arguments)]
+async fn measure_wave(
+    backend: &dyn Backend,
+    builder: &mut PromptBuilder<'_>,
+    settings: &BenchSettings,
+    context: u64,
+    c: u32,
+    wave: u32,
+    nonce: u64,
+    timeouts: crate::client::Timeouts,
+    interrupt: &mut tokio::sync::watch::Receiver<bool>,
+) -> Option<Vec<Sample>> {
+    let reqs: Vec<GenRequest> = (0..c)
+        .map(|i| GenRequest {
+            prompt: builder.build(context, nonce + u64::from(i)),
+            max_tokens: settings.output_tokens,
+            cache_bypass: settings.cache_bypass,
+            timeouts,
+        })
+        .collect();
+    let flushed = flush(backend, settings).await;
+    let at = now();
+    // One t0 for the wave: every request is first polled (and written) right after it.
+    let t0 = StdInstant::now();
+    let all = join_all(reqs.iter().map(|r| backend.generate(r)));
+    let results: Vec<Result<crate::client::GenOutcome, ClientError>> = tokio::select! {
+        r = all => r,
+        _ = watch_server(backend) => (0..c).map(|_| Err(gone_error(backend))).collect(),
+        _ = interrupt.wait_for(|v| *v) => return None,
+    };
+    let ms = |t: StdInstant| t.saturating_duration_since(t0).as_secs_f64() * 1000.0;
+    let times: Vec<RequestTimes> = results
+        .iter()
+        .map(|r| match r {
+            Ok(o) => RequestTimes {
+                sent_ms: ms(o.stream.t_sent),
+                token_ms: o.stream.token_times.iter().map(|&t| ms(t)).collect(),
+            },
+            Err(_) => RequestTimes::default(),
+        })
+        .collect();
+    let mut samples: Vec<Sample> = results
+        .into_iter()
+        .zip(&reqs)
+        .map(|(r, req)| {
+            make_sample(
+                &settings.target(context),
+                context,
+                wave,
+                req.prompt.len() as u64,
+                at.clone(),
+                r,
+            )
+        })
+        .collect();
+    apply_wave(&mut samples, analyse_wave(context, &times), c, wave);
+    if let Some(s) = samples.first_mut() {
+        note_flush(s, flushed);
+    }
+    Some(samples)
+}
