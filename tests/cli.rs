@@ -401,3 +401,85 @@ fn url_and_server_cmd_exclude_each_other_and_bad_templates_are_usage_errors() {
     let (code, _, stderr) = run(&["sweep", "--url", "http://127.0.0.1:9", "-L", "t", "1"]);
     assert_eq!(code, 2, "{stderr}");
 }
+
+#[test]
+fn min_runs_and_min_samples_set_how_much_a_verdict_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let a: Vec<String> = [1.0, 1.01]
+        .iter()
+        .enumerate()
+        .map(|(k, &f)| scaled_golden(d, &format!("a{k}.jsonl"), f))
+        .collect();
+    let b: Vec<String> = [1.3, 1.31]
+        .iter()
+        .enumerate()
+        .map(|(k, &f)| scaled_golden(d, &format!("b{k}.jsonl"), f))
+        .collect();
+    let runs = |extra: &[&'static str]| {
+        let mut v = vec!["compare", "--a", &a[0], &a[1], "--b", &b[0], &b[1]];
+        v.extend_from_slice(extra);
+        let (code, stdout, stderr) = run(&v);
+        assert_eq!(code, 0, "{stderr}");
+        stdout
+    };
+    // Two runs a side: below the default of 3, no verdict; with --min-runs 2, TTFT is slower.
+    // The verdict is each table row's last column.
+    let verdicts = |out: &str, v: &str| out.lines().filter(|l| l.trim_end().ends_with(v)).count();
+    let out = runs(&[]);
+    assert!(
+        verdicts(&out, "too few runs") == 8 && verdicts(&out, "slower") == 0,
+        "{out}"
+    );
+    let out = runs(&["--min-runs", "2"]);
+    assert!(verdicts(&out, "too few runs") == 0, "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("TTFT") && l.trim_end().ends_with("slower")),
+        "{out}"
+    );
+    // One file a side: the golden run has 2 cold samples per point, below the default 6.
+    let one = |extra: &[&'static str]| {
+        let mut v = vec!["compare", &a[0], &b[0]];
+        v.extend_from_slice(extra);
+        let (code, stdout, stderr) = run(&v);
+        assert_eq!(code, 0, "{stderr}");
+        stdout
+    };
+    let out = one(&[]);
+    assert!(out.contains("too few samples"), "{out}");
+    let out = one(&["--min-samples", "2"]);
+    assert!(!out.contains("too few samples"), "{out}");
+}
+
+#[test]
+fn a_server_that_never_gets_ready_fails_at_the_server_timeout_and_is_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("campaign");
+    let t0 = std::time::Instant::now();
+    // `sleep` takes the port as more seconds: it runs, listens nowhere, never gets ready.
+    let (code, _, stderr) = run(&[
+        "sweep",
+        "--server-cmd",
+        "sleep 600 {port}",
+        "--server-timeout",
+        "2",
+        "--contexts",
+        "1k",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("ready"), "{stderr}");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(120),
+        "{stderr}"
+    );
+    // Nothing left running: no `sleep 600 <port>` process survives.
+    let ps = std::process::Command::new("ps")
+        .args(["-eo", "args"])
+        .output()
+        .unwrap();
+    let ps = String::from_utf8_lossy(&ps.stdout);
+    assert!(!ps.lines().any(|l| l.starts_with("sleep 600 ")), "{ps}");
+}

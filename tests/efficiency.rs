@@ -134,3 +134,48 @@ fn the_overhead_benchmark_reports_its_figures() {
     let res_ns = grab("timestamp resolution");
     assert!(res_ns > 0.0 && res_ns < 1_000_000.0, "ns {res_ns}");
 }
+
+#[test]
+fn the_many_streams_overhead_mode_reports_aggregate_throughput_and_cpu_per_token() {
+    // Its figures are timings: not beside a RefServer test of this binary.
+    let _g = serial();
+    let (code, stdout, stderr) = run(&[
+        "overhead",
+        "--streams",
+        "16",
+        "--tokens",
+        "16000",
+        "--runs",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("16 concurrent streams × 1000 tokens"),
+        "{stdout}"
+    );
+    let grab = |key: &str| -> f64 {
+        let line = stdout
+            .lines()
+            .find(|l| l.contains(key))
+            .unwrap_or_else(|| panic!("{key}: {stdout}"));
+        line.split(':')
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // Ranges a unit or counting error leaves (see the single-stream test above).
+    let tps = grab("aggregate client throughput");
+    assert!((1_000.0..100_000_000.0).contains(&tps), "tokens/s {tps}");
+    let cpu_us = grab("client CPU per streamed token");
+    assert!(cpu_us > 0.0 && cpu_us < 1_000.0, "µs per token {cpu_us}");
+    // 16 streams on 2 cores: the sum cannot beat what the CPU per token allows on every core.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    assert!(
+        tps <= 1e6 / cpu_us * cores * 4.0,
+        "{tps} tokens/s vs {cpu_us} µs per token"
+    );
+}

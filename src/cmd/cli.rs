@@ -45,7 +45,7 @@ const COMPARE_EXAMPLES: &str = "Examples:
 
 Positional files: the first is the baseline A; every other file is compared with it, one run
 against one run (a verdict needs at least 6 samples per side, and cannot see run-to-run drift).
---a/--b: several runs per side (interleave them: A B A B ...); each run's median is one unit of
+With --a and --b: several runs per side (interleave them: A B A B ...); each run's median is one unit of
 a Welch t-interval, at least 3 runs per side for a verdict.
 Exit codes: 0 ok, 2 usage error, 3 --fail-if-slower found a regression.";
 
