@@ -76,6 +76,8 @@ pub struct BenchSettings {
     pub on_error: OnError,
     /// Flush the server's prefix cache before every measured request.
     pub flush: bool,
+    /// How long a flush refused because the server is busy is retried (`--flush-wait`).
+    pub flush_wait: Duration,
     /// Scrape Prometheus counters before and after every sample.
     pub metrics: Option<Scraper>,
     /// `Some((A, B))`: the two-point method (non-streamed, max_tokens A then B).
@@ -236,12 +238,13 @@ async fn flush(
     settings: &BenchSettings,
 ) -> Option<Result<String, ClientError>> {
     match settings.flush {
-        true => Some(flush_when_idle(backend, FLUSH_IDLE_WAIT).await),
+        true => Some(flush_when_idle(backend, settings.flush_wait).await),
         false => None,
     }
 }
 
-/// How long a flush refused because the server is busy is retried before giving up.
+/// How long a flush refused because the server is busy is retried before giving up, by
+/// default (`--flush-wait`).
 pub const FLUSH_IDLE_WAIT: Duration = Duration::from_secs(120);
 
 /// Flushes; a refusal because the server is busy (another client's request is running)
@@ -757,7 +760,7 @@ async fn measure_cold(
             let pair = async {
                 let a = backend.generate_once(&req(prompt, ab.0)).await;
                 if settings.flush {
-                    let _ = flush_when_idle(backend, FLUSH_IDLE_WAIT).await;
+                    let _ = flush_when_idle(backend, settings.flush_wait).await;
                 }
                 let b = backend.generate_once(&req(prompt_b, ab.1)).await;
                 (a, b)
@@ -870,6 +873,7 @@ pub(crate) mod tests {
             stall_timeout: Duration::from_secs(30),
             on_error: OnError::Continue,
             flush: false,
+            flush_wait: FLUSH_IDLE_WAIT,
             metrics: None,
             two_point: None,
             decode_samples: 0,

@@ -100,26 +100,26 @@ fn dry_run_prints_the_plan_and_measures_nothing() {
     );
 }
 
+/// The number after `key:` on the line of `stdout` that names it.
+fn figure(stdout: &str, key: &str) -> f64 {
+    let line = stdout
+        .lines()
+        .find(|l| l.contains(key))
+        .unwrap_or_else(|| panic!("{key}: {stdout}"));
+    line.split(':')
+        .nth(1)
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{key}: no number in {line}"))
+}
+
 #[test]
 fn the_overhead_benchmark_reports_its_figures() {
     // Its figures are timings: not beside a RefServer test of this binary.
     let _g = serial();
     let (code, stdout, stderr) = run(&["overhead", "--tokens", "20000", "--runs", "1"]);
     assert_eq!(code, 0, "{stderr}");
-    let grab = |key: &str| -> f64 {
-        let line = stdout
-            .lines()
-            .find(|l| l.contains(key))
-            .unwrap_or_else(|| panic!("{key}: {stdout}"));
-        line.split(':')
-            .nth(1)
-            .unwrap()
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
+    let grab = |key: &str| figure(&stdout, key);
     // Ranges a unit or counting error leaves: loopback streaming of tiny events runs at
     // thousands to millions of tokens/s, costs µs of CPU each, on a ns-scale clock.
     let tps = grab("sustained client throughput");
@@ -153,20 +153,7 @@ fn the_many_streams_overhead_mode_reports_aggregate_throughput_and_cpu_per_token
         stdout.contains("16 concurrent streams × 1000 tokens"),
         "{stdout}"
     );
-    let grab = |key: &str| -> f64 {
-        let line = stdout
-            .lines()
-            .find(|l| l.contains(key))
-            .unwrap_or_else(|| panic!("{key}: {stdout}"));
-        line.split(':')
-            .nth(1)
-            .unwrap()
-            .split_whitespace()
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
+    let grab = |key: &str| figure(&stdout, key);
     // Ranges a unit or counting error leaves (see the single-stream test above).
     let tps = grab("aggregate client throughput");
     assert!((1_000.0..100_000_000.0).contains(&tps), "tokens/s {tps}");

@@ -114,8 +114,8 @@ fn a_stalled_server_hits_the_stall_timeout_and_the_sweep_reports_it() {
         ],
     );
     wait_for_samples(&running.out, 1, Duration::from_secs(60));
-    // Freeze the server while it works on the 16k request.
-    srv.wait_processing(Duration::from_secs(60));
+    // Freeze the server while it works on the 16k request, once its stream has begun.
+    srv.wait_prefill_progress(Duration::from_secs(60));
     signal(srv.pid(), "-STOP");
     let (code, _, stderr) = finish(running.child);
     signal(srv.pid(), "-CONT");

@@ -305,7 +305,14 @@ fn a_seeded_prompt_replayed_on_a_caching_server_without_flush_is_flagged_never_c
         "off",
     ];
     let first = sweep_to("first.jsonl", &srv.url(), &args).ok();
-    let second = sweep_to("second.jsonl", &srv.url(), &args).ok();
+    // Every point of the replay is unusable, so the run exits 1 and says why.
+    let second = sweep_to("second.jsonl", &srv.url(), &args);
+    assert_eq!(second.code, 1, "{}", second.stderr);
+    assert!(
+        second.stderr.contains("no usable sample at"),
+        "{}",
+        second.stderr
+    );
     let (r1, r2) = (first.results(), second.results());
     assert!(r1
         .samples

@@ -6,7 +6,7 @@ mod common;
 mod scripted;
 
 use common::sweep;
-use ctxbench::record::Status;
+use ctxbench::record::{Flag, Status};
 use scripted::{Config, Flavor, Scripted};
 
 fn spec_config() -> Config {
@@ -251,11 +251,22 @@ fn scripted_sglang_flush_refused_mid_run_flags_every_later_sample_flush_failed()
     let srv = Scripted::start(c);
     let run = sweep(
         &srv.url(),
-        &["--contexts", "1k", "--reps", "2", "--output-tokens", "4"],
+        &[
+            "--contexts",
+            "1k",
+            "--reps",
+            "2",
+            "--output-tokens",
+            "4",
+            "--flush-wait",
+            "1",
+        ],
     );
     let r = run.results();
     assert_eq!(srv.flushes(), 1, "only the probe flush was done");
-    assert_eq!(srv.refused_flushes(), 2);
+    // Each sample retried its refused flush (backoff within --flush-wait 1) before it
+    // was measured anyway.
+    assert!(srv.refused_flushes() >= 4, "{}", srv.refused_flushes());
     for s in &r.samples {
         assert!(s.flags.iter().any(|f| f == "flush_failed"), "{s:?}");
         assert!(
@@ -266,34 +277,77 @@ fn scripted_sglang_flush_refused_mid_run_flags_every_later_sample_flush_failed()
 }
 
 #[test]
-fn scripted_sglang_flush_refused_at_the_probe_turns_flushing_off_with_flush_auto() {
+fn scripted_sglang_flush_busy_at_the_probe_keeps_flushing_on_with_flush_auto() {
     let mut c = Config::new(Flavor::Sglang);
     c.busy_from_flush = Some(1);
     let srv = Scripted::start(c);
     let run = sweep(
         &srv.url(),
-        &["--contexts", "1k", "--reps", "1", "--output-tokens", "4"],
+        &[
+            "--contexts",
+            "1k",
+            "--reps",
+            "1",
+            "--output-tokens",
+            "4",
+            "--flush",
+            "auto",
+            "--flush-wait",
+            "1",
+        ],
     )
     .ok();
-    assert!(run.stderr.contains("no cache flush"), "{}", run.stderr);
-    assert_eq!(srv.refused_flushes(), 1, "no flush tried after the refusal");
+    // Busy is temporary (issue 10): flushing is not switched off for the run and the
+    // sweep does not stop; the refusal is retried, said once, and never recorded as done.
+    assert!(run.stderr.contains("stayed busy"), "{}", run.stderr);
+    assert!(
+        srv.refused_flushes() >= 2,
+        "retried: {}",
+        srv.refused_flushes()
+    );
     let r = run.results();
-    assert_eq!(r.samples[0].flush, None);
+    let s = &r.samples[0];
+    assert!(s.has(&Flag::FlushFailed), "{s:?}");
+    assert!(
+        s.flush.as_deref().is_some_and(|f| f.starts_with("failed")),
+        "{s:?}"
+    );
 }
 
 #[test]
-fn scripted_sglang_flush_refused_at_the_probe_stops_flush_always_with_advice() {
+fn scripted_sglang_flush_busy_at_the_probe_does_not_stop_flush_always() {
     let mut c = Config::new(Flavor::Sglang);
     c.busy_from_flush = Some(1);
     let srv = Scripted::start(c);
     let run = sweep(
         &srv.url(),
-        &["--contexts", "1k", "--reps", "1", "--flush", "always"],
-    );
-    assert_ne!(run.code, 0);
+        &[
+            "--contexts",
+            "1k",
+            "--reps",
+            "1",
+            "--output-tokens",
+            "4",
+            "--flush",
+            "always",
+            "--flush-wait",
+            "1",
+        ],
+    )
+    .ok();
+    // Busy is temporary (issue 10): flushing is not switched off for the run and the
+    // sweep does not stop; the refusal is retried, said once, and never recorded as done.
+    assert!(run.stderr.contains("stayed busy"), "{}", run.stderr);
     assert!(
-        run.stderr.contains("--flush always") && run.stderr.contains("--flush auto or never"),
-        "{}",
-        run.stderr
+        srv.refused_flushes() >= 2,
+        "retried: {}",
+        srv.refused_flushes()
+    );
+    let r = run.results();
+    let s = &r.samples[0];
+    assert!(s.has(&Flag::FlushFailed), "{s:?}");
+    assert!(
+        s.flush.as_deref().is_some_and(|f| f.starts_with("failed")),
+        "{s:?}"
     );
 }

@@ -391,6 +391,12 @@ pub struct SweepArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub flush: FlushMode,
 
+    /// Seconds a flush the server refuses because it is busy (SGLang answers 400, vLLM
+    /// `success: false` while another request runs) is retried, with backoff, before the
+    /// sample is measured anyway and flagged flush_failed. Flushing stays on either way.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120.0)]
+    pub flush_wait: f64,
+
     /// Prometheus endpoint scraped before and after each sample [default: the server's
     /// /metrics when it answers]; `off` disables scraping. A path (`/metrics`) is relative to
     /// --url.

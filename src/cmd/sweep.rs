@@ -196,7 +196,16 @@ async fn measure(
     // A dry run measures nothing, so it must not erase the server's cache either.
     let flush = match args.dry_run {
         true => None,
-        false => decide_flush(args.flush, backend.as_ref(), probe, args.quiet).await?,
+        false => {
+            decide_flush(
+                args.flush,
+                opts.flush_wait,
+                backend.as_ref(),
+                probe,
+                args.quiet,
+            )
+            .await?
+        }
     };
     let metrics = metrics_scraper(args, http, probe)?;
     if let (Some(m), Some(_), false) = (&metrics, &args.metrics_url, args.dry_run) {
@@ -221,6 +230,7 @@ async fn measure(
         stall_timeout: opts.stall_timeout,
         on_error: args.on_error,
         flush: flush.is_some(),
+        flush_wait: opts.flush_wait,
         metrics: metrics.clone(),
         two_point,
         decode_samples: args.decode_samples,
@@ -769,6 +779,7 @@ fn new_run_id() -> String {
 /// profile records what happened, so the header says what the terminal said.
 async fn decide_flush(
     mode: FlushMode,
+    wait: std::time::Duration,
     backend: &dyn Backend,
     probe: &mut ServerProfile,
     quiet: bool,
@@ -776,7 +787,7 @@ async fn decide_flush(
     if mode == FlushMode::Never {
         return Ok(None);
     }
-    match bench::flush_when_idle(backend, bench::FLUSH_IDLE_WAIT).await {
+    match bench::flush_when_idle(backend, wait).await {
         Ok(what) => {
             if !quiet {
                 eprintln!("flush: {what} before every sample");
@@ -788,7 +799,7 @@ async fn decide_flush(
         Err(e @ ClientError::Busy { .. }) => {
             let note = format!(
                 "the server stayed busy for {} s ({e}); flushing stays on and each sample waits for it to go idle (another client is using this server: timings may include its load)",
-                bench::FLUSH_IDLE_WAIT.as_secs()
+                wait.as_secs_f64()
             );
             eprintln!("warning: {note}");
             probe.notes.push(note);

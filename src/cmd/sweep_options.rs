@@ -31,6 +31,8 @@ pub struct SweepOptions {
     pub timeout_per_1k: Duration,
     /// `--stall-timeout`.
     pub stall_timeout: Duration,
+    /// `--flush-wait`: how long a busy server's flush refusal is retried.
+    pub flush_wait: Duration,
     /// `--wait-ready`.
     pub wait_ready: Duration,
     /// `--needle-depths` when `--needle` is on.
@@ -159,6 +161,7 @@ impl SweepOptions {
             timeout: seconds("--timeout", args.timeout, false)?,
             timeout_per_1k: seconds("--timeout-per-1k", args.timeout_per_1k, true)?,
             stall_timeout: seconds("--stall-timeout", args.stall_timeout, false)?,
+            flush_wait: seconds("--flush-wait", args.flush_wait, true)?,
             wait_ready: seconds("--wait-ready", args.wait_ready, true)?,
             needle_depths,
             concurrency,

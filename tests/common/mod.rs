@@ -157,6 +157,29 @@ impl RefServer {
         }
     }
 
+    /// Waits until a request's prefill has processed its first batch: llama-server has then
+    /// sent the client a progress event, so the stream has begun (a server frozen before
+    /// that is silent under the whole-request deadline, not the stall timeout).
+    pub fn wait_prefill_progress(&self, limit: Duration) {
+        let start = Instant::now();
+        let key = "\"n_prompt_tokens_processed\":";
+        loop {
+            let processed = http_get(self.port, "/slots").and_then(|(_, body)| {
+                let rest = &body[body.find(key)? + key.len()..];
+                let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+                digits.parse::<u64>().ok()
+            });
+            if processed.is_some_and(|n| n > 0) {
+                return;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "no prefill progress after {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// A Prometheus counter from /metrics.
     pub fn metric(&self, name: &str) -> f64 {
         let (_, body) = http_get(self.port, "/metrics").expect("GET /metrics");
