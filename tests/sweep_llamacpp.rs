@@ -94,9 +94,12 @@ fn the_seeds_repeated_prompt_trap_is_detected_and_excluded() {
             "--cache-bypass",
             "off",
         ],
-    )
-    .ok();
+    );
     let (stdout, stderr) = (&run.stdout, &run.stderr);
+    // Every sample hit the cache (the first reuses the warmup's prefix too): the point has
+    // no usable sample, so the run exits 1 and says why.
+    assert_eq!(run.code, 1, "{stderr}");
+    assert!(stderr.contains("no usable sample at 2k"), "{stderr}");
     let s = run.results().samples;
     assert_eq!(s.len(), 3);
     // Repetitions after the first send the same prompt: the server reuses its cache.
