@@ -129,27 +129,7 @@ async fn measure(
     let levels = opts.concurrency.clone();
     // The longest generation a point must hold.
     let output_tokens = opts.longest_output(out_tokens);
-    let contexts = match (contexts_arg.clone(), probe.max_context) {
-        (Some(c), Some(limit)) => {
-            plan::check_limit(&c, output_tokens, limit, probe.max_context_source.as_deref().unwrap_or("server"))?;
-            c
-        }
-        // Warned about once the run can go ahead (after connecting and the warmup).
-        (Some(c), None) => c,
-        (None, Some(limit)) => {
-            let l = plan::default_ladder(limit, output_tokens);
-            if l.is_empty() {
-                return Err(UsageError::Invalid(format!("the server's context ({limit} tokens) is too small for a sweep")).into());
-            }
-            l
-        }
-        (None, None) => {
-            return Err(UsageError::Invalid(
-                "the server does not report its maximum context, so no default ladder can be built: give --contexts".into(),
-            )
-            .into())
-        }
-    };
+    let contexts = resolve_contexts(contexts_arg.clone(), probe, output_tokens)?;
 
     let fam = family(probe.backend).context("internal: the probe chose no protocol")?;
     let nonce_tokens = if args.nonce.is_on() { NONCE_TOKENS } else { 0 };
@@ -165,31 +145,15 @@ async fn measure(
     let length = fam.length_policy();
     let cache_bypass = args.cache_bypass.is_on() && probe.cache_bypass;
 
-    let needed = contexts.last().copied().unwrap_or(0) as usize;
-    let mut corpus = Corpus::load(
+    let corpus = prepare_corpus(
         &corpus_spec,
         backend.as_ref(),
-        needed,
+        &contexts,
         probe.n_vocab,
         args.seed,
+        length.text_prompts,
     )
-    .await
-    .context("preparing the corpus")?;
-    if !length.text_prompts {
-        // Token-id prompts can start with any ordinary id: a vocabulary-wide nonce pool
-        // makes a first-token match with an earlier run's cached prompt unlikely.
-        match probe.n_vocab {
-            Some(v) => corpus.widen_nonce_pool(v),
-            // SGLang and vLLM do not report it: learn a few thousand valid ids from the
-            // server's tokenizer instead (a small pool made first tokens collide).
-            None => {
-                let ids = ctxbench::corpus::learn_ids(backend.as_ref())
-                    .await
-                    .context("learning token ids for the nonce")?;
-                corpus.add_nonce_ids(&ids);
-            }
-        }
-    }
+    .await?;
     let run_id = output
         .as_ref()
         .map_or_else(|| "dry-run".to_owned(), |o| o.run_id.clone());
@@ -256,55 +220,16 @@ async fn measure(
         recent.reverse();
         builder.avoid_first(recent);
     }
-    let mut warm = bench::warmup(backend.as_ref(), &mut builder, &settings)
-        .await
-        .context("warmup request")?;
-    if !length.server_adds_bos {
-        warm.server_added = 0;
-    }
-    let chat = probe.endpoint.as_deref() == Some(ctxbench::client::openai::CHAT);
-    if chat {
-        probe.notes.push(format!(
-            "chat template: {} tokens around the user message (usage.prompt_tokens − content tokens of the warmup), counted in every context length",
-            warm.server_added
-        ));
-    } else if warm.server_added > 1 {
-        bail!(
-            "the server counted {} prompt tokens for {} token ids sent; it rewrites token-id prompts (a template?), so lengths cannot be exact",
-            warm.reported.unwrap_or(0),
-            warm.sent
-        );
-    }
-    builder.set_server_added(warm.server_added);
-    probe.server_added_tokens = Some(warm.server_added);
-    probe.reports_cached_tokens = Some(warm.reports_cached_tokens);
-    if !warm.reports_cached_tokens {
-        // A default `vllm serve` (or SGLang behind the OpenAI protocol) leaves the count out
-        // of usage but counts prefix-cache hits in /metrics: each sample's deltas verify it.
-        if let Some(m) = &metrics {
-            if let Ok(snap) = m.scrape().await {
-                let d = ctxbench::metrics::deltas(&Default::default(), &snap);
-                if ctxbench::sample::metrics_cache_evidence(&d).is_some() {
-                    probe.reports_cached_tokens = Some(true);
-                    let n = format!(
-                        "cached tokens: from each sample's {} prefix-cache counter deltas (usage carries no count)",
-                        probe::redact_url(&m.url())
-                    );
-                    if !args.quiet {
-                        eprintln!("note: {n}");
-                    }
-                    probe.notes.push(n);
-                }
-            }
-        }
-    }
-    probe.reports_timings = Some(warm.reports_timings);
-    for n in backend.notes() {
-        if !args.quiet {
-            eprintln!("note: {n}");
-        }
-        probe.notes.push(n);
-    }
+    let warm = warm_up(
+        backend.as_ref(),
+        &mut builder,
+        &settings,
+        probe,
+        metrics.as_ref(),
+        length.server_adds_bos,
+        args.quiet,
+    )
+    .await?;
     if contexts_arg.is_some() && probe.max_context.is_none() && !args.quiet {
         eprintln!("warning: the server does not report its maximum context; a --contexts point beyond it will fail when sent");
     }
@@ -337,40 +262,7 @@ async fn measure(
         bail!("internal: no results file outside --dry-run");
     };
 
-    // What the user chose: the run's identity for --resume and compare. What the server
-    // answered (the flush's freed tokens, capabilities) goes to `server`.
-    let config = RunConfig {
-        backend_requested: args.backend.as_str().to_owned(),
-        backend: probe.backend.as_str().to_owned(),
-        url: probe.url.clone(),
-        model: probe.model.clone(),
-        contexts: contexts.clone(),
-        output_tokens: out_tokens,
-        reps: policy,
-        corpus: corpus_spec.clone(),
-        seed: args.seed,
-        cache_bypass,
-        nonce: args.nonce.is_on(),
-        nonce_tokens: nonce_tokens as u32,
-        length_tolerance: args.length_tolerance,
-        length_tolerance_pct: settings.length_tolerance_pct,
-        method: match args.method {
-            Method::Stream => record::Method::Stream,
-            Method::TwoPoint => record::Method::TwoPoint,
-        },
-        two_point_tokens: two_point,
-        decode_samples: args.decode_samples,
-        flush: Some(match args.flush {
-            FlushMode::Auto => FlushChoice::Auto,
-            FlushMode::Always => FlushChoice::Always,
-            FlushMode::Never => FlushChoice::Never,
-        }),
-        metrics_url: metrics.as_ref().map(|m| probe::redact_url(&m.url())),
-        server_cmd: args.managed_cmd.clone(),
-        prompt_seed: args.prompt_seed,
-        needle_depths: opts.needle_depths.clone(),
-        concurrency: levels.clone(),
-    };
+    let config = run_config(args, &opts, probe, &contexts, &settings, metrics.as_ref());
     let mut server: ServerInfo = serde_json::from_value(serde_json::to_value(&*probe)?)
         .context("internal: the probe does not match the results schema")?;
     server.flush_check = flush.clone();
@@ -402,30 +294,7 @@ async fn measure(
 
     let mut observer = Terminal::new(args.quiet);
     if !args.quiet {
-        eprintln!(
-            "plan: {} context(s) [{}]{} × {}, {}, corpus: {}{}",
-            contexts.len(),
-            contexts
-                .iter()
-                .map(|&c| units::fmt_ctx(c))
-                .collect::<Vec<_>>()
-                .join(", "),
-            match opts.grid() {
-                true => format!(
-                    " × concurrency [{}] (waves of c requests released together)",
-                    levels
-                        .iter()
-                        .map(u32::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-                false => String::new(),
-            },
-            policy,
-            output_label(two_point, out_tokens),
-            corpus_spec.label(),
-            if corpus.wraps { " (wraps around)" } else { "" },
-        );
+        eprintln!("{}", plan_line(&contexts, &opts, out_tokens, &corpus));
         eprintln!("results: {}", output.path.display());
     }
     // Worded once, in the report model: the same lines end every report of this file.
@@ -487,6 +356,242 @@ async fn measure(
     let loaded = crate::cmd::report::load(std::slice::from_ref(&output.path))?;
     let report = ctxbench::report::build(&loaded);
     let results = &loaded[0].2;
+    let summary = summary_text(
+        &report,
+        &corpus_spec.label(),
+        &output.path,
+        wall_s,
+        busy_s,
+        &efficiency,
+    )?;
+    let _ = std::io::stdout().lock().write_all(summary.as_bytes());
+    for w in report.runs.iter().flat_map(|r| &r.warnings) {
+        eprintln!("WARNING: {w}");
+    }
+    // The report beside the results file (md, html, plots) and the fits on the terminal.
+    if let Err(e) = crate::cmd::report::after_sweep(&report, &output.path) {
+        eprintln!("warning: could not write the report: {e:#}");
+    }
+    let resume_hint = format!(
+        "resume with: ctxbench sweep --url {} --out {} --resume (plus the same options)",
+        probe.url,
+        output.path.display()
+    );
+    Ok(ending(&tally, &results.samples, &contexts, &resume_hint))
+}
+
+/// The warmup request (never measured, never sharing a prefix with a measured one), and
+/// what it teaches about the server: tokens it adds (BOS, a chat template), whether it
+/// reports cached tokens (in usage or in /metrics deltas) and timings. Recorded in `probe`.
+async fn warm_up(
+    backend: &dyn Backend,
+    builder: &mut PromptBuilder<'_>,
+    settings: &BenchSettings,
+    probe: &mut ServerProfile,
+    metrics: Option<&Scraper>,
+    server_adds_bos: bool,
+    quiet: bool,
+) -> Result<bench::Warmup> {
+    let mut warm = bench::warmup(backend, builder, settings)
+        .await
+        .context("warmup request")?;
+    if !server_adds_bos {
+        warm.server_added = 0;
+    }
+    let chat = probe.endpoint.as_deref() == Some(ctxbench::client::openai::CHAT);
+    if chat {
+        probe.notes.push(format!(
+            "chat template: {} tokens around the user message (usage.prompt_tokens − content tokens of the warmup), counted in every context length",
+            warm.server_added
+        ));
+    } else if warm.server_added > 1 {
+        bail!(
+            "the server counted {} prompt tokens for {} token ids sent; it rewrites token-id prompts (a template?), so lengths cannot be exact",
+            warm.reported.unwrap_or(0),
+            warm.sent
+        );
+    }
+    builder.set_server_added(warm.server_added);
+    probe.server_added_tokens = Some(warm.server_added);
+    probe.reports_cached_tokens = Some(warm.reports_cached_tokens);
+    if !warm.reports_cached_tokens {
+        // A default `vllm serve` (or SGLang behind the OpenAI protocol) leaves the count out
+        // of usage but counts prefix-cache hits in /metrics: each sample's deltas verify it.
+        if let Some(m) = metrics {
+            if let Ok(snap) = m.scrape().await {
+                let d = ctxbench::metrics::deltas(&Default::default(), &snap);
+                if ctxbench::sample::metrics_cache_evidence(&d).is_some() {
+                    probe.reports_cached_tokens = Some(true);
+                    let n = format!(
+                        "cached tokens: from each sample's {} prefix-cache counter deltas (usage carries no count)",
+                        probe::redact_url(&m.url())
+                    );
+                    if !quiet {
+                        eprintln!("note: {n}");
+                    }
+                    probe.notes.push(n);
+                }
+            }
+        }
+    }
+    probe.reports_timings = Some(warm.reports_timings);
+    for n in backend.notes() {
+        if !quiet {
+            eprintln!("note: {n}");
+        }
+        probe.notes.push(n);
+    }
+    Ok(warm)
+}
+
+/// The plan line printed before measuring: points, concurrency levels, repetitions, output
+/// length and corpus.
+fn plan_line(contexts: &[u64], opts: &SweepOptions, out_tokens: u32, corpus: &Corpus) -> String {
+    format!(
+        "plan: {} context(s) [{}]{} × {}, {}, corpus: {}{}",
+        contexts.len(),
+        contexts
+            .iter()
+            .map(|&c| units::fmt_ctx(c))
+            .collect::<Vec<_>>()
+            .join(", "),
+        match opts.grid() {
+            true => format!(
+                " × concurrency [{}] (waves of c requests released together)",
+                opts.concurrency
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            false => String::new(),
+        },
+        opts.policy,
+        output_label(opts.two_point, out_tokens),
+        opts.corpus.label(),
+        if corpus.wraps { " (wraps around)" } else { "" },
+    )
+}
+
+/// What the user chose: the run's identity for `--resume` and `compare`. What the server
+/// answered (the flush's freed tokens, capabilities) goes to the header's `server`.
+fn run_config(
+    args: &SweepArgs,
+    opts: &SweepOptions,
+    probe: &ServerProfile,
+    contexts: &[u64],
+    settings: &BenchSettings,
+    metrics: Option<&Scraper>,
+) -> RunConfig {
+    RunConfig {
+        backend_requested: args.backend.as_str().to_owned(),
+        backend: probe.backend.as_str().to_owned(),
+        url: probe.url.clone(),
+        model: probe.model.clone(),
+        contexts: contexts.to_vec(),
+        output_tokens: settings.output_tokens,
+        reps: settings.policy,
+        corpus: opts.corpus.clone(),
+        seed: args.seed,
+        cache_bypass: settings.cache_bypass,
+        nonce: args.nonce.is_on(),
+        nonce_tokens: if args.nonce.is_on() {
+            NONCE_TOKENS as u32
+        } else {
+            0
+        },
+        length_tolerance: args.length_tolerance,
+        length_tolerance_pct: settings.length_tolerance_pct,
+        method: match args.method {
+            Method::Stream => record::Method::Stream,
+            Method::TwoPoint => record::Method::TwoPoint,
+        },
+        two_point_tokens: settings.two_point,
+        decode_samples: args.decode_samples,
+        flush: Some(match args.flush {
+            FlushMode::Auto => FlushChoice::Auto,
+            FlushMode::Always => FlushChoice::Always,
+            FlushMode::Never => FlushChoice::Never,
+        }),
+        metrics_url: metrics.map(|m| probe::redact_url(&m.url())),
+        server_cmd: args.managed_cmd.clone(),
+        prompt_seed: args.prompt_seed,
+        needle_depths: opts.needle_depths.clone(),
+        concurrency: opts.concurrency.clone(),
+    }
+}
+
+/// The points to measure: the user's list checked against the server's limit, or the
+/// default ladder up to that limit.
+fn resolve_contexts(
+    given: Option<Vec<u64>>,
+    probe: &ServerProfile,
+    output_tokens: u64,
+) -> Result<Vec<u64>> {
+    Ok(match (given, probe.max_context) {
+        (Some(c), Some(limit)) => {
+            plan::check_limit(&c, output_tokens, limit, probe.max_context_source.as_deref().unwrap_or("server"))?;
+            c
+        }
+        // Warned about once the run can go ahead (after connecting and the warmup).
+        (Some(c), None) => c,
+        (None, Some(limit)) => {
+            let l = plan::default_ladder(limit, output_tokens);
+            if l.is_empty() {
+                return Err(UsageError::Invalid(format!("the server's context ({limit} tokens) is too small for a sweep")).into());
+            }
+            l
+        }
+        (None, None) => {
+            return Err(UsageError::Invalid(
+                "the server does not report its maximum context, so no default ladder can be built: give --contexts".into(),
+            )
+            .into())
+        }
+    })
+}
+
+/// The corpus, tokenized once, with a nonce pool wide enough that no two prompts of this
+/// or an earlier run share their first token.
+async fn prepare_corpus(
+    spec: &ctxbench::corpus::CorpusSpec,
+    backend: &dyn Backend,
+    contexts: &[u64],
+    n_vocab: Option<u64>,
+    seed: u64,
+    text_prompts: bool,
+) -> Result<Corpus> {
+    let needed = contexts.last().copied().unwrap_or(0) as usize;
+    let mut corpus = Corpus::load(spec, backend, needed, n_vocab, seed)
+        .await
+        .context("preparing the corpus")?;
+    if !text_prompts {
+        // Token-id prompts can start with any ordinary id: a vocabulary-wide nonce pool
+        // makes a first-token match with an earlier run's cached prompt unlikely.
+        match n_vocab {
+            Some(v) => corpus.widen_nonce_pool(v),
+            // SGLang and vLLM do not report it: learn a few thousand valid ids from the
+            // server's tokenizer instead (a small pool made first tokens collide).
+            None => {
+                let ids = ctxbench::corpus::learn_ids(backend)
+                    .await
+                    .context("learning token ids for the nonce")?;
+                corpus.add_nonce_ids(&ids);
+            }
+        }
+    }
+    Ok(corpus)
+}
+
+/// The end-of-sweep summary: the report's table and details, then the sweep's own lines.
+fn summary_text(
+    report: &ctxbench::report::Report,
+    corpus_label: &str,
+    path: &Path,
+    wall_s: f64,
+    busy_s: f64,
+    efficiency: &std::result::Result<f64, String>,
+) -> Result<String> {
     let mut summary = String::new();
     if let Some(run) = report.runs.first() {
         writeln!(summary, "\n{}", render::summary_table(&run.points))?;
@@ -495,8 +600,8 @@ async fn measure(
     writeln!(
         summary,
         "TTFT and decode are client-side medians (min–max) over usable samples; server columns are the server's own timings.\ncorpus: {}; results: {}",
-        corpus_spec.label(),
-        output.path.display()
+        corpus_label,
+        path.display()
     )?;
     match efficiency {
         Ok(e) => writeln!(
@@ -512,43 +617,41 @@ async fn measure(
     {
         writeln!(summary, "{line}")?;
     }
-    let _ = std::io::stdout().lock().write_all(summary.as_bytes());
-    for w in report.runs.iter().flat_map(|r| &r.warnings) {
-        eprintln!("WARNING: {w}");
-    }
-    // The report beside the results file (md, html, plots) and the fits on the terminal.
-    if let Err(e) = crate::cmd::report::after_sweep(&report, &output.path) {
-        eprintln!("warning: could not write the report: {e:#}");
-    }
-    let resume_hint = format!(
-        "resume with: ctxbench sweep --url {} --out {} --resume (plus the same options)",
-        probe.url,
-        output.path.display()
-    );
+    Ok(summary)
+}
+
+/// How the sweep ended, said on the terminal: interrupted, stopped, failed samples, or a
+/// point with nothing usable all exit non-zero with what to do.
+fn ending(
+    tally: &bench::Tally,
+    samples: &[record::Sample],
+    contexts: &[u64],
+    resume_hint: &str,
+) -> Ending {
     if tally.interrupted {
         eprintln!(
             "interrupted: {} sample(s) recorded this session are kept.\n{resume_hint}",
             tally.recorded
         );
-        return Ok(Ending::Interrupted);
+        return Ending::Interrupted;
     }
     if let Some(reason) = &tally.stopped {
         eprintln!("the sweep stopped early: {reason}\n{resume_hint}");
-        return Ok(Ending::Incomplete);
+        return Ending::Incomplete;
     }
     if tally.failed > 0 {
         eprintln!("{} sample(s) failed; {resume_hint}", tally.failed);
-        return Ok(Ending::Incomplete);
+        return Ending::Incomplete;
     }
-    let empty = points_without_usable_samples(&results.samples, &contexts);
+    let empty = points_without_usable_samples(samples, contexts);
     if !empty.is_empty() {
         eprintln!(
             "error: no usable sample at {}: nothing was measured there",
             empty.join("; ")
         );
-        return Ok(Ending::Incomplete);
+        return Ending::Incomplete;
     }
-    Ok(Ending::Complete)
+    Ending::Complete
 }
 
 /// Context points whose cold samples are all excluded, each with why (the flags that
