@@ -338,7 +338,7 @@ fn compare_finds_a_real_slowdown_and_its_confidence_min_samples_and_noise_apply(
         "--contexts",
         "1k",
         "--reps",
-        "3",
+        "6",
         "--output-tokens",
         "4",
         "-q",
@@ -369,17 +369,17 @@ fn compare_finds_a_real_slowdown_and_its_confidence_min_samples_and_noise_apply(
             .unwrap()
             .clone()
     };
-    // One run a side with 3 samples: below the default --min-samples 6 there is no verdict.
-    let few = ttft(&json(&[]));
+    // One run a side with 6 samples: asking for 7 leaves no verdict.
+    let few = ttft(&json(&["--min-samples", "7"]));
     assert_eq!(few["verdict"], "too_few_samples", "{few}");
-    let d = json(&["--min-samples", "3"]);
+    let d = json(&[]);
     let row = ttft(&d);
     assert_eq!(row["verdict"], "slower", "{row}");
     assert!(row["ratio"].as_f64().unwrap() > 2.0, "{row}");
     // A narrower interval at 50% confidence, with the noise band asked for.
-    let n = json(&["--min-samples", "3", "--noise", "0", "--confidence", "0.5"]);
+    let n = json(&["--noise", "0", "--confidence", "0.5"]);
     assert_eq!(n["level"], 0.5);
-    assert_eq!(n["min_samples"], 3);
+    assert_eq!(n["min_samples"], 6);
     assert_eq!(n["noise"], 0.0);
     let width = |r: &Value| {
         r["interval"]["high"].as_f64().unwrap() - r["interval"]["low"].as_f64().unwrap()
@@ -390,7 +390,7 @@ fn compare_finds_a_real_slowdown_and_its_confidence_min_samples_and_noise_apply(
     );
     // The noise band is the verdict's edge: a slowdown whose interval starts above 2 stays
     // one under the widest band, and the band is echoed as given.
-    let wide = json(&["--min-samples", "3", "--noise", "0.999"]);
+    let wide = json(&["--noise", "0.999"]);
     assert_eq!(wide["noise"], 0.999);
     let w = ttft(&wide);
     let slower = w["interval"]["low"].as_f64().unwrap() > 1.999;
