@@ -254,6 +254,7 @@ fn scripted_disk_full_names_the_error_and_keeps_every_written_line() {
     let o = std::process::Command::new("bash")
         .args(["-c", "trap '' XFSZ; ulimit -f 4; exec \"$0\" \"$@\""])
         .arg(env!("CARGO_BIN_EXE_ctxbench"))
+        .env("XDG_STATE_HOME", common::state_home())
         .args([
             "sweep",
             "--url",

@@ -357,3 +357,85 @@ fn the_openai_backend_measures_the_same_server_exactly() {
         assert!(x.server.as_ref().and_then(|t| t.prompt_ms).is_some());
     }
 }
+
+/// Files under `dir`, recursively.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        match p.is_dir() {
+            true => out.extend(files_under(&p)),
+            false => out.push(p),
+        }
+    }
+    out
+}
+
+/// The nonce history (first tokens earlier runs sent) is the only state ctxbench keeps: in
+/// `$XDG_STATE_HOME/ctxbench/nonce/`, else `~/.local/state/ctxbench/nonce/`, and nothing
+/// else in the home folder. The test harness points XDG_STATE_HOME at its own folder, so
+/// the suite never writes the user's home.
+#[test]
+fn the_nonce_history_is_the_only_state_and_tests_keep_it_out_of_the_home_folder() {
+    let _g = serial();
+    let srv = RefServer::start(4096, &[]);
+    let port = srv.port.to_string();
+    let names_this_server = |p: &std::path::Path| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().contains(&format!("_{port}_")))
+    };
+    let sweep_args = ["--contexts", "1k", "--reps", "1", "--output-tokens", "4"];
+
+    // Through the harness: the history lands in the harness's folder.
+    sweep(&srv.url(), &sweep_args).ok();
+    let harness = common::state_home().join("ctxbench/nonce");
+    let kept: Vec<_> = files_under(&harness)
+        .into_iter()
+        .filter(|p| names_this_server(p))
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let ids = std::fs::read_to_string(&kept[0]).unwrap();
+    assert!(!ids.trim().is_empty(), "no first tokens kept");
+
+    // With XDG_STATE_HOME set, a run writes nothing in HOME; without it, only the history
+    // under HOME/.local/state.
+    let home = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (i, xdg) in [Some(state.path()), None].into_iter().enumerate() {
+        let out = dir.path().join(format!("r{i}.jsonl"));
+        let mut cmd = common::ctxbench();
+        cmd.args(["sweep", "--url", &srv.url()])
+            .args(sweep_args)
+            .args(["--out", out.to_str().unwrap()])
+            .env("HOME", home.path())
+            .env_remove("CTXBENCH_URL")
+            .env_remove("CTXBENCH_API_KEY");
+        match xdg {
+            Some(x) => cmd.env("XDG_STATE_HOME", x),
+            None => cmd.env_remove("XDG_STATE_HOME"),
+        };
+        let o = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{stderr}");
+        let in_home = files_under(home.path());
+        match xdg {
+            Some(x) => {
+                assert!(in_home.is_empty(), "written in HOME: {in_home:?}");
+                let f = files_under(x);
+                assert!(
+                    f.len() == 1 && f[0].starts_with(x.join("ctxbench/nonce")),
+                    "{f:?}"
+                );
+            }
+            None => {
+                assert_eq!(in_home.len(), 1, "{in_home:?}");
+                assert!(
+                    in_home[0].starts_with(home.path().join(".local/state/ctxbench/nonce"))
+                        && names_this_server(&in_home[0]),
+                    "{in_home:?}"
+                );
+            }
+        }
+    }
+}

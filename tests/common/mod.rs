@@ -268,9 +268,32 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((code, body))
 }
 
-/// The ctxbench binary.
+/// The ctxbench binary, with its state (the nonce history) kept out of the user's home.
 pub fn ctxbench() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_ctxbench"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ctxbench"));
+    c.env("XDG_STATE_HOME", state_home());
+    c
+}
+
+/// The `XDG_STATE_HOME` of every ctxbench this test process starts: a folder of its own
+/// under cargo's target tmp dir, so tests never write `~/.local/state/ctxbench`. Folders
+/// of test processes that have exited are removed on first use.
+pub fn state_home() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("xdg-state");
+        if let Ok(entries) = std::fs::read_dir(&root) {
+            for e in entries.flatten() {
+                let pid = e.file_name().to_string_lossy().parse::<u32>().ok();
+                if pid.is_some_and(|p| !Path::new(&format!("/proc/{p}")).exists()) {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
+        let dir = root.join(std::process::id().to_string());
+        std::fs::create_dir_all(&dir).expect("cannot create the tests' XDG_STATE_HOME");
+        dir
+    })
 }
 
 /// Runs ctxbench with args; returns (exit code, stdout, stderr).
