@@ -483,3 +483,55 @@ fn a_server_that_never_gets_ready_fails_at_the_server_timeout_and_is_stopped() {
     let ps = String::from_utf8_lossy(&ps.stdout);
     assert!(!ps.lines().any(|l| l.starts_with("sleep 600 ")), "{ps}");
 }
+
+#[test]
+fn resume_without_out_is_a_usage_error_that_says_what_to_do() {
+    // The URL is unreachable: had ctxbench probed, the message would say so.
+    let url = unreachable_url();
+    for args in [
+        &["sweep", "--url", &url, "--contexts", "1k", "--resume"][..],
+        &[
+            "sweep",
+            "--server-cmd",
+            "llama-server --port {port}",
+            "--resume",
+        ],
+    ] {
+        let (code, _, stderr) = run(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.trim(),
+            "error: --resume needs --out: name the results file (or, with --server-cmd, the folder) to continue, e.g. --out run.jsonl --resume",
+            "{args:?}"
+        );
+    }
+}
+
+/// clap's own usage line lists the options an error involved (`--url <URL> --corpus <…>` for
+/// an unknown flag), which reads as if they were required: the sweep's is written out.
+#[test]
+fn usage_errors_show_the_sweeps_short_usage_line() {
+    let url = unreachable_url();
+    let usage = "Usage: ctxbench sweep --url URL [OPTIONS]\n       ctxbench sweep --server-cmd TEMPLATE [-L NAME VALUES]... [OPTIONS]\n";
+    for args in [
+        &["sweep", "--url", &url, "--bogus"][..],
+        &["sweep", "--bogus"],
+        &["sweep", "--url", &url, "--min-reps", "3"],
+        &["sweep", "--url", &url, "--runs", "2"],
+    ] {
+        let (code, _, stderr) = run(args);
+        assert_eq!(code, 2, "{args:?}: {stderr}");
+        assert!(stderr.contains(usage), "{args:?}: {stderr}");
+        // No other option is presented as part of the usage.
+        let usage_at = stderr.find("Usage:").unwrap();
+        let after = &stderr[usage_at + usage.len()..];
+        assert_eq!(
+            after.trim(),
+            "For more information, try '--help'.",
+            "{args:?}"
+        );
+    }
+    let (code, stdout, _) = run(&["sweep", "--help"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains(usage), "{stdout}");
+}

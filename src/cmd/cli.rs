@@ -20,7 +20,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Measure TTFT, prefill and decode speed at each context length.
-    #[command(after_help = SWEEP_EXAMPLES)]
+    #[command(after_help = SWEEP_EXAMPLES, override_usage = SWEEP_USAGE)]
     Sweep(Box<SweepArgs>),
     /// Measure ctxbench's own cost: stream tokens from a loopback server as fast as it can.
     Overhead(OverheadArgs),
@@ -131,6 +131,12 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
     pub min_samples: u32,
 }
+
+// Written out: clap's generated line lists whichever required and given options an error
+// involved (`ctxbench sweep --url <URL> --corpus <...>` for an unknown flag), which reads as
+// if those were needed.
+const SWEEP_USAGE: &str = "ctxbench sweep --url URL [OPTIONS]
+       ctxbench sweep --server-cmd TEMPLATE [-L NAME VALUES]... [OPTIONS]";
 
 const SWEEP_EXAMPLES: &str = "Examples:
   ctxbench sweep --url http://127.0.0.1:8080
@@ -277,7 +283,7 @@ pub struct SweepArgs {
     pub label: Option<String>,
 
     /// Continue the run in --out, skipping samples already recorded.
-    #[arg(long, requires = "out")]
+    #[arg(long)]
     pub resume: bool,
 
     /// Model name sent in OpenAI requests [default: the first of /v1/models].

@@ -57,6 +57,12 @@ impl SweepOptions {
                 "--url {url}: give the server's base URL without /v1 (ctxbench adds the paths itself): --url {base}"
             ));
         }
+        if args.resume && args.out.is_none() {
+            // Without --out a new timestamped file would be made: there is nothing to resume.
+            return bad(
+                "--resume needs --out: name the results file (or, with --server-cmd, the folder) to continue, e.g. --out run.jsonl --resume".into(),
+            );
+        }
         let contexts = args
             .contexts
             .as_deref()
