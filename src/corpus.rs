@@ -220,6 +220,33 @@ pub fn random_tokens(n_vocab: u64, len: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
+/// Checks, before anything is sent, that `--corpus PATH` holds text: stops at the first
+/// non-empty UTF-8 file (in the order [`Corpus::load`] reads them), so a large folder is
+/// not read twice.
+pub fn check_path(path: &Path) -> Result<(), CorpusError> {
+    let read_err = |p: &Path, e: std::io::Error| CorpusError::Read {
+        path: p.display().to_string(),
+        detail: e.to_string(),
+    };
+    let mut files = Vec::new();
+    collect_files(path, &mut files).map_err(|e| read_err(path, e))?;
+    files.sort();
+    for f in files {
+        let bytes = std::fs::read(&f).map_err(|e| read_err(&f, e))?;
+        if std::str::from_utf8(&bytes).is_ok_and(|s| !s.trim().is_empty()) {
+            return Ok(());
+        }
+    }
+    Err(empty_corpus(path))
+}
+
+fn empty_corpus(path: &Path) -> CorpusError {
+    CorpusError::Empty(format!(
+        "--corpus {}: no non-empty UTF-8 text files found; give a text file or a folder of them, or --corpus repeat|random",
+        path.display()
+    ))
+}
+
 /// Reads a file, or every regular file of a folder in name order (recursively), as UTF-8.
 fn read_texts(path: &Path) -> Result<Vec<String>, CorpusError> {
     let read_err = |p: &Path, e: std::io::Error| CorpusError::Read {
@@ -240,10 +267,7 @@ fn read_texts(path: &Path) -> Result<Vec<String>, CorpusError> {
         }
     }
     if out.is_empty() {
-        return Err(CorpusError::Empty(format!(
-            "--corpus {}: no non-empty UTF-8 text files found",
-            path.display()
-        )));
+        return Err(empty_corpus(path));
     }
     Ok(out)
 }

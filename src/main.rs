@@ -4,7 +4,8 @@ use std::process::ExitCode;
 
 use crate::cmd::cli::{Cli, Command};
 use clap::Parser;
-use ctxbench::error::{ClientError, UsageError};
+use ctxbench::corpus::CorpusError;
+use ctxbench::error::{ClientError, RecordError, UsageError};
 
 // std's print macros panic when the stream is closed (`ctxbench sweep 2>&1 | head -2`):
 // these shadow them for the whole binary and drop what cannot be written. Results are
@@ -75,19 +76,33 @@ fn main() -> ExitCode {
         Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            let unauthorized = e.chain().any(|c| {
-                matches!(
-                    c.downcast_ref::<ClientError>(),
-                    Some(ClientError::Unauthorized { .. })
-                )
-            });
-            if e.downcast_ref::<UsageError>().is_some() || unauthorized {
+            if user_mistake(&e) {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE
             }
         }
     }
+}
+
+/// Whether the error is the user's to fix (exit 2): a usage error, an API key the server
+/// refused, a resume with other options than the file's, a corpus without text.
+fn user_mistake(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<UsageError>().is_some()
+            || matches!(
+                c.downcast_ref::<ClientError>(),
+                Some(ClientError::Unauthorized { .. })
+            )
+            || matches!(
+                c.downcast_ref::<RecordError>(),
+                Some(RecordError::ConfigMismatch { .. })
+            )
+            || matches!(
+                c.downcast_ref::<CorpusError>(),
+                Some(CorpusError::Empty(_) | CorpusError::Read { .. })
+            )
+    })
 }
 
 /// Whether the error is a write to a closed pipe.

@@ -535,3 +535,27 @@ fn usage_errors_show_the_sweeps_short_usage_line() {
     assert_eq!(code, 0);
     assert!(stdout.contains(usage), "{stdout}");
 }
+
+#[test]
+fn a_corpus_without_text_is_a_usage_error_before_any_request() {
+    // The URL is unreachable: had ctxbench probed, the message would say so.
+    let url = unreachable_url();
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&empty, "  \n").unwrap();
+    let folder = dir.path().join("binary");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::write(folder.join("blob.bin"), [0xff, 0xfe, 0x00, 0x80]).unwrap();
+    for corpus in [&empty, &folder] {
+        let c = corpus.to_str().unwrap();
+        let (code, _, stderr) = run(&["sweep", "--url", &url, "--contexts", "1k", "--corpus", c]);
+        assert_eq!(code, 2, "{c}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "--corpus {c}: no non-empty UTF-8 text files found"
+            )),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("cannot connect"), "{stderr}");
+    }
+}

@@ -130,7 +130,8 @@ fn slot_erase_without_slot_save_path_names_the_flag() {
         &["--contexts", "1k", "--reps", "1", "--flush", "always"],
     );
     let stderr = &refused.stderr;
-    assert_ne!(refused.code, 0);
+    assert_eq!(refused.code, 2, "the user's choice cannot be met: {stderr}");
+    assert!(!refused.out.exists(), "a results file was left behind");
     assert!(
         stderr.contains("--flush always") && stderr.contains("--slot-save-path"),
         "{stderr}"

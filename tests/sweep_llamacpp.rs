@@ -324,7 +324,10 @@ fn a_resumed_run_with_the_cache_flush_on_does_not_repeat_samples_and_tolerates_a
     let i = a.iter().position(|s| s == "2").unwrap();
     a[i] = "5".into();
     let (code, _, stderr) = run(&a.iter().map(String::as_str).collect::<Vec<_>>());
-    assert_ne!(code, 0);
+    assert_eq!(
+        code, 2,
+        "the user's options differ from the file's: {stderr}"
+    );
     let changed: Vec<&str> = stderr
         .lines()
         .map(str::trim)
@@ -438,4 +441,32 @@ fn the_nonce_history_is_the_only_state_and_tests_keep_it_out_of_the_home_folder(
             }
         }
     }
+}
+
+/// A `--backend` that does not fit the server is the user's mistake: exit 2, naming what the
+/// server looks like, before any results file is made.
+#[test]
+fn a_backend_that_does_not_fit_the_real_server_is_a_usage_error() {
+    let _g = serial();
+    let srv = RefServer::start(4096, &[]);
+    for backend in ["sglang", "vllm"] {
+        let run = sweep(&srv.url(), &["--backend", backend, "--contexts", "1k"]);
+        assert_eq!(run.code, 2, "{backend}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!(
+                "--backend {backend} does not fit this server: it looks like llama.cpp"
+            )),
+            "{}",
+            run.stderr
+        );
+        assert!(
+            !run.out.exists(),
+            "{backend}: a results file was left behind"
+        );
+    }
+    assert_eq!(
+        srv.metric("llamacpp:prompt_tokens_total"),
+        0.0,
+        "a prompt was sent"
+    );
 }

@@ -69,6 +69,10 @@ impl SweepOptions {
             .map(plan::parse_contexts)
             .transpose()?;
         let corpus = CorpusSpec::parse(&args.corpus).map_err(UsageError::Invalid)?;
+        if let CorpusSpec::Path(p) = &corpus {
+            // An empty or unreadable corpus is the user's to fix: said before any request.
+            ctxbench::corpus::check_path(p).map_err(|e| UsageError::Invalid(e.to_string()))?;
+        }
         let two_point = match (args.method, args.two_point_tokens.as_deref()) {
             (Method::TwoPoint, Some(s)) => Some(parse_two_point(s)?),
             (Method::TwoPoint, None) => Some(TWO_POINT_DEFAULT),
