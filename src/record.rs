@@ -554,6 +554,11 @@ pub struct ServerInfo {
     /// `None`: no flush. Varies run to run, so not part of the run's identity.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flush_check: Option<String>,
+    /// Whether the flush tried before the sweep works here: `true` (the cache is flushed
+    /// before every sample), `false` (refused or no endpoint: nothing is flushed); absent
+    /// when none was tried (`--flush never`, files from before this field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flush_available: Option<bool>,
     /// The tokenizer endpoint pair used for exact text prompts (generic OpenAI servers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer: Option<TokenizerInfo>,

@@ -98,6 +98,7 @@ fn slot_erase_flush_runs_before_every_sample_with_slot_save_path() {
             .map(|f| f.contains("slot erase")),
         Some(true)
     );
+    assert_eq!(r.header.server.flush_available, Some(true));
     for s in &r.samples {
         let f = s.flush.as_deref().expect("flushed");
         assert!(f.starts_with("llama.cpp slot erase"), "{f}");
@@ -314,4 +315,80 @@ fn decode_at_depth_samples_are_warm_and_cold_ones_stay_cold() {
     assert_eq!(points[0].usable, 2);
     assert_eq!(points[0].warm, 4);
     assert!(run.stdout.contains("decode at depth"), "{}", run.stdout);
+}
+
+/// The terminal's lines about the server before measuring (`note:`, `warning:`, the
+/// capability lines) are what the header records: every note printed is in
+/// `server.notes`, no line names a flush that then fails, and `server.flush_available`
+/// says whether the flush works (readme-audit L13).
+#[test]
+fn the_header_records_every_note_printed_and_whether_the_flush_works() {
+    let _g = serial();
+    // No --slot-save-path: llama.cpp's slot erase is refused.
+    let srv = RefServer::start(8192, &[]);
+    let base = ["--contexts", "1k", "--reps", "1", "--output-tokens", "4"];
+    let cases: [(&[&str], Option<bool>); 3] = [
+        (&[], Some(false)),
+        (&["--backend", "openai"], Some(false)),
+        (&["--flush", "never"], None),
+    ];
+    for (extra, available) in cases {
+        let run = sweep(&srv.url(), &[&base[..], extra].concat()).ok();
+        let h = run.results().header;
+        let stderr = &run.stderr;
+        assert_eq!(h.server.flush_available, available, "{extra:?}: {stderr}");
+        // Every note or warning printed before the plan is recorded, word for word.
+        let before_plan = &stderr[..stderr.find("\nplan: ").expect("plan line")];
+        let printed: Vec<&str> = before_plan
+            .lines()
+            .filter_map(|l| l.strip_prefix("note: ").or(l.strip_prefix("warning: ")))
+            .collect();
+        for n in &printed {
+            assert!(
+                h.server.notes.iter().any(|r| r == n),
+                "{extra:?}: printed but not recorded: {n}\nrecorded: {:?}",
+                h.server.notes
+            );
+        }
+        // No capability line offers a flush that is then refused.
+        let flush_lines: Vec<&str> = before_plan
+            .lines()
+            .filter(|l| l.contains("flush"))
+            .collect();
+        match available {
+            Some(false) => {
+                assert_eq!(h.server.flush, None, "{extra:?}");
+                assert!(
+                    flush_lines
+                        .iter()
+                        .all(|l| l.starts_with("note: no cache flush")),
+                    "{extra:?}: {flush_lines:?}"
+                );
+                assert_eq!(flush_lines.len(), 1, "{extra:?}: {flush_lines:?}");
+            }
+            _ => assert!(
+                flush_lines.len() == 1
+                    && flush_lines[0].starts_with("flush: never (--flush never)"),
+                "{extra:?}: {flush_lines:?}"
+            ),
+        }
+        match extra.first() {
+            // llama.cpp's own protocol: the note names the flag that enables the erase.
+            None => assert!(
+                printed.iter().any(|n| n.contains("--slot-save-path")),
+                "{printed:?}"
+            ),
+            Some(&"--backend") => {
+                assert_eq!(h.config.backend, "openai");
+                assert!(
+                    printed
+                        .iter()
+                        .any(|n| n.contains("openai protocol has no cache-flush endpoint")),
+                    "{printed:?}"
+                );
+                assert!(!stderr.contains("slot-save-path"), "{stderr}");
+            }
+            _ => {}
+        }
+    }
 }

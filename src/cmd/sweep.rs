@@ -176,10 +176,12 @@ async fn measure(
         // A user-given endpoint is tried once up front, so a wrong one is said once, not
         // only as a flag on every sample.
         if let Err(e) = m.scrape().await {
-            eprintln!(
-                "warning: --metrics-url {} does not answer ({e}); every sample will be flagged metrics_unavailable",
+            let note = format!(
+                "--metrics-url {} does not answer ({e}); every sample will be flagged metrics_unavailable",
                 probe::redact_url(&m.url())
             );
+            eprintln!("warning: {note}");
+            probe.notes.push(note);
         }
     }
     let settings = BenchSettings {
@@ -230,8 +232,12 @@ async fn measure(
         args.quiet,
     )
     .await?;
-    if contexts_arg.is_some() && probe.max_context.is_none() && !args.quiet {
-        eprintln!("warning: the server does not report its maximum context; a --contexts point beyond it will fail when sent");
+    if contexts_arg.is_some() && probe.max_context.is_none() {
+        let note = "the server does not report its maximum context; a --contexts point beyond it will fail when sent";
+        if !args.quiet {
+            eprintln!("warning: {note}");
+        }
+        probe.notes.push(note.to_owned());
     }
 
     let limits = capacity::Limits {
@@ -266,6 +272,8 @@ async fn measure(
     let mut server: ServerInfo = serde_json::from_value(serde_json::to_value(&*probe)?)
         .context("internal: the probe does not match the results schema")?;
     server.flush_check = flush.clone();
+    // Tried (auto or always) and either working or not; `--flush never` tries nothing.
+    server.flush_available = (args.flush != FlushMode::Never).then_some(flush.is_some());
     // The flag belongs to the server, whichever protocol is spoken to it.
     server.cached_tokens_hint = probe
         .detected
@@ -400,10 +408,14 @@ async fn warm_up(
     }
     let chat = probe.endpoint.as_deref() == Some(ctxbench::client::openai::CHAT);
     if chat {
-        probe.notes.push(format!(
+        let note = format!(
             "chat template: {} tokens around the user message (usage.prompt_tokens − content tokens of the warmup), counted in every context length",
             warm.server_added
-        ));
+        );
+        if !quiet {
+            eprintln!("note: {note}");
+        }
+        probe.notes.push(note);
     } else if warm.server_added > 1 {
         bail!(
             "the server counted {} prompt tokens for {} token ids sent; it rewrites token-id prompts (a template?), so lengths cannot be exact",
@@ -888,6 +900,15 @@ async fn decide_flush(
     quiet: bool,
 ) -> Result<Option<String>> {
     if mode == FlushMode::Never {
+        if !quiet {
+            eprintln!(
+                "flush: never (--flush never){}",
+                probe
+                    .flush
+                    .as_deref()
+                    .map_or(String::new(), |f| format!("; this server's would be: {f}"))
+            );
+        }
         return Ok(None);
     }
     match bench::flush_when_idle(backend, wait).await {
@@ -978,12 +999,14 @@ fn print_probe(p: &ServerProfile) {
             .as_deref()
             .map_or(String::new(), |e| format!("; generations: POST {e}")),
     );
+    // The flush is not named here: whether it works is known only once it is tried (the
+    // next lines say what it did), and an endpoint listed here that then fails read as a
+    // contradiction.
     eprintln!(
-        "prompts: {}; limits: KV pool {}; flush: {}; speculative stats: {}",
+        "prompts: {}; limits: KV pool {}; speculative stats: {}",
         p.prompt_method,
         p.kv_pool_tokens
             .map_or("not reported".to_owned(), |n| format!("{n} tokens")),
-        p.flush.as_deref().unwrap_or("not available"),
         p.spec_stats.as_deref().unwrap_or("not exposed"),
     );
     for n in &p.notes {
