@@ -289,14 +289,7 @@ impl Renderer for HtmlRenderer {
         if !plots.is_empty() {
             body.push_str("<h2>Plots</h2>\n<div class=\"plots\">\n");
             for p in &plots {
-                figure(
-                    &mut body,
-                    &p.svg,
-                    &format!(
-                        "{}: median and min–max per context; lines: fits (dashed: extrapolated)",
-                        p.title
-                    ),
-                );
+                figure(&mut body, &p.svg, &p.caption);
             }
             body.push_str("</div>\n");
         }
