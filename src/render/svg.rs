@@ -379,9 +379,7 @@ fn acceptance_plot(report: &Report) -> Result<Option<Plot>, RenderError> {
     Ok(Some(Plot {
         name: "acceptance_length".into(),
         title: t.into(),
-        caption: format!(
-            "{t}: median and min–max per context; lines: fits (dashed: extrapolated)"
-        ),
+        caption: format!("{t}: median and min–max per context; lines: fits (dashed: extrapolated)"),
         svg,
     }))
 }
@@ -610,9 +608,8 @@ where
     match mark {
         CellMark::Together => area.draw(&Circle::new(p, 5, col.filled())),
         CellMark::Queued => area.draw(&Circle::new(p, 5, col.stroke_width(2))),
-        CellMark::NoOverlap => area.draw(
-            &(EmptyElement::at(p) + Rectangle::new([(-5, -5), (5, 5)], col.stroke_width(2))),
-        ),
+        CellMark::NoOverlap => area
+            .draw(&(EmptyElement::at(p) + Rectangle::new([(-5, -5), (5, 5)], col.stroke_width(2)))),
     }
     .map_err(perr)
 }
@@ -821,7 +818,11 @@ fn capacity_plot(
                     .map_err(perr)?,
             }
             right
-                .draw(&Text::new(text.clone(), (38, yy - 7), ("sans-serif", 13).into_font()))
+                .draw(&Text::new(
+                    text.clone(),
+                    (38, yy - 7),
+                    ("sans-serif", 13).into_font(),
+                ))
                 .map_err(perr)?;
             yy += 24;
         }
