@@ -570,3 +570,21 @@ fn a_run_without_concurrency_has_no_capacity_plots() {
     assert!(plots.iter().all(|p| !p.name.starts_with("capacity")));
     assert!(svg::capacity_plots(&fixture()).unwrap().is_empty());
 }
+
+#[test]
+fn two_runs_with_the_same_maximum_share_one_extrapolation_legend_entry() {
+    // readme-audit L15: a label beside each band overlapped when two runs' bands sat at
+    // the same maximum context.
+    let r = fixture();
+    let bands = r
+        .runs
+        .iter()
+        .filter_map(|x| x.ttft_fit.as_ref()?.extrapolation)
+        .map(|e| e.context_tokens)
+        .collect::<Vec<_>>();
+    assert_eq!(bands, [131072, 131072]);
+    for p in svg::report_plots(&r).unwrap().iter().take(4) {
+        assert_eq!(count(&p.svg, "extrapolated"), 1, "{}", p.name);
+        assert_eq!(count(&p.svg, "(90% band)"), 0, "{}", p.name);
+    }
+}

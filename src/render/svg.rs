@@ -214,7 +214,6 @@ fn metric_plot(report: &Report, metric: Metric) -> Result<Option<Plot>, RenderEr
     let ymax = ys.fold(0.0f64, f64::max).max(1e-9) * 1.08;
     let xmin = xs.iter().copied().fold(f64::INFINITY, f64::min) / 1.25;
     let xmax = xs.iter().copied().fold(0.0, f64::max) * 1.25;
-    let label_octaves = 140.0 * (lx(xmax) - lx(xmin)) / (SIZE.0 as f64 - 100.0) + 0.1;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
@@ -269,14 +268,6 @@ fn metric_plot(report: &Report, metric: Metric) -> Result<Option<Plot>, RenderEr
                         PathElement::new([(l - 0.06, hi), (l + 0.06, hi)], c.stroke_width(2)),
                     ])
                     .map_err(perr)?;
-                chart
-                    .draw_series(std::iter::once(Text::new(
-                        "extrapolated (90% band)",
-                        // The label must end left of the band: ~140 px of text, in octaves.
-                        (l - label_octaves, hi),
-                        ("sans-serif", 13).into_font().color(&c),
-                    )))
-                    .map_err(perr)?;
             }
             chart
                 .draw_series(s.points.iter().map(|(l, sp)| {
@@ -292,6 +283,21 @@ fn metric_plot(report: &Report, metric: Metric) -> Result<Option<Plot>, RenderEr
                 .map_err(perr)?
                 .label(format!("{} median (min–max)", s.label))
                 .legend(move |(x, y)| Circle::new((x + 9, y), 4, c.filled()));
+        }
+        // One legend entry for the extrapolation style, whatever the number of runs: a
+        // label beside each band overlapped when runs share a maximum (readme-audit L15).
+        if all.iter().any(|s| s.band.is_some()) {
+            let grey = RGBColor(90, 90, 90);
+            chart
+                .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+                .map_err(perr)?
+                .label("extrapolated (dashed; bar: 90% band)")
+                .legend(move |(x, y)| {
+                    EmptyElement::at((x, y))
+                        + PathElement::new([(0, 0), (5, 0)], grey.stroke_width(2))
+                        + PathElement::new([(8, 0), (12, 0)], grey.stroke_width(2))
+                        + PathElement::new([(16, -6), (16, 6)], grey.stroke_width(3))
+                });
         }
         chart
             .configure_series_labels()
