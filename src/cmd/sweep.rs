@@ -239,7 +239,8 @@ async fn measure(
         slots: probe.total_slots,
         kv_pool_tokens: probe.kv_pool_tokens,
     };
-    if opts.grid() && !args.quiet {
+    // A dry run prints the prediction in its own plan (stdout); once is enough.
+    if opts.grid() && !args.quiet && !args.dry_run {
         eprint!(
             "{}",
             crate::cmd::dryrun::prediction(&contexts, &levels, out_tokens, &limits)
