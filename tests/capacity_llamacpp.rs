@@ -170,7 +170,13 @@ fn a_dry_run_of_a_grid_prints_the_prediction_once() {
     let srv = four_slots();
     let r = sweep(
         &srv.url(),
-        &["--contexts", "1k,2k", "--concurrency", "1,4,8", "--dry-run"],
+        &[
+            "--contexts",
+            "512,1k",
+            "--concurrency",
+            "1,4,8",
+            "--dry-run",
+        ],
     )
     .ok();
     let both = format!("{}{}", r.stdout, r.stderr);

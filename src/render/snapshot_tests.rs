@@ -386,6 +386,7 @@ fn capacity_results() -> Results {
     let levels = [1u32, 2, 4, 8];
     let mut header = header("grid", &contexts);
     header.config.concurrency = levels.to_vec();
+    header.config.reps = RepPolicy::fixed(2);
     header.server.total_slots = Some(4);
     header.server.kv_pool_tokens = None;
     header.server.server_kind = "llama.cpp".into();
@@ -414,6 +415,8 @@ fn capacity_results() -> Results {
                         context_tokens: ctx,
                         rep: wave,
                         prompt_tokens: Some(ctx),
+                        cached_tokens: Some(0),
+                        cache_verified: true,
                         ttft_ms: Some(ttft),
                         decode_tokens_per_s: Some(per_req),
                         ms_per_step: Some(1000.0 / per_req),
@@ -587,4 +590,49 @@ fn two_runs_with_the_same_maximum_share_one_extrapolation_legend_entry() {
         assert_eq!(count(&p.svg, "extrapolated"), 1, "{}", p.name);
         assert_eq!(count(&p.svg, "(90% band)"), 0, "{}", p.name);
     }
+}
+
+#[test]
+fn capacity_map_table_markdown_and_html() {
+    let r = capacity_fixture();
+    insta::assert_snapshot!(
+        "capacity_table",
+        renderer(ReportFormat::Table).report(&r).unwrap()
+    );
+    let md = renderer(ReportFormat::Md).report(&r).unwrap();
+    assert!(md.contains("| 1k | 98.00 | 192.0 | 368.0 | 240.0* |"), "{md}");
+    let html = renderer(ReportFormat::Html).report(&r).unwrap();
+    assert!(html.contains("<td>queues→queued (8 of 16)</td>"), "{html}");
+}
+
+#[test]
+fn a_grid_cell_whose_requests_failed_is_not_a_missed_prediction_but_a_warning() {
+    let mut res = capacity_results();
+    for s in res
+        .samples
+        .iter_mut()
+        .filter(|s| s.context_tokens == 4096 && s.concurrency == Some(8))
+    {
+        s.status = Status::Failed;
+        s.flags.retain(|f| *f != Flag::Queued);
+    }
+    let run = report::build_run("grid", "grid.jsonl", &res);
+    let map = run.capacity.as_ref().unwrap();
+    let cell = map
+        .cells
+        .iter()
+        .find(|c| c.context_tokens == 4096 && c.concurrency == 8)
+        .unwrap();
+    assert_eq!((cell.failed, cell.requests), (16, 16));
+    assert_eq!(cell.measured, "failed");
+    assert!(map.mispredicted.is_empty(), "{:?}", map.mispredicted);
+    let w: Vec<&str> = run.warnings.iter().map(|w| w.message.as_str()).collect();
+    assert!(
+        w.iter()
+            .any(|m| m.starts_with("16 request(s) failed in the capacity grid (4k × 8: 16 of 16)")),
+        "{w:?}"
+    );
+    assert!(!w
+        .iter()
+        .any(|m| m.contains("did not do what its limits predicted")));
 }
