@@ -600,7 +600,10 @@ fn capacity_map_table_markdown_and_html() {
         renderer(ReportFormat::Table).report(&r).unwrap()
     );
     let md = renderer(ReportFormat::Md).report(&r).unwrap();
-    assert!(md.contains("| 1k | 98.00 | 192.0 | 368.0 | 240.0* |"), "{md}");
+    assert!(
+        md.contains("| 1k | 98.00 | 192.0 | 368.0 | 240.0* |"),
+        "{md}"
+    );
     let html = renderer(ReportFormat::Html).report(&r).unwrap();
     assert!(html.contains("<td>queues→queued (8 of 16)</td>"), "{html}");
 }

@@ -579,11 +579,15 @@ enum CellMark {
     Queued,
     /// No common decode window (too short to time): hollow square.
     NoOverlap,
+    /// Requests failed and none was seen waiting: a cross (the cell is incomplete).
+    Failed,
 }
 
 fn cell_mark(c: &crate::capacity::Cell) -> CellMark {
     if c.queued > 0 {
         CellMark::Queued
+    } else if c.failed > 0 {
+        CellMark::Failed
     } else if c.no_overlap_waves > 0 {
         CellMark::NoOverlap
     } else {
@@ -616,6 +620,7 @@ where
         CellMark::Queued => area.draw(&Circle::new(p, 5, col.stroke_width(2))),
         CellMark::NoOverlap => area
             .draw(&(EmptyElement::at(p) + Rectangle::new([(-5, -5), (5, 5)], col.stroke_width(2)))),
+        CellMark::Failed => area.draw(&Cross::new(p, 5, col.stroke_width(2))),
     }
     .map_err(perr)
 }
@@ -789,6 +794,7 @@ fn capacity_plot(
                 CellMark::Together => "all c ran together",
                 CellMark::Queued => "queued: some waited",
                 CellMark::NoOverlap => "no common window",
+                CellMark::Failed => "requests failed",
             };
             entries.push((LegendGlyph::Mark(*m), text.to_owned()));
         }
@@ -835,7 +841,7 @@ fn capacity_plot(
         root.present().map_err(perr)?;
     }
     let mut caption = format!(
-        "{}: x = concurrent requests c, one line per context; filled = all c requests decoded together, hollow circle = some requests waited for a slot, hollow square = no common decode window; ringed = the knee",
+        "{}: x = concurrent requests c, one line per context; filled = all c requests decoded together, hollow circle = some requests waited for a slot, hollow square = no common decode window, cross = requests failed (incomplete cell); ringed = the knee",
         metric.title()
     );
     if metric == CapMetric::Aggregate {
