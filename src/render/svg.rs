@@ -634,6 +634,9 @@ fn tick(v: f64) -> String {
     }
 }
 
+/// A cell on a capacity plot: x (log2 c), y (the metric, log10 on a log axis), marker.
+type CapPoint = (f64, f64, CellMark);
+
 /// Width of the legend column right of a capacity plot.
 const CAP_LEGEND_W: u32 = 210;
 
@@ -672,7 +675,7 @@ fn capacity_plot(
     contexts.dedup();
     let y = |v: f64| if metric.log_y() { v.log10() } else { v };
     // Per context: (x, y, mark) of each cell that has this metric.
-    let rows: Vec<(u64, Vec<(f64, f64, CellMark)>)> = contexts
+    let rows: Vec<(u64, Vec<CapPoint>)> = contexts
         .iter()
         .map(|&ctx| {
             let pts = map
