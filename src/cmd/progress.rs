@@ -35,18 +35,20 @@ impl Terminal {
 }
 
 fn describe(s: &Sample) -> String {
-    let ctx = fmt_ctx(s.context_tokens);
+    // A grid's sample names its cell and wave: `8k × c=8 wave 1`.
+    let ctx = match (s.concurrency, s.wave) {
+        (Some(c), Some(w)) => format!("{:>6} × c={c} wave {w}", fmt_ctx(s.context_tokens)),
+        _ => format!("{:>6} rep {}", fmt_ctx(s.context_tokens), s.rep),
+    };
     match s.status {
         Status::Failed => format!(
-            "  {ctx:>6} rep {}: FAILED: {}",
-            s.rep,
+            "  {ctx}: FAILED: {}",
             s.error.as_ref().map_or("?", |e| e.message.as_str())
         ),
         Status::Ok => {
             let f = |x: Option<f64>| x.map_or("–".to_owned(), |v| format!("{v:.1}"));
             let mut line = format!(
-                "  {ctx:>6} rep {}: TTFT {} ms (server {} ms), decode {} tok/s, cached {}",
-                s.rep,
+                "  {ctx}: TTFT {} ms (server {} ms), decode {} tok/s, cached {}",
                 f(s.ttft_ms),
                 f(s.server.as_ref().and_then(|t| t.prompt_ms)),
                 f(s.decode_tokens_per_s),
@@ -213,6 +215,28 @@ mod tests {
         );
         let l = point_line(&point(Some(4), Some(0.05)));
         assert!(l.ends_with("aggregate decode ±5.0%"), "{l}");
+    }
+
+    #[test]
+    fn a_grid_sample_names_its_cell_and_wave() {
+        let mut s = Sample {
+            context_tokens: 8192,
+            rep: 1,
+            ttft_ms: Some(12.0),
+            ..Sample::default()
+        };
+        assert!(
+            describe(&s).starts_with("      8k rep 1: TTFT 12.0 ms"),
+            "{}",
+            describe(&s)
+        );
+        s.concurrency = Some(8);
+        s.wave = Some(1);
+        assert!(
+            describe(&s).starts_with("      8k × c=8 wave 1: TTFT 12.0 ms"),
+            "{}",
+            describe(&s)
+        );
     }
 
     #[test]
