@@ -420,3 +420,77 @@ fn real_llama_cpp_python_behind_a_gateway_that_hides_the_tokenizer_gets_calibrat
         assert!(*hit <= 8, "prefix reuse of {hit} tokens: {hits:?}");
     }
 }
+
+#[test]
+fn real_llama_cpp_python_chat_behind_a_gateway_that_hides_the_tokenizer_counts_the_template_in_calibrated_lengths(
+) {
+    let _g = serial();
+    let srv = RealServer::start(Family::LlamaCppPython, &[]);
+    let gw = Gateway::start(srv.port);
+    let run = sweep(
+        &gw.url(),
+        &[
+            "--contexts",
+            "1k,2k",
+            "--reps",
+            "2",
+            "--output-tokens",
+            "8",
+            "--endpoint",
+            "chat",
+        ],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let l = read_lines(&run.out);
+    assert_eq!(l.header["server"]["endpoint"], "/v1/chat/completions");
+    let method = l.header["server"]["prompt_method"].as_str().unwrap_or("");
+    assert!(
+        method.starts_with("text calibrated against the server's usage.prompt_tokens")
+            && method.contains("chat template's tokens are counted"),
+        "{method}"
+    );
+    let pct = l.header["config"]["length_tolerance_pct"].as_f64().unwrap();
+    assert_eq!(pct, 0.01);
+    let logged = logged_prompt_lengths(&srv.log_text());
+    assert_eq!(l.samples.len(), 4);
+    for s in &l.samples {
+        assert_eq!(s["status"], "ok", "{s}");
+        let target = u(s, "context_tokens");
+        let got = u(s, "prompt_tokens");
+        let tol = (pct * target as f64).ceil() as u64;
+        eprintln!(
+            "chat: target {target}, server count {got}, error {}",
+            got as i64 - target as i64
+        );
+        assert!(got.abs_diff(target) <= tol, "{got} for {target}: {s}");
+        assert!(logged.contains(&got), "{got} not in the log: {logged:?}");
+        assert!(has_flag(s, "prompt_tokens_from_repeat"), "{s}");
+    }
+    // The template's tokens are part of each length: the same user message sent as a raw
+    // completion prompt counts fewer tokens.
+    let posts = gw.posts();
+    let first = posts
+        .iter()
+        .filter(|(p, b)| p == "/v1/chat/completions" && b["stream"] == json!(true))
+        .nth(1)
+        .expect("a measured chat request");
+    let msgs = first.1["messages"].as_array().unwrap();
+    assert_eq!(msgs.len(), 1, "one user message");
+    assert_eq!(msgs[0]["role"], "user");
+    let content = msgs[0]["content"].as_str().unwrap();
+    let (code, body) = common::real::http_post_json(
+        srv.port,
+        "/v1/completions",
+        &json!({"prompt": content, "max_tokens": 1}),
+    )
+    .expect("the server answers");
+    assert_eq!(code, 200, "{body}");
+    let raw: Value = serde_json::from_str(&body).unwrap();
+    let raw_n = raw["usage"]["prompt_tokens"].as_u64().unwrap();
+    let chat_n = u(&l.samples[0], "prompt_tokens");
+    eprintln!("chat template: {chat_n} (chat) vs {raw_n} (same text, raw completion)");
+    assert!(
+        raw_n < chat_n && chat_n.abs_diff(u(&l.samples[0], "context_tokens")) <= 11,
+        "template tokens not counted: raw {raw_n}, chat {chat_n}"
+    );
+}
