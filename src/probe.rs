@@ -507,6 +507,12 @@ mod tests {
             p.completions_missing,
             "no /v1/completions in the canned answers"
         );
+        // Token ids taken but no tokenizer: no corpus ids are known, so text is calibrated.
+        let takes_ids = Canned::default()
+            .get("/v1/models", models("someone"))
+            .post("/v1/completions", json!({"choices": [{"text": "x"}]}));
+        let q = run(&takes_ids, BackendKind::Auto).unwrap();
+        assert!(!q.token_id_prompts && calibrated(&q), "{}", q.prompt_method);
     }
 
     #[test]

@@ -86,7 +86,9 @@ impl super::Family for Family {
             p.tokenize = Some(t.dialect);
             p.tokenizer = Some(t.clone());
         }
-        p.token_id_prompts = completions == Completions::TakesTokenIds;
+        // Without a tokenizer no ids of the corpus are known, whatever the server takes:
+        // lengths are then calibrated on text.
+        p.token_id_prompts = completions == Completions::TakesTokenIds && tokenizer.is_some();
         p.prompt_method = match (&tokenizer, p.token_id_prompts) {
             (_, true) => format!(
                 "token ids (the server accepted a token-id test prompt; ids from {})",
