@@ -280,6 +280,10 @@ impl CalibratedText {
         let mut units = ((target as f64) / ratio.unwrap_or(1.0)).round().max(1.0) as usize;
         // (distance from the target, units, count)
         let mut best = (usize::MAX, units, 0);
+        // The most units counted short of the target and the fewest counted beyond it: the
+        // answer lies between, and when no unit is left between them, neither side can get
+        // closer (a unit worth several tokens), so calibration stops early.
+        let (mut below, mut above) = (0usize, usize::MAX);
         let mut sent = 0;
         for _ in 0..CALIBRATION_ROUNDS {
             self.requests.fetch_add(1, Ordering::Relaxed);
@@ -296,13 +300,18 @@ impl CalibratedText {
             if off == 0 {
                 break;
             }
+            if counted < target {
+                below = below.max(units);
+            } else {
+                above = above.min(units);
+            }
+            if above.saturating_sub(below) <= 1 {
+                break;
+            }
             let step = ((target as f64 - counted as f64) / r.max(1e-9)).round() as i64;
-            let step = match (step, counted < target) {
-                (0, true) => 1,
-                (0, false) => -1,
-                (s, _) => s,
-            };
-            units = (units as i64 + step).max(1) as usize;
+            let next = (units as i64 + step).max(1) as usize;
+            // Strictly inside the bracket.
+            units = next.clamp(below + 1, above.saturating_sub(1).max(below + 1));
         }
         if let Ok(mut c) = self.calib.lock() {
             c.units_for.insert(target, (best.1, best.2));
@@ -429,5 +438,8 @@ mod tests {
         // An even target cannot be met exactly: the nearest count is kept (1 off).
         let even = rt.block_on(c.prompt(&ids[..100], count)).unwrap();
         assert_eq!(even.counted.abs_diff(100), 1);
+        // Once no unit lies between a count short of the target and one beyond it,
+        // calibration stops: no rounds spent oscillating.
+        assert!(even.requests <= 3, "{} requests", even.requests);
     }
 }
