@@ -142,7 +142,7 @@ async fn measure(
             output_tokens: output_tokens.max(u64::from(out_tokens)),
         },
     )?;
-    let length = fam.length_policy();
+    let length = fam.length_policy(probe);
     let cache_bypass = args.cache_bypass.is_on() && probe.cache_bypass;
 
     let corpus = prepare_corpus(
@@ -400,7 +400,9 @@ async fn warm_up(
         warm.server_added = 0;
     }
     let chat = probe.endpoint.as_deref() == Some(ctxbench::client::openai::CHAT);
-    if chat {
+    if chat && !server_adds_bos {
+        probe.notes.push("chat template: its tokens are inside every length (calibration aims usage.prompt_tokens, template included, at the target)".to_owned());
+    } else if chat {
         probe.notes.push(format!(
             "chat template: {} tokens around the user message (usage.prompt_tokens − content tokens of the warmup), counted in every context length",
             warm.server_added
