@@ -40,6 +40,14 @@ fn binom_pmf(n: usize, i: usize) -> f64 {
     (ln_c - n as f64 * std::f64::consts::LN_2).exp()
 }
 
+/// Fewest values whose median has a distribution-free CI at the loop's confidence (6 at
+/// 95%): with fewer, progress lines say "n/a" and why.
+pub fn min_values_for_ci() -> usize {
+    (1..64)
+        .find(|&n| median_ci(&vec![1.0; n]).is_some())
+        .unwrap_or(64)
+}
+
 /// Relative half-width of the median's CI: (hi − lo) / 2 / median.
 pub fn relative_half_width(values: &[f64]) -> Option<f64> {
     let (lo, hi) = median_ci(values)?;

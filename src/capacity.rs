@@ -242,9 +242,14 @@ pub struct Cell {
     pub queued: usize,
     /// Waves without a measurable common window.
     pub no_overlap_waves: usize,
+    /// Requests of this cell that failed (a failed request hides whether others waited).
+    pub failed: usize,
+    /// Requests sent in this cell (all waves).
+    pub requests: usize,
     /// What the server's limits predicted (`fits`, `queues`, `?`), from the run header.
     pub predicted: String,
-    /// What was measured: `ran together`, `queued`, or `no overlap`.
+    /// What was measured: `ran together`, `queued`, `no overlap`, or `failed` (requests
+    /// failed and none was seen waiting: the cell cannot say).
     pub measured: String,
 }
 
@@ -303,8 +308,11 @@ pub fn cells(samples: &[Sample], limits: &Limits, output: u32) -> Vec<Cell> {
                 .map(|s| s.wave.unwrap_or(s.rep))
                 .collect::<std::collections::BTreeSet<_>>()
                 .len();
+            let failed = ss.iter().filter(|s| s.status != Status::Ok).count();
             let measured = if queued > 0 {
                 "queued"
+            } else if failed > 0 {
+                "failed"
             } else if no_overlap_waves > 0 {
                 "no overlap"
             } else {
@@ -322,6 +330,8 @@ pub fn cells(samples: &[Sample], limits: &Limits, output: u32) -> Vec<Cell> {
                 ttft_worst_ms: ttft.iter().copied().reduce(f64::max),
                 queued,
                 no_overlap_waves,
+                failed,
+                requests: ss.len(),
                 predicted: limits.predict(context, output, c).word().to_owned(),
                 measured: measured.to_owned(),
             }
@@ -432,9 +442,10 @@ pub fn map(
         .iter()
         .filter_map(|c| {
             let waited = c.queued > 0;
+            // A request that failed cannot show whether it (or one after it) waited.
             let miss = match c.predicted.as_str() {
                 "fits" => waited,
-                "queues" => !waited,
+                "queues" => !waited && c.failed == 0,
                 _ => false,
             };
             miss.then(|| {
@@ -461,52 +472,78 @@ pub fn map(
     })
 }
 
-/// The map as rows of text cells: context down, concurrency across; each cell
-/// `aggregate tok/s · ms/step · TTFT median/worst`, plus predicted → measured fit.
-pub fn map_rows(m: &CapacityMap) -> (Vec<String>, Vec<Vec<String>>) {
+/// One table of the map: context down, concurrency across.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MapTable {
+    /// What the cells are.
+    pub title: String,
+    /// `context`, `c=1`, `c=2`, …
+    pub head: Vec<String>,
+    /// One row per context.
+    pub rows: Vec<Vec<String>>,
+}
+
+/// The map as small tables, one per metric (aggregate decode tok/s, per-request ms/step,
+/// TTFT median / worst) and one of predicted → measured: one number per cell reads down
+/// a column, where one long cell of everything did not.
+pub fn map_tables(m: &CapacityMap) -> Vec<MapTable> {
     let mut head = vec!["context".to_owned()];
     head.extend(m.levels.iter().map(|c| format!("c={c}")));
     let mut contexts: Vec<u64> = m.cells.iter().map(|c| c.context_tokens).collect();
     contexts.dedup();
-    let f = |x: Option<f64>, p: usize| x.map_or("–".to_owned(), |v| format!("{v:.p$}"));
-    let rows = contexts
-        .iter()
-        .map(|&ctx| {
-            let mut row = vec![crate::units::fmt_ctx(ctx)];
-            for &c in &m.levels {
-                row.push(
-                    match m
-                        .cells
+    let num = |x: Option<f64>| x.map_or("–".to_owned(), crate::units::num);
+    let table = |title: &str, f: &dyn Fn(&Cell) -> String| MapTable {
+        title: title.to_owned(),
+        head: head.clone(),
+        rows: contexts
+            .iter()
+            .map(|&ctx| {
+                let mut row = vec![crate::units::fmt_ctx(ctx)];
+                row.extend(m.levels.iter().map(|&c| {
+                    m.cells
                         .iter()
                         .find(|x| x.context_tokens == ctx && x.concurrency == c)
-                    {
-                        None => "not measured".to_owned(),
-                        Some(x) => format!(
-                            "{} tok/s{} · {} ms/step · TTFT {}/{} ms · {}→{}",
-                            f(x.aggregate_decode_tokens_per_s, 1),
-                            match (x.aggregate_decode_tokens_per_s, x.wave_output_tokens_per_s) {
-                                (None, Some(w)) => format!(" (wave {w:.1})"),
-                                _ => String::new(),
-                            },
-                            f(x.ms_per_step, 1),
-                            f(x.ttft_median_ms, 0),
-                            f(x.ttft_worst_ms, 0),
-                            x.predicted,
-                            x.measured
-                        ),
-                    },
-                );
-            }
-            row
-        })
-        .collect();
-    (head, rows)
+                        .map_or("not measured".to_owned(), f)
+                }));
+                row
+            })
+            .collect(),
+    };
+    vec![
+        table(
+            "aggregate decode tok/s (all c requests, in the window where all decoded at once; * = output tokens over the whole wave, where there was no such window)",
+            &|x| match (x.aggregate_decode_tokens_per_s, x.wave_output_tokens_per_s) {
+                (Some(a), _) => num(Some(a)),
+                (None, Some(w)) => format!("{}*", num(Some(w))),
+                (None, None) => "–".to_owned(),
+            },
+        ),
+        table("ms per decode step, per request (in that window)", &|x| {
+            num(x.ms_per_step)
+        }),
+        table("TTFT median / worst (ms)", &|x| {
+            format!("{} / {}", num(x.ttft_median_ms), num(x.ttft_worst_ms))
+        }),
+        table(
+            "predicted → measured (from the server's slots / KV pool; queued: requests that waited for another to finish)",
+            &|x| {
+                let detail = if x.queued > 0 {
+                    format!(" ({} of {})", x.queued, x.requests)
+                } else if x.failed > 0 {
+                    format!(" ({} of {})", x.failed, x.requests)
+                } else {
+                    String::new()
+                };
+                format!("{}→{}{detail}", x.predicted, x.measured)
+            },
+        ),
+    ]
 }
 
 /// The legend under the map, in words.
 pub fn map_legend(m: &CapacityMap) -> Vec<String> {
     let mut v = vec![
-        "each cell: aggregate decode tok/s in the window where all c requests decoded at once (wave: output tokens ÷ first-to-last token span, where there was no such window) · per-request ms/step in that window · TTFT median/worst · predicted → measured (fits/queues → ran together/queued/no overlap)".to_owned(),
+        "measured: ran together (all c decoded at once), queued (some waited for a slot), no overlap (no common window long enough to time), failed (requests failed, so waiting cannot be told)".to_owned(),
         m.knee_rule.clone(),
     ];
     for k in &m.knees {
@@ -621,6 +658,8 @@ mod tests {
             ttft_worst_ms: None,
             queued,
             no_overlap_waves: 0,
+            failed: 0,
+            requests: c as usize,
             predicted: "fits".into(),
             measured: String::new(),
         }

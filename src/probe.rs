@@ -173,6 +173,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::client::openai::calibrated;
     use crate::client::openai::TokenizeDialect;
 
     /// A server made of canned answers: GET path → (status, body), POST path → JSON
@@ -492,11 +493,26 @@ mod tests {
         let bare = Canned::default().get("/v1/models", models("someone"));
         let p = run(&bare, BackendKind::Auto).unwrap();
         assert!(!p.token_id_prompts);
-        assert!(p.prompt_method.starts_with("none"), "{}", p.prompt_method);
+        assert!(
+            p.prompt_method
+                .starts_with("text calibrated against the server's usage.prompt_tokens"),
+            "{}",
+            p.prompt_method
+        );
+        assert!(
+            calibrated(&p),
+            "no tokenizer, token ids refused: calibrated"
+        );
         assert!(
             p.completions_missing,
             "no /v1/completions in the canned answers"
         );
+        // Token ids taken but no tokenizer: no corpus ids are known, so text is calibrated.
+        let takes_ids = Canned::default()
+            .get("/v1/models", models("someone"))
+            .post("/v1/completions", json!({"choices": [{"text": "x"}]}));
+        let q = run(&takes_ids, BackendKind::Auto).unwrap();
+        assert!(!q.token_id_prompts && calibrated(&q), "{}", q.prompt_method);
     }
 
     #[test]

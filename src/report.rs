@@ -181,14 +181,62 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         .filter(|s| matches!(s.phase, Phase::Cold | Phase::Warm))
         .cloned()
         .collect();
-    let cold: Vec<&Sample> = known.iter().filter(|s| s.phase == Phase::Cold).collect();
     let needle = crate::integrity::needle_cells(&results.samples);
-    let other_phases = alone
-        .iter()
-        .filter(|s| !matches!(s.phase, Phase::Cold | Phase::Warm | Phase::Needle))
-        .count();
     let points = stats::summarize(&known);
+
+    let mut warnings = sample_warnings(results, &alone, &points);
+    warnings.extend(integrity_warnings(&needle, &results.samples));
+    warnings.extend(server_warnings(results, &points));
+    if let Some(m) = &capacity {
+        warnings.extend(capacity_warnings(m, lowest));
+    }
     let max_context = h.server.max_context;
+    let ttft_fit = scaling_fit(
+        Metric::TtftMs,
+        Model::Quadratic,
+        &alone,
+        &points,
+        max_context,
+        &mut warnings,
+    );
+    let step_fit = scaling_fit(
+        Metric::MsPerStep,
+        Model::Linear,
+        &alone,
+        &points,
+        max_context,
+        &mut warnings,
+    );
+    let cold: Vec<&Sample> = known.iter().filter(|s| s.phase == Phase::Cold).collect();
+    let acceptance = acceptance_points(&points, &cold);
+    let stops = stop_records(&points, results, lowest);
+
+    RunReport {
+        label: label.to_owned(),
+        path: path.to_owned(),
+        run_id: h.run_id.clone(),
+        started_at: h.started_at.clone(),
+        ctxbench_version: h.ctxbench_version.clone(),
+        host: h.host.clone(),
+        config: h.config.clone(),
+        server: h.server.clone(),
+        corpus: h.corpus.clone(),
+        run_label: h.label.clone(),
+        stops,
+        points,
+        acceptance,
+        ttft_fit,
+        step_fit,
+        warnings,
+        needle,
+        capacity,
+    }
+}
+
+/// What the file and its samples say about themselves: a torn last line, phases this
+/// version does not know, and samples excluded from the table (cache hits, wrong
+/// lengths, failures, inverted two-point pairs).
+fn sample_warnings(results: &Results, alone: &[Sample], points: &[PointSummary]) -> Vec<Warning> {
     let mut warnings = Vec::new();
     if results.torn_bytes > 0 {
         warnings.push(warn(
@@ -199,6 +247,10 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
             ),
         ));
     }
+    let other_phases = alone
+        .iter()
+        .filter(|s| !matches!(s.phase, Phase::Cold | Phase::Warm | Phase::Needle))
+        .count();
     if other_phases > 0 {
         warnings.push(warn(
             "other_phase",
@@ -206,11 +258,10 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         ));
     }
     let total = |f: fn(&PointSummary) -> usize| points.iter().map(f).sum::<usize>();
-    let (cont, mism, failed, unver) = (
+    let (cont, mism, failed) = (
         total(|p| p.contaminated),
         total(|p| p.length_mismatch),
         total(|p| p.failed),
-        total(|p| p.cache_unverified),
     );
     if cont > 0 {
         warnings.push(warn("contaminated", format!("{cont} sample(s) hit the prefix cache (cached_tokens > 0): not cold prefills, excluded from the table and the fits")));
@@ -232,10 +283,17 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
     if inverted > 0 {
         warnings.push(warn("two_point_inverted", format!("{inverted} two-point sample(s) had t_B ≤ t_A: no decode rate for them (the reason is in each sample's two_point.reason)")));
     }
-    warnings.extend(integrity_warnings(&needle, &results.samples));
-    let known = config_warnings(&h.config, &h.server);
-    let server_says_unverified = known.iter().any(|w| w.kind == "cache_unverified");
-    warnings.extend(known);
+    warnings
+}
+
+/// What the configuration and the server's capabilities mean for the samples: the
+/// configuration's warnings, unverified cache state, and a synthetic corpus behind
+/// speculative numbers.
+fn server_warnings(results: &Results, points: &[PointSummary]) -> Vec<Warning> {
+    let h = &results.header;
+    let mut warnings = config_warnings(&h.config, &h.server);
+    let server_says_unverified = warnings.iter().any(|w| w.kind == "cache_unverified");
+    let unver: usize = points.iter().map(|p| p.cache_unverified).sum();
     if unver > 0 && !server_says_unverified {
         let hint = h
             .server
@@ -258,105 +316,153 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
             ),
         ));
     }
+    warnings
+}
 
-    if let Some(m) = &capacity {
-        for x in &m.mispredicted {
+/// What the capacity map says that the one-request table cannot: failed requests in the
+/// cells above the lowest concurrency, and cells where the server did not do what its
+/// limits predicted.
+fn capacity_warnings(m: &crate::capacity::CapacityMap, lowest: u32) -> Vec<Warning> {
+    let mut warnings = Vec::new();
+    let failed: Vec<&crate::capacity::Cell> = m
+        .cells
+        .iter()
+        .filter(|c| c.concurrency != lowest && c.failed > 0)
+        .collect();
+    if !failed.is_empty() {
+        warnings.push(warn(
+            "failed",
+            format!(
+                "{} request(s) failed in the capacity grid ({}): those cells are incomplete and cannot show whether requests waited; resume the sweep to fill the gaps, or raise --timeout for cells that queue",
+                failed.iter().map(|c| c.failed).sum::<usize>(),
+                failed
+                    .iter()
+                    .map(|c| format!(
+                        "{} × {}: {} of {}",
+                        fmt_ctx(c.context_tokens),
+                        c.concurrency,
+                        c.failed,
+                        c.requests
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    for x in &m.mispredicted {
+        warnings.push(warn(
+            "prediction_missed",
+            format!("the server did not do what its limits predicted at {x}"),
+        ));
+    }
+    warnings
+}
+
+/// One scaling fit of a metric over the one-request samples, with its slowdown and its
+/// extrapolation to the server's maximum; warns when there is no fit, a poor one, or an
+/// extrapolation far beyond the data.
+fn scaling_fit(
+    metric: Metric,
+    model: Model,
+    alone: &[Sample],
+    points: &[PointSummary],
+    max_context: Option<u64>,
+    warnings: &mut Vec<Warning>,
+) -> Option<ScalingFit> {
+    let obs = metric::observations(alone, metric);
+    let Some(f) = fit::fit(model, &obs) else {
+        let lengths = {
+            let mut l: Vec<u64> = obs.iter().map(|o| o.0).collect();
+            l.dedup();
+            l.len()
+        };
+        warnings.push(warn(
+            "no_fit",
+            format!(
+                "{}: {} context length(s) with cold usable samples; a {} fit needs {}",
+                metric.label(),
+                lengths,
+                match model {
+                    Model::Quadratic => "quadratic",
+                    Model::Linear => "linear",
+                },
+                model.terms()
+            ),
+        ));
+        return None;
+    };
+    let slowdown = slowdown(metric, points);
+    let largest = obs.iter().map(|o| o.0).max().unwrap_or(0);
+    let extrapolation = max_context
+        .filter(|&m| m > largest)
+        .and_then(|m| fit::extrapolate(model, &obs, m, EXTRAPOLATION_RESAMPLES, SEED));
+    let poor = f.is_poor();
+    if poor {
+        warnings.push(warn(
+            "poor_fit",
+            format!(
+                "{} fit is poor (R² {:.3}, worst median off by {:.0}%): the {} model does not describe these data; noisy host or too few repetitions?",
+                metric.label(),
+                f.r2,
+                f.worst_relative_residual() * 100.0,
+                match model {
+                    Model::Quadratic => "a + bL + cL²",
+                    Model::Linear => "α + βL",
+                }
+            ),
+        ));
+    }
+    if let Some(e) = &extrapolation {
+        if e.context_tokens > 4 * e.measured_up_to {
             warnings.push(warn(
-                "prediction_missed",
-                format!("the server did not do what its limits predicted at {x}"),
+                "extrapolation",
+                format!(
+                    "{} at {} is extrapolated more than 4× beyond the largest measured point ({}): measure closer to the limit before relying on it",
+                    metric.label(),
+                    fmt_ctx(e.context_tokens),
+                    fmt_ctx(e.measured_up_to)
+                ),
             ));
         }
     }
-    let mut scaling = |metric: Metric, model: Model| -> Option<ScalingFit> {
-        let obs = metric::observations(&alone, metric);
-        let Some(f) = fit::fit(model, &obs) else {
-            let lengths = {
-                let mut l: Vec<u64> = obs.iter().map(|o| o.0).collect();
-                l.dedup();
-                l.len()
-            };
-            warnings.push(warn(
-                "no_fit",
-                format!(
-                    "{}: {} context length(s) with cold usable samples; a {} fit needs {}",
-                    metric.label(),
-                    lengths,
-                    match model {
-                        Model::Quadratic => "quadratic",
-                        Model::Linear => "linear",
-                    },
-                    model.terms()
-                ),
-            ));
-            return None;
-        };
-        let with: Vec<&PointSummary> = points
-            .iter()
-            .filter(|p| metric.spread(p).is_some())
-            .collect();
-        let slowdown = match (with.first(), with.last()) {
-            (Some(a), Some(b)) if a.context_tokens < b.context_tokens => {
-                let (x, y) = (
-                    metric.spread(a).map(|s| s.median).unwrap_or(f64::NAN),
-                    metric.spread(b).map(|s| s.median).unwrap_or(f64::NAN),
-                );
-                Some(Slowdown {
-                    from_tokens: a.context_tokens,
-                    to_tokens: b.context_tokens,
-                    from: x,
-                    to: y,
-                    ratio: y / x,
-                })
-            }
-            _ => None,
-        };
-        let largest = obs.iter().map(|o| o.0).max().unwrap_or(0);
-        let extrapolation = max_context
-            .filter(|&m| m > largest)
-            .and_then(|m| fit::extrapolate(model, &obs, m, EXTRAPOLATION_RESAMPLES, SEED));
-        let poor = f.is_poor();
-        if poor {
-            warnings.push(warn(
-                "poor_fit",
-                format!(
-                    "{} fit is poor (R² {:.3}, worst median off by {:.0}%): the {} model does not describe these data; noisy host or too few repetitions?",
-                    metric.label(),
-                    f.r2,
-                    f.worst_relative_residual() * 100.0,
-                    match model {
-                        Model::Quadratic => "a + bL + cL²",
-                        Model::Linear => "α + βL",
-                    }
-                ),
-            ));
-        }
-        if let Some(e) = &extrapolation {
-            if e.context_tokens > 4 * e.measured_up_to {
-                warnings.push(warn(
-                    "extrapolation",
-                    format!(
-                        "{} at {} is extrapolated more than 4× beyond the largest measured point ({}): measure closer to the limit before relying on it",
-                        metric.label(),
-                        fmt_ctx(e.context_tokens),
-                        fmt_ctx(e.measured_up_to)
-                    ),
-                ));
-            }
-        }
-        Some(ScalingFit {
-            metric,
-            crossover_tokens: f.crossover(),
-            fit: f,
-            slowdown,
-            extrapolation,
-            poor,
-        })
-    };
-    let ttft_fit = scaling(Metric::TtftMs, Model::Quadratic);
-    let step_fit = scaling(Metric::MsPerStep, Model::Linear);
+    Some(ScalingFit {
+        metric,
+        crossover_tokens: f.crossover(),
+        fit: f,
+        slowdown,
+        extrapolation,
+        poor,
+    })
+}
 
+/// The observed ratio of medians from the smallest to the largest point with a value.
+fn slowdown(metric: Metric, points: &[PointSummary]) -> Option<Slowdown> {
+    let with: Vec<&PointSummary> = points
+        .iter()
+        .filter(|p| metric.spread(p).is_some())
+        .collect();
+    match (with.first(), with.last()) {
+        (Some(a), Some(b)) if a.context_tokens < b.context_tokens => {
+            let (x, y) = (
+                metric.spread(a).map(|s| s.median).unwrap_or(f64::NAN),
+                metric.spread(b).map(|s| s.median).unwrap_or(f64::NAN),
+            );
+            Some(Slowdown {
+                from_tokens: a.context_tokens,
+                to_tokens: b.context_tokens,
+                from: x,
+                to: y,
+                ratio: y / x,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Speculative acceptance length per context, where the cold usable samples carry it.
+fn acceptance_points(points: &[PointSummary], cold: &[&Sample]) -> Vec<AcceptancePoint> {
     let mut acceptance = Vec::new();
-    for p in &points {
+    for p in points {
         let v = cold
             .iter()
             .filter(|s| s.context_tokens == p.context_tokens && s.usable())
@@ -368,39 +474,24 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
             });
         }
     }
+    acceptance
+}
 
-    RunReport {
-        label: label.to_owned(),
-        path: path.to_owned(),
-        run_id: h.run_id.clone(),
-        started_at: h.started_at.clone(),
-        ctxbench_version: h.ctxbench_version.clone(),
-        host: h.host.clone(),
-        config: h.config.clone(),
-        server: h.server.clone(),
-        corpus: h.corpus.clone(),
-        run_label: h.label.clone(),
-        stops: points
-            .iter()
-            .filter_map(|p| {
-                results
-                    .points
-                    .iter()
-                    .rev()
-                    .find(|r| {
-                        r.context_tokens == p.context_tokens && r.concurrency.unwrap_or(1) == lowest
-                    })
-                    .cloned()
-            })
-            .collect(),
-        points,
-        acceptance,
-        ttft_fit,
-        step_fit,
-        warnings,
-        needle,
-        capacity,
-    }
+/// Per point, the last `point` line of its (lowest-concurrency) cell.
+fn stop_records(points: &[PointSummary], results: &Results, lowest: u32) -> Vec<PointRecord> {
+    points
+        .iter()
+        .filter_map(|p| {
+            results
+                .points
+                .iter()
+                .rev()
+                .find(|r| {
+                    r.context_tokens == p.context_tokens && r.concurrency.unwrap_or(1) == lowest
+                })
+                .cloned()
+        })
+        .collect()
 }
 
 /// What the needle checks and the warm-vs-cold output comparison say, worded once.

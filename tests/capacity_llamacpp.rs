@@ -163,3 +163,34 @@ fn resume_in_the_middle_of_a_grid_measures_only_what_is_missing() {
         .iter()
         .all(|s| s.status == Status::Ok && s.cached_tokens == Some(0)));
 }
+
+#[test]
+fn a_dry_run_of_a_grid_prints_the_prediction_once() {
+    let _g = serial();
+    let srv = four_slots();
+    let r = sweep(
+        &srv.url(),
+        &[
+            "--contexts",
+            "512,1k",
+            "--concurrency",
+            "1,4,8",
+            "--dry-run",
+        ],
+    )
+    .ok();
+    let both = format!("{}{}", r.stdout, r.stderr);
+    assert_eq!(
+        both.matches("prediction from the server's limits (4 slot(s))")
+            .count(),
+        1,
+        "{both}"
+    );
+    assert!(
+        r.stdout
+            .contains("queues: the server has 4 slot(s) for 8 requests"),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.out.exists(), "a dry run must not write results");
+}

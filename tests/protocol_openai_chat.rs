@@ -272,3 +272,39 @@ fn protocol_openai_endpoint_flag_picks_the_path_and_completions_on_a_chat_only_s
     assert_ne!(run.code, 0, "{}", run.stderr);
     assert!(run.stderr.contains("/v1/completions"), "{}", run.stderr);
 }
+
+/// A usage error found after the probe comes before any request it would make pointless:
+/// this server reports no maximum context, so without `--contexts` the run exits 2 naming
+/// the option, and nothing beyond the probe is sent (no warmup, no calibration, no corpus
+/// tokenization). Scripted: this is about the order of requests.
+#[test]
+fn protocol_openai_missing_contexts_without_a_reported_maximum_exits_2_before_any_request_beyond_the_probe(
+) {
+    let (url, st) = start();
+    let run = sweep(&url, &["--reps", "1"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("give --contexts"),
+        "the message names the option: {}",
+        run.stderr
+    );
+    let st = st.lock().unwrap();
+    assert!(
+        !st.posts.is_empty(),
+        "the probe ran (tokenizer pairs tried)"
+    );
+    for (path, body) in &st.posts {
+        assert_ne!(
+            path, "/v1/chat/completions",
+            "a generation was sent: {body}"
+        );
+        if path == "/extras/tokenize" {
+            let input = body["input"].as_str().unwrap_or("");
+            assert!(
+                input.len() <= "hello world".len(),
+                "the corpus was tokenized before the usage error: {} chars",
+                input.len()
+            );
+        }
+    }
+}

@@ -166,10 +166,12 @@ pub async fn run_grid(
                     limits,
                 ));
                 observer.sample_started(context, wave);
-                let timeouts = settings.timeouts_with_prediction(
-                    context,
-                    cost.map(|s| s * waits(limits, context, settings.output_tokens, c)),
-                );
+                // The last request of a wave may wait for all c requests' work: a server
+                // that gains nothing from batching (compute-bound, as on a CPU) runs them in
+                // series, and rounds of slots do not shorten that. A 16k × 8 wave on the
+                // reference server timed out under the per-round estimate.
+                let timeouts =
+                    settings.timeouts_with_prediction(context, cost.map(|s| s * f64::from(c)));
                 let started = Instant::now();
                 let Some(mut samples) = measure_wave(
                     backend, builder, settings, context, c, wave, nonce, timeouts, interrupt,
@@ -228,8 +230,7 @@ pub async fn run_grid(
     Ok(tally)
 }
 
-/// How many rounds a wave of c takes when the server runs fewer at once (for the ETA and
-/// the timeout): ⌈c ÷ slots⌉ where slots are known, else 1.
+/// How many rounds a wave of c takes when the server runs fewer at once (for the ETA): ⌈c ÷ slots⌉ where slots are known, else 1.
 fn waits(limits: &Limits, context: u64, output: u32, c: u32) -> f64 {
     let at_once = match limits.predict(context, output, c) {
         Fit::Queues(_) => {

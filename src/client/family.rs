@@ -354,7 +354,7 @@ pub trait Family: Send + Sync {
         o: &ConnectOptions,
     ) -> Result<Box<dyn Backend>, UsageError>;
     /// How prompts reach their exact length.
-    fn length_policy(&self) -> LengthPolicy {
+    fn length_policy(&self, _p: &ServerProfile) -> LengthPolicy {
         LengthPolicy::default()
     }
     /// The server flag that makes cached-token counts appear, when there is one.

@@ -1,17 +1,12 @@
 //! Ollama `/api/generate`: `raw: true` text prompts, NDJSON stream, durations in nanoseconds.
 //!
 //! Ollama has no tokenizer endpoint and takes no token ids, so lengths are calibrated
-//! against the server's own `prompt_eval_count`: the corpus is cut into whitespace-led
-//! "units" (client-side ids that are *not* model tokens); for each new target length,
-//! requests with `num_predict: 1` and a different nonce find how many units the server
-//! counts as that many tokens (at most [`ROUNDS`] requests, before t0 of the measured one);
-//! the measured request then records the server's count, and the run accepts a small
-//! tolerance, because a unit can be worth several tokens. There is no `ignore_eos`, no
-//! cached-token count, no flush and no speculative statistics.
+//! against the server's own `prompt_eval_count` ([`CalibratedText`], shared with the
+//! OpenAI backend): the calibration requests send `num_predict: 1`; the measured request
+//! then records the server's count, and the run accepts a small tolerance, because a unit
+//! can be worth several tokens. There is no `ignore_eos`, no cached-token count, no flush
+//! and no speculative statistics.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -20,6 +15,7 @@ use serde_json::{json, Value};
 use super::family::{ConnectOptions, FamilyId, LengthPolicy, Server, ServerProfile};
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
+use super::textprompt::{CalibratedText, CALIBRATED_TOLERANCE, CALIBRATION_ROUNDS};
 use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest, Http};
 use super::{OnceOutcome, ServerTimings};
 use crate::error::{ClientError, UsageError};
@@ -83,14 +79,13 @@ impl super::Family for Family {
         p: &mut ServerProfile,
     ) -> Result<(), ClientError> {
         p.token_id_prompts = false;
-        p.prompt_method = "text: calibrated against the server's prompt_eval_count (Ollama has no tokenizer); tolerance 1%".into();
+        p.prompt_method = format!("text: calibrated against the server's prompt_eval_count (Ollama has no tokenizer); tolerance {}%", CALIBRATED_TOLERANCE * 100.0);
         p.notes.push("Ollama reports no cached tokens and has no flush: cold prefill rests on the nonce (samples are cache_unverified)".into());
         p.notes
             .push("Ollama has no ignore_eos: an early EOS gives a short_output sample".into());
-        p.notes.push(
-            "each new length costs up to 5 calibration requests (num_predict 1) before it is measured"
-                .into(),
-        );
+        p.notes.push(format!(
+            "each new length costs up to {CALIBRATION_ROUNDS} calibration requests (num_predict 1) before it is measured"
+        ));
         Ok(())
     }
 
@@ -110,10 +105,10 @@ impl super::Family for Family {
 
     /// Calibration aims at the server's own count, BOS included; a unit can be worth
     /// several tokens, hence the tolerance.
-    fn length_policy(&self) -> LengthPolicy {
+    fn length_policy(&self, _p: &ServerProfile) -> LengthPolicy {
         LengthPolicy {
             text_prompts: true,
-            tolerance_pct: 0.01,
+            tolerance_pct: CALIBRATED_TOLERANCE,
             server_adds_bos: false,
         }
     }
@@ -125,24 +120,7 @@ async fn version(s: &Server<'_>) -> Result<Option<String>, ClientError> {
         .and_then(|v| v.get("version")?.as_str().map(str::to_owned)))
 }
 
-/// Calibration requests allowed per target length.
-pub const ROUNDS: usize = 5;
-
 const ENDPOINT: &str = "/api/generate";
-
-#[derive(Debug, Default)]
-struct Units {
-    text: Vec<String>,
-    ids: HashMap<String, u32>,
-}
-
-#[derive(Debug, Default)]
-struct Calibration {
-    /// Tokens per unit, last observed.
-    ratio: Option<f64>,
-    /// Units that the server counted as the target, per target.
-    units_for: HashMap<usize, usize>,
-}
 
 /// The Ollama protocol.
 #[derive(Debug)]
@@ -150,10 +128,7 @@ pub struct Ollama {
     http: Http,
     model: String,
     num_ctx: u64,
-    nonce_tokens: usize,
-    units: Mutex<Units>,
-    calib: Mutex<Calibration>,
-    calibration_requests: AtomicUsize,
+    text: CalibratedText,
 }
 
 impl Ollama {
@@ -165,16 +140,13 @@ impl Ollama {
             http,
             model,
             num_ctx,
-            nonce_tokens,
-            units: Mutex::new(Units::default()),
-            calib: Mutex::new(Calibration::default()),
-            calibration_requests: AtomicUsize::new(0),
+            text: CalibratedText::new(nonce_tokens),
         }
     }
 
     /// Calibration requests sent so far.
     pub fn calibration_requests(&self) -> usize {
-        self.calibration_requests.load(Ordering::Relaxed)
+        self.text.requests()
     }
 
     fn body(&self, text: &str, max_tokens: u32, stream: bool) -> Value {
@@ -188,94 +160,31 @@ impl Ollama {
         })
     }
 
-    /// The text of `n` units of `ids`, wrapping over the body (after the nonce) if needed.
-    fn text(&self, ids: &[u32], n: usize) -> String {
-        let Ok(u) = self.units.lock() else {
-            return String::new();
-        };
-        let skip = self.nonce_tokens.min(ids.len().saturating_sub(1));
-        let body = &ids[skip..];
-        (0..n)
-            .map(|i| {
-                let id = if i < ids.len() {
-                    ids[i]
-                } else {
-                    body[(i - ids.len()) % body.len().max(1)]
-                };
-                u.text.get(id as usize).map_or("", String::as_str)
-            })
-            .collect()
-    }
-
     /// The body of a measured request: calibrated first (before t0), then the text.
     async fn request_body(&self, req: &GenRequest, stream: bool) -> Result<Value, ClientError> {
-        let units = self.units_for(&req.prompt, req.timeouts.request).await?;
-        let text = self.text(&req.prompt, units);
-        Ok(self.body(&text, req.max_tokens, stream))
+        let timeout = req.timeouts.request;
+        let p = self
+            .text
+            .prompt(&req.prompt, |t| self.count(t, timeout))
+            .await?;
+        Ok(self.body(&p.text, req.max_tokens, stream))
     }
 
-    /// Units whose text the server counts as `ids.len()` tokens.
-    async fn units_for(&self, ids: &[u32], timeout: Duration) -> Result<usize, ClientError> {
-        let target = ids.len();
-        let (known, ratio) = match self.calib.lock() {
-            Ok(c) => (c.units_for.get(&target).copied(), c.ratio),
-            Err(_) => (None, None),
-        };
-        if let Some(u) = known {
-            return Ok(u);
-        }
-        // The calibration prompt must not share a prefix with the measured one: reverse
-        // its nonce (same units, so the same count).
-        let mut probe_ids = ids.to_vec();
-        let k = self.nonce_tokens.min(probe_ids.len());
-        probe_ids[..k].reverse();
-        if k > 1 && probe_ids[0] == ids[0] {
-            probe_ids.swap(0, 1);
-        }
-        let mut units = ((target as f64) / ratio.unwrap_or(1.0)).round().max(1.0) as usize;
-        let mut best = (usize::MAX, units);
-        for _ in 0..ROUNDS {
-            let text = self.text(&probe_ids, units);
-            self.calibration_requests.fetch_add(1, Ordering::Relaxed);
-            let (_, body, _) = self
-                .http
-                .post_timed(ENDPOINT, &self.body(&text, 1, false), timeout)
-                .await?;
-            let v: Value = serde_json::from_str(&body).map_err(|e| ClientError::Malformed {
-                endpoint: ENDPOINT.to_owned(),
-                detail: format!("not JSON: {e}"),
-            })?;
-            let counted = get_u64(&v, "prompt_eval_count").ok_or(ClientError::Malformed {
-                endpoint: ENDPOINT.to_owned(),
-                detail: "no prompt_eval_count: the length cannot be calibrated".to_owned(),
-            })? as usize;
-            let r = counted as f64 / units as f64;
-            if let Ok(mut c) = self.calib.lock() {
-                c.ratio = Some(r);
-            }
-            let off = counted.abs_diff(target);
-            if off < best.0 {
-                best = (off, units);
-            }
-            if off == 0 {
-                break;
-            }
-            let step = ((target as f64 - counted as f64) / r).round() as i64;
-            let step = if step == 0 {
-                if counted < target {
-                    1
-                } else {
-                    -1
-                }
-            } else {
-                step
-            };
-            units = (units as i64 + step).max(1) as usize;
-        }
-        if let Ok(mut c) = self.calib.lock() {
-            c.units_for.insert(target, best.1);
-        }
-        Ok(best.1)
+    /// The server's prompt count for `text`: one non-streamed request of one token.
+    async fn count(&self, text: String, timeout: Duration) -> Result<usize, ClientError> {
+        let (_, body, _) = self
+            .http
+            .post_timed(ENDPOINT, &self.body(&text, 1, false), timeout)
+            .await?;
+        let v: Value = serde_json::from_str(&body).map_err(|e| ClientError::Malformed {
+            endpoint: ENDPOINT.to_owned(),
+            detail: format!("not JSON: {e}"),
+        })?;
+        let n = get_u64(&v, "prompt_eval_count").ok_or(ClientError::Malformed {
+            endpoint: ENDPOINT.to_owned(),
+            detail: "no prompt_eval_count: the length cannot be calibrated".to_owned(),
+        })?;
+        Ok(n as usize)
     }
 }
 
@@ -362,41 +271,7 @@ impl Backend for Ollama {
 
     /// Cuts text into whitespace-led units with client-side ids (Ollama has no tokenizer).
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
-        let mut u = self.units.lock().map_err(|_| ClientError::Malformed {
-            endpoint: "units".to_owned(),
-            detail: "poisoned".to_owned(),
-        })?;
-        let mut out = Vec::new();
-        let mut cur = String::new();
-        let mut in_word = false;
-        let mut push = |w: &mut String, u: &mut Units| {
-            if w.is_empty() {
-                return;
-            }
-            let id = match u.ids.get(w.as_str()) {
-                Some(&id) => id,
-                None => {
-                    let id = u.text.len() as u32;
-                    u.text.push(w.clone());
-                    u.ids.insert(w.clone(), id);
-                    id
-                }
-            };
-            out.push(id);
-            w.clear();
-        };
-        for c in text.chars() {
-            if c.is_whitespace() && in_word {
-                push(&mut cur, &mut u);
-                in_word = false;
-            }
-            if !c.is_whitespace() {
-                in_word = true;
-            }
-            cur.push(c);
-        }
-        push(&mut cur, &mut u);
-        Ok(out)
+        self.text.units(text)
     }
 
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {

@@ -6,6 +6,11 @@
 //! (`/tokenize`+`/detokenize`, `/v1/tokenize`+`/v1/detokenize`, llama-cpp-python's
 //! `/extras/tokenize`+`/extras/detokenize`): ids → detokenize → re-tokenize → cut or pad →
 //! re-check. The nonce stays at the start of the text, so no two prompts share a prefix.
+//! Where the server has no tokenizer endpoint at all (gateways, proxies, hosted APIs), or
+//! only chat is spoken and no tokenizer answered, the text length is calibrated against the
+//! server's own `usage.prompt_tokens` ([`CalibratedText`]: non-streamed requests with
+//! `max_tokens: 1` before t0, their nonce reversed), within [`CALIBRATED_TOLERANCE`]; on
+//! chat, that count includes the template's tokens, so every length is the server's total.
 //!
 //! Token counts come from the final `usage` record. Where the stream carries none
 //! (llama-cpp-python), the prompt count comes from a non-streamed repeat of the same request
@@ -23,9 +28,10 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::family::{ConnectOptions, FamilyId, Server, ServerProfile};
+use super::family::{ConnectOptions, FamilyId, LengthPolicy, Server, ServerProfile};
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
+use super::textprompt::{CalibratedText, CALIBRATED_TOLERANCE, CALIBRATION_ROUNDS};
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, OnceOutcome, ServerTimings, SpecStats};
 use crate::error::{ClientError, UsageError};
@@ -80,7 +86,9 @@ impl super::Family for Family {
             p.tokenize = Some(t.dialect);
             p.tokenizer = Some(t.clone());
         }
-        p.token_id_prompts = completions == Completions::TakesTokenIds;
+        // Without a tokenizer no ids of the corpus are known, whatever the server takes:
+        // lengths are then calibrated on text.
+        p.token_id_prompts = completions == Completions::TakesTokenIds && tokenizer.is_some();
         p.prompt_method = match (&tokenizer, p.token_id_prompts) {
             (_, true) => format!(
                 "token ids (the server accepted a token-id test prompt; ids from {})",
@@ -90,15 +98,29 @@ impl super::Family for Family {
                 "text of exact length: ids → {} → {} → cut/pad → re-check (the server refuses token-id prompts)",
                 t.detokenize_path, t.tokenize_path
             ),
-            (None, false) => "none: no tokenizer endpoint answered (/tokenize, /v1/tokenize, /extras/tokenize with their detokenize) and token ids are refused".into(),
+            (None, false) => calibrated_method(false),
         };
         if tokenizer.is_none() {
-            p.notes.push("no tokenizer endpoint pair answered (tried /tokenize+/detokenize, /v1/tokenize+/v1/detokenize, /extras/tokenize+/extras/detokenize): ctxbench cannot build prompts of known length on this server; prompts calibrated against usage.prompt_tokens alone are not implemented for --backend openai yet".into());
+            p.notes.push(format!("no tokenizer endpoint pair answered (tried /tokenize+/detokenize, /v1/tokenize+/v1/detokenize, /extras/tokenize+/extras/detokenize): where token ids are not taken, prompt lengths are calibrated against the server's own usage.prompt_tokens (up to {CALIBRATION_ROUNDS} requests with max_tokens 1 per new length, before it is measured), within {}%, not exact", CALIBRATED_TOLERANCE * 100.0));
         }
         if p.completions_missing {
             p.notes.push("POST /v1/completions answered 404: this server is chat-only; --endpoint auto uses /v1/chat/completions".into());
         }
         Ok(())
+    }
+
+    /// Calibrated prompts aim at the server's own count (BOS and chat template included),
+    /// within a tolerance; otherwise lengths are exact.
+    fn length_policy(&self, p: &ServerProfile) -> LengthPolicy {
+        if calibrated(p) {
+            LengthPolicy {
+                text_prompts: true,
+                tolerance_pct: CALIBRATED_TOLERANCE,
+                server_adds_bos: false,
+            }
+        } else {
+            LengthPolicy::default()
+        }
     }
 
     /// The OpenAI protocol is spoken by every family that answers `/v1/models`.
@@ -116,8 +138,7 @@ impl super::Family for Family {
         let text = if p.token_id_prompts && !chat {
             None
         } else {
-            let t = p.tokenizer.clone().ok_or_else(|| cannot_measure(p))?;
-            Some(t)
+            p.tokenizer.clone()
         };
         let mut o2 = OpenAi::new(
             http,
@@ -127,6 +148,7 @@ impl super::Family for Family {
                 .then(|| ("cache_prompt".to_owned(), json!(false))),
         );
         o2.text = text;
+        o2.calibrated = calibrated(p).then(|| CalibratedText::new(o.nonce_tokens));
         o2.chat = chat;
         o2.nonce_tokens = o.nonce_tokens;
         o2.flush_with = p
@@ -140,13 +162,23 @@ impl super::Family for Family {
     }
 }
 
-/// Why a generic OpenAI server cannot be measured, and what would help.
-fn cannot_measure(p: &ServerProfile) -> UsageError {
-    UsageError::Invalid(format!(
-        "{} cannot be measured with prompts of known length: it refuses token-id prompts{} and no tokenizer endpoint pair answered (tried POST /tokenize+/detokenize, /v1/tokenize+/v1/detokenize, /extras/tokenize+/extras/detokenize). If this server is a known family behind a proxy, point --url at the server itself and use --backend auto; llama-cpp-python serves /extras/tokenize",
-        p.url,
-        if p.endpoint.as_deref() == Some(CHAT) { " (chat endpoint: text only)" } else { "" }
-    ))
+/// Whether prompts on this server are text calibrated against `usage.prompt_tokens`: the
+/// OpenAI protocol, no tokenizer endpoint pair, and token ids refused (or chat, which takes
+/// text only).
+pub fn calibrated(p: &ServerProfile) -> bool {
+    p.backend == BackendKind::Openai
+        && p.tokenizer.is_none()
+        && (!p.token_id_prompts || p.endpoint.as_deref() == Some(CHAT))
+}
+
+/// The `prompt_method` of calibrated prompts, with the tolerance.
+fn calibrated_method(chat: bool) -> String {
+    format!(
+        "text calibrated against the server's usage.prompt_tokens (no tokenizer endpoint answered{}): up to {CALIBRATION_ROUNDS} non-streamed requests with max_tokens 1 per new length, before it is measured, their nonce reversed; tolerance {}% of the target{}",
+        if chat { "; one user message" } else { "; token ids refused" },
+        CALIBRATED_TOLERANCE * 100.0,
+        if chat { "; the chat template's tokens are counted in every length" } else { "" }
+    )
 }
 
 /// `/v1/chat/completions`.
@@ -187,12 +219,13 @@ pub fn choose_endpoint(p: &mut ServerProfile, choice: EndpointChoice) -> Result<
     };
     p.endpoint = Some(if chat { CHAT } else { COMPLETIONS }.to_owned());
     if chat {
-        if let Some(t) = &p.tokenizer {
-            p.prompt_method = format!(
+        p.prompt_method = match &p.tokenizer {
+            Some(t) => format!(
                 "text of exact length in one user message: ids → {} → {} → cut/pad → re-check; the chat template's tokens are measured by the warmup against usage.prompt_tokens and counted in every length",
                 t.detokenize_path, t.tokenize_path
-            );
-        }
+            ),
+            None => calibrated_method(true),
+        };
     }
     Ok(())
 }
@@ -387,6 +420,8 @@ pub struct OpenAi {
     missing_cached_is_zero: bool,
     /// Text prompts of exact length through this tokenizer pair (`None`: token ids).
     text: Option<TextTokenizer>,
+    /// Text prompts calibrated against `usage.prompt_tokens` (no tokenizer pair).
+    calibrated: Option<CalibratedText>,
     /// `/v1/chat/completions` with one user message.
     chat: bool,
     /// Tokens of nonce at the start of every prompt (never used as padding).
@@ -413,6 +448,7 @@ impl OpenAi {
             cache_bypass_field,
             missing_cached_is_zero: false,
             text: None,
+            calibrated: None,
             chat: false,
             nonce_tokens: 0,
             notes: Mutex::new(Vec::new()),
@@ -514,10 +550,33 @@ impl OpenAi {
 
     /// The prompt text of a request in text mode (built before t0).
     async fn prompt_text(&self, req: &GenRequest) -> Result<Option<String>, ClientError> {
+        if let Some(c) = &self.calibrated {
+            let p = c.prompt(&req.prompt, |t| self.count(req, t)).await?;
+            return Ok(Some(p.text));
+        }
         match &self.text {
             Some(t) => Ok(Some(self.exact_text(t, &req.prompt).await?)),
             None => Ok(None),
         }
+    }
+
+    /// The server's `usage.prompt_tokens` for `text` in a request shaped like `req`: one
+    /// non-streamed request generating one token (a calibration request, not measured).
+    async fn count(&self, req: &GenRequest, text: String) -> Result<usize, ClientError> {
+        let path = self.path();
+        let body = Self::unstreamed(self.body(req, Some(&text)), Some(1));
+        let v = self
+            .http
+            .post_json(path, &body, req.timeouts.request)
+            .await?;
+        let n = v
+            .get("usage")
+            .and_then(|u| get_u64(u, "prompt_tokens"))
+            .ok_or_else(|| ClientError::Malformed {
+                endpoint: path.to_owned(),
+                detail: "no usage.prompt_tokens in a non-streamed answer: without a tokenizer endpoint or a prompt count, no prompt length can be known on this server".to_owned(),
+            })?;
+        Ok(n as usize)
     }
 }
 
@@ -734,6 +793,10 @@ impl Backend for OpenAi {
     }
 
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
+        if let Some(c) = &self.calibrated {
+            // Client-side units, not model tokens: lengths are calibrated per request.
+            return c.units(text);
+        }
         if let Some(t) = &self.text {
             return self.text_ids(t, text).await;
         }

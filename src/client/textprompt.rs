@@ -1,9 +1,19 @@
-//! Exact-length text prompts for servers that take no token ids (TGI): token ids → text
-//! through pieces learned from the server's own `/tokenize` offsets, then re-tokenize, cut at
-//! a token boundary and re-check, because pieces joined back can merge into fewer tokens.
+//! Text prompts of known length for servers that take no token ids.
+//!
+//! - Exact (TGI): token ids → text through pieces learned from the server's own `/tokenize`
+//!   offsets, then re-tokenize, cut at a token boundary and re-check, because pieces joined
+//!   back can merge into fewer tokens.
+//! - Calibrated ([`CalibratedText`]: Ollama, and OpenAI-compatible servers with no tokenizer
+//!   endpoint): the corpus is cut into whitespace-led "units" (client-side ids, *not* model
+//!   tokens); for each new target length, up to [`CALIBRATION_ROUNDS`] requests that
+//!   generate one token ask the server how many tokens it counts for so many units, before
+//!   t0 of the measured request and with the nonce reversed, so no calibration prompt
+//!   shares a prefix with a measured one. A unit can be worth several tokens, so the result
+//!   is within a tolerance ([`CALIBRATED_TOLERANCE`]), not exact.
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::error::ClientError;
@@ -109,6 +119,211 @@ where
     })
 }
 
+/// Calibration requests allowed per target length.
+pub const CALIBRATION_ROUNDS: usize = 5;
+
+/// The relative length tolerance of calibrated prompts: a unit can be worth several tokens,
+/// so the closest the calibration gets may be a few tokens off the target.
+pub const CALIBRATED_TOLERANCE: f64 = 0.01;
+
+/// Leading units reversed in a calibration prompt, at least.
+const REVERSED: usize = 8;
+
+#[derive(Debug, Default)]
+struct UnitTable {
+    text: Vec<String>,
+    ids: HashMap<String, u32>,
+}
+
+#[derive(Debug, Default)]
+struct Calibration {
+    /// Tokens per unit, last observed.
+    ratio: Option<f64>,
+    /// Per target: the units the server counted closest to it, and its count of them.
+    units_for: HashMap<usize, (usize, usize)>,
+}
+
+/// A prompt text built by [`CalibratedText::prompt`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CalibratedPrompt {
+    /// The text to send.
+    pub text: String,
+    /// The server's count for the calibration text of the same units (nonce reversed).
+    pub counted: usize,
+    /// Calibration requests sent for this prompt (0: its length was calibrated before).
+    pub requests: usize,
+}
+
+/// Text prompts whose length is calibrated against the server's own prompt count (see the
+/// module doc). Shared by every backend whose server counts tokens but has no tokenizer;
+/// the backend supplies the request that asks for the count.
+#[derive(Debug)]
+pub struct CalibratedText {
+    nonce_tokens: usize,
+    units: Mutex<UnitTable>,
+    calib: Mutex<Calibration>,
+    requests: AtomicUsize,
+}
+
+fn poisoned() -> ClientError {
+    ClientError::Malformed {
+        endpoint: "units".to_owned(),
+        detail: "poisoned".to_owned(),
+    }
+}
+
+impl CalibratedText {
+    /// Prompts that start with `nonce_tokens` units of nonce (never used as padding).
+    pub fn new(nonce_tokens: usize) -> Self {
+        CalibratedText {
+            nonce_tokens,
+            units: Mutex::new(UnitTable::default()),
+            calib: Mutex::new(Calibration::default()),
+            requests: AtomicUsize::new(0),
+        }
+    }
+
+    /// Calibration requests sent so far.
+    pub fn requests(&self) -> usize {
+        self.requests.load(Ordering::Relaxed)
+    }
+
+    /// Cuts text into whitespace-led units with client-side ids (the backend's `tokenize`).
+    pub fn units(&self, text: &str) -> Result<Vec<u32>, ClientError> {
+        let mut u = self.units.lock().map_err(|_| poisoned())?;
+        let mut out = Vec::new();
+        let mut cur = String::new();
+        let mut in_word = false;
+        let mut push = |w: &mut String, u: &mut UnitTable| {
+            if w.is_empty() {
+                return;
+            }
+            let id = match u.ids.get(w.as_str()) {
+                Some(&id) => id,
+                None => {
+                    let id = u.text.len() as u32;
+                    u.text.push(w.clone());
+                    u.ids.insert(w.clone(), id);
+                    id
+                }
+            };
+            out.push(id);
+            w.clear();
+        };
+        for c in text.chars() {
+            if c.is_whitespace() && in_word {
+                push(&mut cur, &mut u);
+                in_word = false;
+            }
+            if !c.is_whitespace() {
+                in_word = true;
+            }
+            cur.push(c);
+        }
+        push(&mut cur, &mut u);
+        Ok(out)
+    }
+
+    /// The text of `n` units of `ids`, wrapping over the body (after the nonce) if needed.
+    fn text(&self, ids: &[u32], n: usize) -> String {
+        let Ok(u) = self.units.lock() else {
+            return String::new();
+        };
+        let skip = self.nonce_tokens.min(ids.len().saturating_sub(1));
+        let body = &ids[skip..];
+        (0..n)
+            .map(|i| {
+                let id = if i < ids.len() {
+                    ids[i]
+                } else {
+                    body[(i - ids.len()) % body.len().max(1)]
+                };
+                u.text.get(id as usize).map_or("", String::as_str)
+            })
+            .collect()
+    }
+
+    /// The text of the prompt `ids` (units) with as many units as the server counts as
+    /// `ids.len()` tokens. `count` sends a calibration text to the server (one generated
+    /// token, not measured) and returns its prompt count. At most [`CALIBRATION_ROUNDS`]
+    /// requests per new length; later prompts of a calibrated length send none.
+    pub async fn prompt<F, Fut>(
+        &self,
+        ids: &[u32],
+        count: F,
+    ) -> Result<CalibratedPrompt, ClientError>
+    where
+        F: Fn(String) -> Fut,
+        Fut: Future<Output = Result<usize, ClientError>>,
+    {
+        let target = ids.len();
+        let (known, ratio) = match self.calib.lock() {
+            Ok(c) => (c.units_for.get(&target).copied(), c.ratio),
+            Err(_) => (None, None),
+        };
+        if let Some((units, counted)) = known {
+            return Ok(CalibratedPrompt {
+                text: self.text(ids, units),
+                counted,
+                requests: 0,
+            });
+        }
+        // The calibration prompt must not share a prefix with the measured one: reverse
+        // its nonce (same units, so the same count); with `--nonce off`, its first units,
+        // so the calibration still does not warm the measured prompt.
+        let mut probe_ids = ids.to_vec();
+        let k = self.nonce_tokens.max(REVERSED).min(probe_ids.len());
+        probe_ids[..k].reverse();
+        if k > 1 && probe_ids[0] == ids[0] {
+            probe_ids.swap(0, 1);
+        }
+        let mut units = ((target as f64) / ratio.unwrap_or(1.0)).round().max(1.0) as usize;
+        // (distance from the target, units, count)
+        let mut best = (usize::MAX, units, 0);
+        // The most units counted short of the target and the fewest counted beyond it: the
+        // answer lies between, and when no unit is left between them, neither side can get
+        // closer (a unit worth several tokens), so calibration stops early.
+        let (mut below, mut above) = (0usize, usize::MAX);
+        let mut sent = 0;
+        for _ in 0..CALIBRATION_ROUNDS {
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            sent += 1;
+            let counted = count(self.text(&probe_ids, units)).await?;
+            let r = counted as f64 / units as f64;
+            if let Ok(mut c) = self.calib.lock() {
+                c.ratio = Some(r);
+            }
+            let off = counted.abs_diff(target);
+            if off < best.0 {
+                best = (off, units, counted);
+            }
+            if off == 0 {
+                break;
+            }
+            if counted < target {
+                below = below.max(units);
+            } else {
+                above = above.min(units);
+            }
+            if above.saturating_sub(below) <= 1 {
+                break;
+            }
+            let step = ((target as f64 - counted as f64) / r.max(1e-9)).round() as i64;
+            let next = (units as i64 + step).max(1) as usize;
+            // Strictly inside the bracket.
+            units = next.clamp(below + 1, above.saturating_sub(1).max(below + 1));
+        }
+        if let Ok(mut c) = self.calib.lock() {
+            c.units_for.insert(target, (best.1, best.2));
+        }
+        Ok(CalibratedPrompt {
+            text: self.text(ids, best.1),
+            counted: best.2,
+            requests: sent,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,5 +399,47 @@ mod tests {
             ))
             .unwrap_err();
         assert!(e.to_string().contains("42"), "{e}");
+    }
+
+    #[test]
+    fn calibration_finds_the_units_a_server_counts_as_the_target_without_sharing_the_nonce() {
+        // A server that counts 2 tokens per unit plus 3 (BOS and a template).
+        let count = |t: String| async move { Ok(2 * t.split_whitespace().count() + 3) };
+        let c = CalibratedText::new(4);
+        let corpus: String = (0..400).map(|i| format!(" w{i}")).collect();
+        let ids = c.units(&corpus).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let seen = std::cell::RefCell::new(Vec::new());
+        let p = rt
+            .block_on(c.prompt(&ids[..101], |t: String| {
+                seen.borrow_mut().push(t.clone());
+                count(t)
+            }))
+            .unwrap();
+        // 101 is odd: 49 units = 101 exactly.
+        assert_eq!(2 * p.text.split_whitespace().count() + 3, 101, "{}", p.text);
+        assert_eq!(p.counted, 101);
+        assert!(p.requests >= 2 && p.requests <= CALIBRATION_ROUNDS);
+        assert_eq!(c.requests(), p.requests);
+        for probe in seen.borrow().iter() {
+            assert_ne!(
+                probe.split_whitespace().next(),
+                p.text.split_whitespace().next(),
+                "a calibration prompt starts like the measured one"
+            );
+        }
+        // The same length again: no request.
+        let again = rt
+            .block_on(c.prompt(&ids[1..102], |_| async { panic!("sent") }))
+            .unwrap();
+        assert_eq!((again.requests, again.counted), (0, 101));
+        // An even target cannot be met exactly: the nearest count is kept (1 off).
+        let even = rt.block_on(c.prompt(&ids[..100], count)).unwrap();
+        assert_eq!(even.counted.abs_diff(100), 1);
+        // Once no unit lies between a count short of the target and one beyond it,
+        // calibration stops: no rounds spent oscillating.
+        assert!(even.requests <= 3, "{} requests", even.requests);
     }
 }

@@ -90,7 +90,7 @@ impl super::Family for Family {
         Ok(Box::new(Tgi::new(http, o.nonce_tokens)))
     }
 
-    fn length_policy(&self) -> LengthPolicy {
+    fn length_policy(&self, _p: &ServerProfile) -> LengthPolicy {
         LengthPolicy {
             text_prompts: true,
             ..LengthPolicy::default()

@@ -205,7 +205,10 @@ pub struct SweepArgs {
     /// OpenAI protocol only: `completions` (/v1/completions, raw prompt), `chat`
     /// (/v1/chat/completions, one user message; the chat template's tokens are measured and
     /// counted in every length; TTFT on the first chunk with generated content, not the role
-    /// chunk), or `auto` (completions, chat when /v1/completions answers 404).
+    /// chunk), or `auto` (completions, chat when /v1/completions answers 404). Lengths are
+    /// exact with token ids or a tokenizer endpoint pair (/tokenize, /v1/tokenize,
+    /// /extras/tokenize with their detokenize); with neither (a gateway or hosted API) they
+    /// are calibrated against the server's usage.prompt_tokens, within 1%.
     #[arg(long, value_enum, default_value = "auto")]
     pub endpoint: ctxbench::client::openai::EndpointChoice,
 
@@ -346,7 +349,8 @@ pub struct SweepArgs {
     /// Trap demonstration: `off` drops the per-request nonce, so repetitions send identical
     /// prompts, which a server may answer from its prefix cache. Where the server reports no cached-token count, a sample
     /// whose TTFT is below 1/4 of the slowest other sample at its length (or of the median at
-    /// the next shorter length) is flagged suspected_cache_hit and excluded.
+    /// the next shorter length) is flagged suspected_cache_hit and excluded: a reuse of more
+    /// than about 3/4 of the prompt; a partial reuse (e.g. half) is not caught.
     #[arg(long, value_enum, default_value = "on")]
     pub nonce: Switch,
 

@@ -35,18 +35,20 @@ impl Terminal {
 }
 
 fn describe(s: &Sample) -> String {
-    let ctx = fmt_ctx(s.context_tokens);
+    // A grid's sample names its cell and wave: `8k × c=8 wave 1`.
+    let ctx = match (s.concurrency, s.wave) {
+        (Some(c), Some(w)) => format!("{:>6} × c={c} wave {w}", fmt_ctx(s.context_tokens)),
+        _ => format!("{:>6} rep {}", fmt_ctx(s.context_tokens), s.rep),
+    };
     match s.status {
         Status::Failed => format!(
-            "  {ctx:>6} rep {}: FAILED: {}",
-            s.rep,
+            "  {ctx}: FAILED: {}",
             s.error.as_ref().map_or("?", |e| e.message.as_str())
         ),
         Status::Ok => {
             let f = |x: Option<f64>| x.map_or("–".to_owned(), |v| format!("{v:.1}"));
             let mut line = format!(
-                "  {ctx:>6} rep {}: TTFT {} ms (server {} ms), decode {} tok/s, cached {}",
-                s.rep,
+                "  {ctx}: TTFT {} ms (server {} ms), decode {} tok/s, cached {}",
                 f(s.ttft_ms),
                 f(s.server.as_ref().and_then(|t| t.prompt_ms)),
                 f(s.decode_tokens_per_s),
@@ -110,16 +112,7 @@ impl Observer for Terminal {
         if self.quiet {
             return;
         }
-        let ci = |x: Option<f64>| x.map_or("n/a".to_owned(), |v| format!("±{:.1}%", v * 100.0));
-        self.line(&format!(
-            "  {:>6} done: {} rep(s), {} usable ({}); median 95% CI TTFT {}, decode {}",
-            fmt_ctx(p.context_tokens),
-            p.reps,
-            p.usable,
-            p.stop_reason,
-            ci(p.ttft_ci_rel),
-            ci(p.decode_ci_rel)
-        ));
+        self.line(&point_line(p));
     }
 
     fn sample_done(&mut self, sample: &Sample) {
@@ -142,6 +135,39 @@ impl Observer for Terminal {
     }
 }
 
+/// The line at the end of a point (or of a grid cell, named `1k × c=4`): repetitions, why
+/// they stopped, and the precision reached. A CI that cannot exist yet says why: in a grid
+/// cell the decode rate is one aggregate per wave, so 2 waves give 2 values, not 2 × c.
+pub fn point_line(p: &PointRecord) -> String {
+    let need = ctxbench::adaptive::min_values_for_ci();
+    let ci = |x: Option<f64>, n: usize, what: &str| match x {
+        Some(v) => format!("±{:.1}%", v * 100.0),
+        None if n < need => format!("n/a ({n} {what}; a 95% CI needs {need})"),
+        None => "n/a".to_owned(),
+    };
+    let waves = p.reps as usize;
+    match p.concurrency {
+        Some(c) => format!(
+            "  {:>6} × c={c} done: {} wave(s), {} usable request(s) ({}); median 95% CI TTFT {}, aggregate decode {}",
+            fmt_ctx(p.context_tokens),
+            p.reps,
+            p.usable,
+            p.stop_reason,
+            ci(p.ttft_ci_rel, p.usable, "TTFTs"),
+            ci(p.decode_ci_rel, waves, "waves, one aggregate each"),
+        ),
+        None => format!(
+            "  {:>6} done: {} rep(s), {} usable ({}); median 95% CI TTFT {}, decode {}",
+            fmt_ctx(p.context_tokens),
+            p.reps,
+            p.usable,
+            p.stop_reason,
+            ci(p.ttft_ci_rel, p.usable, "usable"),
+            ci(p.decode_ci_rel, p.usable, "usable"),
+        ),
+    }
+}
+
 /// Seconds as `1h02m`, `3m05s` or `12.3s`.
 pub fn fmt_secs(s: f64) -> String {
     if !s.is_finite() || s < 0.0 {
@@ -154,5 +180,81 @@ pub fn fmt_secs(s: f64) -> String {
         format!("{}m{:02}s", t / 60, t % 60)
     } else {
         format!("{s:.1}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ctxbench::record::StopReason;
+
+    fn point(concurrency: Option<u32>, decode: Option<f64>) -> PointRecord {
+        PointRecord {
+            run_id: "r".into(),
+            context_tokens: 1024,
+            reps: 2,
+            usable: 8,
+            stop_reason: StopReason::FixedReps,
+            ttft_ci_rel: Some(0.123),
+            decode_ci_rel: decode,
+            concurrency,
+        }
+    }
+
+    #[test]
+    fn a_grid_cell_is_named_and_says_why_its_decode_ci_is_missing() {
+        let l = point_line(&point(Some(4), None));
+        assert!(
+            l.contains("1k × c=4 done: 2 wave(s), 8 usable request(s)"),
+            "{l}"
+        );
+        assert!(l.contains("TTFT ±12.3%"), "{l}");
+        assert!(
+            l.contains("aggregate decode n/a (2 waves, one aggregate each; a 95% CI needs 6)"),
+            "{l}"
+        );
+        let l = point_line(&point(Some(4), Some(0.05)));
+        assert!(l.ends_with("aggregate decode ±5.0%"), "{l}");
+    }
+
+    #[test]
+    fn a_grid_sample_names_its_cell_and_wave() {
+        let mut s = Sample {
+            context_tokens: 8192,
+            rep: 1,
+            ttft_ms: Some(12.0),
+            ..Sample::default()
+        };
+        assert!(
+            describe(&s).starts_with("      8k rep 1: TTFT 12.0 ms"),
+            "{}",
+            describe(&s)
+        );
+        s.concurrency = Some(8);
+        s.wave = Some(1);
+        assert!(
+            describe(&s).starts_with("      8k × c=8 wave 1: TTFT 12.0 ms"),
+            "{}",
+            describe(&s)
+        );
+    }
+
+    #[test]
+    fn a_point_of_a_one_at_a_time_run_reads_as_before() {
+        let l = point_line(&point(None, Some(0.02)));
+        assert_eq!(
+            l,
+            "      1k done: 2 rep(s), 8 usable (fixed repetitions done); median 95% CI TTFT ±12.3%, decode ±2.0%"
+        );
+        let mut p = point(None, None);
+        p.usable = 2;
+        p.ttft_ci_rel = None;
+        let l = point_line(&p);
+        assert!(
+            l.ends_with(
+                "TTFT n/a (2 usable; a 95% CI needs 6), decode n/a (2 usable; a 95% CI needs 6)"
+            ),
+            "{l}"
+        );
     }
 }

@@ -142,7 +142,7 @@ async fn measure(
             output_tokens: output_tokens.max(u64::from(out_tokens)),
         },
     )?;
-    let length = fam.length_policy();
+    let length = fam.length_policy(probe);
     let cache_bypass = args.cache_bypass.is_on() && probe.cache_bypass;
 
     let corpus = prepare_corpus(
@@ -245,7 +245,8 @@ async fn measure(
         slots: probe.total_slots,
         kv_pool_tokens: probe.kv_pool_tokens,
     };
-    if opts.grid() && !args.quiet {
+    // A dry run prints the prediction in its own plan (stdout); once is enough.
+    if opts.grid() && !args.quiet && !args.dry_run {
         eprint!(
             "{}",
             crate::cmd::dryrun::prediction(&contexts, &levels, out_tokens, &limits)
@@ -407,11 +408,15 @@ async fn warm_up(
         warm.server_added = 0;
     }
     let chat = probe.endpoint.as_deref() == Some(ctxbench::client::openai::CHAT);
-    if chat {
-        let note = format!(
+    let template_note = match (chat, server_adds_bos) {
+        (true, false) => Some("chat template: its tokens are inside every length (calibration aims usage.prompt_tokens, template included, at the target)".to_owned()),
+        (true, true) => Some(format!(
             "chat template: {} tokens around the user message (usage.prompt_tokens − content tokens of the warmup), counted in every context length",
             warm.server_added
-        );
+        )),
+        (false, _) => None,
+    };
+    if let Some(note) = template_note {
         if !quiet {
             eprintln!("note: {note}");
         }

@@ -119,21 +119,23 @@ fn run_section(out: &mut String, run: &RunReport) {
     out.push_str("</div>\n</div>\n");
 
     if let Some(m) = &run.capacity {
-        let (head, rows) = crate::capacity::map_rows(m);
         let _ = writeln!(out, "<h3>Capacity map</h3>\n<p class=\"muted\">context × concurrency; the results table below is c = {}</p>", m.levels.first().copied().unwrap_or(1));
-        out.push_str("<table><thead><tr>");
-        for h in &head {
-            let _ = write!(out, "<th>{}</th>", esc(h));
-        }
-        out.push_str("</tr></thead><tbody>\n");
-        for r in &rows {
-            out.push_str("<tr>");
-            for c in r {
-                let _ = write!(out, "<td>{}</td>", esc(c));
+        for t in crate::capacity::map_tables(m) {
+            let _ = write!(out, "<p>{}</p>\n<table><thead><tr>", esc(&t.title));
+            for h in &t.head {
+                let _ = write!(out, "<th>{}</th>", esc(h));
             }
-            out.push_str("</tr>\n");
+            out.push_str("</tr></thead><tbody>\n");
+            for r in &t.rows {
+                out.push_str("<tr>");
+                for c in r {
+                    let _ = write!(out, "<td>{}</td>", esc(c));
+                }
+                out.push_str("</tr>\n");
+            }
+            out.push_str("</tbody></table>\n");
         }
-        out.push_str("</tbody></table>\n<ul class=\"muted\">");
+        out.push_str("<ul class=\"muted\">");
         for l in crate::capacity::map_legend(m) {
             let _ = write!(out, "<li>{}</li>", esc(&l));
         }
@@ -289,14 +291,7 @@ impl Renderer for HtmlRenderer {
         if !plots.is_empty() {
             body.push_str("<h2>Plots</h2>\n<div class=\"plots\">\n");
             for p in &plots {
-                figure(
-                    &mut body,
-                    &p.svg,
-                    &format!(
-                        "{}: median and min–max per context; lines: fits (dashed: extrapolated)",
-                        p.title
-                    ),
-                );
+                figure(&mut body, &p.svg, &p.caption);
             }
             body.push_str("</div>\n");
         }

@@ -64,26 +64,32 @@ fn run_section(out: &mut String, run: &RunReport) {
         out.push('\n');
     }
     if let Some(m) = &run.capacity {
-        let (head, rows) = crate::capacity::map_rows(m);
         let _ = writeln!(
             out,
             "**Capacity map** (context × concurrency; the table below is c = {})\n",
             m.levels.first().copied().unwrap_or(1)
         );
-        let _ = writeln!(
-            out,
-            "| {} |",
-            head.iter().map(|h| cell(h)).collect::<Vec<_>>().join(" | ")
-        );
-        let _ = writeln!(out, "|---|{}", "---|".repeat(head.len() - 1));
-        for r in &rows {
+        for t in crate::capacity::map_tables(m) {
+            let _ = writeln!(out, "{}\n", cell(&t.title));
             let _ = writeln!(
                 out,
                 "| {} |",
-                r.iter().map(|h| cell(h)).collect::<Vec<_>>().join(" | ")
+                t.head
+                    .iter()
+                    .map(|h| cell(h))
+                    .collect::<Vec<_>>()
+                    .join(" | ")
             );
+            let _ = writeln!(out, "|---|{}", "--:|".repeat(t.head.len() - 1));
+            for r in &t.rows {
+                let _ = writeln!(
+                    out,
+                    "| {} |",
+                    r.iter().map(|h| cell(h)).collect::<Vec<_>>().join(" | ")
+                );
+            }
+            out.push('\n');
         }
-        out.push('\n');
         for l in crate::capacity::map_legend(m) {
             let _ = writeln!(out, "- {}", cell(&l));
         }

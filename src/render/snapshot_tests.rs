@@ -377,3 +377,265 @@ fn a_top_point_above_the_fit_warns_that_the_extrapolation_is_low() {
     // The fixture's exact quadratic carries no such warning.
     assert!(!super::table::fits_text(&fixture()).contains("above the fit"));
 }
+
+/// A capacity grid 1k, 4k × c = 1, 2, 4, 8 on a server with 4 slots: at 1k the aggregate
+/// doubles up to c = 4 and c = 8 queues (knee 4); at 4k c = 2 barely gains (knee 1), c = 4
+/// had no common window and c = 8 queued.
+fn capacity_results() -> Results {
+    let contexts = [1024u64, 4096];
+    let levels = [1u32, 2, 4, 8];
+    let mut header = header("grid", &contexts);
+    header.config.concurrency = levels.to_vec();
+    header.config.reps = RepPolicy::fixed(2);
+    header.server.total_slots = Some(4);
+    header.server.kv_pool_tokens = None;
+    header.server.server_kind = "llama.cpp".into();
+    let mut samples = Vec::new();
+    for &ctx in &contexts {
+        let l = ctx as f64;
+        for &c in &levels {
+            // Aggregate tok/s per request, and whether the cell queued or had no window.
+            let (per_req, queued, no_window) = match (ctx, c) {
+                (1024, 8) => (60.0, true, true),
+                (1024, _) => (100.0 * (1.0 - 0.02 * f64::from(c)), false, false),
+                (_, 1) => (50.0, false, false),
+                (_, 2) => (28.0, false, false),
+                (_, 4) => (15.0, false, true),
+                _ => (8.0, true, true),
+            };
+            for wave in 0..2u32 {
+                for slot in 0..c {
+                    let waited = queued && slot >= 4;
+                    let ttft = (20.0 + 0.05 * l)
+                        * (1.0 + f64::from(slot))
+                        * if waited { 3.0 } else { 1.0 };
+                    let window = (!no_window).then_some(per_req);
+                    let mut s = Sample {
+                        run_id: "grid".into(),
+                        context_tokens: ctx,
+                        rep: wave,
+                        prompt_tokens: Some(ctx),
+                        cached_tokens: Some(0),
+                        cache_verified: true,
+                        ttft_ms: Some(ttft),
+                        decode_tokens_per_s: Some(per_req),
+                        ms_per_step: Some(1000.0 / per_req),
+                        ..Sample::default()
+                    };
+                    let stats = crate::record::WaveStats {
+                        slot,
+                        first_token_ms: Some(ttft),
+                        window_decode_tokens_per_s: window,
+                        window_ms_per_step: window.map(|r| 1000.0 / r),
+                        aggregate_decode_tokens_per_s: window.map(|r| r * f64::from(c)),
+                        wave_output_tokens_per_s: Some(per_req * f64::from(c.min(4))),
+                        waited_for: waited.then(|| slot - 4),
+                        ..Default::default()
+                    };
+                    if c > 1 {
+                        crate::capacity::apply_wave(
+                            std::slice::from_mut(&mut s),
+                            vec![stats],
+                            c,
+                            wave,
+                        );
+                        if no_window && !s.has(&Flag::NoOverlap) {
+                            s.flags.push(Flag::NoOverlap);
+                        }
+                    } else {
+                        s.concurrency = Some(1);
+                        s.wave = Some(wave);
+                        s.wave_stats = Some(stats);
+                    }
+                    samples.push(s);
+                }
+            }
+        }
+    }
+    Results {
+        header,
+        samples,
+        points: vec![],
+        ends: vec![],
+        resumes: vec![],
+        torn_bytes: 0,
+    }
+}
+
+fn capacity_fixture() -> Report {
+    let mut r = report::build(&[(
+        "grid".to_owned(),
+        "grid.jsonl".to_owned(),
+        capacity_results(),
+    )]);
+    r.generated_by = "ctxbench (fixture)".into();
+    r
+}
+
+/// How many times `needle` occurs in `hay`.
+fn count(hay: &str, needle: &str) -> usize {
+    hay.matches(needle).count()
+}
+
+#[test]
+fn capacity_plots_draw_a_line_per_context_the_knee_and_hollow_waiting_cells() {
+    let r = capacity_fixture();
+    let map = r.runs[0].capacity.as_ref().expect("a grid has a map");
+    let knees: Vec<Option<u32>> = map.knees.iter().map(|k| k.concurrency).collect();
+    assert_eq!(knees, [Some(4), Some(1)], "{:?}", map.knees);
+    let plots = svg::report_plots(&r).unwrap();
+    let names: Vec<&str> = plots.iter().map(|p| p.name.as_str()).collect();
+    for n in [
+        "capacity_aggregate_decode_tokens_per_s",
+        "capacity_ms_per_step",
+        "capacity_ttft_median_ms",
+        "capacity_ttft_worst_ms",
+    ] {
+        assert!(names.contains(&n), "{names:?}");
+    }
+    let agg = plots
+        .iter()
+        .find(|p| p.name == "capacity_aggregate_decode_tokens_per_s")
+        .unwrap();
+    let svg = &agg.svg;
+    // One line per context (4 cells each) and its legend sample, in the context's colour.
+    for col in ["#0072B2", "#D55E00"] {
+        assert_eq!(
+            count(
+                svg,
+                &format!(
+                    "<polyline fill=\"none\" opacity=\"1\" stroke=\"{col}\" stroke-width=\"2\""
+                )
+            ),
+            2,
+            "{col}"
+        );
+    }
+    for label in [
+        "\n1k\n",
+        "\n4k\n",
+        "\nall c ran together\n",
+        "\nqueued: some waited\n",
+        "\nno common window\n",
+        "\nknee (last c that pays)\n",
+    ] {
+        assert_eq!(count(svg, label), 1, "legend entry {label:?}");
+    }
+    // The knee is ringed on both lines, and once in the legend.
+    assert_eq!(
+        count(
+            svg,
+            "r=\"10\" opacity=\"1\" fill=\"none\" stroke=\"#000000\""
+        ),
+        3
+    );
+    // Cells where requests waited are hollow circles (1k × 8, 4k × 8), a cell without a
+    // common window a hollow square (4k × 4); the legend shows one of each in grey.
+    assert_eq!(
+        count(
+            svg,
+            "r=\"5\" opacity=\"1\" fill=\"none\" stroke=\"#0072B2\""
+        ),
+        1
+    );
+    assert_eq!(
+        count(
+            svg,
+            "r=\"5\" opacity=\"1\" fill=\"none\" stroke=\"#D55E00\""
+        ),
+        1
+    );
+    assert_eq!(count(svg, "<rect"), 3, "background, 4k × 4, legend: {svg}");
+    assert_eq!(
+        count(
+            svg,
+            "height=\"10\" opacity=\"1\" fill=\"none\" stroke=\"#D55E00\""
+        ),
+        1
+    );
+    assert!(agg.caption.contains("hollow circle = some requests waited"));
+    // ms/step has no value where there was no common window: 4k keeps c = 1, 2 only.
+    let steps = plots
+        .iter()
+        .find(|p| p.name == "capacity_ms_per_step")
+        .unwrap();
+    assert!(!steps.svg.contains("\nno common window\n"));
+    // The HTML report carries the plots inline, captioned.
+    let html = renderer(ReportFormat::Html).report(&r).unwrap();
+    assert!(html.contains("Capacity: aggregate decode rate"));
+    assert!(html.contains("ringed = the knee"));
+}
+
+#[test]
+fn a_run_without_concurrency_has_no_capacity_plots() {
+    let plots = svg::report_plots(&fixture()).unwrap();
+    assert!(!plots.is_empty());
+    assert!(plots.iter().all(|p| !p.name.starts_with("capacity")));
+    assert!(svg::capacity_plots(&fixture()).unwrap().is_empty());
+}
+
+#[test]
+fn two_runs_with_the_same_maximum_share_one_extrapolation_legend_entry() {
+    // readme-audit L15: a label beside each band overlapped when two runs' bands sat at
+    // the same maximum context.
+    let r = fixture();
+    let bands = r
+        .runs
+        .iter()
+        .filter_map(|x| x.ttft_fit.as_ref()?.extrapolation)
+        .map(|e| e.context_tokens)
+        .collect::<Vec<_>>();
+    assert_eq!(bands, [131072, 131072]);
+    for p in svg::report_plots(&r).unwrap().iter().take(4) {
+        assert_eq!(count(&p.svg, "extrapolated"), 1, "{}", p.name);
+        assert_eq!(count(&p.svg, "(90% band)"), 0, "{}", p.name);
+    }
+}
+
+#[test]
+fn capacity_map_table_markdown_and_html() {
+    let r = capacity_fixture();
+    insta::assert_snapshot!(
+        "capacity_table",
+        renderer(ReportFormat::Table).report(&r).unwrap()
+    );
+    let md = renderer(ReportFormat::Md).report(&r).unwrap();
+    assert!(
+        md.contains("| 1k | 98.00 | 192.0 | 368.0 | 240.0* |"),
+        "{md}"
+    );
+    let html = renderer(ReportFormat::Html).report(&r).unwrap();
+    assert!(html.contains("<td>queues→queued (8 of 16)</td>"), "{html}");
+}
+
+#[test]
+fn a_grid_cell_whose_requests_failed_is_not_a_missed_prediction_but_a_warning() {
+    let mut res = capacity_results();
+    for s in res
+        .samples
+        .iter_mut()
+        .filter(|s| s.context_tokens == 4096 && s.concurrency == Some(8))
+    {
+        s.status = Status::Failed;
+        s.flags.retain(|f| *f != Flag::Queued);
+    }
+    let run = report::build_run("grid", "grid.jsonl", &res);
+    let map = run.capacity.as_ref().unwrap();
+    let cell = map
+        .cells
+        .iter()
+        .find(|c| c.context_tokens == 4096 && c.concurrency == 8)
+        .unwrap();
+    assert_eq!((cell.failed, cell.requests), (16, 16));
+    assert_eq!(cell.measured, "failed");
+    assert!(map.mispredicted.is_empty(), "{:?}", map.mispredicted);
+    let w: Vec<&str> = run.warnings.iter().map(|w| w.message.as_str()).collect();
+    assert!(
+        w.iter()
+            .any(|m| m.starts_with("16 request(s) failed in the capacity grid (4k × 8: 16 of 16)")),
+        "{w:?}"
+    );
+    assert!(!w
+        .iter()
+        .any(|m| m.contains("did not do what its limits predicted")));
+}

@@ -18,6 +18,8 @@ pub struct Plot {
     pub name: String,
     /// Title shown above the plot.
     pub title: String,
+    /// What the plot shows, in a sentence (the HTML report's figure caption).
+    pub caption: String,
     /// The SVG document.
     pub svg: String,
 }
@@ -212,7 +214,6 @@ fn metric_plot(report: &Report, metric: Metric) -> Result<Option<Plot>, RenderEr
     let ymax = ys.fold(0.0f64, f64::max).max(1e-9) * 1.08;
     let xmin = xs.iter().copied().fold(f64::INFINITY, f64::min) / 1.25;
     let xmax = xs.iter().copied().fold(0.0, f64::max) * 1.25;
-    let label_octaves = 140.0 * (lx(xmax) - lx(xmin)) / (SIZE.0 as f64 - 100.0) + 0.1;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
@@ -267,14 +268,6 @@ fn metric_plot(report: &Report, metric: Metric) -> Result<Option<Plot>, RenderEr
                         PathElement::new([(l - 0.06, hi), (l + 0.06, hi)], c.stroke_width(2)),
                     ])
                     .map_err(perr)?;
-                chart
-                    .draw_series(std::iter::once(Text::new(
-                        "extrapolated (90% band)",
-                        // The label must end left of the band: ~140 px of text, in octaves.
-                        (l - label_octaves, hi),
-                        ("sans-serif", 13).into_font().color(&c),
-                    )))
-                    .map_err(perr)?;
             }
             chart
                 .draw_series(s.points.iter().map(|(l, sp)| {
@@ -290,6 +283,21 @@ fn metric_plot(report: &Report, metric: Metric) -> Result<Option<Plot>, RenderEr
                 .map_err(perr)?
                 .label(format!("{} median (min–max)", s.label))
                 .legend(move |(x, y)| Circle::new((x + 9, y), 4, c.filled()));
+        }
+        // One legend entry for the extrapolation style, whatever the number of runs: a
+        // label beside each band overlapped when runs share a maximum (readme-audit L15).
+        if all.iter().any(|s| s.band.is_some()) {
+            let grey = RGBColor(90, 90, 90);
+            chart
+                .draw_series(std::iter::empty::<PathElement<(f64, f64)>>())
+                .map_err(perr)?
+                .label("extrapolated (dashed; bar: 90% band)")
+                .legend(move |(x, y)| {
+                    EmptyElement::at((x, y))
+                        + PathElement::new([(0, 0), (5, 0)], grey.stroke_width(2))
+                        + PathElement::new([(8, 0), (12, 0)], grey.stroke_width(2))
+                        + PathElement::new([(16, -6), (16, 6)], grey.stroke_width(3))
+                });
         }
         chart
             .configure_series_labels()
@@ -307,6 +315,10 @@ fn metric_plot(report: &Report, metric: Metric) -> Result<Option<Plot>, RenderEr
     Ok(Some(Plot {
         name: metric.key().to_owned(),
         title: title(metric),
+        caption: format!(
+            "{}: median and min–max per context; lines: fits (dashed: extrapolated)",
+            title(metric)
+        ),
         svg,
     }))
 }
@@ -373,17 +385,20 @@ fn acceptance_plot(report: &Report) -> Result<Option<Plot>, RenderError> {
     Ok(Some(Plot {
         name: "acceptance_length".into(),
         title: t.into(),
+        caption: format!("{t}: median and min–max per context; lines: fits (dashed: extrapolated)"),
         svg,
     }))
 }
 
-/// Every plot of a report: the four metrics, and acceptance length when measured.
+/// Every plot of a report: the four metrics, acceptance length when measured, and the
+/// capacity map's four metrics for a run with `--concurrency` beyond 1.
 pub fn report_plots(report: &Report) -> Result<Vec<Plot>, RenderError> {
     let mut out = Vec::new();
     for m in Metric::ALL {
         out.extend(metric_plot(report, m)?);
     }
     out.extend(acceptance_plot(report)?);
+    out.extend(capacity_plots(report)?);
     Ok(out)
 }
 
@@ -488,4 +503,359 @@ pub fn compare_plot(cmp: &Comparison) -> Result<String, RenderError> {
         root.present().map_err(perr)?;
     }
     Ok(svg)
+}
+
+/// One metric of the capacity map, plotted against concurrency with one line per context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CapMetric {
+    Aggregate,
+    MsPerStep,
+    TtftMedian,
+    TtftWorst,
+}
+
+impl CapMetric {
+    const ALL: [CapMetric; 4] = [
+        CapMetric::Aggregate,
+        CapMetric::MsPerStep,
+        CapMetric::TtftMedian,
+        CapMetric::TtftWorst,
+    ];
+
+    fn key(self) -> &'static str {
+        match self {
+            CapMetric::Aggregate => "capacity_aggregate_decode_tokens_per_s",
+            CapMetric::MsPerStep => "capacity_ms_per_step",
+            CapMetric::TtftMedian => "capacity_ttft_median_ms",
+            CapMetric::TtftWorst => "capacity_ttft_worst_ms",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            CapMetric::Aggregate => "Capacity: aggregate decode rate (tokens/s, all requests)",
+            CapMetric::MsPerStep => "Capacity: time per decode step, per request (ms)",
+            CapMetric::TtftMedian => "Capacity: median time to first token (ms)",
+            CapMetric::TtftWorst => "Capacity: worst time to first token (ms)",
+        }
+    }
+
+    fn unit(self) -> &'static str {
+        match self {
+            CapMetric::Aggregate => "tokens/s",
+            CapMetric::MsPerStep => "ms (log scale)",
+            CapMetric::TtftMedian | CapMetric::TtftWorst => "ms (log scale)",
+        }
+    }
+
+    /// Times span orders of magnitude from the shortest context to the longest: a log
+    /// axis keeps the short contexts' lines readable. Throughput stays linear, so that
+    /// "doubling c doubles the total" reads as a straight rise.
+    fn log_y(self) -> bool {
+        self != CapMetric::Aggregate
+    }
+
+    /// The cell's value; for the aggregate of a cell without a common window, the
+    /// whole-wave output rate (drawn hollow, like every cell that did not run together).
+    fn value(self, c: &crate::capacity::Cell) -> Option<f64> {
+        match self {
+            CapMetric::Aggregate => c
+                .aggregate_decode_tokens_per_s
+                .or(c.wave_output_tokens_per_s),
+            CapMetric::MsPerStep => c.ms_per_step,
+            CapMetric::TtftMedian => c.ttft_median_ms,
+            CapMetric::TtftWorst => c.ttft_worst_ms,
+        }
+        .filter(|v| v.is_finite() && *v > 0.0)
+    }
+}
+
+/// How a cell ran, as its marker shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CellMark {
+    /// All c requests decoded together: filled circle.
+    Together,
+    /// Some requests waited for a slot: hollow circle.
+    Queued,
+    /// No common decode window (too short to time): hollow square.
+    NoOverlap,
+    /// Requests failed and none was seen waiting: a cross (the cell is incomplete).
+    Failed,
+}
+
+fn cell_mark(c: &crate::capacity::Cell) -> CellMark {
+    if c.queued > 0 {
+        CellMark::Queued
+    } else if c.failed > 0 {
+        CellMark::Failed
+    } else if c.no_overlap_waves > 0 {
+        CellMark::NoOverlap
+    } else {
+        CellMark::Together
+    }
+}
+
+/// What a row of the capacity legend shows.
+enum LegendGlyph {
+    /// A context's line.
+    Line(RGBColor),
+    /// A cell marker.
+    Mark(CellMark),
+    /// The knee ring.
+    Knee,
+}
+
+/// Draws the marker of a cell at `p` in `col` (on the plot, or in the legend's pixels).
+fn draw_mark<DB: DrawingBackend, CT: plotters::coord::CoordTranslate>(
+    area: &DrawingArea<DB, CT>,
+    p: CT::From,
+    mark: CellMark,
+    col: RGBColor,
+) -> Result<(), RenderError>
+where
+    CT::From: Clone,
+{
+    match mark {
+        CellMark::Together => area.draw(&Circle::new(p, 5, col.filled())),
+        CellMark::Queued => area.draw(&Circle::new(p, 5, col.stroke_width(2))),
+        CellMark::NoOverlap => area
+            .draw(&(EmptyElement::at(p) + Rectangle::new([(-5, -5), (5, 5)], col.stroke_width(2)))),
+        CellMark::Failed => area.draw(&Cross::new(p, 5, col.stroke_width(2))),
+    }
+    .map_err(perr)
+}
+
+/// An axis tick: whole numbers without decimals (`800`, not `800.0`).
+fn tick(v: f64) -> String {
+    if v.abs() >= 10.0 || (v - v.round()).abs() < 1e-9 {
+        format!("{v:.0}")
+    } else {
+        super::num(v)
+    }
+}
+
+/// A cell on a capacity plot: x (log2 c), y (the metric, log10 on a log axis), marker.
+type CapPoint = (f64, f64, CellMark);
+
+/// Width of the legend column right of a capacity plot.
+const CAP_LEGEND_W: u32 = 210;
+
+/// One plot per capacity-map metric for every run with a map (`--concurrency` beyond 1):
+/// concurrency on x (log scale), one line per context, the knee ringed, cells that queued
+/// or had no common window drawn hollow, all explained in a legend beside the plot.
+pub fn capacity_plots(report: &Report) -> Result<Vec<Plot>, RenderError> {
+    let with: Vec<&RunReport> = report
+        .runs
+        .iter()
+        .filter(|r| r.capacity.as_ref().is_some_and(|m| !m.cells.is_empty()))
+        .collect();
+    let mut out = Vec::new();
+    for (i, run) in with.iter().enumerate() {
+        let Some(map) = &run.capacity else { continue };
+        // With several grids, each gets its own set, named after the run.
+        let (suffix, of) = if with.len() > 1 {
+            (format!("_{}", i + 1), format!(" — {}", run.label))
+        } else {
+            (String::new(), String::new())
+        };
+        for m in CapMetric::ALL {
+            out.extend(capacity_plot(map, m, &suffix, &of)?);
+        }
+    }
+    Ok(out)
+}
+
+fn capacity_plot(
+    map: &crate::capacity::CapacityMap,
+    metric: CapMetric,
+    suffix: &str,
+    of: &str,
+) -> Result<Option<Plot>, RenderError> {
+    let mut contexts: Vec<u64> = map.cells.iter().map(|c| c.context_tokens).collect();
+    contexts.dedup();
+    let y = |v: f64| if metric.log_y() { v.log10() } else { v };
+    // Per context: (x, y, mark) of each cell that has this metric.
+    let rows: Vec<(u64, Vec<CapPoint>)> = contexts
+        .iter()
+        .map(|&ctx| {
+            let pts = map
+                .cells
+                .iter()
+                .filter(|c| c.context_tokens == ctx)
+                .filter_map(|c| {
+                    let v = metric.value(c)?;
+                    Some((lx(f64::from(c.concurrency)), y(v), cell_mark(c)))
+                })
+                .collect();
+            (ctx, pts)
+        })
+        .collect();
+    let ys: Vec<f64> = rows.iter().flat_map(|r| r.1.iter().map(|p| p.1)).collect();
+    if ys.is_empty() {
+        return Ok(None);
+    }
+    let (ylo, yhi) = (
+        ys.iter().copied().fold(f64::INFINITY, f64::min),
+        ys.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    );
+    // Log axes span whole decades, so that the labelled ticks (1, 10, 100, …) are in view.
+    let (y0, y1) = if metric.log_y() {
+        (ylo.floor(), yhi.ceil().max(ylo.floor() + 1.0))
+    } else {
+        (0.0, yhi.max(1e-9) * 1.1)
+    };
+    let cmin = map.levels.iter().copied().min().unwrap_or(1);
+    let cmax = map.levels.iter().copied().max().unwrap_or(1).max(cmin + 1);
+    let (x0, x1) = (lx(f64::from(cmin)) - 0.3, lx(f64::from(cmax)) + 0.3);
+    let title = format!("{}{of}", metric.title());
+    let mut marks: Vec<CellMark> = rows.iter().flat_map(|r| r.1.iter().map(|p| p.2)).collect();
+    marks.sort_by_key(|m| *m as u8);
+    marks.dedup();
+    let mut svg = String::new();
+    let mut knees = 0usize;
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(perr)?;
+        let (left, right) = root.split_horizontally(SIZE.0 - CAP_LEGEND_W);
+        let mut chart = ChartBuilder::on(&left)
+            .caption(&title, ("sans-serif", 18))
+            .margin(14)
+            .x_label_area_size(48)
+            .y_label_area_size(70)
+            .build_cartesian_2d(x0..x1, y0..y1)
+            .map_err(perr)?;
+        let decades = (y1 - y0).round() as usize;
+        chart
+            .configure_mesh()
+            .x_desc("concurrent requests c (log scale)")
+            .y_desc(metric.unit())
+            .x_labels(((x1 - x0).ceil() as usize + 1).max(2))
+            .y_labels(if metric.log_y() { decades + 1 } else { 8 })
+            .label_style(("sans-serif", 14))
+            .axis_desc_style(("sans-serif", 14))
+            .x_label_formatter(&|v| {
+                if (v - v.round()).abs() < 1e-6 && *v >= 0.0 {
+                    format!("{}", v.round().exp2() as u64)
+                } else {
+                    String::new()
+                }
+            })
+            .y_label_formatter(&|v| {
+                if !metric.log_y() {
+                    tick(*v)
+                } else if (v - v.round()).abs() < 1e-6 {
+                    tick(10f64.powf(v.round()))
+                } else {
+                    String::new()
+                }
+            })
+            .light_line_style(RGBColor(238, 238, 238))
+            .draw()
+            .map_err(perr)?;
+        for (i, (ctx, pts)) in rows.iter().enumerate() {
+            let col = color(i);
+            if pts.len() > 1 {
+                chart
+                    .draw_series(LineSeries::new(
+                        pts.iter().map(|p| (p.0, p.1)),
+                        col.stroke_width(2),
+                    ))
+                    .map_err(perr)?;
+            }
+            for p in pts {
+                draw_mark(chart.plotting_area(), (p.0, p.1), p.2, col)?;
+            }
+            // The knee: ringed, at this context's knee cell when this metric has a value there.
+            let knee = map
+                .knees
+                .iter()
+                .find(|k| k.context_tokens == *ctx)
+                .and_then(|k| k.concurrency)
+                .and_then(|c| {
+                    let x = lx(f64::from(c));
+                    pts.iter().find(|p| (p.0 - x).abs() < 1e-9)
+                });
+            if let Some(p) = knee {
+                knees += 1;
+                chart
+                    .draw_series(std::iter::once(Circle::new(
+                        (p.0, p.1),
+                        10,
+                        BLACK.stroke_width(2),
+                    )))
+                    .map_err(perr)?;
+            }
+        }
+        // The legend, beside the plot: what each line and each marker means.
+        let mut entries: Vec<(LegendGlyph, String)> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, (ctx, _))| (LegendGlyph::Line(color(i)), fmt_ctx(*ctx)))
+            .collect();
+        for m in &marks {
+            let text = match m {
+                CellMark::Together => "all c ran together",
+                CellMark::Queued => "queued: some waited",
+                CellMark::NoOverlap => "no common window",
+                CellMark::Failed => "requests failed",
+            };
+            entries.push((LegendGlyph::Mark(*m), text.to_owned()));
+        }
+        if knees > 0 {
+            entries.push((LegendGlyph::Knee, "knee (last c that pays)".to_owned()));
+        }
+        right
+            .draw(&Text::new(
+                "context".to_owned(),
+                (8, 40),
+                ("sans-serif", 14).into_font(),
+            ))
+            .map_err(perr)?;
+        let grey = RGBColor(90, 90, 90);
+        let mut yy = 72i32;
+        for (i, (glyph, text)) in entries.iter().enumerate() {
+            // A gap between the contexts and the marker explanations.
+            if i == rows.len() {
+                yy += 10;
+            }
+            match glyph {
+                LegendGlyph::Line(col) => {
+                    right
+                        .draw(&PathElement::new([(8, yy), (30, yy)], col.stroke_width(2)))
+                        .map_err(perr)?;
+                    right
+                        .draw(&Circle::new((19, yy), 4, col.filled()))
+                        .map_err(perr)?;
+                }
+                LegendGlyph::Mark(m) => draw_mark(&right, (19, yy), *m, grey)?,
+                LegendGlyph::Knee => right
+                    .draw(&Circle::new((19, yy), 10, BLACK.stroke_width(2)))
+                    .map_err(perr)?,
+            }
+            right
+                .draw(&Text::new(
+                    text.clone(),
+                    (38, yy - 7),
+                    ("sans-serif", 13).into_font(),
+                ))
+                .map_err(perr)?;
+            yy += 24;
+        }
+        root.present().map_err(perr)?;
+    }
+    let mut caption = format!(
+        "{}: x = concurrent requests c, one line per context; filled = all c requests decoded together, hollow circle = some requests waited for a slot, hollow square = no common decode window, cross = requests failed (incomplete cell); ringed = the knee",
+        metric.title()
+    );
+    if metric == CapMetric::Aggregate {
+        caption.push_str(
+            "; where there was no common window the value is output tokens over the whole wave",
+        );
+    }
+    Ok(Some(Plot {
+        name: format!("{}{suffix}", metric.key()),
+        title,
+        caption,
+        svg,
+    }))
 }

@@ -197,29 +197,38 @@ pub fn details(run: &RunReport) -> String {
             "\ncapacity map (context × concurrency; the table above is c = {}):",
             m.levels.first().copied().unwrap_or(1)
         );
-        let (head, rows) = ctxbench_capacity::map_rows(m);
-        let width: Vec<usize> = (0..head.len())
-            .map(|i| {
-                rows.iter()
-                    .map(|r| r[i].chars().count())
-                    .chain([head[i].chars().count()])
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
-        let line = |cells: &[String]| {
-            cells
-                .iter()
-                .zip(&width)
-                .map(|(c, w)| format!("{c:<w$}"))
-                .collect::<Vec<_>>()
-                .join("  ")
-                .trim_end()
-                .to_owned()
-        };
-        let _ = writeln!(out, "{}", line(&head));
-        for r in &rows {
-            let _ = writeln!(out, "{}", line(r));
+        for (i, t) in ctxbench_capacity::map_tables(m).iter().enumerate() {
+            let gap = if i == 0 { "" } else { "\n" };
+            let _ = writeln!(out, "{gap}{}:", t.title);
+            let width: Vec<usize> = (0..t.head.len())
+                .map(|i| {
+                    t.rows
+                        .iter()
+                        .map(|r| r[i].chars().count())
+                        .chain([t.head[i].chars().count()])
+                        .max()
+                        .unwrap_or(0)
+                })
+                .collect();
+            // Contexts left, cells right-aligned so that the numbers line up.
+            let line = |cells: &[String]| {
+                cells
+                    .iter()
+                    .zip(&width)
+                    .enumerate()
+                    .map(|(i, (c, w))| match i {
+                        0 => format!("  {c:<w$}"),
+                        _ => format!("{c:>w$}"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("  ")
+                    .trim_end()
+                    .to_owned()
+            };
+            let _ = writeln!(out, "{}", line(&t.head));
+            for r in &t.rows {
+                let _ = writeln!(out, "{}", line(r));
+            }
         }
         for l in ctxbench_capacity::map_legend(m) {
             let _ = writeln!(out, "  {l}");

@@ -9,8 +9,14 @@
 //! cold sample at the same length and (b) the median TTFT of the kept samples at the nearest
 //! shorter length (prefill never gets faster with more tokens). Such samples carry the flag
 //! [`FLAG`] and are excluded from summaries. A cold sample slower than 4× another is far
-//! outside run-to-run noise, so a false positive costs one sample, never a wrong number; a
-//! partial hit (less than ¾ of the prefill skipped) is not caught.
+//! outside run-to-run noise, so a false positive costs one sample, never a wrong number.
+//!
+//! The limit: only a reuse of more than about ¾ of the prompt is caught. A partial hit (say
+//! half the prompt served from the cache) leaves TTFT at about half the cold one or more
+//! (the rest still attends to the whole context), and honest cold samples on a shared or
+//! busy host differ by 2× (the reference is the slowest of them), so no threshold above ¼
+//! separates a half hit from noise without flagging honest samples. Only a server that
+//! reports cached tokens, or a flush before each sample, proves a cold prefill.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -103,5 +109,24 @@ mod tests {
         // The slowest other sample is the reference: a majority of hits cannot hide.
         assert!(is_suspect(11.0, &[2046.0, 11.0, 11.0, 11.0], None));
         assert!(!is_suspect(2046.0, &[11.0, 11.0], None));
+    }
+
+    #[test]
+    fn the_boundary_is_a_quarter_of_the_reference_so_a_half_hit_is_not_caught() {
+        let cold = 2000.0;
+        // At ¼ exactly: kept; just below: caught.
+        assert!(!is_suspect(FACTOR * cold, &[cold], None));
+        assert!(is_suspect(FACTOR * cold - 0.1, &[cold], None));
+        // A reuse of 80% of the prompt (TTFT ≈ 0.2 × cold) is caught…
+        assert!(is_suspect(0.2 * cold, &[cold], None));
+        // …a reuse of half (TTFT ≈ 0.5 × cold) is not: the rule's stated limit.
+        assert!(!is_suspect(0.5 * cold, &[cold], None));
+        // Why not lower the bar: honest cold samples 2× apart on a busy host (and one at
+        // 0.4× of a stalled one) must not be flagged.
+        assert!(!is_suspect(1000.0, &[2000.0, 1200.0], None));
+        assert!(!is_suspect(800.0, &[2000.0], Some(700.0)));
+        // The shorter length's median is a floor too: a half-hit 4k sample (≈ the 2k cold
+        // TTFT) is above it, so it cannot catch partial hits either.
+        assert!(!is_suspect(1100.0, &[], Some(1000.0)));
     }
 }
