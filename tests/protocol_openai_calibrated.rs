@@ -114,15 +114,17 @@ fn serve(mut conn: TcpStream, st: &Mutex<State>) -> std::io::Result<()> {
             let end = |st: &Mutex<State>| st.lock().unwrap().seen[me].ended = Some(Instant::now());
             // Prefill: 20 µs per token, plus the jitter.
             thread::sleep(Duration::from_micros(20 * tokens) + jitter(text));
+            // `ended` is logged before the answer's last bytes leave, so a request the
+            // client sends after reading them is logged as arriving later, however the
+            // threads are scheduled.
             if !streamed {
-                let r = reply(
+                end(st);
+                return reply(
                     &mut conn,
                     200,
                     json!({"choices": [{"index": 0, "text": "x", "finish_reason": "length"}],
                            "usage": {"prompt_tokens": tokens, "completion_tokens": n, "total_tokens": tokens + n}}),
                 );
-                end(st);
-                return r;
             }
             write!(
                 conn,
@@ -140,10 +142,9 @@ fn serve(mut conn: TcpStream, st: &Mutex<State>) -> std::io::Result<()> {
                 thread::sleep(Duration::from_millis(3));
             }
             let u = json!({"object": "text_completion", "choices": [], "usage": {"prompt_tokens": tokens, "completion_tokens": n, "total_tokens": tokens + n}});
-            conn.write_all(format!("data: {u}\r\n\r\ndata: [DONE]\r\n\r\n").as_bytes())?;
-            conn.flush()?;
             end(st);
-            Ok(())
+            conn.write_all(format!("data: {u}\r\n\r\ndata: [DONE]\r\n\r\n").as_bytes())?;
+            conn.flush()
         }
         _ => reply(&mut conn, 404, json!({"detail": "Not Found"})),
     }
