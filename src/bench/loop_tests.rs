@@ -696,16 +696,18 @@ async fn one_at_a_time_each_request_is_prepared_before_it_is_sent() {
     st.decode_samples = 1;
     let o = run_loop(&fake, &[1024, 2048], &[], &st, None).await;
     assert_eq!(o.samples().len(), 8);
-    let calls = fake.calls.lock().unwrap();
-    let kinds: Vec<&str> = calls.iter().map(|(k, _)| *k).collect();
-    // Cold: prepared, sent; the warm repeat sends the same prepared prompt again.
-    assert_eq!(
-        kinds,
-        ["prepared", "generate", "generate"].repeat(4),
-        "{calls:?}"
-    );
-    for t in calls.chunks(3) {
-        assert!(t[0].1 == t[1].1 && t[1].1 == t[2].1);
+    {
+        let calls = fake.calls.lock().unwrap();
+        let kinds: Vec<&str> = calls.iter().map(|(k, _)| *k).collect();
+        // Cold: prepared, sent; the warm repeat sends the same prepared prompt again.
+        assert_eq!(
+            kinds,
+            ["prepared", "generate", "generate"].repeat(4),
+            "{calls:?}"
+        );
+        for t in calls.chunks(3) {
+            assert!(t[0].1 == t[1].1 && t[1].1 == t[2].1);
+        }
     }
     // A failed preparation is a failed sample with its error; nothing is sent for it.
     let mut fake = Fake::always(STEADY);
