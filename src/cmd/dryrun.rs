@@ -88,8 +88,8 @@ pub async fn run(
         )?;
     }
     if grid {
-        // A wave costs one request's time per round the server needs (⌈c ÷ slots⌉).
-        total = ctxbench::bench::wave::predicted_grid_s(&model, contexts, levels, settings, limits)
+        // A wave costs c requests' work (no gain from batching assumed: an upper estimate).
+        total = ctxbench::bench::wave::predicted_grid_s(&model, contexts, levels, settings)
             .unwrap_or(total);
         writeln!(
             out,
@@ -111,12 +111,17 @@ pub async fn run(
     }
     writeln!(
         out,
-        "predicted duration: {} (from calibration requests at {} and {} tokens; points far beyond them are extrapolated, prefill at least linearly, so treat long points as a lower bound){}",
+        "predicted duration: {} (from calibration requests at {} and {} tokens; points far beyond them are extrapolated, prefill at least linearly, so treat long points as a lower bound){}{}",
         fmt_secs(total),
         cal_sizes[0],
         cal_sizes[1],
         if settings.policy.precision.is_some() {
             "; adaptive repetitions may add more"
+        } else {
+            ""
+        },
+        if grid {
+            "; each wave counted as c requests' work, as on a server that gains nothing from batching (one that batches finishes sooner)"
         } else {
             ""
         }
