@@ -5,7 +5,7 @@
 mod common;
 mod scripted;
 
-use common::sweep;
+use common::{argv, sweep};
 use ctxbench::record::Status;
 use scripted::{
     assert_flush_busy_at_the_probe_keeps_flushing,
@@ -26,14 +26,7 @@ fn protocol_sglang_auto_sweep_lands_counts_timings_cache_and_spec_in_their_field
     let srv = Scripted::start(spec_config());
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k,2k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "16",
-        ],
+        &argv("--contexts 1k,2k --reps 2 --output-tokens 16"),
     )
     .ok();
     let (stdout, stderr) = (&run.stdout, &run.stderr);
@@ -116,18 +109,7 @@ fn protocol_sglang_without_metrics_or_spec_leaves_optional_fields_empty() {
     let srv = Scripted::start(c);
     let run = sweep(
         &srv.url(),
-        &[
-            "--backend",
-            "sglang",
-            "--contexts",
-            "1k",
-            "--reps",
-            "1",
-            "--output-tokens",
-            "8",
-            "--flush",
-            "never",
-        ],
+        &argv("--backend sglang --contexts 1k --reps 1 --output-tokens 8 --flush never"),
     )
     .ok();
     let stderr = &run.stderr;
@@ -185,16 +167,7 @@ fn protocol_sglang_over_long_prompt_is_a_clear_context_error() {
 fn protocol_sglang_openai_api_with_cache_report_reads_a_missing_count_as_zero() {
     // --enable-cache-report on: usage carries cached_tokens only when it is positive.
     let srv = Scripted::start(Config::new(Flavor::Sglang));
-    let openai = [
-        "--backend",
-        "openai",
-        "--contexts",
-        "1k",
-        "--reps",
-        "2",
-        "--output-tokens",
-        "8",
-    ];
+    let openai = argv("--backend openai --contexts 1k --reps 2 --output-tokens 8");
     let r = sweep(&srv.url(), &openai).ok().results();
     for s in &r.samples {
         assert_eq!(s.cached_tokens, Some(0), "{s:?}");

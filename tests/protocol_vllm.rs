@@ -6,7 +6,7 @@
 mod common;
 mod scripted;
 
-use common::sweep;
+use common::{argv, sweep};
 use ctxbench::record::Status;
 use scripted::{
     assert_flush_busy_at_the_probe_keeps_flushing,
@@ -24,14 +24,7 @@ fn protocol_vllm_auto_sweep_with_flush_cached_tokens_and_spec_from_metric_deltas
     let srv = Scripted::start(c);
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k,2k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "17",
-        ],
+        &argv("--contexts 1k,2k --reps 2 --output-tokens 17"),
     )
     .ok();
     let (stdout, stderr) = (&run.stdout, &run.stderr);

@@ -13,7 +13,7 @@
 mod common;
 
 use common::real::{Family, RealServer};
-use common::sweep;
+use common::{argv, sweep};
 use ctxbench::record::{Sample, Status};
 
 /// One request as the server logged it: prefix tokens reused, tokens evaluated, and the
@@ -70,16 +70,7 @@ fn real_openai_text_prompts_on_llama_cpp_python_have_the_servers_length_and_no_p
     let srv = RealServer::start(Family::LlamaCppPython, &[]);
     let run = sweep(
         &srv.url(),
-        &[
-            "--backend",
-            "openai",
-            "--contexts",
-            "1k,2k,3k,4k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "8",
-        ],
+        &argv("--backend openai --contexts 1k,2k,3k,4k --reps 2 --output-tokens 8"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let err = &run.stderr;
@@ -138,18 +129,7 @@ fn real_openai_nonce_off_on_llama_cpp_python_is_caught_by_the_ttft_rule() {
     let srv = RealServer::start(Family::LlamaCppPython, &[]);
     let run = sweep(
         &srv.url(),
-        &[
-            "--backend",
-            "openai",
-            "--contexts",
-            "4k",
-            "--reps",
-            "3",
-            "--output-tokens",
-            "8",
-            "--nonce",
-            "off",
-        ],
+        &argv("--backend openai --contexts 4k --reps 3 --output-tokens 8 --nonce off"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let r = run.results();

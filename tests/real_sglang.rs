@@ -10,7 +10,7 @@ mod common;
 use common::real::{
     busy_prompt, f, has_flag, metric_delta as delta, read_lines, u, Family, RealServer,
 };
-use common::sweep;
+use common::{argv, sweep};
 use serde_json::json;
 
 /// Keeps the server busy with a long native /generate of `new_tokens` generated tokens.
@@ -27,14 +27,7 @@ fn real_sglang_auto_sweep_exact_lengths_cold_verified_flushed_and_timed() {
     let srv = RealServer::start(Family::Sglang, &[]);
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k,2k,4k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "16",
-        ],
+        &argv("--contexts 1k,2k,4k --reps 2 --output-tokens 16"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stderr.contains("backend: sglang"), "{}", run.stderr);
@@ -123,16 +116,7 @@ fn real_sglang_without_flush_the_nonce_never_collides_within_or_across_runs() {
     // Issue 10: the first-token nonce pool ran out after about 78 samples, or at once on a
     // second run, and every later sample reported cached_tokens 1 and was excluded.
     let srv = RealServer::start(Family::Sglang, &[]);
-    let args = [
-        "--contexts",
-        "1k",
-        "--reps",
-        "30",
-        "--output-tokens",
-        "2",
-        "--flush",
-        "never",
-    ];
+    let args = argv("--contexts 1k --reps 30 --output-tokens 2 --flush never");
     for round in 0..2 {
         let run = sweep(&srv.url(), &args);
         assert_eq!(run.code, 0, "round {round}: {}", run.stderr);
@@ -155,16 +139,7 @@ fn real_sglang_corpus_random_runs() {
     let srv = RealServer::start(Family::Sglang, &[]);
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k,2k",
-            "--reps",
-            "1",
-            "--corpus",
-            "random",
-            "--output-tokens",
-            "4",
-        ],
+        &argv("--contexts 1k,2k --reps 1 --corpus random --output-tokens 4"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     for s in &read_lines(&run.out).samples {
@@ -213,16 +188,7 @@ fn real_sglang_openai_backend_says_one_consistent_thing_about_flush_and_cache() 
     let srv = RealServer::start(Family::Sglang, &[]);
     let run = sweep(
         &srv.url(),
-        &[
-            "--backend",
-            "openai",
-            "--contexts",
-            "1k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "8",
-        ],
+        &argv("--backend openai --contexts 1k --reps 2 --output-tokens 8"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let l = read_lines(&run.out);

@@ -10,7 +10,7 @@ mod common;
 use common::real::{
     busy_prompt, f, has_flag, metric_delta as delta, read_lines, u, Family, RealServer,
 };
-use common::sweep;
+use common::{argv, sweep};
 use serde_json::json;
 
 /// The flags that make vLLM report cached tokens and its own per-request timings.
@@ -33,14 +33,7 @@ fn real_vllm_auto_sweep_exact_lengths_cold_verified_flushed_and_timed() {
     let srv = RealServer::start(Family::Vllm, DETAILS);
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k,2k,4k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "32",
-        ],
+        &argv("--contexts 1k,2k,4k --reps 2 --output-tokens 32"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stderr.contains("backend: vllm"), "{}", run.stderr);
@@ -123,18 +116,7 @@ fn real_vllm_default_serve_flags_prefix_cache_hits_seen_in_metrics() {
     let srv = RealServer::start(Family::Vllm, &[]);
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "2k",
-            "--reps",
-            "3",
-            "--output-tokens",
-            "8",
-            "--nonce",
-            "off",
-            "--flush",
-            "never",
-        ],
+        &argv("--contexts 2k --reps 3 --output-tokens 8 --nonce off --flush never"),
     );
     assert!(run.out.exists(), "no results file: {}", run.stderr);
     let l = read_lines(&run.out);
@@ -163,14 +145,7 @@ fn real_vllm_ngram_speculation_counts_every_verify_step() {
     );
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k,2k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "64",
-        ],
+        &argv("--contexts 1k,2k --reps 2 --output-tokens 64"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
@@ -209,16 +184,7 @@ fn real_vllm_refused_reset_is_never_recorded_as_done_and_is_retried() {
     let bg = busy(&srv, 6000);
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "4",
-            "--flush",
-            "always",
-        ],
+        &argv("--contexts 1k --reps 2 --output-tokens 4 --flush always"),
     );
     let _ = bg.join();
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -240,14 +206,7 @@ fn real_vllm_messages_name_what_applies_to_this_server() {
 
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k",
-            "--reps",
-            "1",
-            "--model",
-            "no-such-model",
-        ],
+        &argv("--contexts 1k --reps 1 --model no-such-model"),
     );
     if run.code == 0
         || run.stderr.contains("token-id prompts")
@@ -269,16 +228,7 @@ fn real_vllm_messages_name_what_applies_to_this_server() {
 
     let run = sweep(
         &srv.url(),
-        &[
-            "--backend",
-            "openai",
-            "--contexts",
-            "1k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "4",
-        ],
+        &argv("--backend openai --contexts 1k --reps 2 --output-tokens 4"),
     );
     let flushed = run.code == 0
         && read_lines(&run.out)
@@ -303,16 +253,7 @@ fn real_vllm_messages_name_what_applies_to_this_server() {
 
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k",
-            "--reps",
-            "1",
-            "--corpus",
-            "random",
-            "--output-tokens",
-            "4",
-        ],
+        &argv("--contexts 1k --reps 1 --corpus random --output-tokens 4"),
     );
     if run.code != 0 {
         wrong.push(format!(

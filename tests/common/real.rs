@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{free_port, http_get, serial};
+use super::{free_port, http_exchange, http_get, serial};
 
 /// One of the real servers `scripts/reference-server` knows.
 #[derive(Clone, Copy, Debug)]
@@ -282,25 +282,12 @@ fn listens_in_group(port: u16, pgid: u32) -> bool {
 /// A minimal blocking HTTP/1.1 POST of a JSON body; returns (status, body). Used to keep a
 /// server busy while ctxbench runs, independently of the code under test.
 pub fn http_post_json(port: u16, path: &str, body: &Value) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
     let body = body.to_string();
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(600))).ok()?;
-    write!(
-        s,
+    let request = format!(
         "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf
-        .split_once("\r\n\r\n")
-        .map(|x| x.1)
-        .unwrap_or("")
-        .to_owned();
-    Some((code, body))
+    );
+    http_exchange(port, &request, Duration::from_secs(600))
 }
 
 /// A results file read as plain JSON lines, so these tests do not depend on the library's

@@ -223,16 +223,7 @@ pub fn assert_flush_refused_mid_run_flags_every_later_sample(flavor: Flavor, wha
     let srv = Scripted::start(c);
     let run = crate::common::sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "4",
-            "--flush-wait",
-            "1",
-        ],
+        &crate::common::argv("--contexts 1k --reps 2 --output-tokens 4 --flush-wait 1"),
     );
     let r = run.results();
     assert_eq!(srv.flushes(), 1, "only the probe flush was done");
