@@ -157,16 +157,9 @@ fn real_sglang_flush_refused_while_busy_is_retried_when_idle() {
         let bg = busy(&srv, 600);
         let run = sweep(
             &srv.url(),
-            &[
-                "--contexts",
-                "1k",
-                "--reps",
-                "2",
-                "--output-tokens",
-                "4",
-                "--flush",
-                mode,
-            ],
+            &argv(&format!(
+                "--contexts 1k --reps 2 --output-tokens 4 --flush {mode}"
+            )),
         );
         let _ = bg.join();
         assert_eq!(run.code, 0, "--flush {mode}: {}", run.stderr);

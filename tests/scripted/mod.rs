@@ -249,18 +249,9 @@ pub fn assert_flush_busy_at_the_probe_keeps_flushing(flavor: Flavor, mode: &str)
     let srv = Scripted::start(c);
     let run = crate::common::sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k",
-            "--reps",
-            "1",
-            "--output-tokens",
-            "4",
-            "--flush",
-            mode,
-            "--flush-wait",
-            "1",
-        ],
+        &crate::common::argv(&format!(
+            "--contexts 1k --reps 1 --output-tokens 4 --flush {mode} --flush-wait 1"
+        )),
     )
     .ok();
     assert!(run.stderr.contains("stayed busy"), "{}", run.stderr);
