@@ -530,6 +530,14 @@ mod tests {
         assert_eq!(s.method, Method::Stream);
     }
 
+    /// [`make_two_point_sample`] of 2048 tokens for [`target`]: A of 1 token, B of 17.
+    fn two_point_2k(
+        a: Result<OnceOutcome, ClientError>,
+        b: Result<OnceOutcome, ClientError>,
+    ) -> Sample {
+        make_two_point_sample(&target(), 2048, 0, 2048, "t".into(), (1, 17), a, b)
+    }
+
     fn once(ms: u64, n: u64, cached: u64) -> Result<OnceOutcome, ClientError> {
         Ok(OnceOutcome {
             elapsed: Duration::from_millis(ms),
@@ -583,16 +591,7 @@ mod tests {
 
     #[test]
     fn two_point_decode_is_b_minus_a_over_time_difference() {
-        let s = make_two_point_sample(
-            &target(),
-            2048,
-            0,
-            2048,
-            "t".into(),
-            (1, 17),
-            once(100, 1, 0),
-            once(260, 17, 0),
-        );
+        let s = two_point_2k(once(100, 1, 0), once(260, 17, 0));
         assert_eq!(s.method, Method::TwoPoint);
         assert!((s.decode_tokens_per_s.unwrap() - 100.0).abs() < 1e-9);
         assert!((s.ms_per_step.unwrap() - 10.0).abs() < 1e-9);
@@ -608,47 +607,20 @@ mod tests {
     #[test]
     fn two_point_inversion_is_flagged_with_its_reason_never_nan() {
         // The seed's trap: B served from the cache.
-        let s = make_two_point_sample(
-            &target(),
-            2048,
-            0,
-            2048,
-            "t".into(),
-            (1, 17),
-            once(100, 1, 0),
-            once(20, 17, 2047),
-        );
+        let s = two_point_2k(once(100, 1, 0), once(20, 17, 2047));
         assert_eq!(s.decode_tokens_per_s, None);
         assert!(s.has(&Flag::TwoPointInverted));
         assert!(s.contaminated);
         let reason = s.two_point.as_ref().unwrap().reason.clone().unwrap();
         assert!(reason.contains("prefix cache"), "{reason}");
         // Without a cache hit the reason is noise.
-        let s = make_two_point_sample(
-            &target(),
-            2048,
-            0,
-            2048,
-            "t".into(),
-            (1, 17),
-            once(100, 1, 0),
-            once(99, 17, 0),
-        );
+        let s = two_point_2k(once(100, 1, 0), once(99, 17, 0));
         assert!(s.two_point.unwrap().reason.unwrap().contains("noise"));
         let e = ClientError::Transport {
             endpoint: "/c".into(),
             detail: "x".into(),
         };
-        let s = make_two_point_sample(
-            &target(),
-            2048,
-            0,
-            2048,
-            "t".into(),
-            (1, 17),
-            once(1, 1, 0),
-            Err(e),
-        );
+        let s = two_point_2k(once(1, 1, 0), Err(e));
         assert_eq!(s.status, Status::Failed);
     }
 
