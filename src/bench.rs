@@ -181,6 +181,7 @@ pub async fn warmup(
     let out = backend
         .generate(&GenRequest {
             prompt,
+            prepared: None,
             max_tokens: 2,
             cache_bypass: settings.cache_bypass,
             timeouts: settings.timeouts_unmeasured(WARMUP_TOKENS),
@@ -666,17 +667,26 @@ async fn needle_point(
                 )
             }
             (Ok(_), Some((placed, f_len, q_len))) => {
-                let flushed = flush(ctx.backend, settings).await;
-                let req = GenRequest {
+                let mut req = GenRequest {
                     prompt: placed.prompt,
+                    prepared: None,
                     max_tokens: crate::needle::ANSWER_TOKENS,
                     cache_bypass: settings.cache_bypass,
                     timeouts: settings.timeouts_for(context),
                 };
-                let r = tokio::select! {
-                    r = ctx.backend.generate(&req) => r,
+                let prepared = tokio::select! {
+                    r = ctx.backend.prepare(&mut req) => r,
                     e = watch_server(ctx.backend) => Err(e),
                     _ = interrupt.wait_for(|v| *v) => return Ok(NeedleStop::Interrupted),
+                };
+                let flushed = flush(ctx.backend, settings).await;
+                let r = match prepared {
+                    Ok(()) => tokio::select! {
+                        r = ctx.backend.generate(&req) => r,
+                        e = watch_server(ctx.backend) => Err(e),
+                        _ = interrupt.wait_for(|v| *v) => return Ok(NeedleStop::Interrupted),
+                    },
+                    Err(e) => Err(e),
                 };
                 let answer = r.as_ref().ok().map(|o| o.output.text.clone());
                 let mut s = make_sample(&target, context, rep, sent, at, r);
@@ -728,8 +738,9 @@ fn flag_suspected_hit(sample: &mut Sample, same: &[f64], observations: &[Observa
     }
 }
 
-/// One cold measurement (streamed, or the two requests of the two-point method), with the
-/// flush and metric scrapes around it. `None` when interrupted. The request is handed back
+/// One cold measurement (streamed, or the two requests of the two-point method): its
+/// prompt prepared first (see [`Backend::prepare`]), then the flush and metric scrapes
+/// around the measured request. `None` when interrupted. The request is handed back
 /// for decode-at-depth samples.
 #[allow(clippy::too_many_arguments)]
 async fn measure_cold(
@@ -743,11 +754,11 @@ async fn measure_cold(
     interrupt: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Option<(Sample, Option<GenRequest>)> {
     let at = now();
-    let before = scrape(settings).await;
     let prompt = builder.build(context, window);
     let sent = prompt.len() as u64;
     let req = |prompt, max_tokens| GenRequest {
         prompt,
+        prepared: None,
         max_tokens,
         cache_bypass: settings.cache_bypass,
         timeouts,
@@ -755,14 +766,42 @@ async fn measure_cold(
     match settings.two_point {
         Some(ab) => {
             // A and B each get their own nonce: neither can reuse the other's prefill.
-            let prompt_b = builder.build(context, window + 1);
+            let (mut a, mut b) = (
+                req(prompt, ab.0),
+                req(builder.build(context, window + 1), ab.1),
+            );
+            // Both prepared before A is sent: no tokenizer or calibration traffic between
+            // or during the two measurements, nor in the metrics scraped around them.
+            let prepared = tokio::select! {
+                r = async { backend.prepare(&mut a).await?; backend.prepare(&mut b).await } => r,
+                e = watch_server(backend) => Err(e),
+                _ = interrupt.wait_for(|v| *v) => return None,
+            };
+            if let Err(e) = prepared {
+                let not_sent = ClientError::Unsupported {
+                    what: "request B".to_owned(),
+                    hint: "not sent: the prompts could not be prepared".to_owned(),
+                };
+                let s = make_two_point_sample(
+                    &settings.target(context),
+                    context,
+                    rep,
+                    sent,
+                    at,
+                    ab,
+                    Err(e),
+                    Err(not_sent),
+                );
+                return Some((s, None));
+            }
+            let before = scrape(settings).await;
             let flushed = flush(backend, settings).await;
             let pair = async {
-                let a = backend.generate_once(&req(prompt, ab.0)).await;
+                let a = backend.generate_once(&a).await;
                 if settings.flush {
                     let _ = flush_when_idle(backend, settings.flush_wait).await;
                 }
-                let b = backend.generate_once(&req(prompt_b, ab.1)).await;
+                let b = backend.generate_once(&b).await;
                 (a, b)
             };
             tokio::select! {
@@ -781,8 +820,20 @@ async fn measure_cold(
             }
         }
         None => {
+            let mut req = req(prompt, settings.output_tokens);
+            // Prepared before the scrape, the flush and t0: the prompt's tokenizer
+            // round-trips or calibration requests are in none of them.
+            let prepared = tokio::select! {
+                r = backend.prepare(&mut req) => r,
+                e = watch_server(backend) => Err(e),
+                _ = interrupt.wait_for(|v| *v) => return None,
+            };
+            if let Err(e) = prepared {
+                let s = make_sample(&settings.target(context), context, rep, sent, at, Err(e));
+                return Some((s, None));
+            }
+            let before = scrape(settings).await;
             let flushed = flush(backend, settings).await;
-            let req = req(prompt, settings.output_tokens);
             let result = tokio::select! {
                 r = backend.generate(&req) => r,
                 e = watch_server(backend) => Err(e),

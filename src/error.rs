@@ -63,7 +63,7 @@ pub enum ClientError {
     },
     /// The stream ended before the record that carries counts and timings.
     #[error(
-        "{endpoint}: the stream ended without its final usage/timings record after {tokens} token chunk(s)"
+        "{endpoint}: the stream ended without its final usage/timings record after {tokens} token chunk(s) (some servers end a running stream when another request arrives: llama-cpp-python does by default, start it with --interrupt_requests false; or measure one request at a time)"
     )]
     Truncated {
         /// The endpoint path.

@@ -19,11 +19,6 @@ fn at(samples: &[Sample], c: u32) -> Vec<&Sample> {
         .collect()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 #[test]
 fn four_slots_batch_four_requests_and_make_the_fifth_to_eighth_wait() {
     let _g = serial();
@@ -53,22 +48,37 @@ fn four_slots_batch_four_requests_and_make_the_fifth_to_eighth_wait() {
     assert!(four
         .iter()
         .all(|s| !s.has(&Flag::Queued) && !s.has(&Flag::NoOverlap)));
-    let agg = |ss: &[&Sample]| {
-        median(
-            ss.iter()
-                .filter_map(|s| s.wave_stats.as_ref()?.aggregate_decode_tokens_per_s)
-                .collect(),
-        )
-    };
-    let (one, four_agg) = (agg(&at(&res.samples, 1)), agg(&four));
-    // Continuous batching: four streams share each decode step, so together they deliver
-    // more than one stream alone (served one after another they could not). How much more
-    // is the hardware's: on 2 CPU cores this 2-layer model's steps are compute-bound, and a
-    // quiet machine measured 1024 vs 881 tok/s (×1.16), a loaded one 5.2 vs 2.1.
-    assert!(
-        four_agg > one,
-        "aggregate decode at c=4 {four_agg:.1} tok/s is not well above c=1 {one:.1}"
-    );
+    // Continuous batching: the four requests of a wave decoded together, each producing at
+    // least a quarter of its output inside the window where all four were decoding (a
+    // server serving them one at a time has no such window), and the cell's aggregate is
+    // the sum of the four in-window rates. Whether batching also raises the aggregate is the
+    // hardware's: on 2 CPU cores this 2-layer model's step cost grows with the number of
+    // sequences (attention over each one's KV dominates), so c=4 delivered ×1.05 of c=1 on a
+    // quiet machine (938.5 vs 894.6 tok/s) and ×0.55 under load; asserting "more" was flaky.
+    for wave in 0..2 {
+        let w: Vec<_> = four
+            .iter()
+            .filter(|s| s.wave == Some(wave))
+            .filter_map(|s| s.wave_stats.as_ref())
+            .collect();
+        assert_eq!(w.len(), 4, "wave {wave}: {w:?}");
+        for ws in &w {
+            let inside = ws.window_tokens.unwrap_or(0);
+            assert!(
+                inside >= 128 / 4,
+                "wave {wave}: {inside} tokens in the window: {ws:?}"
+            );
+        }
+        let sum: f64 = w
+            .iter()
+            .filter_map(|ws| ws.window_decode_tokens_per_s)
+            .sum();
+        let agg = w[0].aggregate_decode_tokens_per_s.unwrap_or(f64::NAN);
+        assert!(
+            (agg - sum).abs() <= 1e-6 * sum && sum > 0.0,
+            "wave {wave}: aggregate {agg} is not the sum of in-window rates {sum}"
+        );
+    }
     // Eight requests on four slots: in each wave at least four waited for a slot, flagged.
     for wave in 0..2 {
         let queued = at(&res.samples, 8)

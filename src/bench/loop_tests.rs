@@ -41,6 +41,14 @@ struct Fake {
     shut_down: std::sync::atomic::AtomicBool,
     /// `Some(n)`: the server has a flush and refuses the next n as busy; `None`: no flush.
     busy_flushes: Mutex<Option<usize>>,
+    /// In order: ("prepared", prompt) when a prepare ends, ("generate", prompt) when a
+    /// generation starts.
+    calls: Mutex<Vec<(&'static str, Vec<u32>)>>,
+    /// Prompt lengths prepared before: a new length "calibrates" (takes long).
+    lengths: Mutex<Vec<usize>>,
+    /// The 0-based prepare call that fails, if any.
+    fail_prepare: Option<usize>,
+    prepares: std::sync::atomic::AtomicUsize,
     http: Http,
 }
 
@@ -53,6 +61,10 @@ impl Fake {
             alive: true,
             shut_down: Default::default(),
             busy_flushes: Mutex::new(None),
+            calls: Mutex::new(Vec::new()),
+            lengths: Mutex::new(Vec::new()),
+            fail_prepare: None,
+            prepares: Default::default(),
             // Never used: `reachable` is overridden and nothing else goes to the network.
             http: Http::new("http://127.0.0.1:9", None, None).unwrap(),
         }
@@ -107,7 +119,38 @@ impl Backend for Fake {
     async fn listening(&self) -> bool {
         !self.is_shut_down()
     }
+    /// Like a calibrated text backend: a new length takes several requests' time, a known
+    /// one a tokenizer round-trip.
+    async fn prepare(&self, req: &mut GenRequest) -> Result<(), ClientError> {
+        let n = self
+            .prepares
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let new = {
+            let mut seen = self.lengths.lock().unwrap();
+            let new = !seen.contains(&req.prompt.len());
+            seen.push(req.prompt.len());
+            new
+        };
+        let ms = if new { 500 } else { 20 };
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        if self.fail_prepare == Some(n) {
+            return Err(ClientError::Malformed {
+                endpoint: "/fake".into(),
+                detail: "no usage.prompt_tokens in a calibration answer".into(),
+            });
+        }
+        req.prepared = Some(format!("text of {} units", req.prompt.len()));
+        self.calls
+            .lock()
+            .unwrap()
+            .push(("prepared", req.prompt.clone()));
+        Ok(())
+    }
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(("generate", req.prompt.clone()));
         self.asked
             .lock()
             .unwrap()
@@ -553,4 +596,132 @@ async fn a_flush_refused_while_busy_is_retried_until_idle_within_a_bound() {
     *fake.busy_flushes.lock().unwrap() = None;
     let e = flush_when_idle(&fake, FLUSH_IDLE_WAIT).await.unwrap_err();
     assert!(matches!(e, ClientError::Unsupported { .. }));
+}
+
+/// Runs the concurrency grid over `contexts` × `levels`.
+async fn run_grid_loop(
+    fake: &Fake,
+    contexts: &[u64],
+    levels: &[u32],
+    settings: &BenchSettings,
+) -> Outcome {
+    let dir = tempfile::tempdir().unwrap();
+    let path: PathBuf = dir.path().join("r.jsonl");
+    std::fs::write(&path, "").unwrap();
+    let mut writer = ResultsWriter::append_to(&path).unwrap();
+    let corpus = corpus();
+    let mut builder = PromptBuilder::new(&corpus, true);
+    let mut events = Events::default();
+    let (_tx, mut rx) = tokio::sync::watch::channel(false);
+    let tally = wave::run_grid(
+        fake,
+        &mut builder,
+        contexts,
+        levels,
+        &crate::capacity::Limits::default(),
+        &[],
+        settings,
+        &mut writer,
+        &mut events,
+        &mut rx,
+    )
+    .await
+    .unwrap();
+    let lines = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    Outcome {
+        tally,
+        lines,
+        events: events.0,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wave_prepares_all_its_requests_before_the_first_is_sent() {
+    let fake = Fake::always(STEADY);
+    let c = 3;
+    let o = run_grid_loop(&fake, &[1024, 2048], &[c], &fixed(2)).await;
+    assert_eq!(o.samples().len(), 12);
+    assert!(o.samples().iter().all(|s| s.status == Status::Ok));
+    let calls = fake.calls.lock().unwrap();
+    // Per wave: c prepares, then the c generations of the same prompts; nothing of the
+    // next wave in between.
+    assert_eq!(calls.len(), 4 * 2 * c as usize, "{calls:?}");
+    for (w, wave) in calls.chunks(2 * c as usize).enumerate() {
+        let (prep, sent) = wave.split_at(c as usize);
+        assert!(
+            prep.iter().all(|(k, _)| *k == "prepared")
+                && sent.iter().all(|(k, _)| *k == "generate"),
+            "wave {w}: a request was sent before every prompt of its wave was prepared: {:?}",
+            wave.iter().map(|(k, p)| (*k, p.len())).collect::<Vec<_>>()
+        );
+        let mut a: Vec<_> = prep.iter().map(|(_, p)| p.clone()).collect();
+        let mut b: Vec<_> = sent.iter().map(|(_, p)| p.clone()).collect();
+        a.sort();
+        b.sort();
+        assert_eq!(a, b, "wave {w} sent the prompts it prepared");
+    }
+    // The wave's requests all left at its t0 (the fake sends at once).
+    for s in o.samples() {
+        let w = s.wave_stats.as_ref().unwrap();
+        assert!(w.sent_ms < 1.0, "{w:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_prompt_that_cannot_be_prepared_is_a_failed_sample_and_its_wave_goes_on() {
+    let mut fake = Fake::always(STEADY);
+    fake.fail_prepare = Some(1);
+    let mut st = fixed(1);
+    st.on_error = OnError::Continue;
+    let o = run_grid_loop(&fake, &[1024], &[3], &st).await;
+    let s = o.samples();
+    assert_eq!(s.len(), 3);
+    let failed: Vec<_> = s.iter().filter(|s| s.status == Status::Failed).collect();
+    assert_eq!(failed.len(), 1, "{s:?}");
+    let e = failed[0].error.as_ref().unwrap();
+    assert!(e.message.contains("no usage.prompt_tokens"), "{e:?}");
+    // The other two were sent; the failed one never was.
+    assert_eq!(fake.requests(), 2);
+    assert_eq!(o.tally.failed, 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_at_a_time_each_request_is_prepared_before_it_is_sent() {
+    let fake = Fake::always(STEADY);
+    let mut st = fixed(2);
+    st.decode_samples = 1;
+    let o = run_loop(&fake, &[1024, 2048], &[], &st, None).await;
+    assert_eq!(o.samples().len(), 8);
+    {
+        let calls = fake.calls.lock().unwrap();
+        let kinds: Vec<&str> = calls.iter().map(|(k, _)| *k).collect();
+        // Cold: prepared, sent; the warm repeat sends the same prepared prompt again.
+        assert_eq!(
+            kinds,
+            ["prepared", "generate", "generate"].repeat(4),
+            "{calls:?}"
+        );
+        for t in calls.chunks(3) {
+            assert!(t[0].1 == t[1].1 && t[1].1 == t[2].1);
+        }
+    }
+    // A failed preparation is a failed sample with its error; nothing is sent for it.
+    let mut fake = Fake::always(STEADY);
+    fake.fail_prepare = Some(0);
+    let mut st = fixed(1);
+    st.on_error = OnError::Continue;
+    let o = run_loop(&fake, &[1024], &[], &st, None).await;
+    let s = &o.samples()[0];
+    assert_eq!(s.status, Status::Failed);
+    assert!(s
+        .error
+        .as_ref()
+        .unwrap()
+        .message
+        .contains("no usage.prompt_tokens"));
+    assert_eq!(fake.requests(), 0);
 }

@@ -293,8 +293,10 @@ pub fn predicted_grid_s(
     )
 }
 
-/// One wave: c prompts, each with its own nonce, built before t0 and released together;
-/// the cache flushed once before it. `None` when interrupted (nothing of it is recorded).
+/// One wave: c prompts, each with its own nonce, all prepared (text built, lengths
+/// calibrated) before the flush and t0, then released together; the cache flushed once
+/// before it. `None` when interrupted (nothing of it is recorded). A request whose prompt
+/// cannot be prepared is a failed sample; the others are released without it.
 #[allow(clippy::too_many_arguments)]
 async fn measure_wave(
     backend: &dyn Backend,
@@ -307,19 +309,37 @@ async fn measure_wave(
     timeouts: crate::client::Timeouts,
     interrupt: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Option<Vec<Sample>> {
-    let reqs: Vec<GenRequest> = (0..c)
+    let mut reqs: Vec<GenRequest> = (0..c)
         .map(|i| GenRequest {
             prompt: builder.build(context, nonce + u64::from(i)),
+            prepared: None,
             max_tokens: settings.output_tokens,
             cache_bypass: settings.cache_bypass,
             timeouts,
         })
         .collect();
-    let flushed = flush(backend, settings).await;
+    let prepared: Vec<Result<(), ClientError>> = tokio::select! {
+        r = prepare_all(backend, &mut reqs) => r,
+        e = watch_server(backend) => {
+            let mut v = vec![Err(e)];
+            v.extend((1..c).map(|_| Err(gone_error(backend))));
+            v
+        }
+        _ = interrupt.wait_for(|v| *v) => return None,
+    };
+    // Nothing to flush for when no request can be sent (the server went away).
+    let flushed = match prepared.iter().any(Result::is_ok) {
+        true => flush(backend, settings).await,
+        false => None,
+    };
     let at = now();
-    // One t0 for the wave: every request is first polled (and written) right after it.
+    // One t0 for the wave: every prepared request is first polled (and written) right
+    // after it; one that could not be prepared keeps its error and sends nothing.
     let t0 = StdInstant::now();
-    let all = join_all(reqs.iter().map(|r| backend.generate(r)));
+    let all = join_all(reqs.iter().zip(prepared).map(|(r, p)| async move {
+        p?;
+        backend.generate(r).await
+    }));
     let results: Vec<Result<crate::client::GenOutcome, ClientError>> = tokio::select! {
         r = all => r,
         _ = watch_server(backend) => (0..c).map(|_| Err(gone_error(backend))).collect(),
@@ -355,4 +375,18 @@ async fn measure_wave(
         note_flush(s, flushed);
     }
     Some(samples)
+}
+
+/// Prepares every request of a wave: the first alone, so a new length is calibrated once
+/// and the others reuse it, then the rest at once (tokenizer round-trips in parallel).
+async fn prepare_all(
+    backend: &dyn Backend,
+    reqs: &mut [GenRequest],
+) -> Vec<Result<(), ClientError>> {
+    let Some((first, rest)) = reqs.split_first_mut() else {
+        return Vec::new();
+    };
+    let mut out = vec![backend.prepare(first).await];
+    out.extend(join_all(rest.iter_mut().map(|r| backend.prepare(r))).await);
+    out
 }

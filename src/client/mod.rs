@@ -70,6 +70,9 @@ impl BackendKind {
 pub struct GenRequest {
     /// The exact prompt, nonce first.
     pub prompt: Vec<u32>,
+    /// The prompt as text, built from `prompt` by [`Backend::prepare`] before t0 on
+    /// protocols that send text (`None`: not prepared, or the protocol sends token ids).
+    pub prepared: Option<String>,
     /// Tokens to generate (EOS is ignored where the API allows).
     pub max_tokens: u32,
     /// Ask the server not to reuse cached prompt state, where the API allows it.
@@ -130,7 +133,15 @@ pub trait Backend: Send + Sync {
     fn endpoint(&self) -> &'static str;
     /// Tokenizes text with the server's own tokenizer (no special tokens added).
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError>;
-    /// Streams one generation and times it.
+    /// Does the work a request needs before t0 (text of exact or calibrated length through
+    /// tokenizer round-trips or calibration requests) and stores it in the request, so that
+    /// [`Backend::generate`] sends at once: a wave is prepared whole, then released
+    /// together. The default: nothing to prepare (token-id prompts).
+    async fn prepare(&self, _req: &mut GenRequest) -> Result<(), ClientError> {
+        Ok(())
+    }
+    /// Streams one generation and times it. An unprepared request is prepared first
+    /// (still before t0, but a wave's requests would no longer leave together).
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError>;
     /// The HTTP client, for checks that are the same on every protocol.
     fn http(&self) -> &Http;

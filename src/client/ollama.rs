@@ -160,14 +160,24 @@ impl Ollama {
         })
     }
 
-    /// The body of a measured request: calibrated first (before t0), then the text.
-    async fn request_body(&self, req: &GenRequest, stream: bool) -> Result<Value, ClientError> {
+    /// The calibrated text of a request: the prepared one, else calibrated now (before t0
+    /// either way).
+    async fn text_for(&self, req: &GenRequest) -> Result<String, ClientError> {
+        if let Some(t) = &req.prepared {
+            return Ok(t.clone());
+        }
         let timeout = req.timeouts.request;
         let p = self
             .text
             .prompt(&req.prompt, |t| self.count(t, timeout))
             .await?;
-        Ok(self.body(&p.text, req.max_tokens, stream))
+        Ok(p.text)
+    }
+
+    /// The body of a measured request: its calibrated text, then the parameters.
+    async fn request_body(&self, req: &GenRequest, stream: bool) -> Result<Value, ClientError> {
+        let text = self.text_for(req).await?;
+        Ok(self.body(&text, req.max_tokens, stream))
     }
 
     /// The server's prompt count for `text`: one non-streamed request of one token.
@@ -272,6 +282,13 @@ impl Backend for Ollama {
     /// Cuts text into whitespace-led units with client-side ids (Ollama has no tokenizer).
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
         self.text.units(text)
+    }
+
+    async fn prepare(&self, req: &mut GenRequest) -> Result<(), ClientError> {
+        if req.prepared.is_none() {
+            req.prepared = Some(self.text_for(req).await?);
+        }
+        Ok(())
     }
 
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {

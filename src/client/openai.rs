@@ -548,8 +548,12 @@ impl OpenAi {
         })
     }
 
-    /// The prompt text of a request in text mode (built before t0).
+    /// The prompt text of a request in text mode: the prepared one, else built now (before
+    /// t0 either way).
     async fn prompt_text(&self, req: &GenRequest) -> Result<Option<String>, ClientError> {
+        if let Some(t) = &req.prepared {
+            return Ok(Some(t.clone()));
+        }
         if let Some(c) = &self.calibrated {
             let p = c.prompt(&req.prompt, |t| self.count(req, t)).await?;
             return Ok(Some(p.text));
@@ -813,6 +817,13 @@ impl Backend for OpenAi {
         }
     }
 
+    async fn prepare(&self, req: &mut GenRequest) -> Result<(), ClientError> {
+        if req.prepared.is_none() {
+            req.prepared = self.prompt_text(req).await?;
+        }
+        Ok(())
+    }
+
     async fn generate_once(&self, req: &GenRequest) -> Result<OnceOutcome, ClientError> {
         let text = self.prompt_text(req).await?;
         let body = Self::unstreamed(self.body(req, text.as_deref()), None);
@@ -827,7 +838,8 @@ impl Backend for OpenAi {
     }
 
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
-        // Built before t0: the tokenizer round-trips are not part of the measurement.
+        // Prepared (or built now) before t0: tokenizer round-trips and calibration requests
+        // are not part of the measurement.
         let text = self.prompt_text(req).await?;
         let body = self.body(req, text.as_deref());
         let mut out = generate_streamed(

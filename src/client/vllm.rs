@@ -122,6 +122,10 @@ impl Backend for Vllm {
         self.inner.tokenize(text).await
     }
 
+    async fn prepare(&self, req: &mut GenRequest) -> Result<(), ClientError> {
+        self.inner.prepare(req).await
+    }
+
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
         self.inner.generate(req).await
     }

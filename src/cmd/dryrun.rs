@@ -39,6 +39,7 @@ pub async fn run(
         let out = backend
             .generate(&GenRequest {
                 prompt,
+                prepared: None,
                 max_tokens: 8,
                 cache_bypass: settings.cache_bypass,
                 timeouts: settings.timeouts_unmeasured(c),

@@ -35,6 +35,7 @@ pub async fn run(args: crate::cmd::cli::OverheadArgs) -> Result<()> {
         let out = backend
             .generate(&GenRequest {
                 prompt: vec![1, 2, 3, 4],
+                prepared: None,
                 max_tokens: args.tokens,
                 cache_bypass: true,
                 timeouts: Timeouts {
@@ -96,6 +97,7 @@ async fn many_streams(args: crate::cmd::cli::OverheadArgs) -> Result<()> {
     let backend = LlamaCpp::new(http, 1);
     let req = GenRequest {
         prompt: vec![1, 2, 3, 4],
+        prepared: None,
         max_tokens: per,
         cache_bypass: true,
         timeouts: Timeouts {
