@@ -447,6 +447,11 @@ mod tests {
         }
     }
 
+    /// [`make_sample`] for [`target`]: rep 0, a prompt of exactly `context` tokens sent.
+    fn target_sample(context: u64, result: Result<GenOutcome, ClientError>) -> Sample {
+        make_sample(&target(), context, 0, context, "t".into(), result)
+    }
+
     fn outcome(cached: Option<u64>, prompt: u64, n: u64, token_events: usize) -> GenOutcome {
         let t0 = Instant::now();
         GenOutcome {
@@ -482,14 +487,7 @@ mod tests {
 
     #[test]
     fn cold_sample_metrics_use_server_count_over_first_to_last() {
-        let s = make_sample(
-            &target(),
-            4096,
-            0,
-            4096,
-            "t".into(),
-            Ok(outcome(Some(0), 4096, 33, 33)),
-        );
+        let s = target_sample(4096, Ok(outcome(Some(0), 4096, 33, 33)));
         assert_eq!(s.status, Status::Ok);
         assert!(s.usable() && s.cache_verified && !s.contaminated);
         assert!((s.ttft_ms.unwrap() - 100.0).abs() < 1e-6);
@@ -503,14 +501,7 @@ mod tests {
     #[test]
     fn multi_token_chunks_do_not_change_the_per_token_rate() {
         // Speculative decoding: 33 tokens in 9 chunks, same interval: same tok/s.
-        let s = make_sample(
-            &target(),
-            4096,
-            0,
-            4096,
-            "t".into(),
-            Ok(outcome(Some(0), 4096, 33, 9)),
-        );
+        let s = target_sample(4096, Ok(outcome(Some(0), 4096, 33, 9)));
         assert!((s.decode_tokens_per_s.unwrap() - 100.0).abs() < 1e-6);
         assert_eq!(s.token_chunks, Some(9));
     }
@@ -530,13 +521,21 @@ mod tests {
             }
             .derive(),
         );
-        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
+        let s = target_sample(4096, Ok(o));
         assert!((s.ms_per_step.unwrap() - 10.0).abs() < 1e-6);
         assert!((s.ms_per_verify_step.unwrap() - 40.0).abs() < 1e-6);
         assert_eq!(s.spec_accept_length, Some(4.0));
         assert_eq!(s.spec_accept_rate, Some(0.75));
         assert_eq!(s.spec_verify_steps, Some(8));
         assert_eq!(s.method, Method::Stream);
+    }
+
+    /// [`make_two_point_sample`] of 2048 tokens for [`target`]: A of 1 token, B of 17.
+    fn two_point_2k(
+        a: Result<OnceOutcome, ClientError>,
+        b: Result<OnceOutcome, ClientError>,
+    ) -> Sample {
+        make_two_point_sample(&target(), 2048, 0, 2048, "t".into(), (1, 17), a, b)
     }
 
     fn once(ms: u64, n: u64, cached: u64) -> Result<OnceOutcome, ClientError> {
@@ -558,7 +557,7 @@ mod tests {
         let max = u64::MAX;
         let o = outcome(Some(max), max, max, 33);
         for s in [
-            make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o.clone())),
+            target_sample(4096, Ok(o.clone())),
             make_warm_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o)),
             make_two_point_sample(
                 &target(),
@@ -592,16 +591,7 @@ mod tests {
 
     #[test]
     fn two_point_decode_is_b_minus_a_over_time_difference() {
-        let s = make_two_point_sample(
-            &target(),
-            2048,
-            0,
-            2048,
-            "t".into(),
-            (1, 17),
-            once(100, 1, 0),
-            once(260, 17, 0),
-        );
+        let s = two_point_2k(once(100, 1, 0), once(260, 17, 0));
         assert_eq!(s.method, Method::TwoPoint);
         assert!((s.decode_tokens_per_s.unwrap() - 100.0).abs() < 1e-9);
         assert!((s.ms_per_step.unwrap() - 10.0).abs() < 1e-9);
@@ -617,47 +607,20 @@ mod tests {
     #[test]
     fn two_point_inversion_is_flagged_with_its_reason_never_nan() {
         // The seed's trap: B served from the cache.
-        let s = make_two_point_sample(
-            &target(),
-            2048,
-            0,
-            2048,
-            "t".into(),
-            (1, 17),
-            once(100, 1, 0),
-            once(20, 17, 2047),
-        );
+        let s = two_point_2k(once(100, 1, 0), once(20, 17, 2047));
         assert_eq!(s.decode_tokens_per_s, None);
         assert!(s.has(&Flag::TwoPointInverted));
         assert!(s.contaminated);
         let reason = s.two_point.as_ref().unwrap().reason.clone().unwrap();
         assert!(reason.contains("prefix cache"), "{reason}");
         // Without a cache hit the reason is noise.
-        let s = make_two_point_sample(
-            &target(),
-            2048,
-            0,
-            2048,
-            "t".into(),
-            (1, 17),
-            once(100, 1, 0),
-            once(99, 17, 0),
-        );
+        let s = two_point_2k(once(100, 1, 0), once(99, 17, 0));
         assert!(s.two_point.unwrap().reason.unwrap().contains("noise"));
         let e = ClientError::Transport {
             endpoint: "/c".into(),
             detail: "x".into(),
         };
-        let s = make_two_point_sample(
-            &target(),
-            2048,
-            0,
-            2048,
-            "t".into(),
-            (1, 17),
-            once(1, 1, 0),
-            Err(e),
-        );
+        let s = two_point_2k(once(1, 1, 0), Err(e));
         assert_eq!(s.status, Status::Failed);
     }
 
@@ -689,7 +652,7 @@ mod tests {
         // The client was descheduled: 30 of 33 token events arrived with the first one.
         let mut o = outcome(Some(0), 4096, 33, 33);
         o.stream.first_read_token_events = 30;
-        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
+        let s = target_sample(4096, Ok(o));
         assert!(s.decode_tokens_per_s.is_none() && s.ms_per_step.is_none());
         assert!(s.has(&Flag::CoalescedTokens));
         assert!(s.ttft_ms.is_some(), "TTFT is still measured");
@@ -700,13 +663,13 @@ mod tests {
         // Client saw 320 ms between first and last token; the server spent 1000 ms.
         let mut o = outcome(Some(0), 4096, 33, 33);
         o.timings.as_mut().unwrap().predicted_ms = Some(1000.0);
-        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
+        let s = target_sample(4096, Ok(o));
         assert!(s.decode_tokens_per_s.is_none());
         assert!(s.has(&Flag::CoalescedTokens));
         // Agreeing spans keep their rate.
         let mut o = outcome(Some(0), 4096, 33, 33);
         o.timings.as_mut().unwrap().predicted_ms = Some(330.0);
-        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
+        let s = target_sample(4096, Ok(o));
         assert!(s.decode_tokens_per_s.is_some());
     }
 
@@ -735,14 +698,7 @@ mod tests {
     #[test]
     fn vllm_prefix_cache_hits_in_metrics_make_a_sample_contaminated() {
         // Default `vllm serve`: no cached count in usage; /metrics counted 1920 hit tokens.
-        let mut s = make_sample(
-            &target(),
-            2048,
-            0,
-            2048,
-            "t".into(),
-            Ok(outcome(None, 2048, 33, 33)),
-        );
+        let mut s = target_sample(2048, Ok(outcome(None, 2048, 33, 33)));
         assert!(s.has(&Flag::CacheUnverified));
         let (b, a) = recorded_pair(
             VLLM_METRICS,
@@ -759,28 +715,14 @@ mod tests {
 
     #[test]
     fn no_hits_while_every_prompt_token_was_looked_up_proves_cold() {
-        let mut s = make_sample(
-            &target(),
-            2048,
-            0,
-            2048,
-            "t".into(),
-            Ok(outcome(None, 2048, 33, 33)),
-        );
+        let mut s = target_sample(2048, Ok(outcome(None, 2048, 33, 33)));
         let (b, a) = recorded_pair(VLLM_METRICS, &[("vllm:prefix_cache_queries_total", 2048.0)]);
         apply_metric_deltas(&mut s, &b, &a);
         assert!(s.cache_verified && !s.contaminated && s.usable());
         assert_eq!(s.cached_tokens, Some(0));
         assert!(s.flags.is_empty(), "{:?}", s.flags);
         // Fewer tokens looked up than the prompt: nothing is proven.
-        let mut s = make_sample(
-            &target(),
-            2048,
-            0,
-            2048,
-            "t".into(),
-            Ok(outcome(None, 2048, 33, 33)),
-        );
+        let mut s = target_sample(2048, Ok(outcome(None, 2048, 33, 33)));
         let (b, a) = recorded_pair(VLLM_METRICS, &[("vllm:prefix_cache_queries_total", 100.0)]);
         apply_metric_deltas(&mut s, &b, &a);
         assert!(!s.cache_verified && s.has(&Flag::CacheUnverified));
@@ -789,14 +731,7 @@ mod tests {
     #[test]
     fn sglang_cached_tokens_counter_flags_a_hit_under_any_protocol() {
         // `--backend openai` on SGLang: usage without a cached count; /metrics had 1 hit.
-        let mut s = make_sample(
-            &target(),
-            1024,
-            0,
-            1024,
-            "t".into(),
-            Ok(outcome(None, 1024, 33, 33)),
-        );
+        let mut s = target_sample(1024, Ok(outcome(None, 1024, 33, 33)));
         let (b, a) = recorded_pair(
             SGLANG_METRICS,
             &[
@@ -814,14 +749,7 @@ mod tests {
         let page = "# TYPE sglang:prompt_tokens_total counter\nsglang:prompt_tokens_total{engine_type=\"unified\",is_streaming=\"true\"} 100.0\n";
         let before = metrics::parse(page).unwrap();
         let after = metrics::parse(&page.replace("100.0", "1124.0")).unwrap();
-        let mut s = make_sample(
-            &target(),
-            1024,
-            0,
-            1024,
-            "t".into(),
-            Ok(outcome(None, 1024, 33, 33)),
-        );
+        let mut s = target_sample(1024, Ok(outcome(None, 1024, 33, 33)));
         apply_metric_deltas(&mut s, &before, &after);
         assert!(s.cache_verified && !s.contaminated, "{:?}", s.flags);
     }
@@ -851,23 +779,16 @@ mod tests {
         let first = o.stream.t_first_token.unwrap();
         o.stream.t_last_token = Some(first + Duration::from_micros(120));
         o.timings = None;
-        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
+        let s = target_sample(4096, Ok(o));
         assert!(s.decode_tokens_per_s.is_none() && s.has(&Flag::CoalescedTokens));
         // 32 events within 3.2 ms (9 661 tok/s, also recorded there): a burst too.
         let mut o = outcome(None, 4096, 32, 32);
         o.stream.t_last_token = Some(first + Duration::from_micros(3200));
         o.timings = None;
-        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
+        let s = target_sample(4096, Ok(o));
         assert!(s.has(&Flag::CoalescedTokens));
         // 32 events over 320 ms keep their rate.
-        let s = make_sample(
-            &target(),
-            4096,
-            0,
-            4096,
-            "t".into(),
-            Ok(outcome(None, 4096, 32, 32)),
-        );
+        let s = target_sample(4096, Ok(outcome(None, 4096, 32, 32)));
         assert!(!s.has(&Flag::CoalescedTokens));
     }
 
@@ -877,41 +798,27 @@ mod tests {
         // llama-server when the first token was read late): flagged.
         let mut o = outcome(Some(0), 4096, 33, 33);
         o.timings.as_mut().unwrap().predicted_per_second = Some(94.5);
-        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
+        let s = target_sample(4096, Ok(o));
         assert!(s.has(&Flag::ClientServerDisagree));
         assert!(s.usable(), "TTFT still counts");
         // Within the margin: not flagged.
         let mut o = outcome(Some(0), 4096, 33, 33);
         o.timings.as_mut().unwrap().predicted_per_second = Some(98.0);
-        let s = make_sample(&target(), 4096, 0, 4096, "t".into(), Ok(o));
+        let s = target_sample(4096, Ok(o));
         assert!(!s.has(&Flag::ClientServerDisagree));
         assert!((decode_ratio(&s).unwrap() - 100.0 / 98.0).abs() < 1e-9);
     }
 
     #[test]
     fn cache_hit_is_contaminated_and_unusable() {
-        let s = make_sample(
-            &target(),
-            4096,
-            0,
-            4096,
-            "t".into(),
-            Ok(outcome(Some(4095), 4096, 33, 33)),
-        );
+        let s = target_sample(4096, Ok(outcome(Some(4095), 4096, 33, 33)));
         assert!(s.contaminated && !s.usable());
         assert!(s.has(&Flag::Contaminated));
     }
 
     #[test]
     fn wrong_length_and_unverified_cache_are_flagged() {
-        let s = make_sample(
-            &target(),
-            4096,
-            0,
-            4096,
-            "t".into(),
-            Ok(outcome(None, 4097, 33, 33)),
-        );
+        let s = target_sample(4096, Ok(outcome(None, 4097, 33, 33)));
         assert_eq!(s.length_ok, Some(false));
         assert!(!s.usable());
         assert!(s.has(&Flag::CacheUnverified));

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{run, serial, sweep, RefServer};
+use common::{argv, run, serial, sweep, RefServer};
 use ctxbench::record::{read_results, Flag, Sample, Status};
 
 /// 4 slots of 2048 tokens each: a 1k prompt and its output fit in one slot.
@@ -107,16 +107,7 @@ fn a_window_too_short_to_time_is_flagged_not_reported_as_a_rate() {
     let srv = four_slots();
     let r = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k",
-            "--concurrency",
-            "4",
-            "--wave-output-tokens",
-            "2",
-            "--reps",
-            "1",
-        ],
+        &argv("--contexts 1k --concurrency 4 --wave-output-tokens 2 --reps 1"),
     )
     .ok();
     let res = r.results();
@@ -135,16 +126,7 @@ fn a_window_too_short_to_time_is_flagged_not_reported_as_a_rate() {
 fn resume_in_the_middle_of_a_grid_measures_only_what_is_missing() {
     let _g = serial();
     let srv = four_slots();
-    let args = [
-        "--contexts",
-        "1k",
-        "--concurrency",
-        "1,2",
-        "--wave-output-tokens",
-        "16",
-        "--reps",
-        "1",
-    ];
+    let args = argv("--contexts 1k --concurrency 1,2 --wave-output-tokens 16 --reps 1");
     let r = sweep(&srv.url(), &args).ok();
     // Cut the file after the c=1 cell: header, its sample and its point line.
     let text = std::fs::read_to_string(&r.out).unwrap();
@@ -180,13 +162,7 @@ fn a_dry_run_of_a_grid_prints_the_prediction_once() {
     let srv = four_slots();
     let r = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "512,1k",
-            "--concurrency",
-            "1,4,8",
-            "--dry-run",
-        ],
+        &argv("--contexts 512,1k --concurrency 1,4,8 --dry-run"),
     )
     .ok();
     let both = format!("{}{}", r.stdout, r.stderr);

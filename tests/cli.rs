@@ -4,11 +4,17 @@ mod common;
 
 use common::{run, sweep, unreachable_url};
 
+/// Runs ctxbench with `args`, asserts it exits 2 (a usage error) and returns its stderr.
+fn usage_error(args: &[&str]) -> String {
+    let (code, _, stderr) = run(args);
+    assert_eq!(code, 2, "{args:?}: {stderr}");
+    stderr
+}
+
 #[test]
 fn malformed_contexts_are_a_usage_error() {
     for bad in ["abc", "0", "-4k", "1k,,x"] {
-        let (code, _, stderr) = run(&["sweep", "--url", "http://127.0.0.1:9", "--contexts", bad]);
-        assert_eq!(code, 2, "{bad}: {stderr}");
+        let stderr = usage_error(&["sweep", "--url", "http://127.0.0.1:9", "--contexts", bad]);
         assert!(stderr.contains("context"), "{bad}: {stderr}");
         assert_eq!(
             stderr.trim().lines().count(),
@@ -29,8 +35,7 @@ fn zero_and_negative_values_are_usage_errors() {
     ] {
         let mut a = vec!["sweep", "--url", "http://127.0.0.1:9", "--contexts", "1k"];
         a.extend_from_slice(args);
-        let (code, _, stderr) = run(&a);
-        assert_eq!(code, 2, "{args:?}: {stderr}");
+        let stderr = usage_error(&a);
         assert!(
             stderr.contains(args[0]) || stderr.contains(&args[0][2..]),
             "{args:?}: {stderr}"
@@ -40,8 +45,7 @@ fn zero_and_negative_values_are_usage_errors() {
 
 #[test]
 fn unknown_backend_is_a_usage_error() {
-    let (code, _, stderr) = run(&["sweep", "--url", "http://127.0.0.1:9", "--backend", "nope"]);
-    assert_eq!(code, 2);
+    let stderr = usage_error(&["sweep", "--url", "http://127.0.0.1:9", "--backend", "nope"]);
     assert!(stderr.contains("nope"), "{stderr}");
 }
 
@@ -97,8 +101,7 @@ fn conflicting_options_are_refused_before_the_server_is_contacted() {
     ] {
         let mut a = vec!["sweep", "--url", &url, "--contexts", "1k"];
         a.extend_from_slice(args);
-        let (code, _, stderr) = run(&a);
-        assert_eq!(code, 2, "{args:?}: {stderr}");
+        let stderr = usage_error(&a);
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
         assert!(
             !stderr.contains("cannot connect") && !stderr.contains("waiting"),
@@ -114,8 +117,7 @@ fn an_existing_results_file_without_resume_is_refused_before_probing() {
     let out = dir.path().join("exist.jsonl");
     std::fs::write(&out, "kept\n").unwrap();
     let out_arg = out.to_str().unwrap();
-    let (code, _, stderr) = run(&["sweep", "--url", &url, "--contexts", "1k", "--out", out_arg]);
-    assert_eq!(code, 2, "{stderr}");
+    let stderr = usage_error(&["sweep", "--url", &url, "--contexts", "1k", "--out", out_arg]);
     assert!(
         stderr.contains("exists") && stderr.contains("--resume"),
         "{stderr}"
@@ -161,10 +163,8 @@ fn help_explains_the_sweep() {
 
 #[test]
 fn compare_needs_two_files_and_report_one() {
-    let (code, _, stderr) = run(&["compare", "a.jsonl"]);
-    assert_eq!(code, 2, "{stderr}");
-    let (code, _, stderr) = run(&["report"]);
-    assert_eq!(code, 2, "{stderr}");
+    usage_error(&["compare", "a.jsonl"]);
+    usage_error(&["report"]);
     let (code, stdout, _) = run(&["report", "--help"]);
     assert_eq!(code, 0);
     for word in ["--format", "--plots", "html"] {
@@ -184,8 +184,7 @@ fn a_file_that_is_not_results_is_refused_with_its_name() {
 
 #[test]
 fn overhead_with_zero_runs_is_a_usage_error() {
-    let (code, _, stderr) = run(&["overhead", "--runs", "0"]);
-    assert_eq!(code, 2, "{stderr}");
+    let stderr = usage_error(&["overhead", "--runs", "0"]);
     assert!(stderr.contains("--runs"), "{stderr}");
 }
 
@@ -194,7 +193,7 @@ fn a_named_api_key_variable_that_is_unset_is_refused_before_any_request() {
     // The URL is unreachable: had ctxbench sent anything, the message would say so.
     let url = unreachable_url();
     let name = "CTXBENCH_TEST_UNSET_KEY_VARIABLE";
-    let (code, _, stderr) = run(&[
+    let stderr = usage_error(&[
         "sweep",
         "--url",
         &url,
@@ -203,7 +202,6 @@ fn a_named_api_key_variable_that_is_unset_is_refused_before_any_request() {
         "--api-key-env",
         name,
     ]);
-    assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains(name) && stderr.contains("unset or empty"),
         "{stderr}"
@@ -307,8 +305,7 @@ fn gate_fail_if_slower_exits_3_on_a_significant_regression_and_names_it() {
     let (code, _, stderr) = run(&["compare", &a[0], &b[0], "--fail-if-slower", "5%"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stderr.contains("cannot fail the gate"), "{stderr}");
-    let (code, _, stderr) = run(&["compare", &a[0], &b[0], "--fail-if-slower", "fast"]);
-    assert_eq!(code, 2, "{stderr}");
+    usage_error(&["compare", &a[0], &b[0], "--fail-if-slower", "fast"]);
 }
 
 #[test]
@@ -317,7 +314,7 @@ fn a_ca_cert_that_holds_no_certificate_is_a_usage_error_before_any_request() {
     let pem = dir.path().join("garbage.pem");
     std::fs::write(&pem, "this is not a certificate\n").unwrap();
     let url = unreachable_url();
-    let (code, _, stderr) = run(&[
+    let stderr = usage_error(&[
         "sweep",
         "--url",
         &url,
@@ -326,7 +323,6 @@ fn a_ca_cert_that_holds_no_certificate_is_a_usage_error_before_any_request() {
         "--ca-cert",
         pem.to_str().unwrap(),
     ]);
-    assert_eq!(code, 2, "{stderr}");
     assert!(
         stderr.contains("--ca-cert holds no PEM certificate"),
         "{stderr}"
@@ -367,16 +363,15 @@ fn a_unique_label_names_its_run_when_other_labels_collide() {
 
 #[test]
 fn url_and_server_cmd_exclude_each_other_and_bad_templates_are_usage_errors() {
-    let (code, _, stderr) = run(&[
+    let stderr = usage_error(&[
         "sweep",
         "--url",
         "http://127.0.0.1:9",
         "--server-cmd",
         "llama-server --port {port}",
     ]);
-    assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("--url and --server-cmd"), "{stderr}");
-    let (code, _, stderr) = run(&[
+    let stderr = usage_error(&[
         "sweep",
         "--server-cmd",
         "llama-server -t {t}",
@@ -384,9 +379,8 @@ fn url_and_server_cmd_exclude_each_other_and_bad_templates_are_usage_errors() {
         "t",
         "1,2",
     ]);
-    assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("{port}"), "{stderr}");
-    let (code, _, stderr) = run(&[
+    let stderr = usage_error(&[
         "sweep",
         "--server-cmd",
         "llama-server --port {port} -t {t}",
@@ -396,10 +390,8 @@ fn url_and_server_cmd_exclude_each_other_and_bad_templates_are_usage_errors() {
         "--baseline",
         "t=3",
     ]);
-    assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("t=1, t=2"), "{stderr}");
-    let (code, _, stderr) = run(&["sweep", "--url", "http://127.0.0.1:9", "-L", "t", "1"]);
-    assert_eq!(code, 2, "{stderr}");
+    usage_error(&["sweep", "--url", "http://127.0.0.1:9", "-L", "t", "1"]);
 }
 
 #[test]
@@ -497,8 +489,7 @@ fn resume_without_out_is_a_usage_error_that_says_what_to_do() {
             "--resume",
         ],
     ] {
-        let (code, _, stderr) = run(args);
-        assert_eq!(code, 2, "{args:?}: {stderr}");
+        let stderr = usage_error(args);
         assert_eq!(
             stderr.trim(),
             "error: --resume needs --out: name the results file (or, with --server-cmd, the folder) to continue, e.g. --out run.jsonl --resume",
@@ -519,8 +510,7 @@ fn usage_errors_show_the_sweeps_short_usage_line() {
         &["sweep", "--url", &url, "--min-reps", "3"],
         &["sweep", "--url", &url, "--runs", "2"],
     ] {
-        let (code, _, stderr) = run(args);
-        assert_eq!(code, 2, "{args:?}: {stderr}");
+        let stderr = usage_error(args);
         assert!(stderr.contains(usage), "{args:?}: {stderr}");
         // No other option is presented as part of the usage.
         let usage_at = stderr.find("Usage:").unwrap();
@@ -548,8 +538,7 @@ fn a_corpus_without_text_is_a_usage_error_before_any_request() {
     std::fs::write(folder.join("blob.bin"), [0xff, 0xfe, 0x00, 0x80]).unwrap();
     for corpus in [&empty, &folder] {
         let c = corpus.to_str().unwrap();
-        let (code, _, stderr) = run(&["sweep", "--url", &url, "--contexts", "1k", "--corpus", c]);
-        assert_eq!(code, 2, "{c}: {stderr}");
+        let stderr = usage_error(&["sweep", "--url", &url, "--contexts", "1k", "--corpus", c]);
         assert!(
             stderr.contains(&format!(
                 "--corpus {c}: no non-empty UTF-8 text files found"

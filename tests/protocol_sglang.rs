@@ -5,9 +5,12 @@
 mod common;
 mod scripted;
 
-use common::sweep;
-use ctxbench::record::{Flag, Status};
-use scripted::{Config, Flavor, Scripted};
+use common::{argv, sweep};
+use ctxbench::record::Status;
+use scripted::{
+    assert_flush_busy_at_the_probe_keeps_flushing,
+    assert_flush_refused_mid_run_flags_every_later_sample, Config, Flavor, Scripted,
+};
 
 fn spec_config() -> Config {
     let mut c = Config::new(Flavor::Sglang);
@@ -23,14 +26,7 @@ fn protocol_sglang_auto_sweep_lands_counts_timings_cache_and_spec_in_their_field
     let srv = Scripted::start(spec_config());
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k,2k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "16",
-        ],
+        &argv("--contexts 1k,2k --reps 2 --output-tokens 16"),
     )
     .ok();
     let (stdout, stderr) = (&run.stdout, &run.stderr);
@@ -113,18 +109,7 @@ fn protocol_sglang_without_metrics_or_spec_leaves_optional_fields_empty() {
     let srv = Scripted::start(c);
     let run = sweep(
         &srv.url(),
-        &[
-            "--backend",
-            "sglang",
-            "--contexts",
-            "1k",
-            "--reps",
-            "1",
-            "--output-tokens",
-            "8",
-            "--flush",
-            "never",
-        ],
+        &argv("--backend sglang --contexts 1k --reps 1 --output-tokens 8 --flush never"),
     )
     .ok();
     let stderr = &run.stderr;
@@ -182,16 +167,7 @@ fn protocol_sglang_over_long_prompt_is_a_clear_context_error() {
 fn protocol_sglang_openai_api_with_cache_report_reads_a_missing_count_as_zero() {
     // --enable-cache-report on: usage carries cached_tokens only when it is positive.
     let srv = Scripted::start(Config::new(Flavor::Sglang));
-    let openai = [
-        "--backend",
-        "openai",
-        "--contexts",
-        "1k",
-        "--reps",
-        "2",
-        "--output-tokens",
-        "8",
-    ];
+    let openai = argv("--backend openai --contexts 1k --reps 2 --output-tokens 8");
     let r = sweep(&srv.url(), &openai).ok().results();
     for s in &r.samples {
         assert_eq!(s.cached_tokens, Some(0), "{s:?}");
@@ -246,108 +222,15 @@ fn protocol_sglang_dry_run_does_not_flush_the_servers_cache() {
 /// request is running from the second flush on.
 #[test]
 fn scripted_sglang_flush_refused_mid_run_flags_every_later_sample_flush_failed() {
-    let mut c = Config::new(Flavor::Sglang);
-    c.busy_from_flush = Some(2);
-    let srv = Scripted::start(c);
-    let run = sweep(
-        &srv.url(),
-        &[
-            "--contexts",
-            "1k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "4",
-            "--flush-wait",
-            "1",
-        ],
-    );
-    let r = run.results();
-    assert_eq!(srv.flushes(), 1, "only the probe flush was done");
-    // Each sample retried its refused flush (backoff within --flush-wait 1) before it
-    // was measured anyway.
-    assert!(srv.refused_flushes() >= 4, "{}", srv.refused_flushes());
-    for s in &r.samples {
-        assert!(s.flags.iter().any(|f| f == "flush_failed"), "{s:?}");
-        assert!(
-            s.flush.as_deref().is_some_and(|f| f.starts_with("failed")),
-            "a refused flush is not recorded as done: {s:?}"
-        );
-    }
+    assert_flush_refused_mid_run_flags_every_later_sample(Flavor::Sglang, "flush");
 }
 
 #[test]
 fn scripted_sglang_flush_busy_at_the_probe_keeps_flushing_on_with_flush_auto() {
-    let mut c = Config::new(Flavor::Sglang);
-    c.busy_from_flush = Some(1);
-    let srv = Scripted::start(c);
-    let run = sweep(
-        &srv.url(),
-        &[
-            "--contexts",
-            "1k",
-            "--reps",
-            "1",
-            "--output-tokens",
-            "4",
-            "--flush",
-            "auto",
-            "--flush-wait",
-            "1",
-        ],
-    )
-    .ok();
-    // Busy is temporary (issue 10): flushing is not switched off for the run and the
-    // sweep does not stop; the refusal is retried, said once, and never recorded as done.
-    assert!(run.stderr.contains("stayed busy"), "{}", run.stderr);
-    assert!(
-        srv.refused_flushes() >= 2,
-        "retried: {}",
-        srv.refused_flushes()
-    );
-    let r = run.results();
-    let s = &r.samples[0];
-    assert!(s.has(&Flag::FlushFailed), "{s:?}");
-    assert!(
-        s.flush.as_deref().is_some_and(|f| f.starts_with("failed")),
-        "{s:?}"
-    );
+    assert_flush_busy_at_the_probe_keeps_flushing(Flavor::Sglang, "auto");
 }
 
 #[test]
 fn scripted_sglang_flush_busy_at_the_probe_does_not_stop_flush_always() {
-    let mut c = Config::new(Flavor::Sglang);
-    c.busy_from_flush = Some(1);
-    let srv = Scripted::start(c);
-    let run = sweep(
-        &srv.url(),
-        &[
-            "--contexts",
-            "1k",
-            "--reps",
-            "1",
-            "--output-tokens",
-            "4",
-            "--flush",
-            "always",
-            "--flush-wait",
-            "1",
-        ],
-    )
-    .ok();
-    // Busy is temporary (issue 10): flushing is not switched off for the run and the
-    // sweep does not stop; the refusal is retried, said once, and never recorded as done.
-    assert!(run.stderr.contains("stayed busy"), "{}", run.stderr);
-    assert!(
-        srv.refused_flushes() >= 2,
-        "retried: {}",
-        srv.refused_flushes()
-    );
-    let r = run.results();
-    let s = &r.samples[0];
-    assert!(s.has(&Flag::FlushFailed), "{s:?}");
-    assert!(
-        s.flush.as_deref().is_some_and(|f| f.starts_with("failed")),
-        "{s:?}"
-    );
+    assert_flush_busy_at_the_probe_keeps_flushing(Flavor::Sglang, "always");
 }

@@ -6,9 +6,13 @@
 mod common;
 mod scripted;
 
-use common::sweep;
-use ctxbench::record::{Flag, Status};
-use scripted::{over_long_prompt_error, Config, Flavor, Scripted};
+use common::{argv, sweep};
+use ctxbench::record::Status;
+use scripted::{
+    assert_flush_busy_at_the_probe_keeps_flushing,
+    assert_flush_refused_mid_run_flags_every_later_sample, over_long_prompt_error, Config, Flavor,
+    Scripted,
+};
 
 #[test]
 fn protocol_vllm_auto_sweep_with_flush_cached_tokens_and_spec_from_metric_deltas() {
@@ -20,14 +24,7 @@ fn protocol_vllm_auto_sweep_with_flush_cached_tokens_and_spec_from_metric_deltas
     let srv = Scripted::start(c);
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k,2k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "17",
-        ],
+        &argv("--contexts 1k,2k --reps 2 --output-tokens 17"),
     )
     .ok();
     let (stdout, stderr) = (&run.stdout, &run.stderr);
@@ -157,72 +154,12 @@ fn protocol_vllm_over_long_prompt_is_a_clear_context_error() {
 /// here another client's request is running from the second flush on.
 #[test]
 fn scripted_vllm_reset_refused_mid_run_flags_every_later_sample_flush_failed() {
-    let mut c = Config::new(Flavor::Vllm);
-    c.busy_from_flush = Some(2);
-    let srv = Scripted::start(c);
-    let run = sweep(
-        &srv.url(),
-        &[
-            "--contexts",
-            "1k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "4",
-            "--flush-wait",
-            "1",
-        ],
-    );
-    let r = run.results();
-    assert_eq!(srv.flushes(), 1, "only the probe flush was done");
-    // Each sample retried its refused flush (backoff within --flush-wait 1) before it
-    // was measured anyway.
-    assert!(srv.refused_flushes() >= 4, "{}", srv.refused_flushes());
-    for s in &r.samples {
-        assert!(s.flags.iter().any(|f| f == "flush_failed"), "{s:?}");
-        assert!(
-            s.flush.as_deref().is_some_and(|f| f.starts_with("failed")),
-            "a refused reset is not recorded as done: {s:?}"
-        );
-    }
+    assert_flush_refused_mid_run_flags_every_later_sample(Flavor::Vllm, "reset");
 }
 
 #[test]
 fn scripted_vllm_reset_busy_at_the_probe_keeps_flushing_on_with_flush_auto() {
-    let mut c = Config::new(Flavor::Vllm);
-    c.busy_from_flush = Some(1);
-    let srv = Scripted::start(c);
-    let run = sweep(
-        &srv.url(),
-        &[
-            "--contexts",
-            "1k",
-            "--reps",
-            "1",
-            "--output-tokens",
-            "4",
-            "--flush",
-            "auto",
-            "--flush-wait",
-            "1",
-        ],
-    )
-    .ok();
-    // Busy is temporary (issue 10): flushing is not switched off for the run and the
-    // sweep does not stop; the refusal is retried, said once, and never recorded as done.
-    assert!(run.stderr.contains("stayed busy"), "{}", run.stderr);
-    assert!(
-        srv.refused_flushes() >= 2,
-        "retried: {}",
-        srv.refused_flushes()
-    );
-    let r = run.results();
-    let s = &r.samples[0];
-    assert!(s.has(&Flag::FlushFailed), "{s:?}");
-    assert!(
-        s.flush.as_deref().is_some_and(|f| f.starts_with("failed")),
-        "{s:?}"
-    );
+    assert_flush_busy_at_the_probe_keeps_flushing(Flavor::Vllm, "auto");
 }
 
 /// `--model` is the name sent in every request; vLLM answers 404 to a name it does not

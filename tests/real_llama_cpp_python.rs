@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 
 use common::real::{f, has_flag, read_lines, u, Family, RealServer};
-use common::{serial, sweep};
+use common::{argv, sweep};
 use serde_json::{json, Value};
 
 /// (prefix-match hit, prompt tokens to eval) per request, from the server's --verbose log:
@@ -58,18 +58,10 @@ fn logged_prompt_lengths(log: &str) -> Vec<u64> {
 
 #[test]
 fn real_llama_cpp_python_sweep_measures_text_prompts_of_known_length() {
-    let _g = serial();
     let srv = RealServer::start(Family::LlamaCppPython, &[]);
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k,2k,4k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "8",
-        ],
+        &argv("--contexts 1k,2k,4k --reps 2 --output-tokens 8"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let l = read_lines(&run.out);
@@ -108,20 +100,10 @@ fn real_llama_cpp_python_sweep_measures_text_prompts_of_known_length() {
 fn real_llama_cpp_python_nonce_off_reuse_is_caught_by_the_ttft_rule() {
     // The server reuses the previous prompt's prefix with no sign in the response; without
     // the nonce, repetitions of the same prompt are served from it, and must be flagged.
-    let _g = serial();
     let srv = RealServer::start(Family::LlamaCppPython, &[]);
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "4k",
-            "--reps",
-            "3",
-            "--output-tokens",
-            "8",
-            "--nonce",
-            "off",
-        ],
+        &argv("--contexts 4k --reps 3 --output-tokens 8 --nonce off"),
     );
     assert!(run.out.exists(), "no results file: {}", run.stderr);
     let l = read_lines(&run.out);
@@ -276,7 +258,6 @@ fn relay(
 #[test]
 fn real_llama_cpp_python_behind_a_gateway_that_hides_the_tokenizer_gets_calibrated_prompts_within_tolerance(
 ) {
-    let _g = serial();
     let srv = RealServer::start(Family::LlamaCppPython, &[]);
     let gw = Gateway::start(srv.port);
 
@@ -298,14 +279,7 @@ fn real_llama_cpp_python_behind_a_gateway_that_hides_the_tokenizer_gets_calibrat
 
     let run = sweep(
         &gw.url(),
-        &[
-            "--contexts",
-            "1k,2k,4k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "8",
-        ],
+        &argv("--contexts 1k,2k,4k --reps 2 --output-tokens 8"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let l = read_lines(&run.out);
@@ -425,21 +399,11 @@ fn real_llama_cpp_python_behind_a_gateway_that_hides_the_tokenizer_gets_calibrat
 #[test]
 fn real_llama_cpp_python_chat_behind_a_gateway_that_hides_the_tokenizer_counts_the_template_in_calibrated_lengths(
 ) {
-    let _g = serial();
     let srv = RealServer::start(Family::LlamaCppPython, &[]);
     let gw = Gateway::start(srv.port);
     let run = sweep(
         &gw.url(),
-        &[
-            "--contexts",
-            "1k,2k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "8",
-            "--endpoint",
-            "chat",
-        ],
+        &argv("--contexts 1k,2k --reps 2 --output-tokens 8 --endpoint chat"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let l = read_lines(&run.out);

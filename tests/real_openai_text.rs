@@ -1,7 +1,7 @@
 //! `--backend openai` text prompts against the REAL llama-cpp-python server (PyPI
 //! `llama-cpp-python[server]`, the reference GGUF model), started by
-//! `scripts/reference-server llama-cpp-python start --port N` (`CTXBENCH_REAL_SERVER_SCRIPT`
-//! overrides the script's path). The server refuses token-id prompts, has only
+//! `scripts/reference-server llama-cpp-python start --port N` (tests/common/real.rs;
+//! `CTXBENCH_REAL_SERVER_SCRIPT` overrides the script's path). The server refuses token-id prompts, has only
 //! `/extras/tokenize`, sends no usage in streams, no cached-token count, and silently reuses
 //! the previous request's prompt prefix. With `--verbose true` it logs, per request,
 //! `Llama.generate: H prefix-match hit, remaining R prompt tokens to eval` (absent when
@@ -12,80 +12,9 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-use common::{free_port, http_get, sweep};
+use common::real::{Family, RealServer};
+use common::{argv, sweep};
 use ctxbench::record::{Sample, Status};
-
-struct Server {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    fn start() -> Server {
-        let script = std::env::var("CTXBENCH_REAL_SERVER_SCRIPT")
-            .unwrap_or_else(|_| format!("{}/scripts/reference-server", env!("CARGO_MANIFEST_DIR")));
-        let port = free_port();
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("server.log");
-        let f = std::fs::File::create(&log).unwrap();
-        let mut cmd = Command::new(&script);
-        cmd.args(["llama-cpp-python", "start", "--port", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(f.try_clone().unwrap())
-            .stderr(f);
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
-        let start = Instant::now();
-        loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                panic!(
-                    "llama-cpp-python exited with {st}: {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            if http_get(port, "/v1/models").is_some_and(|(c, _)| c == 200) {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(900),
-                "llama-cpp-python did not answer /v1/models: the real server is required"
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        Server {
-            child,
-            port,
-            log,
-            _dir: dir,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let pg = format!("-{}", self.child.id());
-        let _ = Command::new("kill").args(["-TERM", "--", &pg]).status();
-        std::thread::sleep(Duration::from_secs(2));
-        let _ = Command::new("kill").args(["-KILL", "--", &pg]).status();
-        let _ = self.child.wait();
-    }
-}
 
 /// One request as the server logged it: prefix tokens reused, tokens evaluated, and the
 /// evaluation time.
@@ -138,19 +67,10 @@ fn measured(log: &[Logged], min: u64) -> Vec<Logged> {
 
 #[test]
 fn real_openai_text_prompts_on_llama_cpp_python_have_the_servers_length_and_no_prefix_reuse() {
-    let srv = Server::start();
+    let srv = RealServer::start(Family::LlamaCppPython, &[]);
     let run = sweep(
         &srv.url(),
-        &[
-            "--backend",
-            "openai",
-            "--contexts",
-            "1k,2k,3k,4k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "8",
-        ],
+        &argv("--backend openai --contexts 1k,2k,3k,4k --reps 2 --output-tokens 8"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let err = &run.stderr;
@@ -206,21 +126,10 @@ fn real_openai_text_prompts_on_llama_cpp_python_have_the_servers_length_and_no_p
 
 #[test]
 fn real_openai_nonce_off_on_llama_cpp_python_is_caught_by_the_ttft_rule() {
-    let srv = Server::start();
+    let srv = RealServer::start(Family::LlamaCppPython, &[]);
     let run = sweep(
         &srv.url(),
-        &[
-            "--backend",
-            "openai",
-            "--contexts",
-            "4k",
-            "--reps",
-            "3",
-            "--output-tokens",
-            "8",
-            "--nonce",
-            "off",
-        ],
+        &argv("--backend openai --contexts 4k --reps 3 --output-tokens 8 --nonce off"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let r = run.results();

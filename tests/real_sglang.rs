@@ -7,54 +7,27 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::real::{f, has_flag, http_post_json, read_lines, u, Family, RealServer};
-use common::{serial, sweep};
-use serde_json::{json, Value};
-
-/// Every metric delta of a sample whose name starts with `prefix`, summed over label sets.
-fn delta(s: &Value, prefix: &str) -> Option<f64> {
-    let m = s["metrics"].as_object()?;
-    let hits: Vec<f64> = m
-        .iter()
-        .filter(|(k, _)| k.starts_with(prefix))
-        .filter_map(|(_, v)| v.as_f64())
-        .collect();
-    (!hits.is_empty()).then(|| hits.iter().sum())
-}
+use common::real::{
+    busy_prompt, f, has_flag, metric_delta as delta, read_lines, u, Family, RealServer,
+};
+use common::{argv, sweep};
+use serde_json::json;
 
 /// Keeps the server busy with a long native /generate of `new_tokens` generated tokens.
 fn busy(srv: &RealServer, new_tokens: u32) -> std::thread::JoinHandle<Option<(u16, String)>> {
-    let port = srv.port;
-    let h = std::thread::spawn(move || {
-        let ids: Vec<u32> = (0..4000).map(|i| 100 + (i * 7) % 200).collect();
-        http_post_json(
-            port,
-            "/generate",
-            &json!({"input_ids": ids,
-                    "sampling_params": {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": true}}),
-        )
-    });
-    std::thread::sleep(Duration::from_secs(2));
-    assert!(!h.is_finished(), "the busy request ended too soon");
-    h
+    srv.keep_busy(
+        "/generate",
+        json!({"input_ids": busy_prompt(),
+               "sampling_params": {"max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": true}}),
+    )
 }
 
 #[test]
 fn real_sglang_auto_sweep_exact_lengths_cold_verified_flushed_and_timed() {
-    let _g = serial();
     let srv = RealServer::start(Family::Sglang, &[]);
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k,2k,4k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "16",
-        ],
+        &argv("--contexts 1k,2k,4k --reps 2 --output-tokens 16"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stderr.contains("backend: sglang"), "{}", run.stderr);
@@ -112,7 +85,6 @@ fn real_sglang_auto_sweep_exact_lengths_cold_verified_flushed_and_timed() {
 fn real_sglang_header_names_this_server_version_and_tokenizer() {
     // Issue 10: the server version was empty though /version answers, and the header said
     // `tokenize: "vllm"` for an SGLang server.
-    let _g = serial();
     let srv = RealServer::start(Family::Sglang, &[]);
     let run = sweep(
         &srv.url(),
@@ -126,7 +98,6 @@ fn real_sglang_header_names_this_server_version_and_tokenizer() {
 
 #[test]
 fn real_sglang_two_point_samples_keep_the_finish_reason() {
-    let _g = serial();
     let srv = RealServer::start(Family::Sglang, &[]);
     let run = sweep(
         &srv.url(),
@@ -144,18 +115,8 @@ fn real_sglang_two_point_samples_keep_the_finish_reason() {
 fn real_sglang_without_flush_the_nonce_never_collides_within_or_across_runs() {
     // Issue 10: the first-token nonce pool ran out after about 78 samples, or at once on a
     // second run, and every later sample reported cached_tokens 1 and was excluded.
-    let _g = serial();
     let srv = RealServer::start(Family::Sglang, &[]);
-    let args = [
-        "--contexts",
-        "1k",
-        "--reps",
-        "30",
-        "--output-tokens",
-        "2",
-        "--flush",
-        "never",
-    ];
+    let args = argv("--contexts 1k --reps 30 --output-tokens 2 --flush never");
     for round in 0..2 {
         let run = sweep(&srv.url(), &args);
         assert_eq!(run.code, 0, "round {round}: {}", run.stderr);
@@ -175,20 +136,10 @@ fn real_sglang_without_flush_the_nonce_never_collides_within_or_across_runs() {
 #[test]
 fn real_sglang_corpus_random_runs() {
     // Issue 10: refused with "needs the vocabulary size, which this server does not report".
-    let _g = serial();
     let srv = RealServer::start(Family::Sglang, &[]);
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k,2k",
-            "--reps",
-            "1",
-            "--corpus",
-            "random",
-            "--output-tokens",
-            "4",
-        ],
+        &argv("--contexts 1k,2k --reps 1 --corpus random --output-tokens 4"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     for s in &read_lines(&run.out).samples {
@@ -201,22 +152,14 @@ fn real_sglang_corpus_random_runs() {
 fn real_sglang_flush_refused_while_busy_is_retried_when_idle() {
     // Issue 10: /flush_cache answers 400 while a request runs. `--flush always` exited 1, and
     // `--flush auto` switched flushing off for the whole run after one refusal.
-    let _g = serial();
     let srv = RealServer::start(Family::Sglang, &[]);
     for mode in ["always", "auto"] {
         let bg = busy(&srv, 600);
         let run = sweep(
             &srv.url(),
-            &[
-                "--contexts",
-                "1k",
-                "--reps",
-                "2",
-                "--output-tokens",
-                "4",
-                "--flush",
-                mode,
-            ],
+            &argv(&format!(
+                "--contexts 1k --reps 2 --output-tokens 4 --flush {mode}"
+            )),
         );
         let _ = bg.join();
         assert_eq!(run.code, 0, "--flush {mode}: {}", run.stderr);
@@ -235,20 +178,10 @@ fn real_sglang_openai_backend_says_one_consistent_thing_about_flush_and_cache() 
     // Issue 10: `--backend openai` on SGLang announced the native flush, then "no cache
     // flush", relied on a per-request cache switch it said was missing, and marked samples
     // cache_unverified while /metrics showed 0 cached tokens.
-    let _g = serial();
     let srv = RealServer::start(Family::Sglang, &[]);
     let run = sweep(
         &srv.url(),
-        &[
-            "--backend",
-            "openai",
-            "--contexts",
-            "1k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "8",
-        ],
+        &argv("--backend openai --contexts 1k --reps 2 --output-tokens 8"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     let l = read_lines(&run.out);
@@ -275,16 +208,8 @@ fn real_sglang_openai_backend_says_one_consistent_thing_about_flush_and_cache() 
 #[test]
 fn real_sglang_401_names_the_key_not_another_servers_endpoint() {
     // Issue 10: a 401 from SGLang named llama.cpp's /props.
-    let _g = serial();
     let srv = RealServer::start(Family::Sglang, &["--api-key", "sk-ctxbench-secret"]);
-    let run = sweep(
-        &srv.url(),
-        &["--contexts", "1k", "--reps", "1", "--output-tokens", "4"],
-    );
-    assert_ne!(run.code, 0);
-    assert!(run.stderr.contains("401"), "{}", run.stderr);
-    assert!(run.stderr.contains("CTXBENCH_API_KEY"), "{}", run.stderr);
-    assert!(!run.stderr.contains("/props"), "{}", run.stderr);
+    srv.assert_a_missing_key_is_named();
     // With the key it runs, and the key is nowhere in what it wrote.
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("r.jsonl");

@@ -7,11 +7,11 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::real::{f, has_flag, http_post_json, read_lines, u, Family, RealServer};
-use common::{serial, sweep};
-use serde_json::{json, Value};
+use common::real::{
+    busy_prompt, f, has_flag, metric_delta as delta, read_lines, u, Family, RealServer,
+};
+use common::{argv, sweep};
+use serde_json::json;
 
 /// The flags that make vLLM report cached tokens and its own per-request timings.
 const DETAILS: &[&str] = &[
@@ -19,48 +19,21 @@ const DETAILS: &[&str] = &[
     "--enable-per-request-metrics",
 ];
 
-/// Sum of a sample's metric deltas whose name starts with `prefix`.
-fn delta(s: &Value, prefix: &str) -> Option<f64> {
-    let m = s["metrics"].as_object()?;
-    let v: Vec<f64> = m
-        .iter()
-        .filter(|(k, _)| k.starts_with(prefix))
-        .filter_map(|(_, v)| v.as_f64())
-        .collect();
-    (!v.is_empty()).then(|| v.iter().sum())
-}
-
 /// Keeps the server busy with a long completion holding cache blocks.
 fn busy(srv: &RealServer, new_tokens: u32) -> std::thread::JoinHandle<Option<(u16, String)>> {
-    let port = srv.port;
-    let h = std::thread::spawn(move || {
-        let ids: Vec<u32> = (0..4000).map(|i| 100 + (i * 7) % 200).collect();
-        http_post_json(
-            port,
-            "/v1/completions",
-            &json!({"model": "tiny-llama", "prompt": ids, "max_tokens": new_tokens,
-                    "temperature": 0, "ignore_eos": true}),
-        )
-    });
-    std::thread::sleep(Duration::from_secs(2));
-    assert!(!h.is_finished(), "the busy request ended too soon");
-    h
+    srv.keep_busy(
+        "/v1/completions",
+        json!({"model": "tiny-llama", "prompt": busy_prompt(), "max_tokens": new_tokens,
+               "temperature": 0, "ignore_eos": true}),
+    )
 }
 
 #[test]
 fn real_vllm_auto_sweep_exact_lengths_cold_verified_flushed_and_timed() {
-    let _g = serial();
     let srv = RealServer::start(Family::Vllm, DETAILS);
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k,2k,4k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "32",
-        ],
+        &argv("--contexts 1k,2k,4k --reps 2 --output-tokens 32"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stderr.contains("backend: vllm"), "{}", run.stderr);
@@ -109,7 +82,6 @@ fn real_vllm_server_decode_rate_is_a_decode_rate() {
     // Issue 10: "server decode tok/s" came from tokens_per_second, which includes prefill
     // (87 shown for a decode rate of about 535), and the summary reported a disagreement
     // that does not exist.
-    let _g = serial();
     let srv = RealServer::start(Family::Vllm, DETAILS);
     let run = sweep(
         &srv.url(),
@@ -141,22 +113,10 @@ fn real_vllm_default_serve_flags_prefix_cache_hits_seen_in_metrics() {
     // Issue 10: on a default `vllm serve` (no --enable-prompt-tokens-details) prefix-cache
     // hits were kept as cold prefills although the per-sample /metrics deltas recorded
     // vllm:prefix_cache_hits_total for those very samples.
-    let _g = serial();
     let srv = RealServer::start(Family::Vllm, &[]);
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "2k",
-            "--reps",
-            "3",
-            "--output-tokens",
-            "8",
-            "--nonce",
-            "off",
-            "--flush",
-            "never",
-        ],
+        &argv("--contexts 2k --reps 3 --output-tokens 8 --nonce off --flush never"),
     );
     assert!(run.out.exists(), "no results file: {}", run.stderr);
     let l = read_lines(&run.out);
@@ -178,7 +138,6 @@ fn real_vllm_default_serve_flags_prefix_cache_hits_seen_in_metrics() {
 fn real_vllm_ngram_speculation_counts_every_verify_step() {
     // Issue 10: under n-gram speculation ms_per_verify_step came out at 48.9 ms against
     // 3.15 ms per token: verify steps without a draft were not counted.
-    let _g = serial();
     let spec = r#"{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4,"prompt_lookup_min":2}"#;
     let srv = RealServer::start(
         Family::Vllm,
@@ -186,14 +145,7 @@ fn real_vllm_ngram_speculation_counts_every_verify_step() {
     );
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k,2k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "64",
-        ],
+        &argv("--contexts 1k,2k --reps 2 --output-tokens 64"),
     );
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
@@ -228,21 +180,11 @@ fn real_vllm_ngram_speculation_counts_every_verify_step() {
 fn real_vllm_refused_reset_is_never_recorded_as_done_and_is_retried() {
     // Issue 10: /reset_prefix_cache answered {"success": false} while blocks were in use; it
     // was recorded as a flush done "(unconfirmed by the server)" and --flush always went on.
-    let _g = serial();
     let srv = RealServer::start(Family::Vllm, DETAILS);
     let bg = busy(&srv, 6000);
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "4",
-            "--flush",
-            "always",
-        ],
+        &argv("--contexts 1k --reps 2 --output-tokens 4 --flush always"),
     );
     let _ = bg.join();
     assert_eq!(run.code, 0, "{}", run.stderr);
@@ -259,20 +201,12 @@ fn real_vllm_messages_name_what_applies_to_this_server() {
     // `--backend sglang` against vLLM said /server_info answered 404 when it answered 200;
     // `--backend openai` announced a flush and then "no cache flush"; `--corpus random`
     // refused ("needs the vocabulary size").
-    let _g = serial();
     let srv = RealServer::start(Family::Vllm, DETAILS);
     let mut wrong = Vec::new();
 
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k",
-            "--reps",
-            "1",
-            "--model",
-            "no-such-model",
-        ],
+        &argv("--contexts 1k --reps 1 --model no-such-model"),
     );
     if run.code == 0
         || run.stderr.contains("token-id prompts")
@@ -294,16 +228,7 @@ fn real_vllm_messages_name_what_applies_to_this_server() {
 
     let run = sweep(
         &srv.url(),
-        &[
-            "--backend",
-            "openai",
-            "--contexts",
-            "1k",
-            "--reps",
-            "2",
-            "--output-tokens",
-            "4",
-        ],
+        &argv("--backend openai --contexts 1k --reps 2 --output-tokens 4"),
     );
     let flushed = run.code == 0
         && read_lines(&run.out)
@@ -328,16 +253,7 @@ fn real_vllm_messages_name_what_applies_to_this_server() {
 
     let run = sweep(
         &srv.url(),
-        &[
-            "--contexts",
-            "1k",
-            "--reps",
-            "1",
-            "--corpus",
-            "random",
-            "--output-tokens",
-            "4",
-        ],
+        &argv("--contexts 1k --reps 1 --corpus random --output-tokens 4"),
     );
     if run.code != 0 {
         wrong.push(format!(
@@ -351,14 +267,6 @@ fn real_vllm_messages_name_what_applies_to_this_server() {
 
 #[test]
 fn real_vllm_401_names_the_key() {
-    let _g = serial();
     let srv = RealServer::start(Family::Vllm, &["--api-key", "sk-ctxbench-secret"]);
-    let run = sweep(
-        &srv.url(),
-        &["--contexts", "1k", "--reps", "1", "--output-tokens", "4"],
-    );
-    assert_ne!(run.code, 0);
-    assert!(run.stderr.contains("401"), "{}", run.stderr);
-    assert!(run.stderr.contains("CTXBENCH_API_KEY"), "{}", run.stderr);
-    assert!(!run.stderr.contains("/props"), "{}", run.stderr);
+    srv.assert_a_missing_key_is_named();
 }

@@ -249,14 +249,17 @@ pub fn free_port() -> u16 {
 
 /// A minimal blocking HTTP/1.1 GET, so the harness does not depend on the code under test.
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    http_exchange(port, &request, Duration::from_secs(5))
+}
+
+/// Sends one whole HTTP/1.1 request (with `Connection: close`) and reads the answer to its
+/// end, waiting at most `read_timeout` for each read; returns (status, body).
+pub fn http_exchange(port: u16, request: &str, read_timeout: Duration) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
+    s.set_read_timeout(Some(read_timeout)).ok()?;
+    s.write_all(request.as_bytes()).ok()?;
     let mut buf = String::new();
     s.read_to_string(&mut buf).ok()?;
     let code = buf.split_whitespace().nth(1)?.parse().ok()?;
@@ -294,6 +297,12 @@ pub fn state_home() -> &'static Path {
         std::fs::create_dir_all(&dir).expect("cannot create the tests' XDG_STATE_HOME");
         dir
     })
+}
+
+/// The words of a command line, split at spaces: `argv("--contexts 1k --reps 2")` (so a
+/// test's arguments read as the user types them; for arguments without spaces).
+pub fn argv(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
 }
 
 /// Runs ctxbench with args; returns (exit code, stdout, stderr).

@@ -1,14 +1,16 @@
 //! Real Python inference servers (SGLang, vLLM, llama-cpp-python), set up and started by
-//! `scripts/reference-server FAMILY` on a free loopback port. A server that cannot be set up
-//! or does not become healthy fails the test: nothing is skipped.
+//! `scripts/reference-server FAMILY` (`CTXBENCH_REAL_SERVER_SCRIPT` overrides the script's
+//! path) on a free loopback port. A server that cannot be set up or does not become healthy
+//! fails the test: nothing is skipped.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{free_port, http_get};
+use super::{free_port, http_exchange, http_get, serial};
 
 /// One of the real servers `scripts/reference-server` knows.
 #[derive(Clone, Copy, Debug)]
@@ -39,11 +41,16 @@ impl Family {
     }
 }
 
+/// `scripts/reference-server`, or the script `CTXBENCH_REAL_SERVER_SCRIPT` names.
 fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/reference-server")
+    std::env::var_os("CTXBENCH_REAL_SERVER_SCRIPT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/reference-server"))
 }
 
-/// A running real server in its own process group, stopped (group and all) on drop.
+/// A running real server in its own process group, stopped (group and all) on drop. It holds
+/// the test binary's [`serial`] lock while it runs: one real server at a time, so the
+/// timings it gives are not another server's load.
 pub struct RealServer {
     child: Child,
     /// Its port on 127.0.0.1.
@@ -51,6 +58,8 @@ pub struct RealServer {
     /// Its stdout and stderr.
     pub log: PathBuf,
     _dir: tempfile::TempDir,
+    // Last field: released only after `drop` has stopped the server.
+    serial: Option<MutexGuard<'static, ()>>,
 }
 
 impl RealServer {
@@ -61,7 +70,12 @@ impl RealServer {
     }
 
     /// Like [`RealServer::start`], with extra environment variables for the server.
+    ///
+    /// The port is free when chosen, but SGLang and llama-cpp-python bind it only after
+    /// loading the model, so another test may take it meanwhile: a server that then cannot
+    /// bind it is stopped and started again on another port.
     pub fn start_with_env(family: Family, extra: &[&str], env: &[(&str, &str)]) -> RealServer {
+        let guard = serial();
         let setup = Command::new(script())
             .args([family.name(), "setup"])
             .stderr(Stdio::inherit())
@@ -72,7 +86,22 @@ impl RealServer {
             "scripts/reference-server {} setup failed: the real server is required for these tests",
             family.name()
         );
-        let port = free_port();
+        for _ in 0..4 {
+            if let Some(mut s) = Self::try_start_on(free_port(), family, extra, env) {
+                s.serial = Some(guard);
+                return s;
+            }
+        }
+        panic!("{} could not bind a free port in 4 tries", family.name());
+    }
+
+    /// `None` (the server stopped) when it could not bind `port`.
+    fn try_start_on(
+        port: u16,
+        family: Family,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Option<RealServer> {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("server.log");
         let logf = std::fs::File::create(&log).unwrap();
@@ -91,9 +120,13 @@ impl RealServer {
             port,
             log,
             _dir: dir,
+            serial: None,
         };
-        s.wait_healthy(family, Duration::from_secs(600));
-        s
+        if s.wait_healthy(family, Duration::from_secs(600)) {
+            return Some(s);
+        }
+        eprintln!("{}: port {port} was taken, trying another", family.name());
+        None
     }
 
     /// Base URL.
@@ -106,9 +139,21 @@ impl RealServer {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    fn wait_healthy(&mut self, family: Family, limit: Duration) {
+    /// Waits until the server answers its health path from a socket of its own; false when
+    /// it could not bind its port (its log says the address is in use).
+    fn wait_healthy(&mut self, family: Family, limit: Duration) -> bool {
         let start = Instant::now();
         while start.elapsed() < limit {
+            // uvicorn (SGLang, llama-cpp-python): "[Errno 98] error while attempting to bind
+            // on address (...): address already in use"; vLLM: "[Errno 98] Address already in
+            // use". A server may live on after it, so the log is read while it runs too.
+            if self
+                .log_text()
+                .to_ascii_lowercase()
+                .contains("address already in use")
+            {
+                return false;
+            }
             if let Some(status) = self.child.try_wait().unwrap() {
                 panic!(
                     "{} exited with {status}: {}",
@@ -116,13 +161,17 @@ impl RealServer {
                     self.log_text()
                 );
             }
-            if http_get(self.port, family.health_path()).is_some_and(|(code, _)| code == 200) {
+            // An answer counts only from this server's own listener: whoever took the port
+            // may answer the health path too.
+            if http_get(self.port, family.health_path()).is_some_and(|(code, _)| code == 200)
+                && listens_in_group(self.port, self.child.id())
+            {
                 eprintln!(
                     "{} healthy after {:.1} s",
                     family.name(),
                     start.elapsed().as_secs_f64()
                 );
-                return;
+                return true;
             }
             std::thread::sleep(Duration::from_millis(250));
         }
@@ -131,6 +180,33 @@ impl RealServer {
             family.name(),
             self.log_text()
         );
+    }
+
+    /// Keeps the server busy: POSTs `body` to `path` from another thread, and checks after
+    /// 2 s that the request still runs. The answer comes from the returned handle.
+    pub fn keep_busy(
+        &self,
+        path: &'static str,
+        body: Value,
+    ) -> std::thread::JoinHandle<Option<(u16, String)>> {
+        let port = self.port;
+        let h = std::thread::spawn(move || http_post_json(port, path, &body));
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(!h.is_finished(), "the busy request ended too soon");
+        h
+    }
+
+    /// Sweeps 1k once without an API key against a server started with `--api-key`: the run
+    /// fails with the 401 and names `CTXBENCH_API_KEY`, not another server's endpoint.
+    pub fn assert_a_missing_key_is_named(&self) {
+        let run = super::sweep(
+            &self.url(),
+            &["--contexts", "1k", "--reps", "1", "--output-tokens", "4"],
+        );
+        assert_ne!(run.code, 0);
+        assert!(run.stderr.contains("401"), "{}", run.stderr);
+        assert!(run.stderr.contains("CTXBENCH_API_KEY"), "{}", run.stderr);
+        assert!(!run.stderr.contains("/props"), "{}", run.stderr);
     }
 
     /// The sum of a Prometheus counter over all its label sets (`None`: not exported).
@@ -170,28 +246,48 @@ impl Drop for RealServer {
     }
 }
 
+/// Whether a process of group `pgid` listens on 127.0.0.1:`port` (found through the
+/// listening socket's inode in /proc/net/tcp and the group's open files).
+fn listens_in_group(port: u16, pgid: u32) -> bool {
+    let local = format!("0100007F:{port:04X}");
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let sockets: Vec<String> = tcp
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            // Column 1 is the local address, 3 the state (0A: listening), 9 the inode.
+            let listening = w.get(1) == Some(&local.as_str()) && w.get(3) == Some(&"0A");
+            listening.then(|| w.get(9).map(|inode| format!("socket:[{inode}]")))?
+        })
+        .collect();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| unsafe { libc::getpgid(pid) } == pgid as i32)
+        .any(|pid| {
+            let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+                return false;
+            };
+            fds.flatten().any(|fd| {
+                std::fs::read_link(fd.path())
+                    .is_ok_and(|t| sockets.iter().any(|s| t.as_os_str() == s.as_str()))
+            })
+        })
+}
+
 /// A minimal blocking HTTP/1.1 POST of a JSON body; returns (status, body). Used to keep a
 /// server busy while ctxbench runs, independently of the code under test.
 pub fn http_post_json(port: u16, path: &str, body: &Value) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
     let body = body.to_string();
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(600))).ok()?;
-    write!(
-        s,
+    let request = format!(
         "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
-    let body = buf
-        .split_once("\r\n\r\n")
-        .map(|x| x.1)
-        .unwrap_or("")
-        .to_owned();
-    Some((code, body))
+    );
+    http_exchange(port, &request, Duration::from_secs(600))
 }
 
 /// A results file read as plain JSON lines, so these tests do not depend on the library's
@@ -239,4 +335,22 @@ pub fn has_flag(v: &Value, name: &str) -> bool {
     v["flags"]
         .as_array()
         .is_some_and(|a| a.iter().any(|x| x == name))
+}
+
+/// The token ids of a 4000-token prompt that keeps a server busy (see
+/// [`RealServer::keep_busy`]).
+pub fn busy_prompt() -> Vec<u32> {
+    (0..4000).map(|i| 100 + (i * 7) % 200).collect()
+}
+
+/// The sum of a sample's metric deltas whose name starts with `prefix` (over label sets);
+/// `None` when it has none.
+pub fn metric_delta(s: &Value, prefix: &str) -> Option<f64> {
+    let m = s["metrics"].as_object()?;
+    let v: Vec<f64> = m
+        .iter()
+        .filter(|(k, _)| k.starts_with(prefix))
+        .filter_map(|(_, v)| v.as_f64())
+        .collect();
+    (!v.is_empty()).then(|| v.iter().sum())
 }

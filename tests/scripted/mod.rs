@@ -212,6 +212,63 @@ pub fn over_long_prompt_error(flavor: Flavor, backend: &str) -> ctxbench::record
     r.samples[0].error.clone().unwrap()
 }
 
+/// Sweeps two 1k samples (`--flush-wait 1`) against a `flavor` server where another
+/// client's request runs from the second flush on. Asserts that only the probe's flush was
+/// done, that each sample retried its refused flush before it was measured anyway, and that
+/// every sample is flagged `flush_failed` and never recorded as flushed (`what`: the flush's
+/// name in the messages).
+pub fn assert_flush_refused_mid_run_flags_every_later_sample(flavor: Flavor, what: &str) {
+    let mut c = Config::new(flavor);
+    c.busy_from_flush = Some(2);
+    let srv = Scripted::start(c);
+    let run = crate::common::sweep(
+        &srv.url(),
+        &crate::common::argv("--contexts 1k --reps 2 --output-tokens 4 --flush-wait 1"),
+    );
+    let r = run.results();
+    assert_eq!(srv.flushes(), 1, "only the probe flush was done");
+    // Each sample retried its refused flush (backoff within --flush-wait 1) before it
+    // was measured anyway.
+    assert!(srv.refused_flushes() >= 4, "{}", srv.refused_flushes());
+    for s in &r.samples {
+        assert!(s.flags.iter().any(|f| f == "flush_failed"), "{s:?}");
+        assert!(
+            s.flush.as_deref().is_some_and(|f| f.starts_with("failed")),
+            "a refused {what} is not recorded as done: {s:?}"
+        );
+    }
+}
+
+/// Sweeps one 1k sample with `--flush MODE` (`--flush-wait 1`) against a `flavor` server
+/// that is busy from the probe's flush on. Busy is temporary (issue 10): asserts that
+/// flushing is not switched off for the run and the sweep does not stop (exit 0); the
+/// refusal is retried, said once ("stayed busy"), and never recorded as done.
+pub fn assert_flush_busy_at_the_probe_keeps_flushing(flavor: Flavor, mode: &str) {
+    let mut c = Config::new(flavor);
+    c.busy_from_flush = Some(1);
+    let srv = Scripted::start(c);
+    let run = crate::common::sweep(
+        &srv.url(),
+        &crate::common::argv(&format!(
+            "--contexts 1k --reps 1 --output-tokens 4 --flush {mode} --flush-wait 1"
+        )),
+    )
+    .ok();
+    assert!(run.stderr.contains("stayed busy"), "{}", run.stderr);
+    assert!(
+        srv.refused_flushes() >= 2,
+        "retried: {}",
+        srv.refused_flushes()
+    );
+    let r = run.results();
+    let s = &r.samples[0];
+    assert!(s.has(&ctxbench::record::Flag::FlushFailed), "{s:?}");
+    assert!(
+        s.flush.as_deref().is_some_and(|f| f.starts_with("failed")),
+        "{s:?}"
+    );
+}
+
 fn router(srv: Arc<Srv>) -> Router {
     let r = Router::new()
         .route("/v1/models", get(models))
