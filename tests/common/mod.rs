@@ -46,10 +46,34 @@ pub fn ref_paths() -> &'static RefPaths {
     })
 }
 
+thread_local! {
+    /// Whether this thread holds the [`serial`] lock: taking it twice would hang the test.
+    static SERIAL_HELD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The [`serial`] lock, held until dropped.
+pub struct Serial {
+    _guard: MutexGuard<'static, ()>,
+}
+
+impl Drop for Serial {
+    fn drop(&mut self) {
+        SERIAL_HELD.with(|h| h.set(false));
+    }
+}
+
 /// One server at a time per test binary: timing assertions need a quiet machine.
-pub fn serial() -> MutexGuard<'static, ()> {
+/// `RealServer` takes it itself; taking it again in the same test is a mistake that would
+/// deadlock, so it panics instead.
+pub fn serial() -> Serial {
     static L: Mutex<()> = Mutex::new(());
-    L.lock().unwrap_or_else(|e| e.into_inner())
+    assert!(
+        !SERIAL_HELD.with(|h| h.get()),
+        "serial() taken twice in one test (RealServer already holds it): drop the extra call"
+    );
+    let guard = L.lock().unwrap_or_else(|e| e.into_inner());
+    SERIAL_HELD.with(|h| h.set(true));
+    Serial { _guard: guard }
 }
 
 /// A running llama-server, killed on drop.

@@ -5,7 +5,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::MutexGuard;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -59,7 +58,7 @@ pub struct RealServer {
     pub log: PathBuf,
     _dir: tempfile::TempDir,
     // Last field: released only after `drop` has stopped the server.
-    serial: Option<MutexGuard<'static, ()>>,
+    serial: Option<super::Serial>,
 }
 
 impl RealServer {
