@@ -240,6 +240,8 @@ pub struct Cell {
     pub ttft_worst_ms: Option<f64>,
     /// Requests flagged `queued`.
     pub queued: usize,
+    /// Requests flagged `preempted` (the server evicted and recomputed them).
+    pub preempted: usize,
     /// Waves without a measurable common window.
     pub no_overlap_waves: usize,
     /// Requests of this cell that failed (a failed request hides whether others waited).
@@ -248,7 +250,7 @@ pub struct Cell {
     pub requests: usize,
     /// What the server's limits predicted (`fits`, `queues`, `?`), from the run header.
     pub predicted: String,
-    /// What was measured: `ran together`, `queued`, `no overlap`, or `failed` (requests
+    /// What was measured: `ran together`, `queued`, `preempted`, `no overlap`, or `failed` (requests
     /// failed and none was seen waiting: the cell cannot say).
     pub measured: String,
 }
@@ -308,8 +310,11 @@ pub fn cells(samples: &[Sample], limits: &Limits, output: u32) -> Vec<Cell> {
                 .map(|s| s.wave.unwrap_or(s.rep))
                 .collect::<std::collections::BTreeSet<_>>()
                 .len();
+            let preempted = ss.iter().filter(|s| s.has(&Flag::Preempted)).count();
             let failed = ss.iter().filter(|s| s.status != Status::Ok).count();
-            let measured = if queued > 0 {
+            let measured = if preempted > 0 {
+                "preempted"
+            } else if queued > 0 {
                 "queued"
             } else if failed > 0 {
                 "failed"
@@ -329,6 +334,7 @@ pub fn cells(samples: &[Sample], limits: &Limits, output: u32) -> Vec<Cell> {
                 ttft_median_ms: median(&mut ttft),
                 ttft_worst_ms: ttft.iter().copied().reduce(f64::max),
                 queued,
+                preempted,
                 no_overlap_waves,
                 failed,
                 requests: ss.len(),
@@ -349,6 +355,12 @@ pub fn knee(row: &[&Cell]) -> Option<(u32, String)> {
             return Some((
                 a.concurrency,
                 format!("requests wait for a slot at {}", b.concurrency),
+            ));
+        }
+        if b.preempted > 0 {
+            return Some((
+                a.concurrency,
+                format!("requests are preempted at {}", b.concurrency),
             ));
         }
         let rate = |c: &Cell| {
@@ -441,7 +453,7 @@ pub fn map(
     let mispredicted = cells
         .iter()
         .filter_map(|c| {
-            let waited = c.queued > 0;
+            let waited = c.queued > 0 || c.preempted > 0;
             // A request that failed cannot show whether it (or one after it) waited.
             let miss = match c.predicted.as_str() {
                 "fits" => waited,
@@ -455,7 +467,7 @@ pub fn map(
                     c.concurrency,
                     c.predicted,
                     if waited {
-                        "queued"
+                        c.measured.as_str()
                     } else {
                         "no request waited"
                     }
@@ -527,7 +539,9 @@ pub fn map_tables(m: &CapacityMap) -> Vec<MapTable> {
         table(
             "predicted → measured (from the server's slots / KV pool; queued: requests that waited for another to finish)",
             &|x| {
-                let detail = if x.queued > 0 {
+                let detail = if x.preempted > 0 {
+                    format!(" ({} of {})", x.preempted, x.requests)
+                } else if x.queued > 0 {
                     format!(" ({} of {})", x.queued, x.requests)
                 } else if x.failed > 0 {
                     format!(" ({} of {})", x.failed, x.requests)
@@ -543,7 +557,7 @@ pub fn map_tables(m: &CapacityMap) -> Vec<MapTable> {
 /// The legend under the map, in words.
 pub fn map_legend(m: &CapacityMap) -> Vec<String> {
     let mut v = vec![
-        "measured: ran together (all c decoded at once), queued (some waited for a slot), no overlap (no common window long enough to time), failed (requests failed, so waiting cannot be told)".to_owned(),
+        "measured: ran together (all c decoded at once), queued (some waited for a slot), preempted (the server evicted some and recomputed them: SGLang retractions, vLLM preemptions), no overlap (no common window long enough to time), failed (requests failed, so waiting cannot be told)".to_owned(),
         m.knee_rule.clone(),
     ];
     for k in &m.knees {
@@ -610,6 +624,42 @@ mod tests {
     }
 
     #[test]
+    fn a_preempted_request_makes_its_cell_preempted_and_the_knee_stops_before_it() {
+        let sample = |c: u32, wave: u32, preempted: bool| {
+            let mut s = Sample {
+                context_tokens: 1024,
+                concurrency: Some(c),
+                wave: Some(wave),
+                ..Sample::default()
+            };
+            if preempted {
+                s.flags.push(Flag::Preempted);
+            }
+            s
+        };
+        let samples = vec![sample(1, 0, false), sample(2, 1, false), sample(2, 1, true)];
+        let limits = Limits {
+            slots: Some(4),
+            ..Limits::default()
+        };
+        let cells = cells(&samples, &limits, 128);
+        assert_eq!(cells.len(), 2);
+        assert_eq!(
+            (cells[0].preempted, cells[0].measured.as_str()),
+            (0, "ran together")
+        );
+        assert_eq!(
+            (cells[1].preempted, cells[1].measured.as_str()),
+            (1, "preempted")
+        );
+        assert_eq!(cells[1].predicted, "fits");
+        let refs: Vec<&Cell> = cells.iter().collect();
+        let k = knee(&refs).expect("a preemption ends the row");
+        assert_eq!(k.0, 1);
+        assert!(k.1.contains("preempted at 2"), "{}", k.1);
+    }
+
+    #[test]
     fn a_window_of_fewer_than_the_minimum_steps_reports_no_rate() {
         let w = analyse_wave(1000, &[req(0.0, 100.0, 10.0, 5), req(0.0, 110.0, 10.0, 5)]);
         assert!(w[0].window_ms.is_some());
@@ -657,6 +707,7 @@ mod tests {
             ttft_median_ms: None,
             ttft_worst_ms: None,
             queued,
+            preempted: 0,
             no_overlap_waves: 0,
             failed: 0,
             requests: c as usize,

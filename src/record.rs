@@ -221,6 +221,11 @@ string_enum! {
         /// Concurrent wave: the window where all requests decoded at once was too short to
         /// time, so no concurrent rate is reported.
         NoOverlap = "no_overlap",
+        /// Concurrent wave: the server preempted (SGLang: retracted) a request to make room
+        /// in its KV cache and recomputed it later — SGLang's `meta_info.num_retractions` of
+        /// this request, or vLLM's `vllm:num_preemptions_total` rising during the wave (which
+        /// cannot say which request, so every request of that wave is flagged).
+        Preempted = "preempted",
     }
 }
 

@@ -229,6 +229,19 @@ pub async fn run_grid(
     Ok(tally)
 }
 
+/// Flags every completed request of a wave as preempted when vLLM's preemption counter
+/// rose during it: the counter is server-wide, so it cannot say which request was redone.
+/// (`vllm:num_preemptions`, a Prometheus counter, in vllm/v1/metrics/loggers.py of 0.32.)
+fn flag_preemptions(samples: &mut [Sample], d: &std::collections::BTreeMap<String, f64>) {
+    if crate::metrics::sum(d, "vllm:num_preemptions_total").is_some_and(|n| n > 0.0) {
+        for s in samples.iter_mut().filter(|s| s.status == Status::Ok) {
+            if !s.has(&crate::record::Flag::Preempted) {
+                s.flags.push(crate::record::Flag::Preempted);
+            }
+        }
+    }
+}
+
 /// Predicted seconds left in the grid: a wave costs c requests' work. That is exact for a
 /// server that gains nothing from batching (compute-bound, as on CPU: the reference server's
 /// 1k–16k × 1,2,4,8 grid took 279 s where one request's cost per round of slots predicted
@@ -315,6 +328,8 @@ async fn measure_wave(
         true => flush(backend, settings).await,
         false => None,
     };
+    // /metrics around the wave: the only place vLLM shows a preemption.
+    let before = super::scrape(settings).await;
     let at = now();
     // One t0 for the wave: every prepared request is first polled (and written) right
     // after it; one that could not be prepared keeps its error and sends nothing.
@@ -354,6 +369,9 @@ async fn measure_wave(
         })
         .collect();
     apply_wave(&mut samples, analyse_wave(context, &times), c, wave);
+    if let (Some(b), Some(a)) = (before, super::scrape(settings).await) {
+        flag_preemptions(&mut samples, &crate::metrics::deltas(&b, &a));
+    }
     if let Some(s) = samples.first_mut() {
         note_flush(s, flushed);
     }
@@ -378,6 +396,32 @@ async fn prepare_all(
 mod tests {
     use super::*;
     use crate::costmodel::Observation;
+
+    #[test]
+    fn a_preemption_counted_during_a_wave_flags_its_completed_requests() {
+        let failed = Sample {
+            status: Status::Failed,
+            ..Sample::default()
+        };
+        let mut samples = vec![Sample::default(), Sample::default(), failed];
+        let d = |n: f64| {
+            std::collections::BTreeMap::from([("vllm:num_preemptions_total".to_owned(), n)])
+        };
+        flag_preemptions(&mut samples, &d(0.0));
+        assert!(samples.iter().all(|s| s.flags.is_empty()));
+        flag_preemptions(&mut samples, &d(1.0));
+        flag_preemptions(&mut samples, &d(1.0));
+        let flagged: Vec<usize> = samples
+            .iter()
+            .map(|s| {
+                s.flags
+                    .iter()
+                    .filter(|f| **f == crate::record::Flag::Preempted)
+                    .count()
+            })
+            .collect();
+        assert_eq!(flagged, vec![1, 1, 0]);
+    }
 
     #[test]
     fn a_grid_estimate_counts_each_wave_as_c_requests_work() {

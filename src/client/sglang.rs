@@ -228,6 +228,11 @@ impl EventReader for GenerateReader {
                 .map(str::to_owned);
             self.got.timings = meta_timings(meta, &self.got.counts);
             self.got.spec = meta_spec(meta);
+            // Retracted to free KV cache and recomputed later: its TTFT and decode include
+            // the redo, which the capacity map must show as a preemption, not as speed.
+            if get_u64(meta, "num_retractions").is_some_and(|n| n > 0) {
+                self.got.flags.push(crate::record::Flag::Preempted);
+            }
         }
         Ok(EventInfo {
             has_token,
@@ -395,6 +400,22 @@ mod tests {
 
     fn ev(data: &str) -> StreamEvent {
         StreamEvent::data(data)
+    }
+
+    #[test]
+    fn a_retracted_request_is_flagged_preempted_and_zero_retractions_are_not() {
+        // SGLang 0.5.23 sends `num_retractions` in every final meta_info (0 when none:
+        // tests/fixtures/recorded/sglang-0.5.23/generate_stream.json).
+        let last = |n: u32| {
+            let mut r = GenerateReader::default();
+            r.on_event(&ev(&format!(
+                r#"{{"text":"a","output_ids":[5],"meta_info":{{"id":"x","finish_reason":{{"type":"length","length":1}},"prompt_tokens":100,"completion_tokens":1,"cached_tokens":0,"num_retractions":{n}}}}}"#
+            )))
+            .unwrap();
+            r.got.flags
+        };
+        assert_eq!(last(2), vec![crate::record::Flag::Preempted]);
+        assert!(last(0).is_empty());
     }
 
     #[test]

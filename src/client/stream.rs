@@ -43,6 +43,8 @@ pub struct Gathered {
     pub spec: Option<SpecStats>,
     /// What was generated, as far as the protocol shows it.
     pub output: Generated,
+    /// Sample flags the stream itself shows (e.g. SGLang's retractions).
+    pub flags: Vec<crate::record::Flag>,
 }
 
 /// The generated output of one request, for output agreement and needle checks.
@@ -92,7 +94,7 @@ pub async fn generate_streamed<R: EventReader>(
         timings: g.timings,
         finish_reason: g.finish_reason,
         spec: g.spec,
-        flags: Vec::new(),
+        flags: g.flags,
         output: g.output,
     })
 }

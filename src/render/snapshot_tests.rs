@@ -515,7 +515,7 @@ fn capacity_plots_draw_a_line_per_context_the_knee_and_hollow_waiting_cells() {
         "\n1k\n",
         "\n4k\n",
         "\nall c ran together\n",
-        "\nqueued: some waited\n",
+        "\nqueued: some waited (or were preempted)\n",
         "\nno common window\n",
         "\nknee (last c that pays)\n",
     ] {

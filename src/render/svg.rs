@@ -575,7 +575,7 @@ impl CapMetric {
 enum CellMark {
     /// All c requests decoded together: filled circle.
     Together,
-    /// Some requests waited for a slot: hollow circle.
+    /// Some requests waited for a slot or were preempted (recomputed): hollow circle.
     Queued,
     /// No common decode window (too short to time): hollow square.
     NoOverlap,
@@ -584,7 +584,7 @@ enum CellMark {
 }
 
 fn cell_mark(c: &crate::capacity::Cell) -> CellMark {
-    if c.queued > 0 {
+    if c.queued > 0 || c.preempted > 0 {
         CellMark::Queued
     } else if c.failed > 0 {
         CellMark::Failed
@@ -795,7 +795,7 @@ fn capacity_plot(
         for m in &marks {
             let text = match m {
                 CellMark::Together => "all c ran together",
-                CellMark::Queued => "queued: some waited",
+                CellMark::Queued => "queued: some waited (or were preempted)",
                 CellMark::NoOverlap => "no common window",
                 CellMark::Failed => "requests failed",
             };
@@ -844,7 +844,7 @@ fn capacity_plot(
         root.present().map_err(perr)?;
     }
     let mut caption = format!(
-        "{}: x = concurrent requests c, one line per context; filled = all c requests decoded together, hollow circle = some requests waited for a slot, hollow square = no common decode window, cross = requests failed (incomplete cell); ringed = the knee",
+        "{}: x = concurrent requests c, one line per context; filled = all c requests decoded together, hollow circle = some requests waited for a slot or were preempted, hollow square = no common decode window, cross = requests failed (incomplete cell); ringed = the knee",
         metric.title()
     );
     if metric == CapMetric::Aggregate {
