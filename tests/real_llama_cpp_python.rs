@@ -459,3 +459,42 @@ fn real_llama_cpp_python_chat_behind_a_gateway_that_hides_the_tokenizer_counts_t
         "template tokens not counted: raw {raw_n}, chat {chat_n}"
     );
 }
+
+#[test]
+fn real_llama_cpp_python_ends_a_running_stream_when_another_arrives_and_the_error_names_the_flag() {
+    // llama-cpp-python serves one request at a time, and by default (`interrupt_requests`
+    // True, llama_cpp/server/settings.py) ends the running stream when another arrives:
+    // in a wave of 2, one request is cut short. The failure names the cause and the flag.
+    let grid = argv("--contexts 1k --concurrency 2 --reps 2 --wave-output-tokens 32");
+    let srv = RealServer::start(Family::LlamaCppPython, &[]);
+    let run = sweep(&srv.url(), &grid);
+    let l = read_lines(&run.out);
+    let failed: Vec<&Value> = l.samples.iter().filter(|s| s["status"] != "ok").collect();
+    assert!(
+        !failed.is_empty(),
+        "no request was cut short: {:?}",
+        l.samples
+    );
+    for s in &failed {
+        let msg = s["error"]["message"].as_str().unwrap_or("");
+        assert!(msg.contains("--interrupt_requests false"), "{s}");
+    }
+    drop(srv);
+
+    // With the flag, the second request of each wave waits for the first: kept, and
+    // flagged as having waited, not reported as a concurrent rate.
+    let srv = RealServer::start(Family::LlamaCppPython, &["--interrupt_requests", "false"]);
+    let run = sweep(&srv.url(), &grid);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let l = read_lines(&run.out);
+    assert_eq!(l.samples.len(), 2 * 2, "{:?}", l.samples);
+    assert!(l.samples.iter().all(|s| s["status"] == "ok"));
+    for wave in 0..2 {
+        let queued = l
+            .samples
+            .iter()
+            .filter(|s| s["concurrency"] == 2 && s["wave"] == wave && has_flag(s, "queued"))
+            .count();
+        assert_eq!(queued, 1, "wave {wave}: {:?}", l.samples);
+    }
+}
