@@ -232,3 +232,45 @@ fn real_sglang_401_names_the_key_not_another_servers_endpoint() {
     let written = std::fs::read_to_string(&out).unwrap();
     assert!(!written.contains("sk-ctxbench-secret") && !stderr.contains("sk-ctxbench-secret"));
 }
+
+#[test]
+fn real_sglang_kv_pool_predicts_which_capacity_cells_queue_and_the_server_agrees() {
+    // A KV pool of 10240 tokens holds two 4k requests (+128 output each), not four: the
+    // prediction from the probe's max_total_num_tokens says c=4 queues, and the server
+    // (which admits by its pool, retracting nothing here) makes two of four wait.
+    let srv = RealServer::start(Family::Sglang, &["--max-total-tokens", "10240"]);
+    let run = sweep(
+        &srv.url(),
+        &argv("--contexts 4k --concurrency 2,4 --reps 1"),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let l = read_lines(&run.out);
+    assert_eq!(
+        l.header["server"]["kv_pool_tokens"], 10240,
+        "{}",
+        l.header["server"]
+    );
+    assert!(
+        run.stderr.contains("4k    fits  queues") && run.stderr.contains("it holds 2 at once"),
+        "{}",
+        run.stderr
+    );
+    let at = |c: u64| -> Vec<&serde_json::Value> {
+        l.samples.iter().filter(|s| s["concurrency"] == c).collect()
+    };
+    assert_eq!((at(2).len(), at(4).len()), (2, 4));
+    for s in &l.samples {
+        assert_eq!(s["status"], "ok", "{s}");
+        assert_eq!(u(s, "prompt_tokens"), 4096, "{s}");
+        assert_eq!(s["cached_tokens"], 0, "not cold: {s}");
+    }
+    assert!(at(2).iter().all(|s| !has_flag(s, "queued")), "{:?}", at(2));
+    let queued = at(4).iter().filter(|s| has_flag(s, "queued")).count();
+    assert_eq!(queued, 2, "{:?}", at(4));
+    assert!(
+        run.stdout.contains("queues→queued (2 of 4)"),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("prediction missed"), "{}", run.stdout);
+}
