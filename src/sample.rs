@@ -408,7 +408,9 @@ pub fn metrics_cache_evidence(d: &std::collections::BTreeMap<String, f64>) -> Op
 /// A cold sample the response did not prove cold: a cache hit the server counted in
 /// `/metrics` makes it contaminated; no hit while every prompt token was looked up proves
 /// it cold (`cache_verified`).
-fn apply_cache_evidence(s: &mut Sample, d: &std::collections::BTreeMap<String, f64>) {
+/// Applies the server's prefix-cache counter deltas to a cold sample: any hit makes it
+/// contaminated; no hit over at least its prompt's tokens proves it cold.
+pub fn apply_cache_evidence(s: &mut Sample, d: &std::collections::BTreeMap<String, f64>) {
     let Some((hits, queries)) = metrics_cache_evidence(d) else {
         return;
     };

@@ -270,3 +270,36 @@ fn real_vllm_401_names_the_key() {
     let srv = RealServer::start(Family::Vllm, &["--api-key", "sk-ctxbench-secret"]);
     srv.assert_a_missing_key_is_named();
 }
+
+#[test]
+fn real_vllm_capacity_waves_are_proven_cold_by_the_metrics_around_each_wave() {
+    // vLLM's usage carries no cached-token count by default; one request at a time, the
+    // /metrics prefix-cache deltas prove each sample cold. A wave of c requests is proven
+    // cold the same way, from the counters scraped around the wave (before, every grid
+    // sample was left cache_unverified), and nothing was preempted.
+    let srv = RealServer::start(Family::Vllm, &[]);
+    let run = sweep(
+        &srv.url(),
+        &argv("--contexts 1k --concurrency 1,2 --reps 2"),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let l = read_lines(&run.out);
+    assert_eq!(l.samples.len(), 2 + 2 * 2, "{:?}", l.samples);
+    for s in &l.samples {
+        assert_eq!(s["status"], "ok", "{s}");
+        assert_eq!(s["cache_verified"], true, "{s}");
+        assert_eq!(s["cached_tokens"], 0, "{s}");
+        assert!(
+            !has_flag(s, "cache_unverified") && !has_flag(s, "preempted"),
+            "{s}"
+        );
+    }
+    assert!(
+        l.samples
+            .iter()
+            .filter(|s| s["concurrency"] == 2)
+            .all(|s| !has_flag(s, "queued")),
+        "{:?}",
+        l.samples
+    );
+}

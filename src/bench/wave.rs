@@ -370,7 +370,17 @@ async fn measure_wave(
         .collect();
     apply_wave(&mut samples, analyse_wave(context, &times), c, wave);
     if let (Some(b), Some(a)) = (before, super::scrape(settings).await) {
-        flag_preemptions(&mut samples, &crate::metrics::deltas(&b, &a));
+        let d = crate::metrics::deltas(&b, &a);
+        flag_preemptions(&mut samples, &d);
+        // The wave's prefix-cache counters: no hit among c prompts proves each cold; a hit
+        // cannot be placed, so every request of the wave is contaminated (a false alarm at
+        // worst, never a missed hit). Speculative and other deltas stay unattributed.
+        for s in samples
+            .iter_mut()
+            .filter(|s| s.status == Status::Ok && s.phase == Phase::Cold)
+        {
+            crate::sample::apply_cache_evidence(s, &d);
+        }
     }
     if let Some(s) = samples.first_mut() {
         note_flush(s, flushed);
@@ -421,6 +431,36 @@ mod tests {
             })
             .collect();
         assert_eq!(flagged, vec![1, 1, 0]);
+    }
+
+    #[test]
+    fn a_waves_cache_counters_prove_every_request_cold_or_contaminate_them_all() {
+        let unverified = || {
+            let mut s = Sample {
+                prompt_tokens: Some(1024),
+                ..Sample::default()
+            };
+            s.flags.push(crate::record::Flag::CacheUnverified);
+            s
+        };
+        let d = |hits: f64| {
+            std::collections::BTreeMap::from([
+                ("vllm:prefix_cache_hits_total".to_owned(), hits),
+                ("vllm:prefix_cache_queries_total".to_owned(), 2048.0),
+            ])
+        };
+        for (hits, cold) in [(0.0, true), (512.0, false)] {
+            let mut samples = vec![unverified(), unverified()];
+            for s in &mut samples {
+                crate::sample::apply_cache_evidence(s, &d(hits));
+            }
+            for s in &samples {
+                assert!(s.cache_verified, "{s:?}");
+                assert_eq!(s.contaminated, !cold, "{s:?}");
+                assert_eq!(s.cached_tokens, Some(hits as u64));
+                assert!(!s.has(&crate::record::Flag::CacheUnverified));
+            }
+        }
     }
 
     #[test]
