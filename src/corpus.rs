@@ -224,20 +224,28 @@ pub fn random_tokens(n_vocab: u64, len: usize, seed: u64) -> Vec<u32> {
 /// non-empty UTF-8 file (in the order [`Corpus::load`] reads them), so a large folder is
 /// not read twice.
 pub fn check_path(path: &Path) -> Result<(), CorpusError> {
-    let read_err = |p: &Path, e: std::io::Error| CorpusError::Read {
-        path: p.display().to_string(),
-        detail: e.to_string(),
-    };
-    let mut files = Vec::new();
-    collect_files(path, &mut files).map_err(|e| read_err(path, e))?;
-    files.sort();
-    for f in files {
+    for f in sorted_files(path)? {
         let bytes = std::fs::read(&f).map_err(|e| read_err(&f, e))?;
         if std::str::from_utf8(&bytes).is_ok_and(|s| !s.trim().is_empty()) {
             return Ok(());
         }
     }
     Err(empty_corpus(path))
+}
+
+fn read_err(p: &Path, e: std::io::Error) -> CorpusError {
+    CorpusError::Read {
+        path: p.display().to_string(),
+        detail: e.to_string(),
+    }
+}
+
+/// The file, or every regular file below the folder, in name order.
+fn sorted_files(path: &Path) -> Result<Vec<std::path::PathBuf>, CorpusError> {
+    let mut files = Vec::new();
+    collect_files(path, &mut files).map_err(|e| read_err(path, e))?;
+    files.sort();
+    Ok(files)
 }
 
 fn empty_corpus(path: &Path) -> CorpusError {
@@ -249,15 +257,8 @@ fn empty_corpus(path: &Path) -> CorpusError {
 
 /// Reads a file, or every regular file of a folder in name order (recursively), as UTF-8.
 fn read_texts(path: &Path) -> Result<Vec<String>, CorpusError> {
-    let read_err = |p: &Path, e: std::io::Error| CorpusError::Read {
-        path: p.display().to_string(),
-        detail: e.to_string(),
-    };
-    let mut files = Vec::new();
-    collect_files(path, &mut files).map_err(|e| read_err(path, e))?;
-    files.sort();
     let mut out = Vec::new();
-    for f in files {
+    for f in sorted_files(path)? {
         let bytes = std::fs::read(&f).map_err(|e| read_err(&f, e))?;
         // Binary files are skipped rather than fed to the tokenizer as mojibake.
         if let Ok(s) = String::from_utf8(bytes) {
