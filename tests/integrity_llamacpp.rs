@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
@@ -383,23 +383,11 @@ fn serve(
     nondeterministic: bool,
 ) -> std::io::Result<()> {
     let mut reader = BufReader::new(conn.try_clone()?);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let mut len = 0;
-    loop {
-        let mut h = String::new();
-        reader.read_line(&mut h)?;
-        if h == "\r\n" || h.is_empty() {
-            break;
-        }
-        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-            len = v.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0; len];
-    reader.read_exact(&mut body)?;
-    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+    let common::Request {
+        method: _,
+        path,
+        body: v,
+    } = common::read_json_request(&mut reader)?;
     let reply = |conn: &mut std::net::TcpStream, status: u16, ct: &str, b: String| {
         write!(
             conn,

@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -57,23 +57,11 @@ fn jitter(text: &str) -> Duration {
 fn serve(mut conn: TcpStream, st: &Mutex<State>) -> std::io::Result<()> {
     conn.set_nodelay(true)?;
     let mut reader = BufReader::new(conn.try_clone()?);
-    let mut line = String::new();
-    reader.read_line(&mut line)?;
-    let mut len = 0usize;
-    loop {
-        let mut h = String::new();
-        reader.read_line(&mut h)?;
-        if h == "\r\n" || h.is_empty() {
-            break;
-        }
-        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-            len = v.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0; len];
-    reader.read_exact(&mut body)?;
-    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+    let common::Request {
+        method: _,
+        path,
+        body,
+    } = common::read_json_request(&mut reader)?;
     let reply = |conn: &mut TcpStream, status: u16, v: Value| {
         let b = v.to_string();
         write!(

@@ -405,3 +405,38 @@ fn sweep_in(dir: tempfile::TempDir, file: &str, url: &str, args: &[&str]) -> Swe
         dir,
     }
 }
+
+/// One HTTP/1.1 request as a scripted server saw it.
+pub struct Request {
+    /// `GET`, `POST`, …
+    pub method: String,
+    /// The request path.
+    pub path: String,
+    /// The JSON body (`Null` when there is none or it is not JSON).
+    pub body: serde_json::Value,
+}
+
+/// Reads one HTTP/1.1 request from a scripted server's connection.
+pub fn read_json_request(reader: &mut impl std::io::BufRead) -> std::io::Result<Request> {
+    let mut line = String::new();
+    reader.read_line(&mut line)?;
+    let mut len = 0usize;
+    loop {
+        let mut h = String::new();
+        reader.read_line(&mut h)?;
+        if h == "\r\n" || h.is_empty() {
+            break;
+        }
+        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; len];
+    reader.read_exact(&mut body)?;
+    let mut words = line.split_whitespace();
+    Ok(Request {
+        method: words.next().unwrap_or("").to_owned(),
+        path: words.next().unwrap_or("").to_owned(),
+        body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+    })
+}
