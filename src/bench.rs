@@ -86,6 +86,9 @@ pub struct BenchSettings {
     pub decode_samples: u32,
     /// Needle checks after each context's speed samples (`--needle`).
     pub needle: Option<NeedleSettings>,
+    /// Where the nonce ends in what the server sees (tokens it adds in front, then the
+    /// nonce), known after the warmup; `None` without a nonce.
+    pub nonce_end: Option<u64>,
 }
 
 /// How the needle checks are made (see [`crate::needle`]).
@@ -112,6 +115,7 @@ impl BenchSettings {
             run_id: &self.run_id,
             tolerance: self.tolerance_for(context),
             output_tokens: self.output_tokens,
+            nonce_end: self.nonce_end,
         }
     }
 
@@ -178,15 +182,21 @@ pub async fn warmup(
 ) -> Result<Warmup, ClientError> {
     let prompt = builder.build(WARMUP_TOKENS, u64::MAX / 2);
     let sent = prompt.len() as u64;
-    let out = backend
-        .generate(&GenRequest {
-            prompt,
-            prepared: None,
-            max_tokens: 2,
-            cache_bypass: settings.cache_bypass,
-            timeouts: settings.timeouts_unmeasured(WARMUP_TOKENS),
-        })
-        .await?;
+    let req = GenRequest {
+        prompt,
+        prepared: None,
+        max_tokens: 2,
+        cache_bypass: settings.cache_bypass,
+        timeouts: settings.timeouts_unmeasured(WARMUP_TOKENS),
+    };
+    // Not measured: a connection the server broke is retried once on a fresh one.
+    let out = match backend.generate(&req).await {
+        Err(ClientError::Transport { .. }) => {
+            backend.http().renew();
+            backend.generate(&req).await?
+        }
+        other => other?,
+    };
     let reported = out.counts.prompt_tokens;
     Ok(Warmup {
         sent,
@@ -907,6 +917,7 @@ pub(crate) mod tests {
     /// Settings for unit tests: one fixed repetition, 33 output tokens.
     pub(crate) fn settings() -> BenchSettings {
         BenchSettings {
+            nonce_end: None,
             run_id: "r".into(),
             output_tokens: 33,
             policy: RepPolicy {

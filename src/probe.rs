@@ -43,11 +43,16 @@ pub async fn probe(
     let chosen: &dyn Family = match (requested, &detected) {
         (BackendKind::Auto, Some((f, _))) => *f,
         (BackendKind::Auto, None) => {
-            let status = s.get("/v1/models").await?.0;
+            // The server's own words first, ctxbench's guess after.
+            let (status, body) = s.get("/v1/models").await?;
+            let said = body
+                .map(|b| crate::client::http::error_message(&b.to_string()))
+                .filter(|m| !m.is_empty() && m != "(empty body)")
+                .map_or_else(String::new, |m| format!("{m} — "));
             return Err(ClientError::Http {
-                endpoint: "/props, /v1/models".into(),
+                endpoint: "/v1/models".into(),
                 status,
-                message: "the server answered neither llama.cpp's /props nor OpenAI's /v1/models; is --url the server's base URL (without /v1)? Otherwise pick --backend explicitly".into(),
+                message: format!("{said}the server answered neither llama.cpp's /props nor OpenAI's /v1/models with a model list; is --url the server's base URL (without /v1)? Otherwise pick --backend explicitly"),
             }
             .into());
         }
@@ -69,9 +74,9 @@ pub async fn probe(
             p.model = m.get("id").and_then(Value::as_str).map(str::to_owned);
         }
         p.n_vocab = m.pointer("/meta/n_vocab").and_then(Value::as_u64);
-        if let Some(n) = get_u64(&m, "max_model_len") {
+        if let Some((key, n)) = model_context(&m) {
             p.max_context = Some(n);
-            p.max_context_source = Some("/v1/models max_model_len".into());
+            p.max_context_source = Some(format!("/v1/models {key}"));
         }
     }
     if let Some((f, evidence)) = &detected {
@@ -87,6 +92,48 @@ pub async fn probe(
     }
     chosen.capabilities(&s, &mut p).await?;
     Ok(p)
+}
+
+/// The keys servers use for a model's context length in `/v1/models`, most specific first
+/// (vLLM `max_model_len`; LM Studio, SGLang forks and gateways `context_length` and the
+/// like; llama.cpp `meta.n_ctx_train` is the training length, not the served one).
+const CONTEXT_KEYS: &[&str] = &[
+    "max_model_len",
+    "context_length",
+    "max_context_length",
+    "context_window",
+    "max_context_len",
+    "max_seq_len",
+    "max_sequence_length",
+    "max_position_embeddings",
+    "max_input_tokens",
+];
+
+/// A model entry's context length and the key it was read from, looked for at the top
+/// level, then in `meta`/`metadata`/`model_info`/`limits` objects.
+fn model_context(m: &Value) -> Option<(String, u64)> {
+    let nests = ["", "meta", "metadata", "model_info", "limits", "info"];
+    for nest in nests {
+        let obj = if nest.is_empty() {
+            Some(m)
+        } else {
+            m.get(nest)
+        };
+        let Some(obj) = obj.filter(|o| o.is_object()) else {
+            continue;
+        };
+        for key in CONTEXT_KEYS {
+            if let Some(n) = get_u64(obj, key).filter(|n| *n > 0) {
+                let name = if nest.is_empty() {
+                    (*key).to_owned()
+                } else {
+                    format!("{nest}.{key}")
+                };
+                return Some((name, n));
+            }
+        }
+    }
+    None
 }
 
 /// The usage error of a `--backend` that does not fit the server, naming what it looks like.
@@ -472,7 +519,10 @@ mod tests {
             .get("/v1/models", models("someone"))
             .post("/tokenize", json!({"tokens": [3]}))
             .post("/detokenize", json!({"prompt": "hello world"}))
-            .post("/v1/completions", json!({"choices": [{"text": "x"}]}));
+            .post(
+                "/v1/completions",
+                json!({"choices": [{"text": "x"}], "usage": {"prompt_tokens": 2}}),
+            );
         let p = run(&c, BackendKind::Auto).unwrap();
         assert_eq!(p.backend, BackendKind::Openai);
         assert_eq!(p.server_kind, "openai-compatible");
@@ -508,11 +558,69 @@ mod tests {
             "no /v1/completions in the canned answers"
         );
         // Token ids taken but no tokenizer: no corpus ids are known, so text is calibrated.
-        let takes_ids = Canned::default()
-            .get("/v1/models", models("someone"))
-            .post("/v1/completions", json!({"choices": [{"text": "x"}]}));
+        let takes_ids = Canned::default().get("/v1/models", models("someone")).post(
+            "/v1/completions",
+            json!({"choices": [{"text": "x"}], "usage": {"prompt_tokens": 5}}),
+        );
         let q = run(&takes_ids, BackendKind::Auto).unwrap();
         assert!(!q.token_id_prompts && calibrated(&q), "{}", q.prompt_method);
+        assert_eq!(
+            q.token_id_test.as_deref(),
+            Some("4 token ids sent, usage.prompt_tokens 5: taken as ids")
+        );
+        assert!(q.notes.iter().any(|n| n.contains("takes token-id prompts")));
+        // Taking ids is what the server does with them: a list it counts as 9 tokens was
+        // read as text, and one answered without a count proves nothing.
+        for (usage, says) in [
+            (json!({"prompt_tokens": 9}), "not read as ids"),
+            (json!(null), "whether they were read as ids is unknown"),
+        ] {
+            let c = Canned::default()
+                .get("/v1/models", models("someone"))
+                .post("/tokenize", json!({"tokens": [3, 4, 5, 6]}))
+                .post("/detokenize", json!({"prompt": "hello world"}))
+                .post(
+                    "/v1/completions",
+                    json!({"choices": [{"text": "x"}], "usage": usage}),
+                );
+            let p = run(&c, BackendKind::Auto).unwrap();
+            assert!(!p.token_id_prompts, "{usage}");
+            assert!(p.prompt_method.starts_with("text of exact length"));
+            assert!(p.token_id_test.as_deref().unwrap().contains(says));
+        }
+    }
+
+    #[test]
+    fn max_context_is_read_wherever_v1_models_puts_it() {
+        for (entry, source) in [
+            (
+                json!({"id": "m", "max_model_len": 8192}),
+                "/v1/models max_model_len",
+            ),
+            (
+                json!({"id": "m", "context_length": 8192}),
+                "/v1/models context_length",
+            ),
+            (
+                json!({"id": "m", "max_context_length": 8192}),
+                "/v1/models max_context_length",
+            ),
+            (
+                json!({"id": "m", "context_window": 8192}),
+                "/v1/models context_window",
+            ),
+            (
+                json!({"id": "m", "meta": {"context_length": 8192}}),
+                "/v1/models meta.context_length",
+            ),
+        ] {
+            let c = Canned::default().get("/v1/models", json!({"data": [entry]}));
+            let p = run(&c, BackendKind::Auto).unwrap();
+            assert_eq!(p.max_context, Some(8192), "{source}");
+            assert_eq!(p.max_context_source.as_deref(), Some(source));
+        }
+        let none = Canned::default().get("/v1/models", json!({"data": [{"id": "m"}]}));
+        assert_eq!(run(&none, BackendKind::Auto).unwrap().max_context, None);
     }
 
     #[test]

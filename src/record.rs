@@ -179,8 +179,11 @@ impl Default for Method {
 string_enum! {
     /// A warning attached to a sample.
     Flag {
-        /// `cached_tokens > 0`: not a cold prefill.
+        /// Reuse past the nonce (`cached_tokens > nonce_end`): not a cold prefill.
         Contaminated = "contaminated",
+        /// `cached_tokens > 0` but no further than the nonce's end: only the start every
+        /// prompt shares (BOS, a template's prefix) came from the cache; the sample is cold.
+        CachedBeforeNonceEnd = "cached_before_nonce_end",
         /// The server reported no cached-token count.
         CacheUnverified = "cache_unverified",
         /// The server-reported prompt length is off the target.
@@ -579,6 +582,13 @@ pub struct ServerInfo {
     pub cached_missing_means_zero: bool,
     /// Capability notes, each naming the server flag that would enable what is missing.
     pub notes: Vec<String>,
+    /// Optional request fields the server refused, left out of every request (see notes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped_fields: Vec<String>,
+    /// What the token-id test request showed (`None`: not tested): ids sent and the
+    /// server's own count of them, or why they were refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_id_test: Option<String>,
 }
 
 /// A tokenizer endpoint pair of a generic OpenAI-compatible server.
@@ -807,7 +817,13 @@ pub struct Sample {
     pub cached_tokens: Option<u64>,
     /// The server reported a cached-token count, so cold prefill is proven.
     pub cache_verified: bool,
-    /// `cached_tokens > 0`: not a cold prefill; excluded from summaries.
+    /// Tokens the server saw up to the end of the nonce (BOS or a chat template's prefix,
+    /// then the nonce): a cached count no larger than this reused only the start every
+    /// prompt shares, so the rest was prefilled. `None`: no nonce (any cached token counts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonce_end: Option<u64>,
+    /// Reuse reached past the nonce (`cached_tokens > nonce_end`): not a cold prefill;
+    /// excluded from summaries.
     pub contaminated: bool,
     /// Client time to first generated token, from just before the request was written.
     pub ttft_ms: Option<f64>,

@@ -20,12 +20,31 @@ pub struct Target<'a> {
     pub tolerance: u64,
     /// Tokens asked for per request (fewer is flagged `short_output`).
     pub output_tokens: u32,
+    /// Where the nonce ends in what the server sees (see [`Sample::nonce_end`]).
+    pub nonce_end: Option<u64>,
+}
+
+/// Whether `cached` tokens served from a cache reach past the nonce: reuse of only the
+/// start every prompt shares (BOS, a chat template's prefix, part of the nonce) leaves the
+/// rest of the prompt prefilled, so it is no contamination.
+fn reused_past_nonce(cached: u64, nonce_end: Option<u64>) -> bool {
+    cached > nonce_end.unwrap_or(0)
+}
+
+/// Sets the cold verdict of a sample from its cached count.
+fn judge_cache(s: &mut Sample) {
+    s.cache_verified = s.cached_tokens.is_some();
+    s.contaminated = s
+        .cached_tokens
+        .is_some_and(|c| reused_past_nonce(c, s.nonce_end));
 }
 
 /// Flags shared by every method.
 fn flag_common(s: &mut Sample, expected_output: u64) {
     if s.contaminated {
         s.flags.push(Flag::Contaminated);
+    } else if s.cached_tokens.is_some_and(|c| c > 0) {
+        s.flags.push(Flag::CachedBeforeNonceEnd);
     }
     if !s.cache_verified {
         s.flags.push(Flag::CacheUnverified);
@@ -59,6 +78,7 @@ fn blank_sample(target: &Target<'_>, context: u64, rep: u32, sent: u64, at: Stri
         length_ok: None,
         cached_tokens: None,
         cache_verified: false,
+        nonce_end: target.nonce_end,
         contaminated: false,
         ttft_ms: None,
         prefill_tokens_per_s: None,
@@ -136,8 +156,7 @@ pub fn make_two_point_sample(
         (Some(x), Some(y)) => Some(x.max(y)),
         _ => None,
     };
-    s.cache_verified = s.cached_tokens.is_some();
-    s.contaminated = s.cached_tokens.is_some_and(|c| c > 0);
+    judge_cache(&mut s);
     s.output_tokens = Some(n_b);
     s.finish_reason = b.finish_reason.clone();
     s.e2e_ms = Some(t_b);
@@ -198,7 +217,8 @@ pub fn make_warm_sample(
     s.phase = Phase::Warm;
     s.contaminated = false;
     s.prefill_tokens_per_s = None;
-    s.flags.retain(|f| *f != Flag::Contaminated);
+    s.flags
+        .retain(|f| *f != Flag::Contaminated && *f != Flag::CachedBeforeNonceEnd);
     if let (Some(c), Some(p)) = (s.cached_tokens, s.prompt_tokens) {
         if c.saturating_mul(2) < p {
             s.flags.push(Flag::WarmPrefixNotReused);
@@ -227,8 +247,7 @@ pub fn make_sample(
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     s.prompt_tokens = out.counts.prompt_tokens;
     s.cached_tokens = out.counts.cached_tokens;
-    s.cache_verified = s.cached_tokens.is_some();
-    s.contaminated = s.cached_tokens.is_some_and(|c| c > 0);
+    judge_cache(&mut s);
     s.length_ok = s
         .prompt_tokens
         .map(|p| p.abs_diff(context) <= target.tolerance);
@@ -405,11 +424,9 @@ pub fn metrics_cache_evidence(d: &std::collections::BTreeMap<String, f64>) -> Op
     vllm.or_else(sglang)
 }
 
-/// A cold sample the response did not prove cold: a cache hit the server counted in
-/// `/metrics` makes it contaminated; no hit while every prompt token was looked up proves
-/// it cold (`cache_verified`).
-/// Applies the server's prefix-cache counter deltas to a cold sample: any hit makes it
-/// contaminated; no hit over at least its prompt's tokens proves it cold.
+/// Applies the server's prefix-cache counter deltas to a cold sample the response did not
+/// prove cold: a hit that reaches past the nonce makes it contaminated; no hit while every
+/// prompt token was looked up proves it cold (`cache_verified`).
 pub fn apply_cache_evidence(s: &mut Sample, d: &std::collections::BTreeMap<String, f64>) {
     let Some((hits, queries)) = metrics_cache_evidence(d) else {
         return;
@@ -419,15 +436,18 @@ pub fn apply_cache_evidence(s: &mut Sample, d: &std::collections::BTreeMap<Strin
             s.cached_tokens = Some(hits as u64);
         }
         s.cache_verified = true;
-        s.contaminated = true;
+        s.contaminated |= reused_past_nonce(hits as u64, s.nonce_end);
     } else if !s.cache_verified && s.prompt_tokens.is_some_and(|p| queries >= p as f64) {
         s.cached_tokens = Some(0);
         s.cache_verified = true;
     }
-    s.flags
-        .retain(|f| *f != Flag::CacheUnverified && *f != Flag::Contaminated);
+    s.flags.retain(|f| {
+        *f != Flag::CacheUnverified && *f != Flag::Contaminated && *f != Flag::CachedBeforeNonceEnd
+    });
     if s.contaminated {
         s.flags.insert(0, Flag::Contaminated);
+    } else if s.cached_tokens.is_some_and(|c| c > 0) {
+        s.flags.insert(0, Flag::CachedBeforeNonceEnd);
     }
     if !s.cache_verified {
         s.flags.push(Flag::CacheUnverified);
@@ -446,6 +466,7 @@ mod tests {
             run_id: "r",
             tolerance: 0,
             output_tokens: 33,
+            nonce_end: None,
         }
     }
 
@@ -809,6 +830,55 @@ mod tests {
         let s = target_sample(4096, Ok(o));
         assert!(!s.has(&Flag::ClientServerDisagree));
         assert!((decode_ratio(&s).unwrap() - 100.0 / 98.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_cached_count_up_to_the_nonce_end_is_cold_and_says_so() {
+        let with_nonce = |cached| {
+            let t = Target {
+                nonce_end: Some(9),
+                ..target()
+            };
+            make_sample(
+                &t,
+                4096,
+                0,
+                4096,
+                "t".into(),
+                Ok(outcome(Some(cached), 4096, 33, 33)),
+            )
+        };
+        // BOS and one nonce token from the cache (a gateway in front of llama-server).
+        let s = with_nonce(2);
+        assert!(!s.contaminated && s.usable() && s.cache_verified);
+        assert!(s.has(&Flag::CachedBeforeNonceEnd) && !s.has(&Flag::Contaminated));
+        assert_eq!(s.nonce_end, Some(9));
+        // Up to the nonce's last token: still nothing of the prompt's body reused.
+        assert!(with_nonce(9).usable());
+        // One token past it is reuse of the prompt itself.
+        let past = with_nonce(10);
+        assert!(past.contaminated && !past.usable() && past.has(&Flag::Contaminated));
+        assert!(!past.has(&Flag::CachedBeforeNonceEnd));
+        // Without a nonce any cached token is contamination, as before.
+        assert!(target_sample(4096, Ok(outcome(Some(1), 4096, 33, 33))).contaminated);
+        // The same rule for the server's /metrics counters.
+        let mut m = with_nonce(0);
+        let d = std::collections::BTreeMap::from([
+            ("vllm:prefix_cache_hits_total".to_owned(), 2.0),
+            ("vllm:prefix_cache_queries_total".to_owned(), 4096.0),
+        ]);
+        apply_cache_evidence(&mut m, &d);
+        assert!(
+            !m.contaminated && m.has(&Flag::CachedBeforeNonceEnd),
+            "{:?}",
+            m.flags
+        );
+        let d = std::collections::BTreeMap::from([
+            ("vllm:prefix_cache_hits_total".to_owned(), 16.0),
+            ("vllm:prefix_cache_queries_total".to_owned(), 4096.0),
+        ]);
+        apply_cache_evidence(&mut m, &d);
+        assert!(m.contaminated && m.has(&Flag::Contaminated));
     }
 
     #[test]

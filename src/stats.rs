@@ -177,11 +177,15 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
                 .filter(|s| s.phase != Phase::Warm)
                 .collect();
             let at = cold;
-            // A decode rate the server's own contradicts is not averaged in.
+            // A decode rate the server's own contradicts is not averaged in, nor one of an
+            // output that ended early.
             let decode_ok: Vec<&Sample> = ok
                 .iter()
                 .copied()
                 .filter(|s| !s.has(&Flag::ClientServerDisagree))
+                // An output that ended early (a server without EOS control) decoded fewer
+                // steps than asked: its rate is not comparable, so it is not counted.
+                .filter(|s| !s.has(&Flag::ShortOutput))
                 .collect();
             let server = |f: fn(&ServerTimings) -> Option<f64>| {
                 Spread::of(ok.iter().filter_map(|s| s.server.as_ref().and_then(f)))
@@ -258,6 +262,7 @@ mod tests {
             length_ok: Some(true),
             cached_tokens: Some(if contaminated { c - 1 } else { 0 }),
             cache_verified: true,
+            nonce_end: None,
             contaminated,
             ttft_ms: Some(ttft),
             prefill_tokens_per_s: Some(c as f64 / ttft * 1000.0),

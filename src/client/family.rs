@@ -227,6 +227,12 @@ pub struct ServerProfile {
     /// Capability notes, each naming the server flag that would enable what is missing.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Optional request fields the server refused, left out of every request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped_fields: Vec<String>,
+    /// What the token-id test request showed (ids sent, the server's count of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_id_test: Option<String>,
     /// The family the server was recognised as (`None`: no detector matched).
     #[serde(skip)]
     pub detected: Option<BackendKind>,
@@ -262,6 +268,8 @@ impl ServerProfile {
             completions_missing: false,
             endpoint: None,
             notes: Vec::new(),
+            dropped_fields: Vec::new(),
+            token_id_test: None,
             detected: None,
         }
     }

@@ -1,15 +1,24 @@
 //! HTTP plumbing shared by all protocols: one pooled client, the API key, error mapping.
+//!
+//! A connection that saw a 5xx answer or broke is never used again: the pool is renewed, so
+//! a server that resets its socket after a bug of its own (seen on a real server after a
+//! failed token-id test) cannot fail the next request. Requests that are not measured
+//! (probes, tokenizer calls, flushes, `/metrics`) are retried once on a fresh connection
+//! after a connection-level error; measured requests never are (they stay failed samples).
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::error::ClientError;
 
 /// An HTTP client bound to one server. The API key is never printed (see `Debug`).
 #[derive(Clone)]
 pub struct Http {
-    client: reqwest::Client,
+    /// Shared by every clone, so a renewal reaches all of them.
+    client: Arc<Mutex<reqwest::Client>>,
+    certs: Vec<reqwest::Certificate>,
     base: String,
     api_key: Option<String>,
 }
@@ -30,14 +39,10 @@ impl Http {
         api_key: Option<String>,
         ca_cert_pem: Option<&[u8]>,
     ) -> Result<Self, String> {
-        let mut b = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            // Nagle would delay small request writes; measure the server, not the socket.
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(30));
+        let mut certs = Vec::new();
         if let Some(pem) = ca_cert_pem {
             // from_pem accepts bytes it cannot use; a bundle read finds the real certificates.
-            let certs = reqwest::Certificate::from_pem_bundle(pem)
+            certs = reqwest::Certificate::from_pem_bundle(pem)
                 .map_err(|e| format!("--ca-cert is not a PEM certificate: {e}"))?;
             if certs.is_empty() {
                 return Err(
@@ -45,18 +50,45 @@ impl Http {
                         .to_owned(),
                 );
             }
-            for cert in certs {
-                b = b.add_root_certificate(cert);
-            }
         }
-        let client = b
-            .build()
-            .map_err(|e| format!("cannot build HTTP client: {e}"))?;
+        let client = build_client(&certs)?;
         Ok(Http {
-            client,
+            client: Arc::new(Mutex::new(client)),
+            certs,
             base: base_url.trim_end_matches('/').to_owned(),
             api_key: api_key.filter(|k| !k.is_empty()),
         })
+    }
+
+    /// Drops every pooled connection: the next request opens a new one. Called after a
+    /// 5xx answer or a broken connection, which may leave a socket the server will reset.
+    pub fn renew(&self) {
+        if let Ok(fresh) = build_client(&self.certs) {
+            if let Ok(mut c) = self.client.lock() {
+                *c = fresh;
+            }
+        }
+    }
+
+    fn client(&self) -> reqwest::Client {
+        // A poisoned lock still holds a usable client.
+        match self.client.lock() {
+            Ok(c) => c.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// Turns a non-2xx response into a typed error (2xx passes through); a 5xx renews the
+    /// pool, so the connection that carried it is not reused.
+    pub async fn check(
+        &self,
+        endpoint: &str,
+        resp: reqwest::Response,
+    ) -> Result<reqwest::Response, ClientError> {
+        if resp.status().is_server_error() {
+            self.renew();
+        }
+        check_status(endpoint, resp).await
     }
 
     /// The server's base URL, without a trailing slash.
@@ -67,7 +99,7 @@ impl Http {
     /// Starts a request to `path` with the API key attached.
     pub fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let rb = self
-            .client
+            .client()
             .request(method, format!("{}{}", self.base, path));
         match &self.api_key {
             Some(k) => rb.bearer_auth(k),
@@ -75,54 +107,83 @@ impl Http {
         }
     }
 
-    /// GET returning status and (if JSON) body; non-2xx is not an error here (probing).
+    /// GET returning status and (if JSON) body; non-2xx is not an error here (probing). A
+    /// non-JSON error body comes back as a JSON string, so its message can be shown. An
+    /// answer whose message speaks of keys or authentication is a refusal, whatever its
+    /// status. Retried once on a fresh connection after a connection-level error.
     pub async fn get_probe(
         &self,
         path: &str,
         timeout: Duration,
     ) -> Result<(u16, Option<Value>), ClientError> {
-        let resp = self
-            .request(reqwest::Method::GET, path)
-            .timeout(timeout)
-            .send()
-            .await
-            .map_err(|e| self.send_error(path, e, timeout))?;
-        let status = resp.status().as_u16();
-        if status == 401 || status == 403 {
+        self.once_more(|| async {
+            let resp = self
+                .request(reqwest::Method::GET, path)
+                .timeout(timeout)
+                .send()
+                .await
+                .map_err(|e| self.send_error(path, e, timeout))?;
+            let status = resp.status().as_u16();
+            if resp.status().is_server_error() {
+                self.renew();
+            }
             let text = resp.text().await.unwrap_or_default();
-            return Err(ClientError::Unauthorized {
-                endpoint: path.to_owned(),
-                status,
-                message: error_message(&text),
+            if status == 401 || status == 403 || (status >= 400 && is_auth_error(&text)) {
+                return Err(ClientError::Unauthorized {
+                    endpoint: path.to_owned(),
+                    status,
+                    message: error_message(&text),
+                });
+            }
+            let body = serde_json::from_str(&text).ok().or_else(|| {
+                (status >= 400 && !text.trim().is_empty()).then(|| json!(snippet(&text)))
             });
-        }
-        let text = resp.text().await.unwrap_or_default();
-        Ok((status, serde_json::from_str(&text).ok()))
+            Ok((status, body))
+        })
+        .await
     }
 
-    /// POST a JSON body and return the JSON answer; non-2xx becomes a typed error.
+    /// Runs a request that is not measured; after a connection-level failure (a reset, a
+    /// refused or dropped connection, not a timeout or an HTTP answer) renews the pool and
+    /// runs it once more.
+    async fn once_more<T, F, Fut>(&self, f: F) -> Result<T, ClientError>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        match f().await {
+            Err(ClientError::Transport { .. }) => {
+                self.renew();
+                f().await
+            }
+            other => other,
+        }
+    }
+
+    /// POST a JSON body and return the JSON answer; non-2xx becomes a typed error. Not for
+    /// measured requests: retried once after a connection-level error.
     pub async fn post_json(
         &self,
         path: &str,
         body: &Value,
         timeout: Duration,
     ) -> Result<Value, ClientError> {
-        let resp = self
-            .request(reqwest::Method::POST, path)
-            .timeout(timeout)
-            .json(body)
-            .send()
-            .await
-            .map_err(|e| self.send_error(path, e, timeout))?;
-        let resp = check_status(path, resp).await?;
-        let text = resp.text().await.map_err(|e| ClientError::Transport {
-            endpoint: path.to_owned(),
-            detail: e.to_string(),
-        })?;
-        serde_json::from_str(&text).map_err(|e| ClientError::Malformed {
-            endpoint: path.to_owned(),
-            detail: format!("not JSON ({e}): {}", snippet(&text)),
+        self.once_more(|| async {
+            let resp = self
+                .request(reqwest::Method::POST, path)
+                .timeout(timeout)
+                .json(body)
+                .send()
+                .await
+                .map_err(|e| self.send_error(path, e, timeout))?;
+            let resp = self.check(path, resp).await?;
+            let text = resp.text().await.map_err(|e| self.body_error(path, e))?;
+            serde_json::from_str(&text).map_err(|e| ClientError::Malformed {
+                endpoint: path.to_owned(),
+                detail: format!("not JSON ({e}): {}", snippet(&text)),
+            })
         })
+        .await
     }
 
     /// Whether anything answers HTTP at the base URL (any status counts as alive).
@@ -151,7 +212,7 @@ impl Http {
             .send()
             .await
             .map_err(|e| self.send_error(path, e, timeout))?;
-        let resp = check_status(path, resp).await?;
+        let resp = self.check(path, resp).await?;
         let headers = resp.headers().clone();
         let text = resp
             .text()
@@ -163,32 +224,42 @@ impl Http {
     /// POST without a body, for endpoints that answer plain text or nothing (flushes);
     /// non-2xx becomes a typed error, the body text is returned.
     pub async fn post_empty(&self, path: &str, timeout: Duration) -> Result<String, ClientError> {
-        let resp = self
-            .request(reqwest::Method::POST, path)
-            .timeout(timeout)
-            .send()
-            .await
-            .map_err(|e| self.send_error(path, e, timeout))?;
-        let resp = check_status(path, resp).await?;
-        resp.text().await.map_err(|e| ClientError::Transport {
-            endpoint: path.to_owned(),
-            detail: e.to_string(),
-        })
+        self.text_of(reqwest::Method::POST, path, timeout).await
     }
 
     /// GET returning the body text of a 2xx answer (Prometheus `/metrics`).
     pub async fn get_text(&self, path: &str, timeout: Duration) -> Result<String, ClientError> {
-        let resp = self
-            .request(reqwest::Method::GET, path)
-            .timeout(timeout)
-            .send()
-            .await
-            .map_err(|e| self.send_error(path, e, timeout))?;
-        let resp = check_status(path, resp).await?;
-        resp.text().await.map_err(|e| ClientError::Transport {
-            endpoint: path.to_owned(),
-            detail: e.to_string(),
+        self.text_of(reqwest::Method::GET, path, timeout).await
+    }
+
+    /// A bodiless request that is not measured, its 2xx body as text; retried once after a
+    /// connection-level error.
+    async fn text_of(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<String, ClientError> {
+        self.once_more(|| async {
+            let resp = self
+                .request(method.clone(), path)
+                .timeout(timeout)
+                .send()
+                .await
+                .map_err(|e| self.send_error(path, e, timeout))?;
+            let resp = self.check(path, resp).await?;
+            resp.text().await.map_err(|e| self.body_error(path, e))
         })
+        .await
+    }
+
+    /// A body that broke off mid-read: the connection is not reused.
+    pub fn body_error(&self, path: &str, e: reqwest::Error) -> ClientError {
+        self.renew();
+        ClientError::Transport {
+            endpoint: path.to_owned(),
+            detail: root_cause(&e),
+        }
     }
 
     /// Maps a failure to send (before any response) to a typed error.
@@ -199,6 +270,7 @@ impl Http {
                 after: timeout,
             }
         } else if e.is_connect() {
+            self.renew();
             let mut detail = root_cause(&e);
             if detail.to_lowercase().contains("certificate") {
                 detail.push_str(" (for a private certificate authority, pass --ca-cert FILE)");
@@ -210,12 +282,26 @@ impl Http {
                 detail,
             }
         } else {
+            self.renew();
             ClientError::Transport {
                 endpoint: path.to_owned(),
                 detail: root_cause(&e),
             }
         }
     }
+}
+
+fn build_client(certs: &[reqwest::Certificate]) -> Result<reqwest::Client, String> {
+    let mut b = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        // Nagle would delay small request writes; measure the server, not the socket.
+        .tcp_nodelay(true)
+        .pool_idle_timeout(Duration::from_secs(30));
+    for cert in certs {
+        b = b.add_root_certificate(cert.clone());
+    }
+    b.build()
+        .map_err(|e| format!("cannot build HTTP client: {e}"))
 }
 
 /// The innermost cause of an error, which is what a user can act on.
@@ -244,7 +330,7 @@ pub async fn check_status(
 pub fn status_error(endpoint: &str, status: u16, body: &str) -> ClientError {
     let message = error_message(body);
     let endpoint = endpoint.to_owned();
-    if status == 401 || status == 403 {
+    if status == 401 || status == 403 || is_auth_error(body) {
         return ClientError::Unauthorized {
             endpoint,
             status,
@@ -263,6 +349,25 @@ pub fn status_error(endpoint: &str, status: u16, body: &str) -> ClientError {
         status,
         message,
     }
+}
+
+/// True when an error body speaks of a key or authentication, in any server's wording:
+/// gateways refuse a wrong key with 400 or 500 as well as 401 (the LiteLLM proxy answers a
+/// wrong key with HTTP 400 and an error of type `auth_error`).
+pub fn is_auth_error(body: &str) -> bool {
+    const MARKERS: [&str; 9] = [
+        "auth_error",
+        "authentication",
+        "unauthorized",
+        "invalid api key",
+        "incorrect api key",
+        "invalid_api_key",
+        "api key",
+        "api_key",
+        "no connected db",
+    ];
+    let lower = body.to_lowercase();
+    MARKERS.iter().any(|m| lower.contains(m))
 }
 
 /// True when an error body says the prompt is too long, in any server's wording.
@@ -345,6 +450,41 @@ mod tests {
         assert!(matches!(
             status_error("/x", 401, "{}"),
             ClientError::Unauthorized { .. }
+        ));
+    }
+
+    #[test]
+    fn a_key_refused_with_any_status_is_a_key_problem_in_the_servers_words() {
+        // The LiteLLM proxy's answer to a wrong key.
+        let litellm = r#"{"error":{"message":"No connected db.","type":"auth_error","param":"None","code":"400"}}"#;
+        match status_error("/v1/models", 400, litellm) {
+            ClientError::Unauthorized {
+                status: 400,
+                message,
+                ..
+            } => assert_eq!(message, "No connected db."),
+            other => panic!("{other:?}"),
+        }
+        let e = status_error("/v1/completions", 400, litellm).to_string();
+        assert!(
+            e.find("No connected db.") < e.find("CTXBENCH_API_KEY"),
+            "the server's words first: {e}"
+        );
+        assert!(matches!(
+            status_error(
+                "/v1/completions",
+                500,
+                r#"{"error":"Invalid API key provided"}"#
+            ),
+            ClientError::Unauthorized { .. }
+        ));
+        assert!(matches!(
+            status_error(
+                "/v1/completions",
+                422,
+                r#"{"detail":"Unexpected fields in the request: {'ignore_eos'}"}"#
+            ),
+            ClientError::Http { status: 422, .. }
         ));
     }
 }

@@ -173,6 +173,12 @@ pub trait Backend: Send + Sync {
             hint: format!("not implemented for the {} protocol", self.kind().as_str()),
         })
     }
+    /// Settles the request's optional fields with the server before anything is measured:
+    /// fields it refuses are left out of every later request (see [`Negotiated`]). The
+    /// default: nothing to negotiate (the protocol's fields are all known to its server).
+    async fn negotiate(&self) -> Result<Negotiated, ClientError> {
+        Ok(Negotiated::default())
+    }
     /// What the backend learned while running that the run header should say (e.g. where
     /// counts came from). The default: nothing.
     fn notes(&self) -> Vec<String> {
@@ -188,6 +194,15 @@ pub trait Backend: Send + Sync {
             ),
         })
     }
+}
+
+/// What negotiating the optional request fields settled.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Negotiated {
+    /// Fields left out of every request because the server refused them (`ignore_eos`, …).
+    pub dropped: Vec<String>,
+    /// One note per change, with the server's own words and what it costs.
+    pub notes: Vec<String>,
 }
 
 /// Reads an optional unsigned count from a JSON object.

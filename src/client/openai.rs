@@ -80,8 +80,13 @@ impl super::Family for Family {
             return Ok(());
         }
         let tokenizer = find_tokenizer(s, p.model.as_deref()).await;
-        let completions = completions_answer(s, p.model.as_deref(), tokenizer.as_ref()).await;
+        let (completions, test) =
+            completions_answer(s, p.model.as_deref(), tokenizer.as_ref()).await;
         p.completions_missing = completions == Completions::Missing;
+        p.token_id_test = Some(test);
+        if completions == Completions::TakesTokenIds && tokenizer.is_none() {
+            p.notes.push("the server takes token-id prompts, but no tokenizer endpoint answered, so the corpus cannot be turned into this model's ids: lengths are calibrated on text (a gateway hides its upstream's tokenizer)".into());
+        }
         if let Some(t) = &tokenizer {
             p.tokenize = Some(t.dialect);
             p.tokenizer = Some(t.clone());
@@ -334,14 +339,19 @@ enum Completions {
     Missing,
 }
 
-/// Whether `/v1/completions` exists and takes a token-id prompt: one test request of one
-/// generated token (ids of "hello world" when a tokenizer was found, else a small id list).
+/// Whether `/v1/completions` exists and takes a token-id prompt, with what the test showed:
+/// one request of one generated token (ids of "hello world" when a tokenizer was found, else
+/// a small id list). Taking ids is decided by what the server does with them: its
+/// `usage.prompt_tokens` must count the ids sent (plus at most two tokens of its own, BOS),
+/// so a gateway that passes ids through is recognised and a server that reads the list as
+/// text is not. Any failure of the test (a refusal, a 5xx, a reset, a timeout) means "not
+/// taken" and the run goes on with text prompts.
 async fn completions_answer(
     s: &Server<'_>,
     model: Option<&str>,
     tok: Option<&TextTokenizer>,
-) -> Completions {
-    let mut ids: Vec<u32> = vec![1, 2, 3];
+) -> (Completions, String) {
+    let mut ids: Vec<u32> = vec![100, 200, 300, 400];
     if let Some(t) = tok {
         if let Ok(v) = s
             .post(
@@ -351,31 +361,69 @@ async fn completions_answer(
             .await
         {
             if let Ok(x) = super::llamacpp::parse_token_list(&t.tokenize_path, &v) {
-                ids = x;
+                if !x.is_empty() {
+                    ids = x;
+                }
             }
         }
     }
-    let mut body = json!({"prompt": ids, "max_tokens": 1, "temperature": 0});
+    let n = ids.len() as u64;
+    let mut body = json!({"prompt": ids, "max_tokens": 1});
     if let Some(m) = model {
         body["model"] = json!(m);
     }
     match s.post(COMPLETIONS, &body).await {
-        Ok(v) if v.get("choices").is_some() => Completions::TakesTokenIds,
+        Ok(v) if v.get("choices").is_some() => {
+            match v.get("usage").and_then(|u| get_u64(u, "prompt_tokens")) {
+                Some(c) if (n..=n + 2).contains(&c) => (
+                    Completions::TakesTokenIds,
+                    format!("{n} token ids sent, usage.prompt_tokens {c}: taken as ids"),
+                ),
+                Some(c) => (
+                    Completions::RefusesTokenIds,
+                    format!("{n} token ids sent, usage.prompt_tokens {c}: not read as ids"),
+                ),
+                None => (
+                    Completions::RefusesTokenIds,
+                    format!("{n} token ids sent, answered without usage.prompt_tokens: whether they were read as ids is unknown"),
+                ),
+            }
+        }
+        Ok(_) => (
+            Completions::RefusesTokenIds,
+            "a token-id prompt was answered without choices".to_owned(),
+        ),
         Err(ClientError::Http {
             status: 404 | 405, ..
-        }) => Completions::Missing,
-        _ => Completions::RefusesTokenIds,
+        }) => (
+            Completions::Missing,
+            "POST /v1/completions answered 404".to_owned(),
+        ),
+        Err(e) => (
+            Completions::RefusesTokenIds,
+            format!(
+                "a token-id prompt was refused: {}",
+                super::http::snippet(&e.to_string())
+            ),
+        ),
     }
 }
 
 /// Fields of a streamed generation request.
 impl OpenAi {
     fn body(&self, req: &GenRequest, text: Option<&str>) -> Map<String, Value> {
+        let prompt = text.map_or_else(|| json!(req.prompt), |t| json!(t));
+        self.body_of(prompt, req.max_tokens, req.cache_bypass)
+    }
+
+    /// A streamed request for `prompt` with every optional field the server has not
+    /// refused.
+    fn body_of(&self, prompt: Value, max_tokens: u32, cache_bypass: bool) -> Map<String, Value> {
+        let dialect = self.dialect();
         let mut body = Map::new();
         if let Some(m) = &self.model {
             body.insert("model".into(), json!(m));
         }
-        let prompt = text.map_or_else(|| json!(req.prompt), |t| json!(t));
         if self.chat {
             body.insert(
                 "messages".into(),
@@ -384,17 +432,24 @@ impl OpenAi {
         } else {
             body.insert("prompt".into(), prompt);
         }
-        body.insert("max_tokens".into(), json!(req.max_tokens));
+        body.insert(dialect.max_tokens_field().into(), json!(max_tokens));
         body.insert("temperature".into(), json!(0));
         body.insert("ignore_eos".into(), json!(true));
         body.insert("stream".into(), json!(true));
         body.insert("stream_options".into(), json!({"include_usage": true}));
-        if req.cache_bypass {
+        if cache_bypass {
             if let Some((k, v)) = &self.cache_bypass_field {
                 body.insert(k.clone(), v.clone());
             }
         }
+        for f in &dialect.dropped {
+            body.remove(f);
+        }
         body
+    }
+
+    fn dialect(&self) -> Dialect {
+        self.dialect.lock().map(|d| d.clone()).unwrap_or_default()
     }
 
     /// The non-streamed form of a body (vLLM answers 400 to stream_options without stream).
@@ -431,7 +486,41 @@ pub struct OpenAi {
     /// The server's own flush, when the probe recognised SGLang or vLLM behind this
     /// protocol (the cache is the server's, whichever API fills it).
     pub flush_with: Option<BackendKind>,
+    /// The optional fields settled by [`Backend::negotiate`].
+    dialect: Mutex<Dialect>,
 }
+
+/// The optional request fields a server refused, settled before anything is measured.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Dialect {
+    /// Fields left out of every request.
+    dropped: Vec<String>,
+    /// `max_completion_tokens` instead of `max_tokens` (newer OpenAI servers).
+    max_completion_tokens: bool,
+}
+
+impl Dialect {
+    fn max_tokens_field(&self) -> &'static str {
+        if self.max_completion_tokens {
+            "max_completion_tokens"
+        } else {
+            "max_tokens"
+        }
+    }
+}
+
+/// The optional fields ctxbench sends on the OpenAI protocol, in the order they are given
+/// up when a server refuses a body without naming a field, and what each one's absence
+/// costs (said in the run header).
+const OPTIONAL_FIELDS: &[(&str, &str)] = &[
+    ("ignore_eos", "no EOS control: an output that ends early is flagged short_output and its decode rate is not counted"),
+    ("stream_options", "streams may carry no usage: counts then come from a non-streamed repeat of each prompt (flag prompt_tokens_from_repeat)"),
+    ("cache_prompt", "no per-request cache bypass: cold prefill rests on the nonce at token 0 and the server's cached-token counts"),
+    ("temperature", "the server's default sampling: outputs may differ between repetitions (greedy decoding not asked for)"),
+];
+
+/// The test requests negotiation may send before it gives up.
+const NEGOTIATION_ROUNDS: usize = 8;
 
 impl OpenAi {
     /// A backend for `http`; `cache_bypass_field` is sent when a request asks for no reuse.
@@ -453,6 +542,78 @@ impl OpenAi {
             nonce_tokens: 0,
             notes: Mutex::new(Vec::new()),
             flush_with: None,
+            dialect: Mutex::new(Dialect::default()),
+        }
+    }
+
+    /// One unmeasured test request (streamed when `streamed`, as measured ones are) of two
+    /// tokens for a short text prompt, with the current dialect.
+    async fn try_dialect(&self, streamed: bool) -> Result<(), ClientError> {
+        let body = self.body_of(json!("Hello"), 2, true);
+        let timeout = Duration::from_secs(120);
+        if streamed {
+            let timeouts = super::Timeouts {
+                request: timeout,
+                stall: timeout,
+            };
+            let body = Value::Object(body);
+            let send = || {
+                generate_streamed(
+                    &self.http,
+                    Framing::Sse,
+                    self.path(),
+                    &body,
+                    timeouts,
+                    self.reader(),
+                )
+            };
+            // Not measured: a broken connection is retried once on a fresh one.
+            match send().await {
+                Err(ClientError::Transport { .. }) => send().await.map(|_| ()),
+                other => other.map(|_| ()),
+            }
+        } else {
+            self.http
+                .post_json(self.path(), &Self::unstreamed(body, Some(2)), timeout)
+                .await
+                .map(|_| ())
+        }
+    }
+
+    /// How to change the dialect after `message` refused a body: drop the optional fields
+    /// it names, switch to `max_completion_tokens` if it names `max_tokens`, or else drop
+    /// every optional field still sent. `None`: nothing left to change.
+    fn next_dialect(&self, message: &str) -> Option<(Dialect, Vec<&'static str>)> {
+        let mut d = self.dialect();
+        let sent = |f: &str| !d.dropped.iter().any(|x| x == f);
+        let named: Vec<&'static str> = OPTIONAL_FIELDS
+            .iter()
+            .map(|(f, _)| *f)
+            .filter(|f| sent(f) && message.contains(f))
+            .collect();
+        if !named.is_empty() {
+            d.dropped.extend(named.iter().map(|f| f.to_string()));
+            return Some((d, named));
+        }
+        if !d.max_completion_tokens && message.contains("max_tokens") {
+            d.max_completion_tokens = true;
+            return Some((d, vec!["max_tokens"]));
+        }
+        let rest: Vec<&'static str> = OPTIONAL_FIELDS
+            .iter()
+            .map(|(f, _)| *f)
+            .filter(|f| sent(f))
+            .collect();
+        if rest.is_empty() {
+            return None;
+        }
+        d.dropped.extend(rest.iter().map(|f| f.to_string()));
+        Some((d, rest))
+    }
+
+    fn set_dialect(&self, d: Dialect) {
+        if let Ok(mut cur) = self.dialect.lock() {
+            *cur = d;
         }
     }
 
@@ -604,6 +765,13 @@ impl EventReader for CompletionsReader {
         self.got
     }
 
+    /// A stream that ends right after its finish reason, with no `[DONE]` (Hugging Face
+    /// `transformers serve`), is complete; its counts are fetched as for a stream without
+    /// usage.
+    fn complete_at_eof(&self) -> bool {
+        self.got.finish_reason.is_some()
+    }
+
     fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
         if let Some(mut done) = super::stream::done_sentinel(ev) {
             // A stream without usage (llama-cpp-python) is complete when `[DONE]` follows
@@ -654,7 +822,9 @@ impl EventReader for CompletionsReader {
                 self.got.output.text.push_str(t);
             }
         }
-        let usage = v.get("usage").filter(|u| u.is_object());
+        // Usage of all zeros is no usage (the LiteLLM proxy sends it on streams without
+        // stream_options): counts are then found another way, never read as 0 tokens.
+        let usage = v.get("usage").filter(|u| u.is_object() && !zero_usage(u));
         let running = usage.and_then(|u| get_u64(u, "completion_tokens"));
         let has_token = match (choice, running) {
             (Some(_), Some(n)) if n > self.completion_seen => {
@@ -704,6 +874,13 @@ impl EventReader for CompletionsReader {
             ends_stream: false,
         })
     }
+}
+
+/// Whether a usage record counts nothing at all (every count zero or absent).
+fn zero_usage(u: &Value) -> bool {
+    ["prompt_tokens", "completion_tokens", "total_tokens"]
+        .iter()
+        .all(|k| get_u64(u, k).unwrap_or(0) == 0)
 }
 
 /// Speculative counts from `usage.completion_tokens_details` (accepted and rejected
@@ -822,6 +999,55 @@ impl Backend for OpenAi {
             req.prepared = self.prompt_text(req).await?;
         }
         Ok(())
+    }
+
+    /// Sends one short streamed and one non-streamed test request with every optional field;
+    /// a 400/422 (or a 5xx naming a field) leads to a new try without the fields the answer
+    /// names (or, if it names none, without every optional field). A refusal that no
+    /// change cures is returned as it is. Fields that were given up are named, with the
+    /// server's words and their cost, in the notes.
+    async fn negotiate(&self) -> Result<super::Negotiated, ClientError> {
+        let mut out = super::Negotiated::default();
+        for streamed in [true, false] {
+            for _ in 0..NEGOTIATION_ROUNDS {
+                let err = match self.try_dialect(streamed).await {
+                    Ok(()) => break,
+                    Err(e) => e,
+                };
+                let (status, message) = match &err {
+                    ClientError::Http {
+                        status, message, ..
+                    } => (*status, message.clone()),
+                    _ => return Err(err),
+                };
+                let refusal = matches!(status, 400 | 422)
+                    || OPTIONAL_FIELDS.iter().any(|(f, _)| message.contains(f));
+                let Some((d, changed)) = refusal.then(|| self.next_dialect(&message)).flatten()
+                else {
+                    return Err(err);
+                };
+                self.set_dialect(d);
+                for f in changed {
+                    let cost = OPTIONAL_FIELDS
+                        .iter()
+                        .find(|(x, _)| *x == f)
+                        .map_or("none: max_completion_tokens is sent instead", |(_, c)| *c);
+                    if f != "max_tokens" {
+                        out.dropped.push(f.to_owned());
+                    }
+                    out.notes.push(format!(
+                        "the server refused a request carrying {f} (HTTP {status}: {}); requests go without it. Cost: {cost}",
+                        super::http::snippet(&message)
+                    ));
+                }
+            }
+        }
+        let d = self.dialect();
+        if d.max_completion_tokens {
+            out.dropped
+                .push("max_tokens (max_completion_tokens sent)".to_owned());
+        }
+        Ok(out)
     }
 
     async fn generate_once(&self, req: &GenRequest) -> Result<OnceOutcome, ClientError> {
@@ -987,6 +1213,66 @@ mod tests {
         let mut cut = CompletionsReader::default();
         cut.on_event(&ev(r#"{"choices":[{"text":"a"}]}"#)).unwrap();
         assert!(!cut.on_event(&ev("[DONE]")).unwrap().is_final);
+    }
+
+    #[test]
+    fn usage_of_all_zeros_is_no_usage_and_eof_after_the_finish_reason_completes_a_stream() {
+        // LiteLLM without stream_options: a final chunk whose usage counts nothing.
+        let mut r = CompletionsReader::default();
+        r.on_event(&ev(
+            r#"{"choices":[{"index":0,"text":"a","finish_reason":"length"}]}"#,
+        ))
+        .unwrap();
+        let z = r
+            .on_event(&ev(r#"{"choices":[],"usage":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0}}"#))
+            .unwrap();
+        assert!(!z.is_final, "zeros are not counts");
+        assert_eq!(r.got.counts.prompt_tokens, None);
+        // transformers serve: no [DONE]; the finish reason makes what arrived complete.
+        assert!(r.complete_at_eof());
+        let cut = CompletionsReader::default();
+        assert!(!cut.complete_at_eof(), "no finish reason: truncated");
+    }
+
+    #[test]
+    fn negotiation_drops_named_fields_then_everything_optional() {
+        let o = OpenAi::new(
+            Http::new("http://127.0.0.1:9", None, None).unwrap(),
+            None,
+            None,
+            None,
+        );
+        let (d, changed) = o
+            .next_dialect("Unexpected fields in the request: {'ignore_eos'}")
+            .unwrap();
+        assert_eq!(changed, vec!["ignore_eos"]);
+        o.set_dialect(d);
+        let b = o.body_of(json!("x"), 2, true);
+        assert!(b.get("ignore_eos").is_none() && b.get("stream_options").is_some());
+        let (d, changed) = o
+            .next_dialect("Unsupported parameter: 'max_tokens'")
+            .unwrap();
+        assert_eq!(changed, vec!["max_tokens"]);
+        o.set_dialect(d);
+        let b = o.body_of(json!("x"), 2, true);
+        assert_eq!(b.get("max_completion_tokens"), Some(&json!(2)));
+        assert!(b.get("max_tokens").is_none());
+        // A refusal that names nothing: every optional field still sent goes.
+        let (d, changed) = o.next_dialect("Bad Request").unwrap();
+        assert_eq!(
+            changed,
+            vec!["stream_options", "cache_prompt", "temperature"]
+        );
+        o.set_dialect(d);
+        let b = o.body_of(json!("x"), 2, true);
+        for f in ["ignore_eos", "stream_options", "temperature"] {
+            assert!(b.get(f).is_none(), "{f}");
+        }
+        assert_eq!(b.get("stream"), Some(&json!(true)), "not optional");
+        assert!(
+            o.next_dialect("Bad Request").is_none(),
+            "nothing left to drop"
+        );
     }
 
     #[test]

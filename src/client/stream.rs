@@ -71,6 +71,12 @@ pub trait EventReader: Send {
     fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError>;
     /// What the events said, once the answer is over.
     fn gathered(self) -> Gathered;
+    /// The body ended (EOF) without a final record: whether what arrived is nonetheless a
+    /// complete answer (a server that ends its stream after the finish reason with no
+    /// `[DONE]` and no usage). By default, no.
+    fn complete_at_eof(&self) -> bool {
+        false
+    }
 }
 
 /// POSTs `body` to `endpoint`, drives the streamed answer through `reader` and times it.
@@ -83,10 +89,7 @@ pub async fn generate_streamed<R: EventReader>(
     mut reader: R,
 ) -> Result<GenOutcome, ClientError> {
     let rb = http.request(reqwest::Method::POST, endpoint).json(body);
-    let stream = drive_stream(framing, endpoint, http, rb, timeouts, |ev| {
-        reader.on_event(ev)
-    })
-    .await?;
+    let stream = drive_stream(framing, endpoint, http, rb, timeouts, &mut reader).await?;
     let g = reader.gathered();
     Ok(GenOutcome {
         stream,
@@ -212,17 +215,14 @@ impl Parser {
 }
 
 /// Sends `rb` and drives its streamed body, cut by `framing`, to the end.
-pub async fn drive_stream<F>(
+pub async fn drive_stream<R: EventReader>(
     framing: Framing,
     endpoint: &str,
     http: &Http,
     rb: reqwest::RequestBuilder,
     timeouts: Timeouts,
-    mut on_event: F,
-) -> Result<StreamStats, ClientError>
-where
-    F: FnMut(&StreamEvent) -> Result<EventInfo, ClientError>,
-{
+    reader: &mut R,
+) -> Result<StreamStats, ClientError> {
     let t_sent = Instant::now();
     let deadline = t_sent + timeouts.request;
     let resp = match tokio::time::timeout_at(deadline.into(), rb.send()).await {
@@ -235,7 +235,7 @@ where
         Ok(Err(e)) => return Err(http.send_error(endpoint, e, timeouts.request)),
         Ok(Ok(r)) => r,
     };
-    let resp = super::http::check_status(endpoint, resp).await?;
+    let resp = http.check(endpoint, resp).await?;
     let mut stats = StreamStats {
         t_sent,
         t_first_byte: None,
@@ -285,12 +285,7 @@ where
                 ended = true;
                 None
             }
-            Some(Err(e)) => {
-                return Err(ClientError::Transport {
-                    endpoint: endpoint.to_owned(),
-                    detail: super::http::root_cause(&e),
-                })
-            }
+            Some(Err(e)) => return Err(http.body_error(endpoint, e)),
             Some(Ok(c)) => Some(c),
         };
         if let Some(c) = &chunk {
@@ -301,7 +296,7 @@ where
         let first_read = stats.t_first_token.is_none();
         for ev in events.drain(..) {
             stats.events += 1;
-            let info = on_event(&ev)?;
+            let info = reader.on_event(&ev)?;
             if info.has_token {
                 stats.token_events += 1;
                 stats.t_first_token.get_or_insert(arrived);
@@ -320,7 +315,7 @@ where
         }
         stats.t_end = arrived;
     }
-    if !stats.saw_final {
+    if !stats.saw_final && !reader.complete_at_eof() {
         return Err(ClientError::Truncated {
             endpoint: endpoint.to_owned(),
             tokens: stats.token_events,

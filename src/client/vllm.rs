@@ -134,6 +134,14 @@ impl Backend for Vllm {
         self.inner.generate_once(req).await
     }
 
+    async fn negotiate(&self) -> Result<super::Negotiated, ClientError> {
+        self.inner.negotiate().await
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.inner.notes()
+    }
+
     async fn flush(&self) -> Result<String, ClientError> {
         reset_prefix_cache(&self.http).await
     }

@@ -144,6 +144,17 @@ async fn measure(
     )?;
     let length = fam.length_policy(probe);
     let cache_bypass = args.cache_bypass.is_on() && probe.cache_bypass;
+    // Before anything else is sent: fields the server refuses are left out from here on.
+    let negotiated = backend.negotiate().await.context(
+        "settling the request's optional fields with the server (a test request of two tokens)",
+    )?;
+    for n in &negotiated.notes {
+        if !args.quiet {
+            eprintln!("note: {n}");
+        }
+        probe.notes.push(n.clone());
+    }
+    probe.dropped_fields = negotiated.dropped;
 
     let corpus = prepare_corpus(
         &corpus_spec,
@@ -184,7 +195,7 @@ async fn measure(
             probe.notes.push(note);
         }
     }
-    let settings = BenchSettings {
+    let mut settings = BenchSettings {
         run_id: run_id.clone(),
         output_tokens: out_tokens,
         policy,
@@ -208,6 +219,7 @@ async fn measure(
                 seed: args.prompt_seed,
                 nonce_tokens,
             }),
+        nonce_end: None,
     };
     let mut builder = PromptBuilder::new(&corpus, args.nonce.is_on());
     // First tokens earlier runs sent to this server: a prefix cache that is not flushed
@@ -232,6 +244,11 @@ async fn measure(
         args.quiet,
     )
     .await?;
+    // The server's own tokens in front (BOS, a chat template's prefix), then the nonce.
+    settings.nonce_end = args
+        .nonce
+        .is_on()
+        .then_some(warm.server_added + nonce_tokens as u64);
     if contexts_arg.is_some() && probe.max_context.is_none() {
         let note = "the server does not report its maximum context; a --contexts point beyond it will fail when sent";
         if !args.quiet {
@@ -997,7 +1014,10 @@ fn print_probe(p: &ServerProfile) {
             Some(t) => format!("yes ({} + {})", t.tokenize_path, t.detokenize_path),
             None => yn(Some(p.tokenize.is_some())).to_owned(),
         },
-        yn(Some(p.token_id_prompts)),
+        match (&p.token_id_test, p.token_id_prompts) {
+            (Some(t), used) => format!("{} ({t})", yn(Some(used))),
+            (None, used) => yn(Some(used)).to_owned(),
+        },
         yn(Some(p.cache_bypass)),
         yn(Some(p.metrics)),
         p.endpoint
