@@ -604,6 +604,12 @@ pub struct TokenizerInfo {
     /// Special tokens (BOS) the endpoint adds to every text, stripped from its answers.
     #[serde(default)]
     pub added_specials: u64,
+    /// The server the pair is on when it is not the measured one (`--tokenizer-url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The model named in tokenizer requests to `url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// The corpus prompts were cut from.

@@ -395,6 +395,62 @@ fn scripted_gateway_reporting_bos_as_cached_is_cold_and_passes_token_ids_through
 }
 
 #[test]
+fn scripted_gateway_with_a_tokenizer_url_gets_token_id_prompts_of_exact_length() {
+    // The gateway hides every tokenizer path; the real llama-server stands for the server
+    // behind it, whose tokenizer makes the ids the gateway passes through.
+    let _g = common::serial();
+    let upstream = common::RefServer::start(8192, &[]);
+    let srv = Server::start(Quirks {
+        ids: Ids::PassedThrough,
+        ..Default::default()
+    });
+    let r = sweep(
+        &srv.url(),
+        &[&argv(ARGS)[..], &["--tokenizer-url", &upstream.url()]].concat(),
+    )
+    .ok();
+    let res = r.results();
+    assert!(res.header.server.token_id_prompts);
+    assert!(
+        res.header.server.prompt_method.starts_with("token ids")
+            && res.header.server.prompt_method.contains("--tokenizer-url"),
+        "{}",
+        res.header.server.prompt_method
+    );
+    let t = res
+        .header
+        .server
+        .tokenizer
+        .clone()
+        .expect("the tokenizer used");
+    assert_eq!(t.url.as_deref(), Some(upstream.url().as_str()));
+    for s in &res.samples {
+        assert_eq!(s.prompt_tokens, Some(s.context_tokens), "exact: {s:?}");
+        assert!(s.usable());
+    }
+    // Every measured prompt went as ids; the gateway saw no text prompt but the
+    // negotiation's test request.
+    let log = srv.log.lock().unwrap();
+    let text = log
+        .bodies
+        .iter()
+        .filter(|b| b["prompt"].is_string())
+        .count();
+    assert!(text <= 2, "{text} text prompts");
+    // A server with no tokenizer there is named.
+    let bad = sweep(
+        &srv.url(),
+        &[&argv(ARGS)[..], &["--tokenizer-url", &srv.url()]].concat(),
+    );
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("--tokenizer-url") && bad.stderr.contains("no tokenizer endpoint pair"),
+        "{}",
+        bad.stderr
+    );
+}
+
+#[test]
 fn scripted_gateway_reusing_past_the_nonce_is_contaminated() {
     // A cached count beyond BOS and the nonce is reuse of the prompt itself.
     let srv = Server::start(Quirks {

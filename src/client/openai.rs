@@ -152,6 +152,12 @@ impl super::Family for Family {
             p.cache_bypass
                 .then(|| ("cache_prompt".to_owned(), json!(false))),
         );
+        if let Some(url) = p.tokenizer.as_ref().and_then(|t| t.url.as_deref()) {
+            o2.tok_http = Some(Http::new(url, None, None).map_err(UsageError::Invalid)?);
+            if text.is_none() {
+                o2.ids_tokenizer = p.tokenizer.clone();
+            }
+        }
         o2.text = text;
         o2.calibrated = calibrated(p).then(|| CalibratedText::new(o.nonce_tokens));
         o2.chat = chat;
@@ -235,6 +241,56 @@ pub fn choose_endpoint(p: &mut ServerProfile, choice: EndpointChoice) -> Result<
     Ok(())
 }
 
+/// Takes the tokenizer of another server that serves the same model (`--tokenizer-url`: for
+/// a gateway, the server behind it, whose tokenizer the gateway hides). Where the measured
+/// server takes token ids (its token-id test), prompts become token ids of exact length from
+/// that tokenizer; otherwise text of exact length through it. An error when the server
+/// answers no tokenizer pair.
+pub async fn adopt_tokenizer(
+    p: &mut ServerProfile,
+    tokenizer_http: &Http,
+) -> Result<(), ClientError> {
+    let ts = Server::new(tokenizer_http);
+    // The tokenizer server's own model name (a gateway's differs from its upstream's).
+    let model = ts
+        .first_model()
+        .await
+        .ok()
+        .flatten()
+        .and_then(|m| m.get("id")?.as_str().map(str::to_owned));
+    let Some(mut t) = find_tokenizer(&ts, model.as_deref()).await else {
+        return Err(ClientError::Unsupported {
+            what: format!("--tokenizer-url {}", tokenizer_http.base()),
+            hint: "no tokenizer endpoint pair answered there (tried /tokenize+/detokenize, /v1/tokenize+/v1/detokenize, /extras/tokenize+/extras/detokenize)".to_owned(),
+        });
+    };
+    t.url = Some(crate::probe::redact_url(tokenizer_http.base()));
+    t.model = model;
+    let takes_ids = p
+        .token_id_test
+        .as_deref()
+        .is_some_and(|x| x.ends_with("taken as ids"));
+    let from = format!("{}{}", tokenizer_http.base(), t.tokenize_path);
+    p.tokenize = Some(t.dialect);
+    p.token_id_prompts = takes_ids;
+    p.prompt_method = if takes_ids && p.endpoint.as_deref() != Some(CHAT) {
+        format!("token ids (the server counted a token-id test prompt as ids; ids from --tokenizer-url {from})")
+    } else {
+        format!(
+            "text of exact length: ids → {} → {} on --tokenizer-url {} → cut/pad → re-check",
+            t.detokenize_path,
+            t.tokenize_path,
+            tokenizer_http.base()
+        )
+    };
+    p.notes.retain(|n| {
+        !n.starts_with("no tokenizer endpoint pair answered")
+            && !n.starts_with("the server takes token-id prompts, but no tokenizer")
+    });
+    p.tokenizer = Some(t);
+    Ok(())
+}
+
 /// How a server's `/tokenize` wants its body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -279,6 +335,13 @@ pub struct TextTokenizer {
     /// Special tokens the tokenize endpoint adds to every text (BOS), stripped from its
     /// answers: the length of its answer for an empty text.
     pub added_specials: usize,
+    /// The server the pair is on when it is not the measured one (`--tokenizer-url`: the
+    /// server behind a gateway); `None`: the measured server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The model named in tokenizer requests to `url` (that server's own model name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// The tokenizer endpoint pairs tried, in order.
@@ -327,6 +390,8 @@ async fn find_tokenizer(s: &Server<'_>, model: Option<&str>) -> Option<TextToken
             tokenize_path: tok.to_owned(),
             detokenize_path: detok.to_owned(),
             added_specials: added,
+            url: None,
+            model: None,
         });
     }
     None
@@ -475,6 +540,11 @@ pub struct OpenAi {
     missing_cached_is_zero: bool,
     /// Text prompts of exact length through this tokenizer pair (`None`: token ids).
     text: Option<TextTokenizer>,
+    /// The pair that makes token ids when prompts go as ids but the server's own
+    /// tokenizer is elsewhere (`--tokenizer-url`).
+    ids_tokenizer: Option<TextTokenizer>,
+    /// The server the tokenizer pair is on, when it is not the measured one.
+    tok_http: Option<Http>,
     /// Text prompts calibrated against `usage.prompt_tokens` (no tokenizer pair).
     calibrated: Option<CalibratedText>,
     /// `/v1/chat/completions` with one user message.
@@ -537,6 +607,8 @@ impl OpenAi {
             cache_bypass_field,
             missing_cached_is_zero: false,
             text: None,
+            ids_tokenizer: None,
+            tok_http: None,
             calibrated: None,
             chat: false,
             nonce_tokens: 0,
@@ -648,13 +720,24 @@ impl OpenAi {
         }
     }
 
+    /// The model named in requests to a tokenizer pair: its own server's name when it is
+    /// on another server.
+    fn tokenizer_model<'a>(&'a self, t: &'a TextTokenizer) -> Option<&'a str> {
+        match &t.url {
+            Some(_) => t.model.as_deref(),
+            None => self.model.as_deref(),
+        }
+    }
+
     /// Ids of `text` through the found tokenize endpoint, its added specials (BOS) removed.
     async fn text_ids(&self, t: &TextTokenizer, text: &str) -> Result<Vec<u32>, ClientError> {
         let v = self
-            .http
+            .tok_http
+            .as_ref()
+            .unwrap_or(&self.http)
             .post_json(
                 &t.tokenize_path,
-                &t.dialect.tokenize_body(text, self.model.as_deref()),
+                &t.dialect.tokenize_body(text, self.tokenizer_model(t)),
                 Duration::from_secs(300),
             )
             .await?;
@@ -665,11 +748,13 @@ impl OpenAi {
 
     async fn detokenize(&self, t: &TextTokenizer, ids: &[u32]) -> Result<String, ClientError> {
         let mut body = json!({"tokens": ids});
-        if let Some(m) = &self.model {
+        if let Some(m) = self.tokenizer_model(t) {
             body["model"] = json!(m);
         }
         let v = self
-            .http
+            .tok_http
+            .as_ref()
+            .unwrap_or(&self.http)
             .post_json(&t.detokenize_path, &body, Duration::from_secs(300))
             .await?;
         detokenized(&v).ok_or_else(|| ClientError::Malformed {
@@ -978,7 +1063,7 @@ impl Backend for OpenAi {
             // Client-side units, not model tokens: lengths are calibrated per request.
             return c.units(text);
         }
-        if let Some(t) = &self.text {
+        if let Some(t) = self.text.as_ref().or(self.ids_tokenizer.as_ref()) {
             return self.text_ids(t, text).await;
         }
         match self.tokenize {

@@ -413,6 +413,13 @@ pub struct SweepArgs {
     #[arg(long, value_name = "URL|PATH|off")]
     pub metrics_url: Option<String>,
 
+    /// A server with the same model whose tokenizer endpoints ctxbench may use, for a
+    /// server that hides its own (a gateway such as the LiteLLM proxy: give the server
+    /// behind it). Prompts become token ids of exact length where the measured server
+    /// takes ids, else text of exact length; without it such a server gets calibrated text.
+    #[arg(long, value_name = "URL")]
+    pub tokenizer_url: Option<String>,
+
     /// Seconds to wait for a server that is not accepting connections yet or is still
     /// loading its model.
     #[arg(

@@ -76,6 +76,10 @@ pub async fn run(
         ctxbench::client::openai::choose_endpoint(&mut p, args.endpoint)?;
         Ok(p)
     });
+    let probe_result = match (probe_result, args.tokenizer_url.as_deref()) {
+        (Ok(mut p), Some(u)) => adopt_tokenizer(&mut p, u).await.map(|()| p),
+        (r, _) => r,
+    };
     let mut probe = match probe_result {
         Ok(p) => p,
         Err(e) => {
@@ -990,6 +994,23 @@ fn metrics_scraper(
         None if probe.metrics => Ok(Some(Scraper::new(http.clone(), "/metrics"))),
         None => Ok(None),
     }
+}
+
+/// `--tokenizer-url`: the OpenAI protocol makes its prompts through that server's
+/// tokenizer; a usage error for other protocols or where no tokenizer answers there.
+async fn adopt_tokenizer(p: &mut ServerProfile, url: &str) -> Result<(), ProbeError> {
+    if p.backend != ctxbench::client::BackendKind::Openai {
+        return Err(UsageError::Invalid(format!(
+            "--tokenizer-url is for OpenAI-compatible servers that hide their tokenizer; this server was probed as {} ({}), whose own tokenizer is used",
+            p.server_kind,
+            p.backend.as_str()
+        ))
+        .into());
+    }
+    let h = Http::new(url, None, None).map_err(UsageError::Invalid)?;
+    ctxbench::client::openai::adopt_tokenizer(p, &h)
+        .await
+        .map_err(|e| UsageError::Invalid(e.to_string()).into())
 }
 
 fn print_probe(p: &ServerProfile) {
