@@ -19,7 +19,7 @@ use crate::metrics;
 use crate::prompt::PromptBuilder;
 use crate::record::{ErrorKind, Flag, Line, Phase, ResultsWriter, Sample, ServerTimings, Status};
 use crate::sample::{
-    apply_metric_deltas, make_sample, make_two_point_sample, make_warm_sample, Target,
+    apply_metric_deltas, make_sample, make_two_point_sample, make_warm_sample, Target, TwoPointPair,
 };
 
 /// Receives events from the measuring loop; the loop does not know who listens (the
@@ -35,8 +35,13 @@ pub trait Observer {
     fn eta(&mut self, _remaining_s: Option<f64>) {}
     /// A context is finished: how many repetitions and why it stopped.
     fn point_done(&mut self, _point: &PointRecord) {}
-    /// A warning worth a line of its own.
+    /// A warning worth a line of its own (said even when quiet).
     fn warn(&mut self, _msg: &str) {}
+    /// A note about the server or the run (a capability it lacks, where a count comes
+    /// from); `always`: said even when quiet.
+    fn note(&mut self, _msg: &str, _always: bool) {}
+    /// A line of the setup (the flush chosen, the plan), said unless quiet.
+    fn info(&mut self, _msg: &str) {}
     /// Measuring is over.
     fn finish(&mut self) {}
 }
@@ -177,7 +182,7 @@ pub const WARMUP_TOKENS: u64 = 64;
 /// prompt) and learns how the server counts a token-id prompt.
 pub async fn warmup(
     backend: &dyn Backend,
-    builder: &mut PromptBuilder<'_>,
+    builder: &mut PromptBuilder,
     settings: &BenchSettings,
 ) -> Result<Warmup, ClientError> {
     let prompt = builder.build(WARMUP_TOKENS, u64::MAX / 2);
@@ -405,19 +410,49 @@ fn observation(context: u64, p: &PointProgress, steps_ms: &[f64]) -> Option<Obse
     })
 }
 
+/// What the measuring loop drives and where its results go: one bundle instead of the same
+/// six arguments on every function of the loop.
+pub struct RunCtx<'r> {
+    /// The server's protocol.
+    pub backend: &'r dyn Backend,
+    /// Prompts of exact length.
+    pub builder: &'r mut PromptBuilder,
+    /// How to measure.
+    pub settings: &'r BenchSettings,
+    /// Where samples go, one line each as measured.
+    pub writer: &'r mut ResultsWriter,
+    /// Who listens (progress, warnings).
+    pub observer: &'r mut dyn Observer,
+    /// Turns true on Ctrl-C.
+    pub interrupt: &'r mut tokio::sync::watch::Receiver<bool>,
+}
+
+impl RunCtx<'_> {
+    /// The same bundle, borrowed again for a callee.
+    pub fn reborrow(&mut self) -> RunCtx<'_> {
+        RunCtx {
+            backend: self.backend,
+            builder: &mut *self.builder,
+            settings: self.settings,
+            writer: &mut *self.writer,
+            observer: &mut *self.observer,
+            interrupt: &mut *self.interrupt,
+        }
+    }
+}
+
 /// Measures each context in turn, small first, taking repetitions as `settings.policy`
 /// says and skipping those already in `prior` (resume); records every sample as measured.
-#[allow(clippy::too_many_arguments)]
+// The loop over points and repetitions reads as one piece (stop rules, resume, warm
+// samples, needle checks); the work of each step is in the functions it calls.
 pub async fn run(
-    backend: &dyn Backend,
-    builder: &mut PromptBuilder<'_>,
+    mut ctx: RunCtx<'_>,
     contexts: &[u64],
     prior: &[Sample],
-    settings: &BenchSettings,
-    writer: &mut ResultsWriter,
-    observer: &mut dyn Observer,
-    interrupt: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<Tally, RecordError> {
+    let RunCtx {
+        backend, settings, ..
+    } = ctx;
     let mut tally = Tally::default();
     let policy = settings.policy;
     let done: HashSet<(u64, u32)> = prior
@@ -429,7 +464,7 @@ pub async fn run(
     let planned = contexts.len() * policy.min_reps.max(1) as usize;
     // Each cold sample is followed by its warm decode samples.
     let needles = settings.needle.as_ref().map_or(0, |n| n.depths.len()) * contexts.len();
-    observer.start(
+    ctx.observer.start(
         planned.saturating_sub(done.len()) * (1 + settings.decode_samples as usize) + needles,
         tally.skipped,
     );
@@ -457,25 +492,21 @@ pub async fn run(
             let cost = model.request_s(context as f64, settings.output_tokens);
             if let Err(reason) = policy.next(&prog, run_start.elapsed().as_secs_f64(), cost) {
                 let rec = point_record(settings, context, &prog, reason);
-                writer.append(&Line::Point(rec.clone()))?;
-                observer.point_done(&rec);
+                ctx.writer.append(&Line::Point(rec.clone()))?;
+                ctx.observer.point_done(&rec);
                 if let (Some(n), Some(values)) = (&settings.needle, values.as_mut()) {
-                    let ctx = NeedleCtx {
+                    let nctx = NeedleCtx {
                         backend,
                         settings,
                         needle: n,
                         prior,
                     };
                     let stop = needle_point(
-                        &ctx,
-                        builder,
+                        &nctx,
+                        ctx.reborrow(),
                         values,
-                        context,
-                        &mut window,
-                        writer,
+                        (context, &mut window),
                         &mut tally,
-                        observer,
-                        interrupt,
                     )
                     .await?;
                     match stop {
@@ -492,7 +523,7 @@ pub async fn run(
                 }
                 break;
             }
-            if *interrupt.borrow() {
+            if *ctx.interrupt.borrow() {
                 tally.interrupted = true;
                 break 'points;
             }
@@ -501,14 +532,18 @@ pub async fn run(
             }
             let rep = next_rep;
             next_rep += 1;
-            observer.eta(remaining_s(&model, contexts, pi, &prog, settings));
-            observer.sample_started(context, rep);
+            ctx.observer
+                .eta(remaining_s(&model, contexts, pi, &prog, settings));
+            ctx.observer.sample_started(context, rep);
             let timeouts = settings.timeouts_with_prediction(context, cost);
             let t0 = Instant::now();
-            let measured = measure_cold(
-                backend, builder, settings, context, rep, window, timeouts, interrupt,
-            )
-            .await;
+            let cold = ColdRequest {
+                context,
+                rep,
+                window,
+                timeouts,
+            };
+            let measured = measure_cold(backend, ctx.builder, settings, ctx.interrupt, cold).await;
             window += 2; // two-point uses two prompts
             let Some((mut sample, req)) = measured else {
                 tally.interrupted = true;
@@ -538,7 +573,7 @@ pub async fn run(
             // Recorded before the warm samples, so a kill during them loses nothing measured.
             let cold_ok = sample.status == Status::Ok;
             let cold_print = sample.output_fingerprint.clone();
-            let mut stop = record(writer, &mut tally, observer, settings, &sample)?;
+            let mut stop = record(ctx.writer, &mut tally, ctx.observer, settings, &sample)?;
             if server_gone && stop.is_none() {
                 stop = sample.error.as_ref().map(|e| e.message.clone());
             }
@@ -551,7 +586,7 @@ pub async fn run(
                     let r = tokio::select! {
                         r = backend.generate(&req) => r,
                         e = watch_server(backend) => Err(e),
-                        _ = interrupt.wait_for(|v| *v) => break,
+                        _ = ctx.interrupt.wait_for(|v| *v) => break,
                     };
                     let sent = req.prompt.len() as u64;
                     let mut w =
@@ -564,7 +599,7 @@ pub async fn run(
                         }
                     }
                     finish_metrics(settings, Some(&mut w), before.as_ref()).await;
-                    stop = record(writer, &mut tally, observer, settings, &w)?;
+                    stop = record(ctx.writer, &mut tally, ctx.observer, settings, &w)?;
                     if stop.is_some() {
                         break;
                     }
@@ -574,14 +609,22 @@ pub async fn run(
                 tally.stopped = Some(reason);
                 break 'points;
             }
-            if *interrupt.borrow() {
+            if *ctx.interrupt.borrow() {
                 tally.interrupted = true;
                 break 'points;
             }
         }
     }
-    observer.finish();
+    ctx.observer.finish();
     Ok(tally)
+}
+
+/// Which cold sample to measure: its point, repetition, corpus window and time limits.
+struct ColdRequest {
+    context: u64,
+    rep: u32,
+    window: u64,
+    timeouts: Timeouts,
 }
 
 /// What the needle checks of one context share.
@@ -601,18 +644,20 @@ enum NeedleStop {
 
 /// One needle check per depth at `context` (rep = the depth's index), cold like every
 /// measured prompt: fresh nonce, cache switch and flush, cached tokens verified.
-#[allow(clippy::too_many_arguments)]
 async fn needle_point(
     ctx: &NeedleCtx<'_>,
-    builder: &mut PromptBuilder<'_>,
+    run: RunCtx<'_>,
     values: &mut crate::needle::Values,
-    context: u64,
-    window: &mut u64,
-    writer: &mut ResultsWriter,
+    (context, window): (u64, &mut u64),
     tally: &mut Tally,
-    observer: &mut dyn Observer,
-    interrupt: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<NeedleStop, RecordError> {
+    let RunCtx {
+        builder,
+        writer,
+        observer,
+        interrupt,
+        ..
+    } = run;
     let settings = ctx.settings;
     let mut target = settings.target(context);
     target.output_tokens = crate::needle::ANSWER_TOKENS;
@@ -752,17 +797,19 @@ fn flag_suspected_hit(sample: &mut Sample, same: &[f64], observations: &[Observa
 /// prompt prepared first (see [`Backend::prepare`]), then the flush and metric scrapes
 /// around the measured request. `None` when interrupted. The request is handed back
 /// for decode-at-depth samples.
-#[allow(clippy::too_many_arguments)]
 async fn measure_cold(
     backend: &dyn Backend,
-    builder: &mut PromptBuilder<'_>,
+    builder: &mut PromptBuilder,
     settings: &BenchSettings,
-    context: u64,
-    rep: u32,
-    window: u64,
-    timeouts: Timeouts,
     interrupt: &mut tokio::sync::watch::Receiver<bool>,
+    cold: ColdRequest,
 ) -> Option<(Sample, Option<GenRequest>)> {
+    let ColdRequest {
+        context,
+        rep,
+        window,
+        timeouts,
+    } = cold;
     let at = now();
     let prompt = builder.build(context, window);
     let sent = prompt.len() as u64;
@@ -792,16 +839,13 @@ async fn measure_cold(
                     what: "request B".to_owned(),
                     hint: "not sent: the prompts could not be prepared".to_owned(),
                 };
-                let s = make_two_point_sample(
-                    &settings.target(context),
-                    context,
-                    rep,
-                    sent,
-                    at,
-                    ab,
-                    Err(e),
-                    Err(not_sent),
-                );
+                let pair = TwoPointPair {
+                    tokens: ab,
+                    a: Err(e),
+                    b: Err(not_sent),
+                };
+                let s =
+                    make_two_point_sample(&settings.target(context), context, rep, sent, at, pair);
                 return Some((s, None));
             }
             let before = scrape(settings).await;
@@ -816,13 +860,15 @@ async fn measure_cold(
             };
             tokio::select! {
                 (a, b) = pair => {
-                    let mut s = make_two_point_sample(&settings.target(context), context, rep, sent, at, ab, a, b);
+                    let pair = TwoPointPair { tokens: ab, a, b };
+                    let mut s = make_two_point_sample(&settings.target(context), context, rep, sent, at, pair);
                     note_flush(&mut s, flushed);
                     finish_metrics(settings, Some(&mut s), before.as_ref()).await;
                     Some((s, None))
                 }
                 e = watch_server(backend) => {
-                    let mut s = make_two_point_sample(&settings.target(context), context, rep, sent, at, ab, Err(e), Err(gone_error(backend)));
+                    let pair = TwoPointPair { tokens: ab, a: Err(e), b: Err(gone_error(backend)) };
+                    let mut s = make_two_point_sample(&settings.target(context), context, rep, sent, at, pair);
                     note_flush(&mut s, flushed);
                     Some((s, None))
                 }

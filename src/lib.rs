@@ -1,7 +1,8 @@
 //! ctxbench: benchmark the long-context performance of LLM inference servers.
 //!
-//! Data flows one way: `cli → probe → plan → bench → record → stats → render`. The binary's
-//! `cmd` modules drive it.
+//! Data flows one way: `probe → plan → bench → record → stats → render`. The binary parses
+//! and validates the command line into a [`session::SweepPlan`] and drives a
+//! [`session::Session`]; reports are built from results files alone.
 
 #![warn(missing_docs)]
 
@@ -25,5 +26,6 @@ pub mod record;
 pub mod render;
 pub mod report;
 pub mod sample;
+pub mod session;
 pub mod stats;
 pub mod units;

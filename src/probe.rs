@@ -29,7 +29,7 @@ pub async fn probe(
     requested: BackendKind,
     model_override: Option<&str>,
     wait_ready: Duration,
-    on_wait: &mut (dyn FnMut(&str) + Send),
+    on_wait: &mut dyn FnMut(&str),
 ) -> Result<ServerProfile, ProbeError> {
     let s = Server::new(answers);
     wait_until_ready(&s, wait_ready, on_wait).await?;
@@ -156,7 +156,7 @@ fn wrong_backend(chosen: &dyn Family, detected: Option<&(&dyn Family, String)>) 
 async fn wait_until_ready(
     s: &Server<'_>,
     wait_ready: Duration,
-    on_wait: &mut (dyn FnMut(&str) + Send),
+    on_wait: &mut dyn FnMut(&str),
 ) -> Result<(), ClientError> {
     let start = Instant::now();
     let mut told = false;

@@ -12,8 +12,9 @@ pub const NONCE_TOKENS: usize = 8;
 
 /// Builds prompts from a corpus.
 #[derive(Debug)]
-pub struct PromptBuilder<'a> {
-    corpus: &'a Corpus,
+pub struct PromptBuilder {
+    // Shared, so a session can hold the corpus and the builder side by side.
+    corpus: std::sync::Arc<Corpus>,
     rng: rand::rngs::StdRng,
     nonce: bool,
     /// Tokens the server adds by itself (BOS), measured by the warmup.
@@ -23,10 +24,10 @@ pub struct PromptBuilder<'a> {
     used_first: std::collections::HashSet<u32>,
 }
 
-impl<'a> PromptBuilder<'a> {
+impl PromptBuilder {
     /// A builder; `nonce: false` sends identical prompts on purpose (the cache trap
     /// `--nonce off` demonstrates).
-    pub fn new(corpus: &'a Corpus, nonce: bool) -> Self {
+    pub fn new(corpus: std::sync::Arc<Corpus>, nonce: bool) -> Self {
         PromptBuilder {
             corpus,
             rng: rand::rngs::StdRng::from_rng(&mut rand::rng()),
@@ -59,10 +60,11 @@ impl<'a> PromptBuilder<'a> {
         let len = target.saturating_sub(self.server_added) as usize;
         let mut p = Vec::with_capacity(len);
         let n_nonce = if self.nonce { NONCE_TOKENS.min(len) } else { 0 };
-        let pool = &self.corpus.nonce_pool;
         if n_nonce > 0 {
             p.push(self.fresh_first());
         }
+        let corpus = std::sync::Arc::clone(&self.corpus);
+        let pool = &corpus.nonce_pool;
         for _ in 1..n_nonce {
             p.push(pool[self.rng.random_range(0..pool.len())]);
         }
@@ -78,7 +80,7 @@ impl<'a> PromptBuilder<'a> {
     }
 }
 
-impl PromptBuilder<'_> {
+impl PromptBuilder {
     /// First tokens earlier runs against this server used (a prefix cache that was not
     /// flushed still holds their prompts): avoided as long as the pool has others.
     pub fn avoid_first(&mut self, ids: impl IntoIterator<Item = u32>) {
@@ -124,7 +126,7 @@ mod tests {
     #[test]
     fn exact_length_with_and_without_bos() {
         let c = corpus();
-        let mut b = PromptBuilder::new(&c, true);
+        let mut b = PromptBuilder::new(std::sync::Arc::new(c.clone()), true);
         assert_eq!(b.build(4096, 0).len(), 4096);
         b.set_server_added(1);
         assert_eq!(b.build(4096, 1).len(), 4095);
@@ -133,7 +135,7 @@ mod tests {
     #[test]
     fn nonce_makes_first_tokens_differ() {
         let c = corpus();
-        let mut b = PromptBuilder::new(&c, true);
+        let mut b = PromptBuilder::new(std::sync::Arc::new(c.clone()), true);
         let prompts: Vec<_> = (0..50).map(|i| b.build(64, i)).collect();
         let mut heads: Vec<_> = prompts.iter().map(|p| p[..NONCE_TOKENS].to_vec()).collect();
         heads.sort();
@@ -147,7 +149,7 @@ mod tests {
     #[test]
     fn no_two_prompts_share_their_first_token_while_the_pool_lasts() {
         let c = corpus(); // a pool of 59 ids
-        let mut b = PromptBuilder::new(&c, true);
+        let mut b = PromptBuilder::new(std::sync::Arc::new(c.clone()), true);
         let mut firsts: Vec<u32> = (0..59).map(|i| b.build(64, i)[0]).collect();
         firsts.sort_unstable();
         firsts.dedup();
@@ -159,7 +161,7 @@ mod tests {
     #[test]
     fn first_tokens_of_earlier_runs_are_avoided() {
         let c = corpus(); // a pool of 59 ids
-        let mut b = PromptBuilder::new(&c, true);
+        let mut b = PromptBuilder::new(std::sync::Arc::new(c.clone()), true);
         b.avoid_first(1..20);
         for w in 0..20 {
             let p = b.build(64, w);
@@ -170,7 +172,7 @@ mod tests {
             );
         }
         // At most half the pool is reserved by history, so a run always has fresh ids.
-        let mut b = PromptBuilder::new(&c, true);
+        let mut b = PromptBuilder::new(std::sync::Arc::new(c.clone()), true);
         b.avoid_first(1..60);
         assert_eq!(b.used_first().count(), 29);
     }
@@ -178,7 +180,7 @@ mod tests {
     #[test]
     fn without_nonce_prompts_repeat_exactly() {
         let c = corpus();
-        let mut b = PromptBuilder::new(&c, false);
+        let mut b = PromptBuilder::new(std::sync::Arc::new(c.clone()), false);
         assert_eq!(b.build(300, 0), b.build(300, 5));
     }
 }

@@ -119,20 +119,33 @@ fn fail(s: &mut Sample, e: &ClientError) {
     });
 }
 
+/// The two requests of one two-point sample: the output lengths asked for (A, B) and what
+/// each request gave.
+pub struct TwoPointPair {
+    /// Output tokens asked of A and of B.
+    pub tokens: (u32, u32),
+    /// Request A's outcome.
+    pub a: Result<OnceOutcome, ClientError>,
+    /// Request B's outcome.
+    pub b: Result<OnceOutcome, ClientError>,
+}
+
 /// Turns the two requests of the two-point method into one sample. Pure. Decode =
 /// (n_B − n_A) / (t_B − t_A); when t_B ≤ t_A (a cache hit, or noise larger than the
 /// decode time) no rate is computed and the sample says why.
-#[allow(clippy::too_many_arguments)]
 pub fn make_two_point_sample(
     target: &Target<'_>,
     context: u64,
     rep: u32,
     sent: u64,
     at: String,
-    (a_tokens, b_tokens): (u32, u32),
-    a: Result<OnceOutcome, ClientError>,
-    b: Result<OnceOutcome, ClientError>,
+    pair: TwoPointPair,
 ) -> Sample {
+    let TwoPointPair {
+        tokens: (a_tokens, b_tokens),
+        a,
+        b,
+    } = pair;
     let mut s = blank_sample(target, context, rep, sent, at);
     s.method = Method::TwoPoint;
     let (a, b) = match (a, b) {
@@ -558,7 +571,12 @@ mod tests {
         a: Result<OnceOutcome, ClientError>,
         b: Result<OnceOutcome, ClientError>,
     ) -> Sample {
-        make_two_point_sample(&target(), 2048, 0, 2048, "t".into(), (1, 17), a, b)
+        let pair = TwoPointPair {
+            tokens: (1, 17),
+            a,
+            b,
+        };
+        make_two_point_sample(&target(), 2048, 0, 2048, "t".into(), pair)
     }
 
     fn once(ms: u64, n: u64, cached: u64) -> Result<OnceOutcome, ClientError> {
@@ -588,9 +606,11 @@ mod tests {
                 0,
                 4096,
                 "t".into(),
-                (1, 17),
-                once(10, max, max),
-                once(20, 0, max),
+                TwoPointPair {
+                    tokens: (1, 17),
+                    a: once(10, max, max),
+                    b: once(20, 0, max),
+                },
             ),
         ] {
             for x in [

@@ -306,19 +306,18 @@ async fn run_loop(
     std::fs::write(&path, "").unwrap();
     let mut writer = ResultsWriter::append_to(&path).unwrap();
     let corpus = corpus();
-    let mut builder = PromptBuilder::new(&corpus, true);
+    let mut builder = PromptBuilder::new(std::sync::Arc::new(corpus.clone()), true);
     let mut events = Events::default();
     let (tx, mut rx) = tokio::sync::watch::channel(false);
-    let loop_ = run(
-        fake,
-        &mut builder,
-        contexts,
-        prior,
+    let ctx = RunCtx {
+        backend: fake,
+        builder: &mut builder,
         settings,
-        &mut writer,
-        &mut events,
-        &mut rx,
-    );
+        writer: &mut writer,
+        observer: &mut events,
+        interrupt: &mut rx,
+    };
+    let loop_ = run(ctx, contexts, prior);
     let signal = async {
         match interrupt_after {
             Some(d) => {
@@ -610,20 +609,23 @@ async fn run_grid_loop(
     std::fs::write(&path, "").unwrap();
     let mut writer = ResultsWriter::append_to(&path).unwrap();
     let corpus = corpus();
-    let mut builder = PromptBuilder::new(&corpus, true);
+    let mut builder = PromptBuilder::new(std::sync::Arc::new(corpus.clone()), true);
     let mut events = Events::default();
     let (_tx, mut rx) = tokio::sync::watch::channel(false);
+    let ctx = RunCtx {
+        backend: fake,
+        builder: &mut builder,
+        settings,
+        writer: &mut writer,
+        observer: &mut events,
+        interrupt: &mut rx,
+    };
     let tally = wave::run_grid(
-        fake,
-        &mut builder,
+        ctx,
         contexts,
         levels,
         &crate::capacity::Limits::default(),
         &[],
-        settings,
-        &mut writer,
-        &mut events,
-        &mut rx,
     )
     .await
     .unwrap();

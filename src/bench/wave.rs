@@ -10,8 +10,7 @@ use futures_util::future::join_all;
 use tokio::time::Instant;
 
 use super::{
-    flush, gone_error, note_flush, now, point_record, record, watch_server, BenchSettings,
-    Observer, Tally,
+    flush, gone_error, note_flush, now, point_record, record, watch_server, BenchSettings, Tally,
 };
 use crate::adaptive::PointProgress;
 use crate::capacity::{analyse_wave, apply_wave, Fit, Limits, RequestTimes};
@@ -19,7 +18,7 @@ use crate::client::{Backend, GenRequest};
 use crate::costmodel::{CostModel, Observation};
 use crate::error::{ClientError, RecordError};
 use crate::prompt::PromptBuilder;
-use crate::record::{ErrorKind, Line, Phase, ResultsWriter, Sample, Status};
+use crate::record::{ErrorKind, Line, Phase, Sample, Status};
 use crate::sample::make_sample;
 
 /// Samples of a cell recorded earlier (resume), grouped by wave.
@@ -87,19 +86,21 @@ fn wave_busy_ms(samples: &[Sample]) -> f64 {
 /// policy asks for, skipping waves already in `prior`. A cell the server's `limits` say
 /// cannot run at once is measured anyway (waiting is a finding), with a warning naming the
 /// limit and the flag that raises it.
-#[allow(clippy::too_many_arguments)]
 pub async fn run_grid(
-    backend: &dyn Backend,
-    builder: &mut PromptBuilder<'_>,
+    ctx: super::RunCtx<'_>,
     contexts: &[u64],
     levels: &[u32],
     limits: &Limits,
     prior: &[Sample],
-    settings: &BenchSettings,
-    writer: &mut ResultsWriter,
-    observer: &mut dyn Observer,
-    interrupt: &mut tokio::sync::watch::Receiver<bool>,
 ) -> Result<Tally, RecordError> {
+    let super::RunCtx {
+        backend,
+        builder,
+        settings,
+        writer,
+        observer,
+        interrupt,
+    } = ctx;
     let mut tally = Tally::default();
     let policy = settings.policy;
     let min_reps = policy.min_reps.max(1);
@@ -172,10 +173,15 @@ pub async fn run_grid(
                 let timeouts =
                     settings.timeouts_with_prediction(context, cost.map(|s| s * f64::from(c)));
                 let started = Instant::now();
-                let Some(mut samples) = measure_wave(
-                    backend, builder, settings, context, c, wave, nonce, timeouts, interrupt,
-                )
-                .await
+                let req = WaveRequest {
+                    context,
+                    c,
+                    wave,
+                    nonce,
+                    timeouts,
+                };
+                let Some(mut samples) =
+                    measure_wave(backend, builder, settings, interrupt, req).await
                 else {
                     tally.interrupted = true;
                     break 'cells;
@@ -292,19 +298,30 @@ pub fn predicted_grid_s(
 /// One wave: c prompts, each with its own nonce, all prepared (text built, lengths
 /// calibrated) before the flush and t0, then released together; the cache flushed once
 /// before it. `None` when interrupted (nothing of it is recorded). A request whose prompt
-/// cannot be prepared is a failed sample; the others are released without it.
-#[allow(clippy::too_many_arguments)]
-async fn measure_wave(
-    backend: &dyn Backend,
-    builder: &mut PromptBuilder<'_>,
-    settings: &BenchSettings,
+/// One wave to measure: its point, its size, its index and its prompts' first window.
+struct WaveRequest {
     context: u64,
     c: u32,
     wave: u32,
     nonce: u64,
     timeouts: crate::client::Timeouts,
+}
+
+/// cannot be prepared is a failed sample; the others are released without it.
+async fn measure_wave(
+    backend: &dyn Backend,
+    builder: &mut PromptBuilder,
+    settings: &BenchSettings,
     interrupt: &mut tokio::sync::watch::Receiver<bool>,
+    req: WaveRequest,
 ) -> Option<Vec<Sample>> {
+    let WaveRequest {
+        context,
+        c,
+        wave,
+        nonce,
+        timeouts,
+    } = req;
     let mut reqs: Vec<GenRequest> = (0..c)
         .map(|i| GenRequest {
             prompt: builder.build(context, nonce + u64::from(i)),

@@ -9,7 +9,6 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::cmd::cli::{ReportFormat, SweepArgs};
-use crate::cmd::sweep_options::SweepOptions;
 use crate::cmd::{report, sweep, Ending};
 use ctxbench::error::UsageError;
 use ctxbench::launch::{
@@ -17,6 +16,7 @@ use ctxbench::launch::{
 };
 use ctxbench::record;
 use ctxbench::render;
+use ctxbench::session::SweepPlan;
 use ctxbench::stats::significance::Settings;
 
 /// How far a planned results file got.
@@ -81,195 +81,227 @@ fn default_dir() -> PathBuf {
     PathBuf::from(format!("ctxbench-campaign-{t}"))
 }
 
+/// A campaign's options, validated before any server starts: the template and its
+/// variants, the baseline, the folder, and the sweep plan each run starts from.
+struct CampaignOptions {
+    variants: Vec<Variant>,
+    /// Each variant's short name.
+    names: Vec<String>,
+    /// Each variant's file stem (unique, file-name safe).
+    stems: Vec<String>,
+    baseline: usize,
+    dir: PathBuf,
+    runs: usize,
+    launch: LaunchOptions,
+    /// The sweep of every run; its URL, results file and label are set per run.
+    plan: SweepPlan,
+}
+
+impl CampaignOptions {
+    fn from_args(args: &SweepArgs) -> Result<CampaignOptions, UsageError> {
+        let bad = |m: &str| Err(UsageError::Invalid(m.to_owned()));
+        // A URL from the environment (CTXBENCH_URL) is a default for other sweeps, not a
+        // conflict.
+        let from_env = std::env::var("CTXBENCH_URL").ok();
+        if args.url.is_some() && args.url != from_env {
+            return bad("--url and --server-cmd: give one; with --server-cmd ctxbench starts the server and knows its URL");
+        }
+        if args.dry_run {
+            return bad("--dry-run with --server-cmd: start the server yourself and use --url for a dry run");
+        }
+        if args.label.is_some() {
+            return bad("--label with --server-cmd: each variant is labelled by its command line");
+        }
+        if !(args.server_timeout.is_finite() && args.server_timeout > 0.0) {
+            return Err(UsageError::Invalid(format!(
+                "--server-timeout {}: give the seconds a server may take to start, e.g. 600",
+                args.server_timeout
+            )));
+        }
+        let variants = template(args)?.variants();
+        let mut managed = args.clone();
+        managed.url = None;
+        let plan = crate::cmd::sweep_options::plan(&managed)?;
+        let names: Vec<String> = variants.iter().map(Variant::short_name).collect();
+        let baseline = match &args.baseline {
+            None => 0,
+            Some(b) => names.iter().position(|n| n == b).ok_or_else(|| {
+                UsageError::Invalid(format!(
+                    "--baseline {b}: no such variant; the variants are: {}",
+                    names.join(", ")
+                ))
+            })?,
+        };
+        let dir = args.out.clone().unwrap_or_else(default_dir);
+        if dir.is_file() {
+            return Err(UsageError::Invalid(format!(
+                "--out {}: with --server-cmd, --out is a folder (one results file per variant and run); this is a file",
+                dir.display()
+            )));
+        }
+        let mut stems: Vec<String> = Vec::new();
+        for (i, v) in variants.iter().enumerate() {
+            let mut s = file_stem(v);
+            // Two names that sanitise alike still get their own files.
+            if stems.contains(&s) {
+                s = format!("{s}-v{i}");
+            }
+            stems.push(s);
+        }
+        Ok(CampaignOptions {
+            variants,
+            names,
+            stems,
+            baseline,
+            dir,
+            runs: args.runs as usize,
+            launch: LaunchOptions {
+                ready_timeout: Duration::from_secs_f64(args.server_timeout),
+                ..LaunchOptions::default()
+            },
+            plan,
+        })
+    }
+
+    /// The results file of variant `v`, run `r`.
+    fn path_of(&self, v: usize, r: usize) -> PathBuf {
+        self.dir.join(format!("{}-run{r}.jsonl", self.stems[v]))
+    }
+
+    fn resume_hint(&self) -> String {
+        format!(
+            "continue the campaign with the same command plus --resume (results in {})",
+            self.dir.display()
+        )
+    }
+}
+
 /// Runs the campaign; the interrupt receiver turns true on Ctrl-C.
 pub async fn run(
-    mut args: SweepArgs,
+    args: SweepArgs,
     mut interrupt: tokio::sync::watch::Receiver<bool>,
 ) -> Result<Ending> {
-    // Everything is checked before a server starts. A URL from the environment
-    // (CTXBENCH_URL) is a default for other sweeps, not a conflict.
-    let from_env = std::env::var("CTXBENCH_URL").ok();
-    match args.url.take() {
-        Some(u) if from_env.as_deref() == Some(u.as_str()) => {}
-        Some(_) => {
-            return Err(UsageError::Invalid(
-                "--url and --server-cmd: give one; with --server-cmd ctxbench starts the server and knows its URL".into(),
-            )
-            .into())
-        }
-        None => {}
-    }
-    if args.dry_run {
-        return Err(UsageError::Invalid(
-            "--dry-run with --server-cmd: start the server yourself and use --url for a dry run"
-                .into(),
-        )
-        .into());
-    }
-    if args.label.is_some() {
-        return Err(UsageError::Invalid(
-            "--label with --server-cmd: each variant is labelled by its command line".into(),
-        )
-        .into());
-    }
-    if !(args.server_timeout.is_finite() && args.server_timeout > 0.0) {
-        return Err(UsageError::Invalid(format!(
-            "--server-timeout {}: give the seconds a server may take to start, e.g. 600",
-            args.server_timeout
-        ))
-        .into());
-    }
-    let tpl = template(&args)?;
-    let variants = tpl.variants();
-    {
-        let mut check = args.clone();
-        check.url = Some("http://127.0.0.1:1".into());
-        SweepOptions::from_args(&check)?;
-    }
-    let names: Vec<String> = variants.iter().map(Variant::short_name).collect();
-    let baseline = match &args.baseline {
-        None => 0,
-        Some(b) => names.iter().position(|n| n == b).ok_or_else(|| {
-            UsageError::Invalid(format!(
-                "--baseline {b}: no such variant; the variants are: {}",
-                names.join(", ")
-            ))
-        })?,
-    };
-    let dir = args.out.clone().unwrap_or_else(default_dir);
-    if dir.is_file() {
-        return Err(UsageError::Invalid(format!(
-            "--out {}: with --server-cmd, --out is a folder (one results file per variant and run); this is a file",
-            dir.display()
-        ))
-        .into());
-    }
-    let runs = args.runs as usize;
-    let mut stems: Vec<String> = Vec::new();
-    for (i, v) in variants.iter().enumerate() {
-        let mut s = file_stem(v);
-        // Two names that sanitise alike still get their own files.
-        if stems.contains(&s) {
-            s = format!("{s}-v{i}");
-        }
-        stems.push(s);
-    }
-    let path_of = |v: usize, r: usize| dir.join(format!("{}-run{r}.jsonl", stems[v]));
-    let order = launch::schedule(variants.len(), runs);
+    // Everything is checked before a server starts.
+    let c = CampaignOptions::from_args(&args)?;
+    let order = launch::schedule(c.variants.len(), c.runs);
     let existing: Vec<PathBuf> = order
         .iter()
-        .map(|&(v, r)| path_of(v, r))
+        .map(|&(v, r)| c.path_of(v, r))
         .filter(|p| p.exists())
         .collect();
-    if !args.resume && !existing.is_empty() {
+    if !c.plan.resume && !existing.is_empty() {
         return Err(UsageError::Invalid(format!(
             "{} already holds results of this campaign ({}, …): add --resume to continue it, or choose another --out",
-            dir.display(),
+            c.dir.display(),
             existing[0].display()
         ))
         .into());
     }
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-
-    let opts = LaunchOptions {
-        ready_timeout: Duration::from_secs_f64(args.server_timeout),
-        ..LaunchOptions::default()
-    };
-    let resume_hint = format!(
-        "continue the campaign with the same command plus --resume (results in {})",
-        dir.display()
-    );
-    if !args.quiet {
+    std::fs::create_dir_all(&c.dir).with_context(|| format!("creating {}", c.dir.display()))?;
+    if !c.plan.quiet {
         eprintln!(
             "campaign: {} variant(s) × {} run(s), interleaved; results in {}",
-            variants.len(),
-            runs,
-            dir.display()
+            c.variants.len(),
+            c.runs,
+            c.dir.display()
         );
-        for (v, n) in variants.iter().zip(&names) {
+        for (v, n) in c.variants.iter().zip(&c.names) {
             eprintln!("  {n}: {}", v.label());
         }
     }
     for (step, &(v, r)) in order.iter().enumerate() {
-        let path = path_of(v, r);
+        let path = c.path_of(v, r);
         let state = progress(&path);
         if state == Progress::Finished {
-            if !args.quiet {
-                eprintln!("campaign: {} run {r}: already measured, skipped", names[v]);
+            if !c.plan.quiet {
+                eprintln!(
+                    "campaign: {} run {r}: already measured, skipped",
+                    c.names[v]
+                );
             }
             continue;
         }
         if *interrupt.borrow() {
             return Ok(Ending::Interrupted);
         }
-        let variant = &variants[v];
-        let log = path.with_extension("server.log");
         eprintln!(
             "campaign [{}/{}]: {} run {r}: starting the server (log: {})",
             step + 1,
             order.len(),
-            names[v],
-            log.display()
+            c.names[v],
+            path.with_extension("server.log").display()
         );
-        let started = tokio::select! {
-            s = ManagedServer::start(variant, &log, &opts) => s,
-            // Dropping the start future kills the half-started server.
-            _ = interrupt.changed() => {
-                eprintln!("interrupted while the server was starting; it was stopped.\n{resume_hint}");
-                return Ok(Ending::Interrupted);
-            }
-        };
-        let mut server = started.with_context(|| {
-            format!(
-                "starting variant {} (run {r}); nothing is left running",
-                names[v]
-            )
-        })?;
-        if !args.quiet {
-            eprintln!("server ready: {}", server.command_line());
-        }
-        let mut sub = args.clone();
-        sub.server_cmd = None;
-        sub.parameter_list.clear();
-        sub.url = Some(server.base_url());
-        sub.out = Some(path.clone());
-        sub.resume = state == Progress::Unfinished;
-        sub.label = Some(variant.label());
-        sub.managed_cmd = Some(variant.label());
-        let result = sweep::run(sub, interrupt.clone()).await;
-        let alive = server.check_alive();
-        let stopped = server.stop(opts.grace).await;
-        if let Err(died) = alive {
-            return Err(anyhow::Error::new(died).context(format!(
-                "the server of {} died during run {r}; {resume_hint}",
-                names[v]
-            )));
-        }
-        match stopped {
-            Ok(s) if s.forced && !args.quiet => eprintln!(
-                "note: the server did not exit within {:?} of SIGTERM; it was killed",
-                opts.grace
-            ),
-            Ok(_) => {}
-            Err(e) => eprintln!("warning: stopping the server: {e}"),
-        }
-        match result.with_context(|| format!("{} run {r}; {resume_hint}", names[v]))? {
+        match run_variant(&c, (v, r), state, &mut interrupt).await? {
             Ending::Complete => {}
-            Ending::Interrupted => {
-                eprintln!("campaign interrupted; the server was stopped.\n{resume_hint}");
-                return Ok(Ending::Interrupted);
-            }
-            other => {
-                eprintln!(
-                    "campaign stopped: {} run {r} is incomplete.\n{resume_hint}",
-                    names[v]
-                );
-                return Ok(other);
-            }
+            other => return Ok(other),
         }
     }
-    summarise(&variants, &names, baseline, runs, &path_of, &dir)?;
+    summarise(
+        &c.variants,
+        &c.names,
+        c.baseline,
+        c.runs,
+        &|v, r| c.path_of(v, r),
+        &c.dir,
+    )?;
     Ok(Ending::Complete)
+}
+
+/// One run of one variant: its server started, the sweep's plan pointed at it, the server
+/// stopped; a server that died or a run that did not complete ends the campaign.
+async fn run_variant(
+    c: &CampaignOptions,
+    (v, r): (usize, usize),
+    state: Progress,
+    interrupt: &mut tokio::sync::watch::Receiver<bool>,
+) -> Result<Ending> {
+    let (variant, name, path) = (&c.variants[v], &c.names[v], c.path_of(v, r));
+    let resume_hint = c.resume_hint();
+    let log = path.with_extension("server.log");
+    let started = tokio::select! {
+        s = ManagedServer::start(variant, &log, &c.launch) => s,
+        // Dropping the start future kills the half-started server.
+        _ = interrupt.changed() => {
+            eprintln!("interrupted while the server was starting; it was stopped.\n{resume_hint}");
+            return Ok(Ending::Interrupted);
+        }
+    };
+    let mut server = started
+        .with_context(|| format!("starting variant {name} (run {r}); nothing is left running"))?;
+    if !c.plan.quiet {
+        eprintln!("server ready: {}", server.command_line());
+    }
+    let mut plan = c.plan.clone();
+    plan.url = server.base_url();
+    plan.out = Some(path.clone());
+    plan.resume = state == Progress::Unfinished;
+    plan.label = Some(variant.label());
+    plan.managed_cmd = Some(variant.label());
+    let result = sweep::run_plan(plan, interrupt.clone()).await;
+    let alive = server.check_alive();
+    let stopped = server.stop(c.launch.grace).await;
+    if let Err(died) = alive {
+        return Err(anyhow::Error::new(died).context(format!(
+            "the server of {name} died during run {r}; {resume_hint}"
+        )));
+    }
+    match stopped {
+        Ok(s) if s.forced && !c.plan.quiet => eprintln!(
+            "note: the server did not exit within {:?} of SIGTERM; it was killed",
+            c.launch.grace
+        ),
+        Ok(_) => {}
+        Err(e) => eprintln!("warning: stopping the server: {e}"),
+    }
+    let ending = result.with_context(|| format!("{name} run {r}; {resume_hint}"))?;
+    match ending {
+        Ending::Complete => {}
+        Ending::Interrupted => {
+            eprintln!("campaign interrupted; the server was stopped.\n{resume_hint}")
+        }
+        _ => eprintln!("campaign stopped: {name} run {r} is incomplete.\n{resume_hint}"),
+    }
+    Ok(ending)
 }
 
 /// The comparison of every variant with the baseline (the run as the unit) and the fits per

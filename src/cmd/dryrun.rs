@@ -11,26 +11,44 @@ use crate::cmd::Ending;
 use ctxbench::bench::BenchSettings;
 use ctxbench::capacity::{Fit, Limits};
 use ctxbench::client::{Backend, GenRequest};
-use ctxbench::corpus::{Corpus, CorpusSpec};
 use ctxbench::costmodel::{CostModel, Observation};
 use ctxbench::prompt::PromptBuilder;
 use ctxbench::render;
+use ctxbench::session::Session;
+
+/// What the dry run's plan shows besides the calibration.
+struct Shown {
+    contexts: Vec<u64>,
+    levels: Vec<u32>,
+    limits: Limits,
+    corpus_label: String,
+    corpus_tokens: usize,
+}
 
 /// `--dry-run`: the plan, prompt sizes and a predicted duration from two calibration
-/// requests; nothing is recorded.
-#[allow(clippy::too_many_arguments)]
-pub async fn run(
+/// requests on the prepared session; nothing is recorded.
+pub async fn run(session: &mut Session) -> Result<Ending> {
+    let shown = Shown {
+        contexts: session.contexts().to_vec(),
+        levels: session.plan.concurrency.clone(),
+        limits: session.limits(),
+        corpus_label: session.plan.corpus.label(),
+        corpus_tokens: session.corpus().map_or(0, |c| c.tokens.len()),
+    };
+    let (backend, builder, settings) = session.parts().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (model, cal_sizes) = calibrate(backend, builder, settings, &shown.contexts).await?;
+    print_plan(builder, settings, &model, cal_sizes, &shown)?;
+    Ok(Ending::Complete)
+}
+
+/// A cost model from two calibration requests, as large as cheaply possible (4k, or the
+/// plan's largest point if smaller): at small sizes fixed overhead hides how cost grows.
+async fn calibrate(
     backend: &dyn Backend,
-    builder: &mut PromptBuilder<'_>,
-    contexts: &[u64],
-    levels: &[u32],
-    limits: &Limits,
+    builder: &mut PromptBuilder,
     settings: &BenchSettings,
-    corpus_spec: &CorpusSpec,
-    corpus: &Corpus,
-) -> Result<Ending> {
-    // Calibrate as large as cheaply possible (4k, or the plan's largest point if smaller):
-    // at small sizes fixed overhead hides how cost grows.
+    contexts: &[u64],
+) -> Result<(CostModel, [u64; 2])> {
     let top = contexts.last().copied().unwrap_or(1024).clamp(64, 4096);
     let cal_sizes = [top / 2, top];
     let mut obs = Vec::new();
@@ -55,14 +73,31 @@ pub async fn run(
             });
         }
     }
-    let model = CostModel::new(obs);
+    Ok((CostModel::new(obs), cal_sizes))
+}
+
+/// The plan on stdout: each point's prompt size and predicted time, the grid's prediction,
+/// the predicted duration and the client's memory.
+fn print_plan(
+    builder: &mut PromptBuilder,
+    settings: &BenchSettings,
+    model: &CostModel,
+    cal_sizes: [u64; 2],
+    shown: &Shown,
+) -> Result<()> {
+    let Shown {
+        contexts,
+        levels,
+        limits,
+        ..
+    } = shown;
+    let (contexts, levels) = (contexts.as_slice(), levels.as_slice());
     let reps = settings.policy.min_reps.max(1);
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
         "dry run: nothing measured or recorded. corpus: {} ({} tokens, tokenized once)",
-        corpus_spec.label(),
-        corpus.tokens.len()
+        shown.corpus_label, shown.corpus_tokens
     )?;
     writeln!(
         out,
@@ -89,7 +124,7 @@ pub async fn run(
     }
     if grid {
         // A wave costs c requests' work (no gain from batching assumed: an upper estimate).
-        total = ctxbench::bench::wave::predicted_grid_s(&model, contexts, levels, settings)
+        total = ctxbench::bench::wave::predicted_grid_s(model, contexts, levels, settings)
             .unwrap_or(total);
         writeln!(
             out,
@@ -129,7 +164,7 @@ pub async fn run(
     if let Some(kib) = peak_rss_kib() {
         writeln!(out, "peak memory (RSS): {:.1} MiB", kib as f64 / 1024.0)?;
     }
-    Ok(Ending::Complete)
+    Ok(())
 }
 
 /// What the server's limits predict for each cell of a concurrency grid: a table (context

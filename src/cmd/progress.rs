@@ -128,6 +128,18 @@ impl Observer for Terminal {
         self.line(&format!("warning: {msg}"));
     }
 
+    fn note(&mut self, msg: &str, always: bool) {
+        if always || !self.quiet {
+            self.line(&format!("note: {msg}"));
+        }
+    }
+
+    fn info(&mut self, msg: &str) {
+        if !self.quiet {
+            self.line(msg);
+        }
+    }
+
     fn finish(&mut self) {
         if let Some(b) = self.bar.take() {
             b.finish_and_clear();

@@ -1,53 +1,110 @@
-//! Every `sweep` option checked in one place, before any I/O: a [`SweepOptions`] exists only
-//! for a command line that makes sense (ranges, conflicts, parsable values), so nothing is
-//! probed or tokenized for one that does not.
+//! Every `sweep` option checked in one place, before anything is sent: the command line
+//! becomes a [`SweepPlan`] that holds every value the session needs, and exists only for a
+//! command line that makes sense (ranges, conflicts, parsable values, a readable key and
+//! certificate), so nothing is probed or tokenized for one that does not.
 
 use std::time::Duration;
 
-use crate::cmd::cli::{Method, SweepArgs};
+use crate::cmd::cli::{FlushMode, Method, SweepArgs};
 use ctxbench::adaptive::RepPolicy;
 use ctxbench::corpus::CorpusSpec;
 use ctxbench::error::UsageError;
 use ctxbench::plan;
+use ctxbench::record::FlushChoice;
+use ctxbench::session::SweepPlan;
 
 /// The two-point method's default request lengths.
 const TWO_POINT_DEFAULT: (u32, u32) = (1, 17);
 
-/// The validated sweep options that need parsing or cross-checking; the rest are read from
-/// [`SweepArgs`] as they are.
+/// The validated plan of `args`. With `--server-cmd` the URL is left empty: the campaign
+/// sets each started server's.
+pub fn plan(args: &SweepArgs) -> Result<SweepPlan, UsageError> {
+    let o = SweepOptions::from_args(args)?;
+    let api_key = crate::cmd::sweep::api_key(&args.api_key_env)?;
+    let ca_cert = args
+        .ca_cert
+        .as_ref()
+        .map(|p| {
+            std::fs::read(p)
+                .map_err(|e| UsageError::Invalid(format!("--ca-cert {}: {e}", p.display())))
+        })
+        .transpose()?;
+    let out = match args.dry_run {
+        true => None,
+        false => Some(
+            args.out
+                .clone()
+                .unwrap_or_else(crate::cmd::sweep::default_out),
+        ),
+    };
+    Ok(SweepPlan {
+        url: args.url.clone().unwrap_or_default(),
+        metrics_api_key: api_key.clone(),
+        api_key,
+        ca_cert,
+        backend: args.backend,
+        backend_requested: args.backend.as_str().to_owned(),
+        model: args.model.clone(),
+        endpoint: args.endpoint,
+        tokenizer_url: args.tokenizer_url.clone(),
+        metrics_url: args.metrics_url.clone(),
+        wait_ready: o.wait_ready,
+        out,
+        resume: args.resume,
+        dry_run: args.dry_run,
+        label: args.label.clone(),
+        managed_cmd: args.managed_cmd.clone(),
+        quiet: args.quiet,
+        output_tokens: o.output_tokens(args),
+        contexts: o.contexts,
+        corpus: o.corpus,
+        seed: args.seed,
+        prompt_seed: args.prompt_seed,
+        nonce: args.nonce.is_on(),
+        cache_bypass: args.cache_bypass.is_on(),
+        flush: match args.flush {
+            FlushMode::Auto => FlushChoice::Auto,
+            FlushMode::Always => FlushChoice::Always,
+            FlushMode::Never => FlushChoice::Never,
+        },
+        flush_wait: o.flush_wait,
+        two_point: o.two_point,
+        policy: o.policy,
+        length_tolerance: args.length_tolerance,
+        timeout: o.timeout,
+        timeout_per_1k: o.timeout_per_1k,
+        stall_timeout: o.stall_timeout,
+        on_error: args.on_error,
+        decode_samples: args.decode_samples,
+        needle_depths: o.needle_depths,
+        concurrency: o.concurrency,
+    })
+}
+
+/// The options that need parsing or cross-checking, as parsed.
 #[derive(Debug, Clone)]
-pub struct SweepOptions {
-    /// `--contexts`, parsed and sorted; `None`: the default ladder from the server's limit.
-    pub contexts: Option<Vec<u64>>,
-    /// `--corpus`.
-    pub corpus: CorpusSpec,
-    /// `--two-point-tokens` A,B under `--method two-point`; `None` for `stream`.
-    pub two_point: Option<(u32, u32)>,
-    /// Repetitions per point.
-    pub policy: RepPolicy,
-    /// `--timeout`.
-    pub timeout: Duration,
-    /// `--timeout-per-1k`.
-    pub timeout_per_1k: Duration,
-    /// `--stall-timeout`.
-    pub stall_timeout: Duration,
-    /// `--flush-wait`: how long a busy server's flush refusal is retried.
-    pub flush_wait: Duration,
-    /// `--wait-ready`.
-    pub wait_ready: Duration,
-    /// `--needle-depths` when `--needle` is on.
-    pub needle_depths: Option<Vec<u32>>,
-    /// `--concurrency`, sorted and deduplicated (`[1]`: one request at a time).
-    pub concurrency: Vec<u32>,
+struct SweepOptions {
+    contexts: Option<Vec<u64>>,
+    corpus: CorpusSpec,
+    two_point: Option<(u32, u32)>,
+    policy: RepPolicy,
+    timeout: Duration,
+    timeout_per_1k: Duration,
+    stall_timeout: Duration,
+    flush_wait: Duration,
+    wait_ready: Duration,
+    needle_depths: Option<Vec<u32>>,
+    concurrency: Vec<u32>,
 }
 
 impl SweepOptions {
     /// Checks the options; no request is sent and no file is written.
-    pub fn from_args(args: &SweepArgs) -> Result<SweepOptions, UsageError> {
+    fn from_args(args: &SweepArgs) -> Result<SweepOptions, UsageError> {
         let bad = |m: String| Err(UsageError::Invalid(m));
         // `--server-cmd` sets the URL of the server it starts.
         let url = args.url.as_deref().unwrap_or_default();
-        if !(url.starts_with("http://") || url.starts_with("https://")) {
+        let managed = args.server_cmd.is_some() && args.url.is_none();
+        if !(managed || url.starts_with("http://") || url.starts_with("https://")) {
             return bad(format!(
                 "--url {url}: give the server's base URL with its scheme, e.g. http://127.0.0.1:8080, or --server-cmd"
             ));
@@ -178,22 +235,12 @@ impl SweepOptions {
         })
     }
 
-    /// Whether this is a concurrency grid (a level above 1).
-    pub fn grid(&self) -> bool {
-        self.concurrency != [1]
-    }
-
     /// Output tokens per request: `--wave-output-tokens` in a grid, else `--output-tokens`.
-    pub fn output_tokens(&self, args: &SweepArgs) -> u32 {
-        match self.grid() {
+    fn output_tokens(&self, args: &SweepArgs) -> u32 {
+        match self.concurrency != [1] {
             true => args.wave_output_tokens,
             false => args.output_tokens,
         }
-    }
-
-    /// The longest generation one request asks for.
-    pub fn longest_output(&self, output_tokens: u32) -> u64 {
-        u64::from(self.two_point.map_or(output_tokens, |(_, b)| b))
     }
 }
 
@@ -248,7 +295,7 @@ mod tests {
     use crate::cmd::cli::{Cli, Command};
     use clap::Parser;
 
-    fn options(extra: &[&str]) -> Result<SweepOptions, UsageError> {
+    fn options(extra: &[&str]) -> Result<SweepPlan, UsageError> {
         let argv = [
             &["ctxbench", "sweep", "--url", "http://127.0.0.1:9"][..],
             extra,
@@ -257,7 +304,7 @@ mod tests {
         let Command::Sweep(args) = Cli::try_parse_from(argv).expect("clap accepts").command else {
             panic!("not a sweep");
         };
-        SweepOptions::from_args(&args)
+        plan(&args)
     }
 
     fn refused(extra: &[&str], needle: &str) {
@@ -272,7 +319,7 @@ mod tests {
         assert_eq!(o.two_point, None);
         assert_eq!((o.policy.min_reps, o.policy.max_reps), (3, 3));
         assert_eq!(o.wait_ready, Duration::from_secs(60));
-        assert_eq!(o.longest_output(32), 32);
+        assert_eq!(o.longest_output(), u64::from(o.output_tokens));
     }
 
     #[test]
@@ -302,7 +349,7 @@ mod tests {
         }
         let o = options(&["--method", "two-point"]).unwrap();
         assert_eq!(o.two_point, Some((1, 17)));
-        assert_eq!(o.longest_output(32), 17);
+        assert_eq!(o.longest_output(), 17);
         refused(
             &["--method", "two-point", "--two-point-tokens", "9,3"],
             "1 ≤ A < B",
@@ -345,7 +392,7 @@ mod tests {
         let Command::Sweep(args) = Cli::try_parse_from(argv).unwrap().command else {
             panic!("not a sweep");
         };
-        let e = SweepOptions::from_args(&args).unwrap_err().to_string();
+        let e = plan(&args).unwrap_err().to_string();
         assert!(e.contains("with its scheme"), "{e}");
     }
 
@@ -356,7 +403,7 @@ mod tests {
             let Command::Sweep(args) = Cli::try_parse_from(argv).unwrap().command else {
                 panic!("not a sweep");
             };
-            let e = SweepOptions::from_args(&args).unwrap_err().to_string();
+            let e = plan(&args).unwrap_err().to_string();
             assert!(
                 e.contains("without /v1") && e.contains("--url http://127.0.0.1:8000"),
                 "{e}"
