@@ -644,6 +644,8 @@ enum NeedleStop {
 
 /// One needle check per depth at `context` (rep = the depth's index), cold like every
 /// measured prompt: fresh nonce, cache switch and flush, cached tokens verified.
+// Each depth's check is prepare → flush → send → judge → record in order; split, the
+// interrupt and stop handling would be repeated in each piece.
 async fn needle_point(
     ctx: &NeedleCtx<'_>,
     run: RunCtx<'_>,

@@ -86,6 +86,8 @@ fn wave_busy_ms(samples: &[Sample]) -> f64 {
 /// policy asks for, skipping waves already in `prior`. A cell the server's `limits` say
 /// cannot run at once is measured anyway (waiting is a finding), with a warning naming the
 /// limit and the flag that raises it.
+// One loop over cells and waves, like `bench::run`: its stop rules, resume and cost model
+// read as one piece; the work of each wave is in `measure_wave`.
 pub async fn run_grid(
     ctx: super::RunCtx<'_>,
     contexts: &[u64],

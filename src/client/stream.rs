@@ -215,6 +215,8 @@ impl Parser {
 }
 
 /// Sends `rb` and drives its streamed body, cut by `framing`, to the end.
+// The timing loop stays whole: each chunk's arrival instant is taken before any parsing,
+// and the deadline, stall and end rules act on the same state.
 pub async fn drive_stream<R: EventReader>(
     framing: Framing,
     endpoint: &str,

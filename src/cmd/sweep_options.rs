@@ -163,52 +163,7 @@ impl SweepOptions {
                 args.concurrency
             ));
         }
-        let seconds = |name: &str, v: f64, zero_ok: bool| -> Result<Duration, UsageError> {
-            if v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0)) {
-                Ok(Duration::from_secs_f64(v))
-            } else {
-                Err(UsageError::Invalid(format!(
-                    "{name} {v}: must be a positive number of seconds"
-                )))
-            }
-        };
-        let policy = match args.precision {
-            None => RepPolicy {
-                precision: None,
-                min_reps: args.reps,
-                max_reps: args.reps,
-                point_budget_s: None,
-                run_budget_s: None,
-            },
-            Some(p) if !(p.is_finite() && p > 0.0 && p < 1.0) => {
-                return bad(format!(
-                    "--precision {p}: give a relative half-width between 0 and 1, e.g. 0.05 for ±5%"
-                ))
-            }
-            Some(_) if args.min_reps > args.max_reps => {
-                return bad(format!(
-                    "--min-reps {} is larger than --max-reps {}",
-                    args.min_reps, args.max_reps
-                ))
-            }
-            Some(p) => {
-                for (name, v) in [
-                    ("--point-budget", args.point_budget),
-                    ("--run-budget", args.run_budget),
-                ] {
-                    if let Some(v) = v {
-                        seconds(name, v, false)?;
-                    }
-                }
-                RepPolicy {
-                    precision: Some(p),
-                    min_reps: args.min_reps,
-                    max_reps: args.max_reps,
-                    point_budget_s: args.point_budget,
-                    run_budget_s: args.run_budget,
-                }
-            }
-        };
+        let policy = rep_policy(args)?;
         if let Some(m) = args.metrics_url.as_deref() {
             let ok = m == "off"
                 || m.starts_with('/')
@@ -241,6 +196,60 @@ impl SweepOptions {
             true => args.wave_output_tokens,
             false => args.output_tokens,
         }
+    }
+}
+
+/// Repetitions per point: fixed (`--reps`), or adaptive until `--precision` within the
+/// repetition bounds and time budgets.
+fn rep_policy(args: &SweepArgs) -> Result<RepPolicy, UsageError> {
+    let bad = |m: String| Err(UsageError::Invalid(m));
+    Ok(match args.precision {
+        None => RepPolicy {
+            precision: None,
+            min_reps: args.reps,
+            max_reps: args.reps,
+            point_budget_s: None,
+            run_budget_s: None,
+        },
+        Some(p) if !(p.is_finite() && p > 0.0 && p < 1.0) => {
+            return bad(format!(
+                "--precision {p}: give a relative half-width between 0 and 1, e.g. 0.05 for ±5%"
+            ))
+        }
+        Some(_) if args.min_reps > args.max_reps => {
+            return bad(format!(
+                "--min-reps {} is larger than --max-reps {}",
+                args.min_reps, args.max_reps
+            ))
+        }
+        Some(p) => {
+            for (name, v) in [
+                ("--point-budget", args.point_budget),
+                ("--run-budget", args.run_budget),
+            ] {
+                if let Some(v) = v {
+                    seconds(name, v, false)?;
+                }
+            }
+            RepPolicy {
+                precision: Some(p),
+                min_reps: args.min_reps,
+                max_reps: args.max_reps,
+                point_budget_s: args.point_budget,
+                run_budget_s: args.run_budget,
+            }
+        }
+    })
+}
+
+/// A number of seconds from the command line: finite and positive (or zero where allowed).
+fn seconds(name: &str, v: f64, zero_ok: bool) -> Result<Duration, UsageError> {
+    if v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0)) {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(UsageError::Invalid(format!(
+            "{name} {v}: must be a positive number of seconds"
+        )))
     }
 }
 
