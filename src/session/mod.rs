@@ -2,8 +2,9 @@
 //! (the binary builds it from the command line; the campaign and other modes build theirs
 //! from it); [`Session::open`] probes the server; [`Session::prepare`] connects, settles the
 //! request's optional fields, tokenizes the corpus, decides the flush and the metrics, and
-//! warms up; [`Session::start`] writes (or, resuming, checks) the results header;
-//! [`Session::run`] measures; [`Session::finish`] writes the end record. Every message for
+//! warms up; [`Session::header`] gives the results header that [`Output::start`] writes
+//! (or, resuming, checks); [`Session::run`] measures; [`Session::finish`] writes the end
+//! record. Every message for
 //! the user goes through the [`Observer`]; nothing here prints.
 
 mod output;
