@@ -210,9 +210,11 @@ fn protocol_openai_chat_only_lengths_include_the_template_and_ttft_skips_the_rol
         .iter()
         .filter(|b| b["stream"] == json!(true))
         .collect();
-    // Warmup + 4 measured requests; each followed by its non-streamed count.
-    assert_eq!(streamed.len(), 5);
-    for b in &streamed {
+    // The negotiation's streamed test request, the warmup and 4 measured requests; each
+    // measured one followed by its non-streamed count.
+    assert_eq!(streamed.len(), 1 + 5);
+    assert_eq!(streamed[0]["messages"][0]["content"], "Hello");
+    for b in &streamed[1..] {
         let m = b["messages"].as_array().unwrap();
         assert_eq!(m.len(), 1, "one user message");
         assert_eq!(m[0]["role"], "user");

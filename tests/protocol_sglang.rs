@@ -174,7 +174,8 @@ fn protocol_sglang_openai_api_with_cache_report_reads_a_missing_count_as_zero() 
         assert!(s.cache_verified);
         assert_eq!(s.prompt_tokens, Some(1024));
     }
-    let q = &srv.requests("/v1/completions")[1];
+    // After the negotiation's two "Hello" test requests and the warmup: a measured one.
+    let q = &srv.requests("/v1/completions")[3];
     assert_eq!(q["prompt"].as_array().unwrap().len(), 1024, "token ids");
     // And the trap it guards against: without the nonce the cache hit is seen and flagged.
     let trap = sweep(

@@ -13,6 +13,7 @@ use scripted::{
     assert_flush_refused_mid_run_flags_every_later_sample, over_long_prompt_error, Config, Flavor,
     Scripted,
 };
+use serde_json::json;
 
 #[test]
 fn protocol_vllm_auto_sweep_with_flush_cached_tokens_and_spec_from_metric_deltas() {
@@ -80,7 +81,17 @@ fn protocol_vllm_auto_sweep_with_flush_cached_tokens_and_spec_from_metric_deltas
     }
     assert_eq!(srv.flushes(), 5);
     let reqs = srv.requests("/v1/completions");
-    for q in &reqs[1..] {
+    // The negotiation's two test requests (streamed and not, two tokens of "Hello", every
+    // optional field offered), the warmup, then the four measured requests.
+    assert_eq!(reqs.len(), 2 + 1 + 4);
+    for q in &reqs[..2] {
+        assert_eq!(
+            (&q["prompt"], &q["max_tokens"]),
+            (&json!("Hello"), &json!(2))
+        );
+        assert_eq!(q["ignore_eos"], true);
+    }
+    for q in &reqs[3..] {
         assert!(
             q["prompt"].as_array().unwrap().len() >= 1024,
             "token ids sent"
