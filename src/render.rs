@@ -11,9 +11,11 @@ use crate::report::{Report, RunReport};
 use crate::stats::{PointSummary, Spread};
 
 pub mod csv;
+pub mod doc;
 pub mod html;
 pub mod json;
 pub mod markdown;
+pub mod sections;
 pub mod svg;
 pub mod table;
 
@@ -51,6 +53,17 @@ pub trait Renderer {
     fn report(&self, report: &Report) -> Result<String, RenderError>;
     /// A comparison of runs against a baseline.
     fn compare(&self, cmp: &Comparison) -> Result<String, RenderError>;
+}
+
+// A syntax writes the document of its target (hyperfine's blanket `MarkupExporter`).
+impl<M: doc::Markup> Renderer for M {
+    fn report(&self, report: &Report) -> Result<String, RenderError> {
+        Ok(doc::write(&sections::report(report, M::TARGET)?, self))
+    }
+
+    fn compare(&self, cmp: &Comparison) -> Result<String, RenderError> {
+        Ok(doc::write(&sections::compare(cmp, M::TARGET)?, self))
+    }
 }
 
 /// The renderer of a format.
@@ -551,7 +564,7 @@ pub(crate) mod snapshot_tests;
 
 /// The six measured cells of a summary row, in the order every table shows them: TTFT,
 /// prefill, decode, ms/step, server prompt ms, server decode; `spread` formats each.
-pub fn metric_cells(p: &PointSummary, spread: impl Fn(&Option<Spread>) -> String) -> [String; 6] {
+pub fn metric_cells<T>(p: &PointSummary, spread: impl Fn(&Option<Spread>) -> T) -> [T; 6] {
     [
         spread(&p.ttft_ms),
         spread(&p.prefill_tokens_per_s),
