@@ -253,6 +253,7 @@ pub fn capacity_tables(m: &crate::capacity::CapacityMap) -> Vec<Table> {
     crate::capacity::map_tables(m)
         .into_iter()
         .map(|t| {
+            // Contexts left, cells right-aligned so that the numbers line up.
             let align = (0..t.head.len()).map(|i| match i {
                 0 => Align::Left,
                 _ => Align::Right,
