@@ -210,3 +210,30 @@ impl Markup for HtmlRenderer {
         page(&doc.title, &body)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::doc::{self, Align, Block, Cell};
+    use super::*;
+
+    #[test]
+    fn cells_are_escaped_toned_and_compact_tables_take_one_line() {
+        let mut t = Table::new([("context", Align::Left), ("note", Align::Left)]);
+        t.compact = true;
+        t.rows.push(vec![
+            "1k".into(),
+            Cell {
+                tone: Tone::Bad,
+                ..Cell::from("a < b")
+            },
+        ]);
+        let d = Document {
+            title: "t".into(),
+            blocks: vec![Block::Table(t)],
+        };
+        let page = doc::write(&d, &HtmlRenderer);
+        assert!(page.contains(
+            "<table><thead><tr><th>context</th><th>note</th></tr></thead><tbody><tr><td>1k</td><td class=\"bad\">a &lt; b</td></tr></tbody></table>\n"
+        ), "{page}");
+    }
+}

@@ -120,3 +120,63 @@ impl Markup for MarkdownRenderer {
         out.push_str(&format!("_{}_\n", inline(text)));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::doc::{self, Block, Cell, Document, Tone};
+    use super::*;
+
+    fn write(blocks: Vec<Block>) -> String {
+        let d = Document {
+            title: String::new(),
+            blocks,
+        };
+        doc::write(&d, &MarkdownRenderer)
+    }
+
+    #[test]
+    fn a_table_escapes_pipes_and_bolds_only_cells_meant_to_stand_out() {
+        let mut t = Table::new([("context", Align::Left), ("verdict", Align::Left)]);
+        t.row(["1k", "a|b"]);
+        t.rows.push(vec![
+            "2k".into(),
+            Cell {
+                tone: Tone::Bad,
+                strong: true,
+                ..Cell::from("slower")
+            },
+        ]);
+        t.rows.push(vec![
+            "4k".into(),
+            Cell {
+                tone: Tone::Bad,
+                ..Cell::from("1 cached")
+            },
+        ]);
+        assert_eq!(
+            write(vec![Block::Table(t)]),
+            "| context | verdict |\n|---|---|\n| 1k | a\\|b |\n| 2k | **slower** |\n| 4k | 1 cached |\n\n"
+        );
+    }
+
+    #[test]
+    fn a_list_of_mismatches_ends_before_the_compare_table_starts() {
+        // A table right under a list item was read as part of the item.
+        let loaded = |n: &str| {
+            let r = crate::render::snapshot_tests::golden(&format!("{n}.jsonl"));
+            vec![(n.to_owned(), format!("{n}.jsonl"), r)]
+        };
+        let cmp = crate::compare::build(
+            &[loaded("sweep"), loaded("two-point")],
+            true,
+            &Default::default(),
+        )
+        .unwrap();
+        assert!(!cmp.versus[0].mismatches.is_empty());
+        let md = crate::render::Renderer::compare(&MarkdownRenderer, &cmp).unwrap();
+        assert!(
+            md.contains("stream vs two-point\n\n| context | metric |"),
+            "{md}"
+        );
+    }
+}
