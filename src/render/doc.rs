@@ -256,7 +256,7 @@ impl Table {
     }
 }
 
-/// One syntax: how each kind of block is written. [`write`] walks the document.
+/// One syntax: how each kind of block is written. [`write()`] walks the document.
 pub trait Markup {
     /// Which document this syntax is given (see [`super::sections::Target`]).
     const TARGET: super::sections::Target;
