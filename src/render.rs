@@ -9,13 +9,17 @@ use crate::record::{
 };
 use crate::report::{Report, RunReport};
 use crate::stats::{PointSummary, Spread};
+use doc::{Align, Table};
 
 pub mod csv;
+pub mod doc;
 pub mod html;
 pub mod json;
 pub mod markdown;
+pub mod sections;
 pub mod svg;
 pub mod table;
+pub mod text;
 
 pub use crate::units::{fmt_ctx, num};
 
@@ -53,6 +57,17 @@ pub trait Renderer {
     fn compare(&self, cmp: &Comparison) -> Result<String, RenderError>;
 }
 
+// A syntax writes the document of its target (hyperfine's blanket `MarkupExporter`).
+impl<M: doc::Markup> Renderer for M {
+    fn report(&self, report: &Report) -> Result<String, RenderError> {
+        Ok(doc::write(&sections::report(report, M::TARGET)?, self))
+    }
+
+    fn compare(&self, cmp: &Comparison) -> Result<String, RenderError> {
+        Ok(doc::write(&sections::compare(cmp, M::TARGET)?, self))
+    }
+}
+
 /// The renderer of a format.
 pub fn renderer(format: ReportFormat) -> Box<dyn Renderer> {
     match format {
@@ -78,69 +93,41 @@ pub(crate) fn med_range(s: &Option<Spread>) -> String {
 
 /// One row per context: medians (min–max) of client metrics beside the server's own.
 pub fn summary_table(points: &[PointSummary]) -> String {
-    let header = [
-        "context",
-        "n",
-        "TTFT ms (min–max)",
-        "server prompt ms",
-        "prefill tok/s",
-        "decode tok/s (min–max)",
-        "server decode tok/s",
-        "ms/step",
-        "excluded",
-    ];
-    let rows: Vec<[String; 9]> = points
-        .iter()
-        .map(|p| {
-            let excluded = p.exclusions();
-            [
-                fmt_ctx(p.context_tokens),
-                format!("{}/{}", p.usable, p.samples),
-                med_range(&p.ttft_ms),
-                med(&p.server_prompt_ms),
-                med(&p.prefill_tokens_per_s),
-                med_range(&p.decode_tokens_per_s),
-                med(&p.server_decode_tokens_per_s),
-                med(&p.ms_per_step),
-                if excluded.is_empty() {
-                    "–".to_owned()
-                } else {
-                    excluded.join(", ")
-                },
-            ]
-        })
-        .collect();
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
+    let right = |h| (h, Align::Right);
+    let mut t = Table::new([
+        ("context", Align::Left),
+        right("n"),
+        right("TTFT ms (min–max)"),
+        right("server prompt ms"),
+        right("prefill tok/s"),
+        right("decode tok/s (min–max)"),
+        right("server decode tok/s"),
+        right("ms/step"),
+        ("excluded", Align::Left),
+    ]);
+    for p in points {
+        let excluded = p.exclusions();
+        t.row([
+            fmt_ctx(p.context_tokens),
+            format!("{}/{}", p.usable, p.samples),
+            med_range(&p.ttft_ms),
+            med(&p.server_prompt_ms),
+            med(&p.prefill_tokens_per_s),
+            med_range(&p.decode_tokens_per_s),
+            med(&p.server_decode_tokens_per_s),
+            med(&p.ms_per_step),
+            if excluded.is_empty() {
+                "–".to_owned()
+            } else {
+                excluded.join(", ")
+            },
+        ]);
     }
-    let mut out = String::new();
-    let line = |out: &mut String, cells: &[&str]| {
-        let parts: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(|(i, (c, w))| {
-                let pad = w - c.chars().count();
-                if i == 0 || i == cells.len() - 1 {
-                    format!("{c}{}", " ".repeat(pad))
-                } else {
-                    format!("{}{c}", " ".repeat(pad))
-                }
-            })
-            .collect();
-        let _ = writeln!(out, "{}", parts.join("  ").trim_end());
+    let layout = text::Layout {
+        rule: true,
+        ..Default::default()
     };
-    line(&mut out, &header);
-    let rule: Vec<String> = widths.iter().map(|w| "─".repeat(*w)).collect();
-    let _ = writeln!(out, "{}", rule.join("  "));
-    for r in &rows {
-        let cells: Vec<&str> = r.iter().map(String::as_str).collect();
-        line(&mut out, &cells);
-    }
-    out
+    text::render(&t, &layout)
 }
 
 /// Per-point speculative medians, or `None` when no sample reported any.
@@ -148,20 +135,24 @@ pub fn spec_table(points: &[PointSummary]) -> Option<String> {
     if points.iter().all(|p| p.spec_accept_length.is_none()) {
         return None;
     }
-    let mut out =
-        String::from("context  accept length (min–max)  accept rate  ms/verify step  ms/token\n");
+    let right = |h| (h, Align::Right);
+    let mut t = Table::new([
+        ("context", Align::Left),
+        right("accept length (min–max)"),
+        right("accept rate"),
+        right("ms/verify step"),
+        right("ms/token"),
+    ]);
     for p in points {
-        let _ = writeln!(
-            out,
-            "{:<7}  {:>23}  {:>11}  {:>14}  {:>8}",
+        t.row([
             fmt_ctx(p.context_tokens),
             med_range(&p.spec_accept_length),
             med(&p.spec_accept_rate),
             med(&p.ms_per_verify_step),
             med(&p.ms_per_step),
-        );
+        ]);
     }
-    Some(out)
+    Some(text::render(&t, &text::Layout::default()))
 }
 
 /// Per-point warm decode (decode at depth), or `None` when there are no warm samples.
@@ -169,20 +160,24 @@ pub fn warm_table(points: &[PointSummary]) -> Option<String> {
     if points.iter().all(|p| p.warm == 0) {
         return None;
     }
-    let mut out =
-        String::from("context  warm n  decode tok/s (min–max)  ms/step  cold decode tok/s\n");
+    let right = |h| (h, Align::Right);
+    let mut t = Table::new([
+        ("context", Align::Left),
+        right("warm n"),
+        right("decode tok/s (min–max)"),
+        right("ms/step"),
+        right("cold decode tok/s"),
+    ]);
     for p in points.iter().filter(|p| p.warm > 0) {
-        let _ = writeln!(
-            out,
-            "{:<7}  {:>6}  {:>22}  {:>7}  {:>17}",
+        t.row([
             fmt_ctx(p.context_tokens),
-            p.warm,
+            p.warm.to_string(),
             med_range(&p.warm_decode_tokens_per_s),
             med(&p.warm_ms_per_step),
             med(&p.decode_tokens_per_s),
-        );
+        ]);
     }
-    Some(out)
+    Some(text::render(&t, &text::Layout::default()))
 }
 
 /// A compare verdict, with "OUTPUTS DIFFER" beside a change whose greedy outputs differ.
@@ -214,27 +209,16 @@ pub fn needle_table(cells: &[crate::integrity::NeedleCell]) -> Option<String> {
     if cells.is_empty() {
         return None;
     }
-    let mut depths: Vec<u32> = cells.iter().map(|c| c.depth_pct).collect();
-    depths.sort_unstable();
-    depths.dedup();
-    let mut contexts: Vec<u64> = cells.iter().map(|c| c.context_tokens).collect();
-    contexts.dedup();
-    let mut out = String::from("context");
-    for d in &depths {
-        let _ = write!(out, "  {:>9}", format!("{d}%"));
-    }
-    out.push('\n');
-    for c in contexts {
-        let _ = write!(out, "{:<7}", fmt_ctx(c));
-        for d in &depths {
-            let cell = cells
-                .iter()
-                .find(|x| x.context_tokens == c && x.depth_pct == *d);
-            let _ = write!(out, "  {:>9}", cell.map_or("–".to_owned(), needle_cell));
-        }
-        out.push('\n');
-    }
-    Some(out)
+    let t = sections::needle_table(cells);
+    // Depth columns at least 9 wide (`5/5 1err`), as this table has always been.
+    let min_widths: Vec<usize> = (0..t.head.len())
+        .map(|i| if i == 0 { 0 } else { 9 })
+        .collect();
+    let layout = text::Layout {
+        min_widths: &min_widths,
+        ..Default::default()
+    };
+    Some(text::render(&t, &layout))
 }
 
 /// One needle cell: `pass/answered`, plus failed requests (`err`), never counted as fails.
@@ -551,7 +535,7 @@ pub(crate) mod snapshot_tests;
 
 /// The six measured cells of a summary row, in the order every table shows them: TTFT,
 /// prefill, decode, ms/step, server prompt ms, server decode; `spread` formats each.
-pub fn metric_cells(p: &PointSummary, spread: impl Fn(&Option<Spread>) -> String) -> [String; 6] {
+pub fn metric_cells<T>(p: &PointSummary, spread: impl Fn(&Option<Spread>) -> T) -> [T; 6] {
     [
         spread(&p.ttft_ms),
         spread(&p.prefill_tokens_per_s),

@@ -1,14 +1,13 @@
-//! One self-contained HTML file: configuration, server identity and capabilities, warnings,
-//! the table, the fits and the plots (inline SVG). No scripts, no external fetches, so it
-//! opens anywhere, offline, and can be mailed as one file.
+//! One self-contained HTML file: the report document with its plots as inline SVG. No
+//! scripts, no external fetches, so it opens anywhere, offline, and can be mailed as one
+//! file. Syntax only; what is said is in [`super::sections`].
 
 use std::fmt::Write;
 
-use super::table::{equation, fit_notes};
-use super::{fmt_ctx, num, svg, RenderError, Renderer};
-use crate::compare::{Comparison, Verdict};
-use crate::report::{Report, RunReport};
-use crate::stats::Spread;
+use super::doc::{
+    Callout, Card, Document, Figure, Item, List, ListKind, Markup, Para, Span, Table, Text, Tone,
+};
+use super::sections::Target;
 
 /// The HTML format.
 pub struct HtmlRenderer;
@@ -63,314 +62,178 @@ fn page(title: &str, body: &str) -> String {
     )
 }
 
-/// A definition list of (name, value) rows.
-fn dl(out: &mut String, items: &[(&str, String)]) {
-    out.push_str("<dl>");
-    for (k, v) in items {
-        let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(v));
-    }
-    out.push_str("</dl>");
-}
-
-fn spread(s: &Option<Spread>) -> String {
-    match s {
-        Some(s) if s.n > 1 => format!(
-            "{} <span class=\"muted\">({}–{})</span>",
-            num(s.median),
-            num(s.min),
-            num(s.max)
-        ),
-        Some(s) => num(s.median),
-        None => "–".into(),
+/// The class attribute of a tone, or nothing.
+fn class(tone: Tone) -> &'static str {
+    match tone {
+        Tone::Normal => "",
+        Tone::Good => " class=\"ok\"",
+        Tone::Bad => " class=\"bad\"",
+        Tone::Muted => " class=\"muted\"",
+        Tone::Caution => " class=\"extra\"",
     }
 }
 
-fn run_section(out: &mut String, run: &RunReport) {
-    let _ = writeln!(out, "<h2>{}</h2>", esc(&run.label));
-    let _ = writeln!(
-        out,
-        "<p class=\"sub\">{} · run <code>{}</code> · started {} · ctxbench {}</p>",
-        esc(&run.path),
-        esc(&run.run_id),
-        esc(&run.started_at),
-        esc(&run.ctxbench_version)
-    );
-    if !run.warnings.is_empty() {
-        out.push_str("<div class=\"warn\"><strong>Warnings</strong><ul>");
-        for w in &run.warnings {
-            let _ = write!(out, "<li>{}</li>", esc(&w.message));
-        }
-        out.push_str("</ul></div>\n");
-    }
-    out.push_str("<div class=\"cards\">\n<div class=\"card\"><h3>Server</h3>");
-    dl(out, &super::server_items(&run.server));
-    out.push_str("</div>\n<div class=\"card\"><h3>Configuration</h3>");
-    dl(out, &super::config_items(&run.config));
-    out.push_str("</div>\n<div class=\"card\"><h3>Corpus and client</h3>");
-    dl(out, &super::corpus_items(&run.corpus));
-    let _ = write!(
-        out,
-        "<dl><dt>host</dt><dd>{} ({} {}, {} CPUs)</dd></dl>",
-        esc(&run.host.hostname),
-        esc(&run.host.os),
-        esc(&run.host.arch),
-        run.host.cpus
-    );
-    out.push_str("</div>\n</div>\n");
+/// Inline text, escaped.
+fn inline(t: &Text) -> String {
+    t.0.iter()
+        .map(|s| match s {
+            Span::Plain(x) | Span::Toned(Tone::Normal, x) => esc(x),
+            Span::Strong(x) => format!("<strong>{}</strong>", esc(x)),
+            Span::Code(x) => format!("<code>{}</code>", esc(x)),
+            Span::Toned(t, x) => format!("<span{}>{}</span>", class(*t), esc(x)),
+            Span::Break => "<br>".to_owned(),
+        })
+        .collect()
+}
 
-    if let Some(m) = &run.capacity {
-        let _ = writeln!(out, "<h3>Capacity map</h3>\n<p class=\"muted\">context × concurrency; the results table below is c = {}</p>", m.levels.first().copied().unwrap_or(1));
-        for t in crate::capacity::map_tables(m) {
-            let _ = write!(out, "<p>{}</p>\n<table><thead><tr>", esc(&t.title));
-            for h in &t.head {
-                let _ = write!(out, "<th>{}</th>", esc(h));
-            }
-            out.push_str("</tr></thead><tbody>\n");
-            for r in &t.rows {
-                out.push_str("<tr>");
-                for c in r {
-                    let _ = write!(out, "<td>{}</td>", esc(c));
-                }
-                out.push_str("</tr>\n");
-            }
-            out.push_str("</tbody></table>\n");
+fn items(out: &mut String, items: &[Item]) {
+    for i in items {
+        let _ = write!(out, "<li{}>{}", class(i.tone), inline(&i.text));
+        if !i.children.is_empty() {
+            out.push_str("<ul>");
+            self::items(out, &i.children);
+            out.push_str("</ul>");
         }
-        out.push_str("<ul class=\"muted\">");
-        for l in crate::capacity::map_legend(m) {
-            let _ = write!(out, "<li>{}</li>", esc(&l));
-        }
+        out.push_str("</li>");
+    }
+}
+
+impl Markup for HtmlRenderer {
+    const TARGET: Target = Target::Html;
+
+    fn heading(&self, out: &mut String, level: u8, text: &Text) {
+        let _ = writeln!(out, "<h{level}>{}</h{level}>", inline(text));
+    }
+
+    fn paragraph(&self, out: &mut String, text: &Text, kind: Para) {
+        let class = match kind {
+            Para::Plain => "",
+            Para::Subtitle => " class=\"sub\"",
+            Para::Note => " class=\"muted\"",
+        };
+        let _ = writeln!(out, "<p{class}>{}</p>", inline(text));
+    }
+
+    fn list(&self, out: &mut String, list: &List) {
+        out.push_str(match list.kind {
+            ListKind::Bullets => "<ul>",
+            ListKind::Legend => "<ul class=\"muted\">",
+            ListKind::Fits => "<ul class=\"fits\">",
+        });
+        items(out, &list.items);
         out.push_str("</ul>\n");
     }
-    out.push_str("<h3>Results</h3>\n<table><thead><tr><th>context</th><th>usable/n</th><th>TTFT ms</th><th>prefill tok/s</th><th>decode tok/s</th><th>ms/step</th><th>server prompt ms</th><th>server decode tok/s</th><th>excluded</th></tr></thead><tbody>\n");
-    for p in &run.points {
-        let ex = p.exclusions();
-        let cells = super::metric_cells(p, spread).join("</td><td>");
+
+    fn callout(&self, out: &mut String, c: &Callout) {
+        out.push_str("<div class=\"warn\">");
+        if let Some(t) = &c.title {
+            let _ = write!(out, "<strong>{}</strong>", esc(t));
+        }
+        out.push_str("<ul>");
+        items(out, &c.items);
+        out.push_str("</ul></div>");
+        // The comparison's untitled callout has always run into the table after it; the
+        // snapshots pin that byte for byte.
+        if c.title.is_some() {
+            out.push('\n');
+        }
+    }
+
+    fn cards(&self, out: &mut String, cards: &[Card]) {
+        out.push_str("<div class=\"cards\">\n");
+        for c in cards {
+            let _ = write!(out, "<div class=\"card\"><h3>{}</h3>", esc(&c.title));
+            for g in &c.groups {
+                out.push_str("<dl>");
+                for (k, v) in g {
+                    let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", esc(k), esc(v));
+                }
+                out.push_str("</dl>");
+            }
+            out.push_str("</div>\n");
+        }
+        out.push_str("</div>\n");
+    }
+
+    fn table(&self, out: &mut String, t: &Table) {
+        if let Some(title) = &t.title {
+            let _ = writeln!(out, "<p>{}</p>", esc(title));
+        }
+        let nl = if t.compact { "" } else { "\n" };
+        out.push_str("<table><thead><tr>");
+        for h in &t.head {
+            let _ = write!(out, "<th>{}</th>", esc(h));
+        }
+        let _ = write!(out, "</tr></thead><tbody>{nl}");
+        for row in &t.rows {
+            out.push_str("<tr>");
+            for c in row {
+                let _ = write!(out, "<td{}>{}</td>", class(c.tone), inline(&c.text));
+            }
+            let _ = write!(out, "</tr>{nl}");
+        }
+        out.push_str("</tbody></table>\n");
+    }
+
+    fn figure(&self, out: &mut String, f: &Figure) {
+        // plotters writes a bare <svg> element; drop any XML prolog so it can sit inline.
+        let svg = f.svg.trim_start_matches(|c: char| c != '<');
+        let svg = match svg.strip_prefix("<?xml") {
+            Some(rest) => rest.split_once("?>").map(|x| x.1).unwrap_or(rest),
+            None => svg,
+        };
         let _ = writeln!(
             out,
-            "<tr><td>{}</td><td>{}/{}</td><td>{cells}</td><td{}>{}</td></tr>",
-            fmt_ctx(p.context_tokens),
-            p.usable,
-            p.samples,
-            if ex.is_empty() { "" } else { " class=\"bad\"" },
-            if ex.is_empty() {
-                "–".into()
-            } else {
-                esc(&ex.join(", "))
-            }
+            "<figure>{}<figcaption>{}</figcaption></figure>",
+            svg.trim(),
+            esc(&f.caption)
         );
     }
-    out.push_str("</tbody></table>\n<p class=\"muted\">Medians (min–max) over usable samples; client-side unless marked server.");
-    if let Some(l) = super::exclusion_legend(&run.points) {
-        let _ = write!(out, " {}", esc(&l));
+
+    fn gallery(&self, out: &mut String, figures: &[Figure]) {
+        out.push_str("<div class=\"plots\">\n");
+        for f in figures {
+            self.figure(out, f);
+        }
+        out.push_str("</div>\n");
     }
-    out.push_str("</p>\n");
-    let stops = super::shown_stops(run);
-    if !stops.is_empty() {
-        out.push_str("<table><thead><tr><th>context</th><th>repetitions</th></tr></thead><tbody>");
-        for p in stops {
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td>{}</td></tr>",
-                fmt_ctx(p.context_tokens),
-                esc(&super::stop_text(p))
-            );
-        }
-        out.push_str("</tbody></table>\n");
+
+    fn preformatted(&self, out: &mut String, text: &str) {
+        let _ = writeln!(out, "<pre>{}</pre>", esc(text));
     }
-    if run.points.iter().any(|p| p.warm > 0) {
-        out.push_str("<h3>Decode at depth</h3>\n<p class=\"muted\">Warm samples: after each cold prefill, decode again with the prefix reused on purpose (not in the table above or the fits).</p>\n<table><thead><tr><th>context</th><th>warm n</th><th>decode tok/s</th><th>ms/step</th><th>cold decode tok/s</th></tr></thead><tbody>\n");
-        for p in run.points.iter().filter(|p| p.warm > 0) {
-            let _ = writeln!(
-                out,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                fmt_ctx(p.context_tokens),
-                p.warm,
-                spread(&p.warm_decode_tokens_per_s),
-                spread(&p.warm_ms_per_step),
-                spread(&p.decode_tokens_per_s)
-            );
-        }
-        out.push_str("</tbody></table>\n");
+
+    fn footer(&self, out: &mut String, text: &Text) {
+        let _ = writeln!(out, "<footer>{}</footer>", inline(text));
     }
-    if !run.needle.is_empty() {
-        let mut depths: Vec<u32> = run.needle.iter().map(|c| c.depth_pct).collect();
-        depths.sort_unstable();
-        depths.dedup();
-        out.push_str("<h3>Needle retrieval</h3>\n<p class=\"muted\">A fact with a random value at each depth of a cold, exact-length prompt, asked for at the end (plain completions prompt, no chat template); cells are value found / answered, failed requests apart. Not in the speed numbers.</p>\n<table><thead><tr><th>context</th>");
-        for d in &depths {
-            let _ = write!(out, "<th>{d}%</th>");
-        }
-        out.push_str("</tr></thead><tbody>\n");
-        let mut contexts: Vec<u64> = run.needle.iter().map(|c| c.context_tokens).collect();
-        contexts.dedup();
-        for c in contexts {
-            let _ = write!(out, "<tr><td>{}</td>", fmt_ctx(c));
-            for d in &depths {
-                let cell = run
-                    .needle
-                    .iter()
-                    .find(|x| x.context_tokens == c && x.depth_pct == *d)
-                    .map_or("–".to_owned(), super::needle_cell);
-                let _ = write!(out, "<td>{}</td>", esc(&cell));
-            }
-            out.push_str("</tr>\n");
-        }
-        out.push_str("</tbody></table>\n");
-    }
-    if !run.acceptance.is_empty() {
-        out.push_str(
-            "<table><thead><tr><th>context</th><th>acceptance length</th></tr></thead><tbody>",
-        );
-        for a in &run.acceptance {
-            let _ = write!(
-                out,
-                "<tr><td>{}</td><td>{}</td></tr>",
-                fmt_ctx(a.context_tokens),
-                spread(&Some(a.accept_length))
-            );
-        }
-        out.push_str("</tbody></table>\n");
-    }
-    let fits: Vec<_> = run.ttft_fit.iter().chain(&run.step_fit).collect();
-    if !fits.is_empty() {
-        out.push_str("<h3>Scaling fits</h3>\n<p class=\"muted\">Per-length medians of cold usable samples; least squares on relative error with coefficients ≥ 0; L in tokens.</p>\n<ul class=\"fits\">");
-        for f in fits {
-            let _ = write!(
-                out,
-                "<li><code>{}</code> · R² {:.3} · {} medians of {} samples{}<ul>",
-                esc(&equation(f)),
-                f.fit.r2,
-                f.fit.points,
-                f.fit.n,
-                if f.poor {
-                    " · <span class=\"bad\">poor fit</span>"
-                } else {
-                    ""
-                }
-            );
-            for n in fit_notes(f) {
-                let class = if n.starts_with("EXTRAPOLATED") {
-                    " class=\"extra\""
-                } else {
-                    ""
-                };
-                let _ = write!(out, "<li{class}>{}</li>", esc(&n));
-            }
-            out.push_str("</ul></li>");
-        }
-        out.push_str("</ul>\n");
+
+    fn finish(&self, doc: &Document, body: String) -> String {
+        page(&doc.title, &body)
     }
 }
 
-fn figure(out: &mut String, svg: &str, caption: &str) {
-    // plotters writes a bare <svg> element; drop any XML prolog so it can sit inline.
-    let svg = svg.trim_start_matches(|c: char| c != '<');
-    let svg = match svg.strip_prefix("<?xml") {
-        Some(rest) => rest.split_once("?>").map(|x| x.1).unwrap_or(rest),
-        None => svg,
-    };
-    let _ = writeln!(
-        out,
-        "<figure>{}<figcaption>{}</figcaption></figure>",
-        svg.trim(),
-        esc(caption)
-    );
-}
+#[cfg(test)]
+mod tests {
+    use super::super::doc::{self, Align, Block, Cell};
+    use super::*;
 
-impl Renderer for HtmlRenderer {
-    fn report(&self, report: &Report) -> Result<String, RenderError> {
-        let names: Vec<&str> = report.runs.iter().map(|r| r.label.as_str()).collect();
-        let mut body = String::new();
-        let _ = writeln!(
-            body,
-            "<h1>ctxbench report</h1>\n<p class=\"sub\">{} · {}</p>",
-            esc(&names.join(" · ")),
-            esc(&report.generated_by)
-        );
-        let plots = svg::report_plots(report)?;
-        if !plots.is_empty() {
-            body.push_str("<h2>Plots</h2>\n<div class=\"plots\">\n");
-            for p in &plots {
-                figure(&mut body, &p.svg, &p.caption);
-            }
-            body.push_str("</div>\n");
-        }
-        for run in &report.runs {
-            run_section(&mut body, run);
-        }
-        let _ = writeln!(
-            body,
-            "<footer>Built by {} from the results files alone. Self-contained: no scripts, no network.</footer>",
-            esc(&report.generated_by)
-        );
-        Ok(page(
-            &format!("ctxbench report: {}", names.join(", ")),
-            &body,
-        ))
-    }
-
-    fn compare(&self, cmp: &Comparison) -> Result<String, RenderError> {
-        let mut body = String::new();
-        let _ = writeln!(
-            body,
-            "<h1>ctxbench compare</h1>\n<p class=\"sub\">baseline A = {} · cold usable samples</p>",
-            esc(&cmp.baseline.label),
-        );
-        figure(
-            &mut body,
-            &svg::compare_plot(cmp)?,
-            "B/A per context and metric; whiskers: confidence interval; dashed: no change",
-        );
-        for v in &cmp.versus {
-            let _ = writeln!(
-                body,
-                "<h2>B = {}</h2>\n<p class=\"sub\">{}</p>",
-                esc(&v.run.label),
-                esc(&crate::compare::method_note(cmp, v))
-            );
-            if !v.differences.is_empty() || !v.mismatches.is_empty() {
-                body.push_str("<div class=\"warn\"><ul>");
-                for d in &v.differences {
-                    let _ = write!(body, "<li>differs: <code>{}</code></li>", esc(d));
-                }
-                for m in &v.mismatches {
-                    let _ = write!(body, "<li class=\"bad\">compared anyway: {}</li>", esc(m));
-                }
-                body.push_str("</ul></div>");
-            }
-            body.push_str("<table><thead><tr><th>context</th><th>metric</th><th>A</th><th>B</th><th>B/A</th><th>interval</th><th>verdict</th></tr></thead><tbody>\n");
-            for r in &v.rows {
-                let val = |x: Option<f64>| {
-                    x.map(|x| format!("{} {}", num(x), r.metric.unit()))
-                        .unwrap_or("–".into())
-                };
-                let class = match r.verdict {
-                    Verdict::Faster => "ok",
-                    Verdict::Slower => "bad",
-                    _ => "muted",
-                };
-                let _ = writeln!(
-                    body,
-                    "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"{class}\">{}</td></tr>",
-                    esc(&r.label()),
-                    esc(r.metric.label()),
-                    esc(&val(r.a)),
-                    esc(&val(r.b)),
-                    r.ratio.map(|x| format!("{x:.3}")).unwrap_or("–".into()),
-                    r.shown_interval().map(|c| format!("{:.3}–{:.3}", c.low, c.high)).unwrap_or("–".into()),
-                    esc(&super::verdict_text(v, r))
-                );
-            }
-            body.push_str("</tbody></table>\n");
-            let agreement = super::agreement_section(cmp, v);
-            if !agreement.is_empty() {
-                let _ = write!(
-                    body,
-                    "<h3>Output agreement</h3>\n<pre>{}</pre>\n",
-                    esc(&agreement)
-                );
-            }
-        }
-        Ok(page("ctxbench compare", &body))
+    #[test]
+    fn cells_are_escaped_toned_and_compact_tables_take_one_line() {
+        let mut t = Table::new([("context", Align::Left), ("note", Align::Left)]);
+        t.compact = true;
+        t.rows.push(vec![
+            "1k".into(),
+            Cell {
+                tone: Tone::Bad,
+                ..Cell::from("a < b")
+            },
+        ]);
+        let d = Document {
+            title: "t".into(),
+            blocks: vec![Block::Table(t)],
+        };
+        let page = doc::write(&d, &HtmlRenderer);
+        assert!(page.contains(
+            "<table><thead><tr><th>context</th><th>note</th></tr></thead><tbody><tr><td>1k</td><td class=\"bad\">a &lt; b</td></tr></tbody></table>\n"
+        ), "{page}");
     }
 }

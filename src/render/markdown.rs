@@ -1,286 +1,182 @@
-//! Markdown: the report and the comparison as GitHub-flavoured tables.
+//! Markdown: the report document as GitHub-flavoured Markdown. Syntax only; what is said
+//! is in [`super::sections`].
 
-use std::fmt::Write;
-
-use super::table::{equation, fit_notes};
-use super::{fmt_ctx, num, RenderError, Renderer};
-use crate::compare::Comparison;
-use crate::report::{Report, RunReport};
-use crate::stats::Spread;
+use super::doc::{Align, Callout, Card, Figure, Item, List, Markup, Para, Span, Table, Text};
+use super::sections::Target;
 
 /// The Markdown format.
 pub struct MarkdownRenderer;
 
-/// Escapes the characters that would break a table cell.
-fn cell(s: &str) -> String {
+/// Escapes what would break a table row or a line: `|` and line breaks.
+fn escape(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
 
-fn spread(s: &Option<Spread>) -> String {
-    match s {
-        Some(s) if s.n > 1 => format!("{} ({}–{})", num(s.median), num(s.min), num(s.max)),
-        Some(s) => num(s.median),
-        None => "–".into(),
+/// Inline text. No colour in Markdown: toned words are plain.
+fn inline(t: &Text) -> String {
+    t.0.iter()
+        .map(|s| match s {
+            Span::Plain(x) | Span::Toned(_, x) => escape(x),
+            Span::Strong(x) => format!("**{}**", escape(x)),
+            // A backtick would end the code span early.
+            Span::Code(x) => format!("`{}`", x.replace('`', "'")),
+            Span::Break => "\n".to_owned(),
+        })
+        .collect()
+}
+
+fn items(out: &mut String, items: &[Item], depth: usize, mark: &str) {
+    for i in items {
+        out.push_str(&"  ".repeat(depth));
+        out.push_str("- ");
+        out.push_str(mark);
+        out.push_str(&inline(&i.text));
+        out.push('\n');
+        self::items(out, &i.children, depth + 1, "");
     }
 }
 
-fn run_section(out: &mut String, run: &RunReport) {
-    let _ = writeln!(out, "## {}\n", cell(&run.label));
-    let _ = writeln!(
-        out,
-        "- results: `{}` (run `{}`, started {})",
-        run.path, run.run_id, run.started_at
-    );
-    let srv = &run.server;
-    let _ = writeln!(
-        out,
-        "- server: {} at {}, model `{}`, max context {}",
-        cell(&super::server_name(srv)),
-        srv.url,
-        srv.model.as_deref().unwrap_or("–"),
-        srv.max_context.map_or("not reported".to_owned(), |n| {
-            match &srv.max_context_source {
-                Some(src) => format!("{n} ({src})"),
-                None => n.to_string(),
-            }
-        })
-    );
-    let _ = writeln!(
-        out,
-        "- measured: {}, corpus: {}",
-        cell(&super::measured_text(&run.config)),
-        cell(&run.corpus.label)
-    );
-    let _ = writeln!(
-        out,
-        "- client: {} ({} {}, {} CPUs), ctxbench {}\n",
-        run.host.hostname, run.host.os, run.host.arch, run.host.cpus, run.ctxbench_version
-    );
-    if !run.warnings.is_empty() {
-        let _ = writeln!(out, "**Warnings**\n");
-        for w in &run.warnings {
-            let _ = writeln!(out, "- ⚠ {}", w.message);
-        }
+impl Markup for MarkdownRenderer {
+    const TARGET: Target = Target::Markdown;
+
+    fn heading(&self, out: &mut String, level: u8, text: &Text) {
+        out.push_str(&format!(
+            "{} {}\n\n",
+            "#".repeat(level.into()),
+            inline(text)
+        ));
+    }
+
+    fn paragraph(&self, out: &mut String, text: &Text, _kind: Para) {
+        out.push_str(&inline(text));
+        out.push_str("\n\n");
+    }
+
+    fn list(&self, out: &mut String, list: &List) {
+        items(out, &list.items, 0, "");
         out.push('\n');
     }
-    if let Some(m) = &run.capacity {
-        let _ = writeln!(
-            out,
-            "**Capacity map** (context × concurrency; the table below is c = {})\n",
-            m.levels.first().copied().unwrap_or(1)
-        );
-        for t in crate::capacity::map_tables(m) {
-            let _ = writeln!(out, "{}\n", cell(&t.title));
-            let _ = writeln!(
-                out,
-                "| {} |",
-                t.head
-                    .iter()
-                    .map(|h| cell(h))
-                    .collect::<Vec<_>>()
-                    .join(" | ")
-            );
-            let _ = writeln!(out, "|---|{}", "--:|".repeat(t.head.len() - 1));
-            for r in &t.rows {
-                let _ = writeln!(
-                    out,
-                    "| {} |",
-                    r.iter().map(|h| cell(h)).collect::<Vec<_>>().join(" | ")
-                );
+
+    fn callout(&self, out: &mut String, c: &Callout) {
+        if let Some(t) = &c.title {
+            out.push_str(&format!("**{}**\n\n", escape(t)));
+        }
+        items(out, &c.items, 0, "⚠ ");
+        out.push('\n');
+    }
+
+    fn cards(&self, out: &mut String, cards: &[Card]) {
+        for c in cards {
+            out.push_str(&format!("**{}**\n\n", escape(&c.title)));
+            for (k, v) in c.groups.iter().flatten() {
+                out.push_str(&format!("- {}: {}\n", escape(k), escape(v)));
             }
             out.push('\n');
         }
-        for l in crate::capacity::map_legend(m) {
-            let _ = writeln!(out, "- {}", cell(&l));
+    }
+
+    fn table(&self, out: &mut String, t: &Table) {
+        if let Some(title) = &t.title {
+            out.push_str(&format!("{}\n\n", escape(title)));
+        }
+        let head: Vec<String> = t.head.iter().map(|h| escape(h)).collect();
+        out.push_str(&format!("| {} |\n|", head.join(" | ")));
+        for a in &t.align {
+            out.push_str(match a {
+                Align::Left => "---|",
+                Align::Right => "--:|",
+            });
         }
         out.push('\n');
-    }
-    let _ = writeln!(out, "| context | usable/n | TTFT ms | prefill tok/s | decode tok/s | ms/step | server prompt ms | server decode tok/s | excluded |");
-    let _ = writeln!(out, "|---|--:|--:|--:|--:|--:|--:|--:|---|");
-    for p in &run.points {
-        let ex = p.exclusions();
-        let cells = super::metric_cells(p, spread).join(" | ");
-        let _ = writeln!(
-            out,
-            "| {} | {}/{} | {cells} | {} |",
-            fmt_ctx(p.context_tokens),
-            p.usable,
-            p.samples,
-            if ex.is_empty() {
-                "–".into()
-            } else {
-                ex.join(", ")
-            }
-        );
-    }
-    let _ = writeln!(
-        out,
-        "\nMedians (min–max) over usable samples, client-side unless marked server."
-    );
-    if let Some(l) = super::exclusion_legend(&run.points) {
-        let _ = writeln!(out, "{l}");
-    }
-    out.push('\n');
-    let stops = super::shown_stops(run);
-    if !stops.is_empty() {
-        let _ = writeln!(out, "| context | repetitions |\n|---|---|");
-        for p in stops {
-            let _ = writeln!(
-                out,
-                "| {} | {} |",
-                fmt_ctx(p.context_tokens),
-                cell(&super::stop_text(p))
-            );
-        }
-        out.push('\n');
-    }
-    if run.points.iter().any(|p| p.warm > 0) {
-        let _ = writeln!(out, "### Decode at depth\n\nWarm samples: after each cold prefill, decode again with the prefix reused on purpose (not in the table above or the fits).\n");
-        let _ = writeln!(out, "| context | warm n | decode tok/s | ms/step | cold decode tok/s |\n|---|--:|--:|--:|--:|");
-        for p in run.points.iter().filter(|p| p.warm > 0) {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} |",
-                fmt_ctx(p.context_tokens),
-                p.warm,
-                spread(&p.warm_decode_tokens_per_s),
-                spread(&p.warm_ms_per_step),
-                spread(&p.decode_tokens_per_s)
-            );
-        }
-        out.push('\n');
-    }
-    if !run.needle.is_empty() {
-        let mut depths: Vec<u32> = run.needle.iter().map(|c| c.depth_pct).collect();
-        depths.sort_unstable();
-        depths.dedup();
-        let _ = writeln!(out, "### Needle retrieval\n\nA fact with a random value at each depth of a cold, exact-length prompt, asked for at the end (plain completions prompt, no chat template); cells are value found / answered, failed requests apart. Not in the speed numbers.\n");
-        let head: Vec<String> = depths.iter().map(|d| format!("{d}%")).collect();
-        let _ = writeln!(
-            out,
-            "| context | {} |\n|---|{}",
-            head.join(" | "),
-            "--:|".repeat(depths.len())
-        );
-        let mut contexts: Vec<u64> = run.needle.iter().map(|c| c.context_tokens).collect();
-        contexts.dedup();
-        for c in contexts {
-            let cells: Vec<String> = depths
+        for row in &t.rows {
+            let cells: Vec<String> = row
                 .iter()
-                .map(|d| {
-                    run.needle
-                        .iter()
-                        .find(|x| x.context_tokens == c && x.depth_pct == *d)
-                        .map_or("–".to_owned(), super::needle_cell)
+                .map(|c| match c.strong {
+                    // No colour here: a cell meant to stand out is bold instead.
+                    true => format!("**{}**", inline(&c.text)),
+                    false => inline(&c.text),
                 })
                 .collect();
-            let _ = writeln!(out, "| {} | {} |", fmt_ctx(c), cells.join(" | "));
+            out.push_str(&format!("| {} |\n", cells.join(" | ")));
         }
         out.push('\n');
     }
-    if !run.acceptance.is_empty() {
-        let _ = writeln!(out, "| context | acceptance length |\n|---|--:|");
-        for a in &run.acceptance {
-            let _ = writeln!(
-                out,
-                "| {} | {} |",
-                fmt_ctx(a.context_tokens),
-                spread(&Some(a.accept_length))
-            );
+
+    // Markdown cannot carry an inline SVG; `ctxbench report` writes the plots beside it.
+    fn figure(&self, _out: &mut String, _figure: &Figure) {}
+
+    fn gallery(&self, _out: &mut String, _figures: &[Figure]) {}
+
+    fn preformatted(&self, out: &mut String, text: &str) {
+        out.push_str("```text\n");
+        out.push_str(text);
+        if !text.ends_with('\n') {
+            out.push('\n');
         }
-        out.push('\n');
+        out.push_str("```\n\n");
     }
-    let fits: Vec<_> = run.ttft_fit.iter().chain(&run.step_fit).collect();
-    if !fits.is_empty() {
-        let _ = writeln!(out, "### Scaling fits\n\nFitted to the per-length medians of cold usable samples by least squares on relative error, coefficients ≥ 0; L in tokens.\n");
-        for f in fits {
-            let _ = writeln!(
-                out,
-                "- **{}** — R² {:.3}, {} medians of {} samples{}",
-                equation(f),
-                f.fit.r2,
-                f.fit.points,
-                f.fit.n,
-                if f.poor { " — **poor fit**" } else { "" }
-            );
-            for n in fit_notes(f) {
-                let _ = writeln!(out, "  - {n}");
-            }
-        }
-        out.push('\n');
+
+    fn footer(&self, out: &mut String, text: &Text) {
+        out.push_str(&format!("_{}_\n", inline(text)));
     }
 }
 
-impl Renderer for MarkdownRenderer {
-    fn report(&self, report: &Report) -> Result<String, RenderError> {
-        let mut out = String::from("# ctxbench report\n\n");
-        for run in &report.runs {
-            run_section(&mut out, run);
-        }
-        let _ = writeln!(
-            out,
-            "_{}; built from the results files alone._",
-            report.generated_by
-        );
-        Ok(out)
+#[cfg(test)]
+mod tests {
+    use super::super::doc::{self, Block, Cell, Document, Tone};
+    use super::*;
+
+    fn write(blocks: Vec<Block>) -> String {
+        let d = Document {
+            title: String::new(),
+            blocks,
+        };
+        doc::write(&d, &MarkdownRenderer)
     }
 
-    fn compare(&self, cmp: &Comparison) -> Result<String, RenderError> {
-        let mut out = String::from("# ctxbench compare\n\n");
-        for v in &cmp.versus {
-            let _ = writeln!(
-                out,
-                "## B = {} vs A = {}\n\nCold usable samples. {}.\n",
-                cell(&v.run.label),
-                cell(&cmp.baseline.label),
-                crate::compare::method_note(cmp, v)
-            );
-            if !v.differences.is_empty() {
-                let _ = writeln!(out, "Recorded differences:\n");
-                for d in &v.differences {
-                    let _ = writeln!(out, "- `{}`", d.replace('`', "'"));
-                }
-                out.push('\n');
-            }
-            for m in &v.mismatches {
-                let _ = writeln!(out, "- ⚠ compared anyway (--allow-mismatch): {m}");
-            }
-            let _ = writeln!(
-                out,
-                "| context | metric | A | B | B/A | interval | verdict |"
-            );
-            let _ = writeln!(out, "|---|---|--:|--:|--:|--:|---|");
-            for r in &v.rows {
-                let val = |x: Option<f64>| {
-                    x.map(|x| format!("{} {}", num(x), r.metric.unit()))
-                        .unwrap_or("–".into())
-                };
-                let verdict = match r.verdict {
-                    crate::compare::Verdict::Faster | crate::compare::Verdict::Slower => {
-                        format!("**{}**", super::verdict_text(v, r))
-                    }
-                    _ => r.verdict.to_string(),
-                };
-                let _ = writeln!(
-                    out,
-                    "| {} | {} | {} | {} | {} | {} | {} |",
-                    r.label(),
-                    r.metric.label(),
-                    val(r.a),
-                    val(r.b),
-                    r.ratio.map(|x| format!("{x:.3}")).unwrap_or("–".into()),
-                    r.shown_interval()
-                        .map(|c| format!("{:.3}–{:.3}", c.low, c.high))
-                        .unwrap_or("–".into()),
-                    verdict
-                );
-            }
-            out.push('\n');
-            let agreement = super::agreement_section(cmp, v);
-            if !agreement.is_empty() {
-                let _ = writeln!(out, "```text\n{agreement}```\n");
-            }
-        }
-        Ok(out)
+    #[test]
+    fn a_table_escapes_pipes_and_bolds_only_cells_meant_to_stand_out() {
+        let mut t = Table::new([("context", Align::Left), ("verdict", Align::Left)]);
+        t.row(["1k", "a|b"]);
+        t.rows.push(vec![
+            "2k".into(),
+            Cell {
+                tone: Tone::Bad,
+                strong: true,
+                ..Cell::from("slower")
+            },
+        ]);
+        t.rows.push(vec![
+            "4k".into(),
+            Cell {
+                tone: Tone::Bad,
+                ..Cell::from("1 cached")
+            },
+        ]);
+        assert_eq!(
+            write(vec![Block::Table(t)]),
+            "| context | verdict |\n|---|---|\n| 1k | a\\|b |\n| 2k | **slower** |\n| 4k | 1 cached |\n\n"
+        );
+    }
+
+    #[test]
+    fn a_list_of_mismatches_ends_before_the_compare_table_starts() {
+        // A table right under a list item was read as part of the item.
+        let loaded = |n: &str| {
+            let r = crate::render::snapshot_tests::golden(&format!("{n}.jsonl"));
+            vec![(n.to_owned(), format!("{n}.jsonl"), r)]
+        };
+        let cmp = crate::compare::build(
+            &[loaded("sweep"), loaded("two-point")],
+            true,
+            &Default::default(),
+        )
+        .unwrap();
+        assert!(!cmp.versus[0].mismatches.is_empty());
+        let md = crate::render::Renderer::compare(&MarkdownRenderer, &cmp).unwrap();
+        assert!(
+            md.contains("stream vs two-point\n\n| context | metric |"),
+            "{md}"
+        );
     }
 }

@@ -192,97 +192,16 @@ fn frame<'a, 'b>(
 
 fn metric_plot(report: &Report, metric: Metric) -> Result<Option<Plot>, RenderError> {
     let all: Vec<Series> = report.runs.iter().map(|r| series(r, metric)).collect();
-    let xs: Vec<f64> = all
-        .iter()
-        .flat_map(|s| {
-            s.points
-                .iter()
-                .map(|p| p.0)
-                .chain(s.curve.iter().map(|c| c.0))
-        })
-        .collect();
-    if xs.is_empty() {
+    let Some((x, y)) = metric_bounds(&all) else {
         return Ok(None);
-    }
-    let ys = all.iter().flat_map(|s| {
-        s.points
-            .iter()
-            .map(|p| p.1.max)
-            .chain(s.curve.iter().map(|c| c.1))
-            .chain(s.band.map(|b| b.2))
-    });
-    let ymax = ys.fold(0.0f64, f64::max).max(1e-9) * 1.08;
-    let xmin = xs.iter().copied().fold(f64::INFINITY, f64::min) / 1.25;
-    let xmax = xs.iter().copied().fold(0.0, f64::max) * 1.25;
+    };
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         let caption = title(metric);
-        let mut chart = frame(
-            &root,
-            &caption,
-            (xmin, xmax),
-            (0.0, ymax),
-            metric.unit(),
-            false,
-        )?;
+        let mut chart = frame(&root, &caption, x, y, metric.unit(), false)?;
         for (i, s) in all.iter().enumerate() {
-            let c = color(i);
-            let measured: Vec<(f64, f64)> = s
-                .curve
-                .iter()
-                .filter(|p| !p.2)
-                .map(|p| (lx(p.0), p.1))
-                .collect();
-            let extrap: Vec<(f64, f64)> = s
-                .curve
-                .iter()
-                .skip(measured.len().saturating_sub(1))
-                .map(|p| (lx(p.0), p.1))
-                .collect();
-            if measured.len() > 1 {
-                chart
-                    .draw_series(LineSeries::new(measured, c.mix(0.7).stroke_width(2)))
-                    .map_err(perr)?
-                    .label(format!("{} fit", s.label))
-                    .legend(move |(x, y)| {
-                        PathElement::new([(x, y), (x + 18, y)], c.stroke_width(2))
-                    });
-            }
-            if extrap.len() > 1 && s.curve.iter().any(|p| p.2) {
-                chart
-                    .draw_series(DashedLineSeries::new(
-                        extrap,
-                        6,
-                        5,
-                        c.mix(0.7).stroke_width(2),
-                    ))
-                    .map_err(perr)?;
-            }
-            if let Some((l, lo, hi)) = s.band {
-                let l = lx(l);
-                chart
-                    .draw_series([
-                        PathElement::new([(l, lo), (l, hi)], c.stroke_width(3)),
-                        PathElement::new([(l - 0.06, lo), (l + 0.06, lo)], c.stroke_width(2)),
-                        PathElement::new([(l - 0.06, hi), (l + 0.06, hi)], c.stroke_width(2)),
-                    ])
-                    .map_err(perr)?;
-            }
-            chart
-                .draw_series(s.points.iter().map(|(l, sp)| {
-                    PathElement::new([(lx(*l), sp.min), (lx(*l), sp.max)], c.stroke_width(1))
-                }))
-                .map_err(perr)?;
-            chart
-                .draw_series(
-                    s.points
-                        .iter()
-                        .map(|(l, sp)| Circle::new((lx(*l), sp.median), 4, c.filled())),
-                )
-                .map_err(perr)?
-                .label(format!("{} median (min–max)", s.label))
-                .legend(move |(x, y)| Circle::new((x + 9, y), 4, c.filled()));
+            draw_series(&mut chart, s, color(i))?;
         }
         // One legend entry for the extrapolation style, whatever the number of runs: a
         // label beside each band overlapped when runs share a maximum (readme-audit L15).
@@ -321,6 +240,93 @@ fn metric_plot(report: &Report, metric: Metric) -> Result<Option<Plot>, RenderEr
         ),
         svg,
     }))
+}
+
+/// The x and y ranges that hold every point, curve and band, with a margin; `None` when
+/// there is nothing to plot.
+fn metric_bounds(all: &[Series]) -> Option<((f64, f64), (f64, f64))> {
+    let xs: Vec<f64> = all
+        .iter()
+        .flat_map(|s| {
+            s.points
+                .iter()
+                .map(|p| p.0)
+                .chain(s.curve.iter().map(|c| c.0))
+        })
+        .collect();
+    if xs.is_empty() {
+        return None;
+    }
+    let ys = all.iter().flat_map(|s| {
+        s.points
+            .iter()
+            .map(|p| p.1.max)
+            .chain(s.curve.iter().map(|c| c.1))
+            .chain(s.band.map(|b| b.2))
+    });
+    let ymax = ys.fold(0.0f64, f64::max).max(1e-9) * 1.08;
+    let xmin = xs.iter().copied().fold(f64::INFINITY, f64::min) / 1.25;
+    let xmax = xs.iter().copied().fold(0.0, f64::max) * 1.25;
+    Some(((xmin, xmax), (0.0, ymax)))
+}
+
+/// One run on a metric's plot: its fit (dashed where extrapolated), the extrapolation
+/// band, and its medians with min–max whiskers.
+fn draw_series(chart: &mut Chart, s: &Series, c: RGBColor) -> Result<(), RenderError> {
+    let measured: Vec<(f64, f64)> = s
+        .curve
+        .iter()
+        .filter(|p| !p.2)
+        .map(|p| (lx(p.0), p.1))
+        .collect();
+    let extrap: Vec<(f64, f64)> = s
+        .curve
+        .iter()
+        .skip(measured.len().saturating_sub(1))
+        .map(|p| (lx(p.0), p.1))
+        .collect();
+    if measured.len() > 1 {
+        chart
+            .draw_series(LineSeries::new(measured, c.mix(0.7).stroke_width(2)))
+            .map_err(perr)?
+            .label(format!("{} fit", s.label))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], c.stroke_width(2)));
+    }
+    if extrap.len() > 1 && s.curve.iter().any(|p| p.2) {
+        chart
+            .draw_series(DashedLineSeries::new(
+                extrap,
+                6,
+                5,
+                c.mix(0.7).stroke_width(2),
+            ))
+            .map_err(perr)?;
+    }
+    if let Some((l, lo, hi)) = s.band {
+        let l = lx(l);
+        chart
+            .draw_series([
+                PathElement::new([(l, lo), (l, hi)], c.stroke_width(3)),
+                PathElement::new([(l - 0.06, lo), (l + 0.06, lo)], c.stroke_width(2)),
+                PathElement::new([(l - 0.06, hi), (l + 0.06, hi)], c.stroke_width(2)),
+            ])
+            .map_err(perr)?;
+    }
+    chart
+        .draw_series(s.points.iter().map(|(l, sp)| {
+            PathElement::new([(lx(*l), sp.min), (lx(*l), sp.max)], c.stroke_width(1))
+        }))
+        .map_err(perr)?;
+    chart
+        .draw_series(
+            s.points
+                .iter()
+                .map(|(l, sp)| Circle::new((lx(*l), sp.median), 4, c.filled())),
+        )
+        .map_err(perr)?
+        .label(format!("{} median (min–max)", s.label))
+        .legend(move |(x, y)| Circle::new((x + 9, y), 4, c.filled()));
+    Ok(())
 }
 
 fn acceptance_plot(report: &Report) -> Result<Option<Plot>, RenderError> {
@@ -402,8 +408,8 @@ pub fn report_plots(report: &Report) -> Result<Vec<Plot>, RenderError> {
     Ok(out)
 }
 
-/// B/A ratio per context and metric with interval whiskers, a line at 1 (no change).
-pub fn compare_plot(cmp: &Comparison) -> Result<String, RenderError> {
+/// The x range of the compared contexts and the y range (log2 of B/A) of the intervals.
+fn compare_bounds(cmp: &Comparison) -> ((f64, f64), (f64, f64)) {
     let rows = cmp.versus.iter().flat_map(|v| v.rows.iter());
     let xs: Vec<f64> = rows.clone().map(|r| r.context_tokens as f64).collect();
     let ys: Vec<f64> = rows
@@ -422,6 +428,12 @@ pub fn compare_plot(cmp: &Comparison) -> Result<String, RenderError> {
         .fold(1.0f64, f64::min)
         / 1.15)
         .log2();
+    ((xmin, xmax), (ymin, ymax))
+}
+
+/// B/A ratio per context and metric with interval whiskers, a line at 1 (no change).
+pub fn compare_plot(cmp: &Comparison) -> Result<String, RenderError> {
+    let ((xmin, xmax), (ymin, ymax)) = compare_bounds(cmp);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
@@ -665,182 +677,34 @@ pub fn capacity_plots(report: &Report) -> Result<Vec<Plot>, RenderError> {
     Ok(out)
 }
 
+/// One capacity-map metric: concurrency across, one line per context, the legend beside.
 fn capacity_plot(
     map: &crate::capacity::CapacityMap,
     metric: CapMetric,
     suffix: &str,
     of: &str,
 ) -> Result<Option<Plot>, RenderError> {
-    let mut contexts: Vec<u64> = map.cells.iter().map(|c| c.context_tokens).collect();
-    contexts.dedup();
-    let y = |v: f64| if metric.log_y() { v.log10() } else { v };
-    // Per context: (x, y, mark) of each cell that has this metric.
-    let rows: Vec<(u64, Vec<CapPoint>)> = contexts
-        .iter()
-        .map(|&ctx| {
-            let pts = map
-                .cells
-                .iter()
-                .filter(|c| c.context_tokens == ctx)
-                .filter_map(|c| {
-                    let v = metric.value(c)?;
-                    Some((lx(f64::from(c.concurrency)), y(v), cell_mark(c)))
-                })
-                .collect();
-            (ctx, pts)
-        })
-        .collect();
-    let ys: Vec<f64> = rows.iter().flat_map(|r| r.1.iter().map(|p| p.1)).collect();
-    if ys.is_empty() {
+    let rows = capacity_rows(map, metric);
+    let Some(y) = capacity_y_range(&rows, metric) else {
         return Ok(None);
-    }
-    let (ylo, yhi) = (
-        ys.iter().copied().fold(f64::INFINITY, f64::min),
-        ys.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-    );
-    // Log axes span whole decades, so that the labelled ticks (1, 10, 100, …) are in view.
-    let (y0, y1) = if metric.log_y() {
-        (ylo.floor(), yhi.ceil().max(ylo.floor() + 1.0))
-    } else {
-        (0.0, yhi.max(1e-9) * 1.1)
     };
     let cmin = map.levels.iter().copied().min().unwrap_or(1);
     let cmax = map.levels.iter().copied().max().unwrap_or(1).max(cmin + 1);
-    let (x0, x1) = (lx(f64::from(cmin)) - 0.3, lx(f64::from(cmax)) + 0.3);
+    let x = (lx(f64::from(cmin)) - 0.3, lx(f64::from(cmax)) + 0.3);
     let title = format!("{}{of}", metric.title());
-    let mut marks: Vec<CellMark> = rows.iter().flat_map(|r| r.1.iter().map(|p| p.2)).collect();
-    marks.sort_by_key(|m| *m as u8);
-    marks.dedup();
     let mut svg = String::new();
-    let mut knees = 0usize;
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(perr)?;
         let (left, right) = root.split_horizontally(SIZE.0 - CAP_LEGEND_W);
-        let mut chart = ChartBuilder::on(&left)
-            .caption(&title, ("sans-serif", 18))
-            .margin(14)
-            .x_label_area_size(48)
-            .y_label_area_size(70)
-            .build_cartesian_2d(x0..x1, y0..y1)
-            .map_err(perr)?;
-        let decades = (y1 - y0).round() as usize;
-        chart
-            .configure_mesh()
-            .x_desc("concurrent requests c (log scale)")
-            .y_desc(metric.unit())
-            .x_labels(((x1 - x0).ceil() as usize + 1).max(2))
-            .y_labels(if metric.log_y() { decades + 1 } else { 8 })
-            .label_style(("sans-serif", 14))
-            .axis_desc_style(("sans-serif", 14))
-            .x_label_formatter(&|v| {
-                if (v - v.round()).abs() < 1e-6 && *v >= 0.0 {
-                    format!("{}", v.round().exp2() as u64)
-                } else {
-                    String::new()
-                }
-            })
-            .y_label_formatter(&|v| {
-                if !metric.log_y() {
-                    tick(*v)
-                } else if (v - v.round()).abs() < 1e-6 {
-                    tick(10f64.powf(v.round()))
-                } else {
-                    String::new()
-                }
-            })
-            .light_line_style(RGBColor(238, 238, 238))
-            .draw()
-            .map_err(perr)?;
+        let mut chart = capacity_frame(&left, &title, metric, x, y)?;
+        let mut knees = 0usize;
         for (i, (ctx, pts)) in rows.iter().enumerate() {
-            let col = color(i);
-            if pts.len() > 1 {
-                chart
-                    .draw_series(LineSeries::new(
-                        pts.iter().map(|p| (p.0, p.1)),
-                        col.stroke_width(2),
-                    ))
-                    .map_err(perr)?;
-            }
-            for p in pts {
-                draw_mark(chart.plotting_area(), (p.0, p.1), p.2, col)?;
-            }
-            // The knee: ringed, at this context's knee cell when this metric has a value there.
-            let knee = map
-                .knees
-                .iter()
-                .find(|k| k.context_tokens == *ctx)
-                .and_then(|k| k.concurrency)
-                .and_then(|c| {
-                    let x = lx(f64::from(c));
-                    pts.iter().find(|p| (p.0 - x).abs() < 1e-9)
-                });
-            if let Some(p) = knee {
+            if draw_capacity_line(&mut chart, map, *ctx, pts, color(i))? {
                 knees += 1;
-                chart
-                    .draw_series(std::iter::once(Circle::new(
-                        (p.0, p.1),
-                        10,
-                        BLACK.stroke_width(2),
-                    )))
-                    .map_err(perr)?;
             }
         }
-        // The legend, beside the plot: what each line and each marker means.
-        let mut entries: Vec<(LegendGlyph, String)> = rows
-            .iter()
-            .enumerate()
-            .map(|(i, (ctx, _))| (LegendGlyph::Line(color(i)), fmt_ctx(*ctx)))
-            .collect();
-        for m in &marks {
-            let text = match m {
-                CellMark::Together => "all c ran together",
-                CellMark::Queued => "queued: some waited (or were preempted)",
-                CellMark::NoOverlap => "no common window",
-                CellMark::Failed => "requests failed",
-            };
-            entries.push((LegendGlyph::Mark(*m), text.to_owned()));
-        }
-        if knees > 0 {
-            entries.push((LegendGlyph::Knee, "knee (last c that pays)".to_owned()));
-        }
-        right
-            .draw(&Text::new(
-                "context".to_owned(),
-                (8, 40),
-                ("sans-serif", 14).into_font(),
-            ))
-            .map_err(perr)?;
-        let grey = RGBColor(90, 90, 90);
-        let mut yy = 72i32;
-        for (i, (glyph, text)) in entries.iter().enumerate() {
-            // A gap between the contexts and the marker explanations.
-            if i == rows.len() {
-                yy += 10;
-            }
-            match glyph {
-                LegendGlyph::Line(col) => {
-                    right
-                        .draw(&PathElement::new([(8, yy), (30, yy)], col.stroke_width(2)))
-                        .map_err(perr)?;
-                    right
-                        .draw(&Circle::new((19, yy), 4, col.filled()))
-                        .map_err(perr)?;
-                }
-                LegendGlyph::Mark(m) => draw_mark(&right, (19, yy), *m, grey)?,
-                LegendGlyph::Knee => right
-                    .draw(&Circle::new((19, yy), 10, BLACK.stroke_width(2)))
-                    .map_err(perr)?,
-            }
-            right
-                .draw(&Text::new(
-                    text.clone(),
-                    (38, yy - 7),
-                    ("sans-serif", 13).into_font(),
-                ))
-                .map_err(perr)?;
-            yy += 24;
-        }
+        draw_capacity_legend(&right, &rows, knees > 0)?;
         root.present().map_err(perr)?;
     }
     let mut caption = format!(
@@ -858,4 +722,196 @@ fn capacity_plot(
         caption,
         svg,
     }))
+}
+
+/// Per context: (x, y, mark) of each cell that has this metric.
+fn capacity_rows(
+    map: &crate::capacity::CapacityMap,
+    metric: CapMetric,
+) -> Vec<(u64, Vec<CapPoint>)> {
+    let mut contexts: Vec<u64> = map.cells.iter().map(|c| c.context_tokens).collect();
+    contexts.dedup();
+    let y = |v: f64| if metric.log_y() { v.log10() } else { v };
+    contexts
+        .iter()
+        .map(|&ctx| {
+            let pts = map
+                .cells
+                .iter()
+                .filter(|c| c.context_tokens == ctx)
+                .filter_map(|c| {
+                    let v = metric.value(c)?;
+                    Some((lx(f64::from(c.concurrency)), y(v), cell_mark(c)))
+                })
+                .collect();
+            (ctx, pts)
+        })
+        .collect()
+}
+
+/// The y range of the cells, or `None` when no cell has this metric.
+fn capacity_y_range(rows: &[(u64, Vec<CapPoint>)], metric: CapMetric) -> Option<(f64, f64)> {
+    let ys: Vec<f64> = rows.iter().flat_map(|r| r.1.iter().map(|p| p.1)).collect();
+    if ys.is_empty() {
+        return None;
+    }
+    let (ylo, yhi) = (
+        ys.iter().copied().fold(f64::INFINITY, f64::min),
+        ys.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    );
+    // Log axes span whole decades, so that the labelled ticks (1, 10, 100, …) are in view.
+    Some(if metric.log_y() {
+        (ylo.floor(), yhi.ceil().max(ylo.floor() + 1.0))
+    } else {
+        (0.0, yhi.max(1e-9) * 1.1)
+    })
+}
+
+/// The capacity plot's axes: powers of two across, decades (or linear) up.
+fn capacity_frame<'a, 'b>(
+    area: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    title: &str,
+    metric: CapMetric,
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+) -> Result<Chart<'a, 'b>, RenderError> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 18))
+        .margin(14)
+        .x_label_area_size(48)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x0..x1, y0..y1)
+        .map_err(perr)?;
+    let decades = (y1 - y0).round() as usize;
+    chart
+        .configure_mesh()
+        .x_desc("concurrent requests c (log scale)")
+        .y_desc(metric.unit())
+        .x_labels(((x1 - x0).ceil() as usize + 1).max(2))
+        .y_labels(if metric.log_y() { decades + 1 } else { 8 })
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 14))
+        .x_label_formatter(&|v| {
+            if (v - v.round()).abs() < 1e-6 && *v >= 0.0 {
+                format!("{}", v.round().exp2() as u64)
+            } else {
+                String::new()
+            }
+        })
+        .y_label_formatter(&|v| {
+            if !metric.log_y() {
+                tick(*v)
+            } else if (v - v.round()).abs() < 1e-6 {
+                tick(10f64.powf(v.round()))
+            } else {
+                String::new()
+            }
+        })
+        .light_line_style(RGBColor(238, 238, 238))
+        .draw()
+        .map_err(perr)?;
+    Ok(chart)
+}
+
+/// One context's line and cell markers; rings its knee and says whether it did.
+fn draw_capacity_line(
+    chart: &mut Chart,
+    map: &crate::capacity::CapacityMap,
+    ctx: u64,
+    pts: &[CapPoint],
+    col: RGBColor,
+) -> Result<bool, RenderError> {
+    if pts.len() > 1 {
+        chart
+            .draw_series(LineSeries::new(
+                pts.iter().map(|p| (p.0, p.1)),
+                col.stroke_width(2),
+            ))
+            .map_err(perr)?;
+    }
+    for p in pts {
+        draw_mark(chart.plotting_area(), (p.0, p.1), p.2, col)?;
+    }
+    // The knee: ringed, at this context's knee cell when this metric has a value there.
+    let knee = map
+        .knees
+        .iter()
+        .find(|k| k.context_tokens == ctx)
+        .and_then(|k| k.concurrency)
+        .and_then(|c| {
+            let x = lx(f64::from(c));
+            pts.iter().find(|p| (p.0 - x).abs() < 1e-9)
+        });
+    if let Some(p) = knee {
+        chart
+            .draw_series(std::iter::once(Circle::new(
+                (p.0, p.1),
+                10,
+                BLACK.stroke_width(2),
+            )))
+            .map_err(perr)?;
+    }
+    Ok(knee.is_some())
+}
+
+/// The legend beside a capacity plot: each context's line, each marker drawn, the knee.
+fn draw_capacity_legend(
+    area: &DrawingArea<SVGBackend, Shift>,
+    rows: &[(u64, Vec<CapPoint>)],
+    knee: bool,
+) -> Result<(), RenderError> {
+    let mut marks: Vec<CellMark> = rows.iter().flat_map(|r| r.1.iter().map(|p| p.2)).collect();
+    marks.sort_by_key(|m| *m as u8);
+    marks.dedup();
+    let mut entries: Vec<(LegendGlyph, String)> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, (ctx, _))| (LegendGlyph::Line(color(i)), fmt_ctx(*ctx)))
+        .collect();
+    for m in &marks {
+        let text = match m {
+            CellMark::Together => "all c ran together",
+            CellMark::Queued => "queued: some waited (or were preempted)",
+            CellMark::NoOverlap => "no common window",
+            CellMark::Failed => "requests failed",
+        };
+        entries.push((LegendGlyph::Mark(*m), text.to_owned()));
+    }
+    if knee {
+        entries.push((LegendGlyph::Knee, "knee (last c that pays)".to_owned()));
+    }
+    area.draw(&Text::new(
+        "context".to_owned(),
+        (8, 40),
+        ("sans-serif", 14).into_font(),
+    ))
+    .map_err(perr)?;
+    let grey = RGBColor(90, 90, 90);
+    let mut yy = 72i32;
+    for (i, (glyph, text)) in entries.iter().enumerate() {
+        // A gap between the contexts and the marker explanations.
+        if i == rows.len() {
+            yy += 10;
+        }
+        match glyph {
+            LegendGlyph::Line(col) => {
+                area.draw(&PathElement::new([(8, yy), (30, yy)], col.stroke_width(2)))
+                    .map_err(perr)?;
+                area.draw(&Circle::new((19, yy), 4, col.filled()))
+                    .map_err(perr)?;
+            }
+            LegendGlyph::Mark(m) => draw_mark(area, (19, yy), *m, grey)?,
+            LegendGlyph::Knee => area
+                .draw(&Circle::new((19, yy), 10, BLACK.stroke_width(2)))
+                .map_err(perr)?,
+        }
+        area.draw(&Text::new(
+            text.clone(),
+            (38, yy - 7),
+            ("sans-serif", 13).into_font(),
+        ))
+        .map_err(perr)?;
+        yy += 24;
+    }
+    Ok(())
 }

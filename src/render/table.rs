@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use super::text::{self, Columns, Layout};
 use super::{fmt_ctx, num, summary_table, RenderError, Renderer};
 use crate::capacity as ctxbench_capacity;
 use crate::compare::Comparison;
@@ -197,42 +198,35 @@ pub fn details(run: &RunReport) -> String {
             "\ncapacity map (context × concurrency; the table above is c = {}):",
             m.levels.first().copied().unwrap_or(1)
         );
-        for (i, t) in ctxbench_capacity::map_tables(m).iter().enumerate() {
+        let layout = Layout {
+            indent: "  ",
+            ..Default::default()
+        };
+        for (i, t) in super::sections::capacity_tables(m).iter().enumerate() {
             let gap = if i == 0 { "" } else { "\n" };
-            let _ = writeln!(out, "{gap}{}:", t.title);
-            let width: Vec<usize> = (0..t.head.len())
-                .map(|i| {
-                    t.rows
-                        .iter()
-                        .map(|r| r[i].chars().count())
-                        .chain([t.head[i].chars().count()])
-                        .max()
-                        .unwrap_or(0)
-                })
-                .collect();
-            // Contexts left, cells right-aligned so that the numbers line up.
-            let line = |cells: &[String]| {
-                cells
-                    .iter()
-                    .zip(&width)
-                    .enumerate()
-                    .map(|(i, (c, w))| match i {
-                        0 => format!("  {c:<w$}"),
-                        _ => format!("{c:>w$}"),
-                    })
-                    .collect::<Vec<_>>()
-                    .join("  ")
-                    .trim_end()
-                    .to_owned()
-            };
-            let _ = writeln!(out, "{}", line(&t.head));
-            for r in &t.rows {
-                let _ = writeln!(out, "{}", line(r));
-            }
+            let title = t.title.as_deref().unwrap_or_default();
+            let _ = write!(out, "{gap}{title}:\n{}", text::render(t, &layout));
         }
         for l in ctxbench_capacity::map_legend(m) {
             let _ = writeln!(out, "  {l}");
         }
+    }
+    out
+}
+
+/// B against A as aligned text, a blank line between contexts.
+fn compare_rows(v: &crate::compare::Versus) -> String {
+    let t = super::sections::compare_table(v);
+    let cols = Columns::fit(&t, &Layout::default());
+    let mut out = format!("{}\n{}\n", cols.line(&t.head), cols.rule());
+    let mut last = None;
+    for (r, cells) in v.rows.iter().zip(&t.rows) {
+        if last.is_some_and(|c| c != r.context_tokens) && r.metric == Metric::ALL[0] {
+            out.push('\n');
+        }
+        last = Some(r.context_tokens);
+        let cells: Vec<String> = cells.iter().map(|c| c.text.to_plain()).collect();
+        let _ = writeln!(out, "{}", cols.line(&cells));
     }
     out
 }
@@ -291,70 +285,8 @@ impl Renderer for TableRenderer {
             for m in &v.mismatches {
                 let _ = writeln!(out, "WARNING (--allow-mismatch): {m}");
             }
-            let header = ["context", "metric", "A", "B", "B/A", "interval", "verdict"];
-            let rows: Vec<[String; 7]> = v
-                .rows
-                .iter()
-                .map(|r| {
-                    let unit = r.metric.unit();
-                    let val = |x: Option<f64>| {
-                        x.map(|x| format!("{} {unit}", num(x)))
-                            .unwrap_or("–".into())
-                    };
-                    [
-                        r.label(),
-                        r.metric.label().to_owned(),
-                        val(r.a),
-                        val(r.b),
-                        r.ratio.map(|x| format!("{x:.3}")).unwrap_or("–".into()),
-                        r.shown_interval()
-                            .map(|c| format!("{:.3}–{:.3}", c.low, c.high))
-                            .unwrap_or("–".into()),
-                        super::verdict_text(v, r),
-                    ]
-                })
-                .collect();
-            let mut w: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-            for r in &rows {
-                for (wi, c) in w.iter_mut().zip(r) {
-                    *wi = (*wi).max(c.chars().count());
-                }
-            }
-            let line = |cells: Vec<&str>| {
-                cells
-                    .iter()
-                    .zip(&w)
-                    .enumerate()
-                    .map(|(i, (c, wi))| {
-                        let pad = " ".repeat(wi - c.chars().count());
-                        if i < 2 || i == 6 {
-                            format!("{c}{pad}")
-                        } else {
-                            format!("{pad}{c}")
-                        }
-                    })
-                    .collect::<Vec<_>>()
-                    .join("  ")
-                    .trim_end()
-                    .to_owned()
-            };
-            let _ = writeln!(out, "\n{}", line(header.to_vec()));
-            let _ = writeln!(
-                out,
-                "{}",
-                w.iter()
-                    .map(|n| "─".repeat(*n))
-                    .collect::<Vec<_>>()
-                    .join("  ")
-            );
-            let mut last = None;
-            for (r, cells) in v.rows.iter().zip(&rows) {
-                if last.is_some_and(|c| c != r.context_tokens) && r.metric == Metric::ALL[0] {
-                    out.push('\n');
-                }
-                last = Some(r.context_tokens);
-                let _ = writeln!(out, "{}", line(cells.iter().map(String::as_str).collect()));
-            }
+            out.push('\n');
+            out.push_str(&compare_rows(v));
             out.push('\n');
             let agreement = super::agreement_section(cmp, v);
             if !agreement.is_empty() {
