@@ -1,6 +1,7 @@
 //! Server protocols: one module per API behind the [`Backend`] trait, plus the shared HTTP
 //! plumbing and the streaming driver that timestamps bytes as they arrive.
 
+pub mod event;
 pub mod family;
 pub mod http;
 pub mod llamacpp;
