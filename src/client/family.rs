@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::openai::TokenizeDialect;
+use super::tokenize::{TextTokenizer, TokenizeDialect};
 use super::{Backend, BackendKind, Http};
 use crate::error::{ClientError, UsageError};
 
@@ -216,7 +216,7 @@ pub struct ServerProfile {
     pub cached_missing_means_zero: bool,
     /// A tokenizer endpoint pair for exact text prompts (generic OpenAI servers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tokenizer: Option<super::openai::TextTokenizer>,
+    pub tokenizer: Option<TextTokenizer>,
     /// `POST /v1/completions` answered 404: a chat-only server.
     #[serde(default)]
     pub completions_missing: bool,

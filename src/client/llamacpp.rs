@@ -12,9 +12,9 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::family::{ConnectOptions, FamilyId, Server, ServerProfile};
-use super::openai::TokenizeDialect;
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
+use super::tokenize::{tokenize, TokenizeDialect};
 use super::Http;
 use super::OnceOutcome;
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
@@ -184,7 +184,7 @@ impl Backend for LlamaCpp {
     }
 
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
-        tokenize(&self.http, text).await
+        tokenize(&self.http, TokenizeDialect::Llamacpp, None, text).await
     }
 
     async fn flush(&self) -> Result<String, ClientError> {
@@ -307,37 +307,6 @@ impl super::Family for Family {
     }
 }
 
-/// llama.cpp `/tokenize` without adding BOS, so ids can be sliced and concatenated.
-pub async fn tokenize(http: &Http, text: &str) -> Result<Vec<u32>, ClientError> {
-    let body = json!({"content": text, "add_special": false, "parse_special": false});
-    let v = http
-        .post_json("/tokenize", &body, Duration::from_secs(300))
-        .await?;
-    parse_token_list("/tokenize", &v)
-}
-
-/// Reads `{"tokens":[...]}` (ids, or `{id, piece}` objects) into ids.
-pub fn parse_token_list(endpoint: &str, v: &Value) -> Result<Vec<u32>, ClientError> {
-    let arr = v
-        .get("tokens")
-        .and_then(Value::as_array)
-        .ok_or_else(|| ClientError::Malformed {
-            endpoint: endpoint.to_owned(),
-            detail: "no `tokens` array in the answer".to_owned(),
-        })?;
-    arr.iter()
-        .map(|t| {
-            t.as_u64()
-                .or_else(|| t.get("id").and_then(Value::as_u64))
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| ClientError::Malformed {
-                    endpoint: endpoint.to_owned(),
-                    detail: format!("token id is not a non-negative integer: {t}"),
-                })
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -387,16 +356,6 @@ mod tests {
         let mut r = CompletionReader::default();
         let e = r.on_event(&ev("{not json")).unwrap_err();
         assert!(matches!(e, ClientError::Malformed { .. }));
-    }
-
-    #[test]
-    fn token_lists_parse_in_both_shapes() {
-        let v: Value = serde_json::from_str(r#"{"tokens":[1,2,3]}"#).unwrap();
-        assert_eq!(parse_token_list("/t", &v).unwrap(), vec![1, 2, 3]);
-        let v: Value = serde_json::from_str(r#"{"tokens":[{"id":5,"piece":"a"}]}"#).unwrap();
-        assert_eq!(parse_token_list("/t", &v).unwrap(), vec![5]);
-        let v: Value = serde_json::from_str(r#"{"tokens":[-1]}"#).unwrap();
-        assert!(parse_token_list("/t", &v).is_err());
     }
 
     proptest::proptest! {

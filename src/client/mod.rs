@@ -14,6 +14,7 @@ pub mod sse;
 pub mod stream;
 pub mod textprompt;
 pub mod tgi;
+pub mod tokenize;
 pub mod vllm;
 
 #[cfg(test)]

@@ -32,9 +32,13 @@ use super::family::{ConnectOptions, FamilyId, LengthPolicy, Server, ServerProfil
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::textprompt::{CalibratedText, CALIBRATED_TOLERANCE, CALIBRATION_ROUNDS};
+use super::tokenize::{parse_token_list, tokenize};
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, OnceOutcome, ServerTimings, SpecStats};
 use crate::error::{ClientError, UsageError};
+
+// Re-exported where the probe and the header have always named them.
+pub use super::tokenize::{TextTokenizer, TokenizeDialect};
 
 /// Any OpenAI-compatible server: recognised by `/v1/models` answering (the fallback, last
 /// in detection order).
@@ -291,59 +295,6 @@ pub async fn adopt_tokenizer(
     Ok(())
 }
 
-/// How a server's `/tokenize` wants its body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TokenizeDialect {
-    /// `{"content": ...}` (llama.cpp).
-    Llamacpp,
-    /// `{"prompt": ..., "add_special_tokens": false}` (vLLM, SGLang).
-    Vllm,
-    /// The same `{"prompt"}` body on an SGLang server (named for the server in the header).
-    Sglang,
-    /// `{"input": ...}`, special tokens (BOS) always added (llama-cpp-python `/extras`).
-    Extras,
-}
-
-impl TokenizeDialect {
-    fn tokenize_body(self, text: &str, model: Option<&str>) -> Value {
-        let mut b = match self {
-            TokenizeDialect::Llamacpp => {
-                json!({"content": text, "add_special": false, "parse_special": false})
-            }
-            TokenizeDialect::Vllm | TokenizeDialect::Sglang => {
-                json!({"prompt": text, "add_special_tokens": false})
-            }
-            TokenizeDialect::Extras => json!({"input": text}),
-        };
-        if let (Some(m), false) = (model, self == TokenizeDialect::Llamacpp) {
-            b["model"] = json!(m);
-        }
-        b
-    }
-}
-
-/// A tokenizer endpoint pair found on the server, recorded in the run header.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TextTokenizer {
-    /// The body shape.
-    pub dialect: TokenizeDialect,
-    /// The tokenize path that answered (e.g. `/extras/tokenize`).
-    pub tokenize_path: String,
-    /// Its detokenize counterpart.
-    pub detokenize_path: String,
-    /// Special tokens the tokenize endpoint adds to every text (BOS), stripped from its
-    /// answers: the length of its answer for an empty text.
-    pub added_specials: usize,
-    /// The server the pair is on when it is not the measured one (`--tokenizer-url`: the
-    /// server behind a gateway); `None`: the measured server.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub url: Option<String>,
-    /// The model named in tokenizer requests to `url` (that server's own model name).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-}
-
 /// The tokenizer endpoint pairs tried, in order.
 const TOKENIZERS: &[(&str, &str, TokenizeDialect)] = &[
     ("/tokenize", "/detokenize", TokenizeDialect::Vllm),
@@ -372,7 +323,7 @@ async fn find_tokenizer(s: &Server<'_>, model: Option<&str>) -> Option<TextToken
         let Ok(v) = s.post(tok, &dialect.tokenize_body(probe, model)).await else {
             continue;
         };
-        let Ok(ids) = super::llamacpp::parse_token_list(tok, &v) else {
+        let Ok(ids) = parse_token_list(tok, &v) else {
             continue;
         };
         let Ok(back) = s.post(detok, &json!({"tokens": ids, "model": model})).await else {
@@ -382,7 +333,7 @@ async fn find_tokenizer(s: &Server<'_>, model: Option<&str>) -> Option<TextToken
             continue;
         }
         let added = match s.post(tok, &dialect.tokenize_body("", model)).await {
-            Ok(v) => super::llamacpp::parse_token_list(tok, &v).map_or(0, |t| t.len()),
+            Ok(v) => parse_token_list(tok, &v).map_or(0, |t| t.len()),
             Err(_) => 0,
         };
         return Some(TextTokenizer {
@@ -425,7 +376,7 @@ async fn completions_answer(
             )
             .await
         {
-            if let Ok(x) = super::llamacpp::parse_token_list(&t.tokenize_path, &v) {
+            if let Ok(x) = parse_token_list(&t.tokenize_path, &v) {
                 if !x.is_empty() {
                     ids = x;
                 }
@@ -741,7 +692,7 @@ impl OpenAi {
                 Duration::from_secs(300),
             )
             .await?;
-        let mut ids = super::llamacpp::parse_token_list(&t.tokenize_path, &v)?;
+        let mut ids = parse_token_list(&t.tokenize_path, &v)?;
         ids.drain(..t.added_specials.min(ids.len()));
         Ok(ids)
     }
@@ -1017,22 +968,6 @@ fn vllm_request_metrics(m: &Value, completion_tokens: Option<u64>) -> Option<Ser
     (t.prompt_ms.is_some() || t.predicted_ms.is_some()).then_some(t)
 }
 
-/// vLLM/SGLang `/tokenize` (`{"prompt"}`), without special tokens so ids can be spliced.
-pub async fn tokenize_vllm(
-    http: &Http,
-    model: Option<&str>,
-    text: &str,
-) -> Result<Vec<u32>, ClientError> {
-    let mut body = json!({"prompt": text, "add_special_tokens": false});
-    if let Some(m) = model {
-        body["model"] = json!(m);
-    }
-    let v = http
-        .post_json("/tokenize", &body, Duration::from_secs(300))
-        .await?;
-    super::llamacpp::parse_token_list("/tokenize", &v)
-}
-
 #[async_trait]
 impl Backend for OpenAi {
     fn kind(&self) -> BackendKind {
@@ -1067,9 +1002,8 @@ impl Backend for OpenAi {
             return self.text_ids(t, text).await;
         }
         match self.tokenize {
-            Some(TokenizeDialect::Llamacpp) => super::llamacpp::tokenize(&self.http, text).await,
-            Some(TokenizeDialect::Vllm | TokenizeDialect::Sglang) => {
-                tokenize_vllm(&self.http, self.model.as_deref(), text).await
+            Some(d @ (TokenizeDialect::Llamacpp | TokenizeDialect::Vllm | TokenizeDialect::Sglang)) => {
+                tokenize(&self.http, d, self.model.as_deref(), text).await
             }
             Some(TokenizeDialect::Extras) | None => Err(ClientError::Http {
                 endpoint: "/tokenize".to_owned(),

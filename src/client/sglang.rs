@@ -13,9 +13,9 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use super::family::{needs_tokenize, ConnectOptions, FamilyId, Server, ServerProfile};
-use super::openai::TokenizeDialect;
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
+use super::tokenize::{tokenize, TokenizeDialect};
 use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, ServerTimings, SpecStats};
 use crate::error::{ClientError, UsageError};
@@ -337,7 +337,13 @@ impl Backend for Sglang {
     }
 
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
-        super::openai::tokenize_vllm(&self.http, self.model.as_deref(), text).await
+        tokenize(
+            &self.http,
+            TokenizeDialect::Sglang,
+            self.model.as_deref(),
+            text,
+        )
+        .await
     }
 
     async fn generate_once(&self, req: &GenRequest) -> Result<super::OnceOutcome, ClientError> {

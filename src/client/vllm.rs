@@ -7,7 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::family::{needs_tokenize, ConnectOptions, FamilyId, Server, ServerProfile};
-use super::openai::{OpenAi, TokenizeDialect};
+use super::openai::OpenAi;
+use super::tokenize::TokenizeDialect;
 use super::{Backend, BackendKind, GenOutcome, GenRequest, Http};
 use crate::error::{ClientError, UsageError};
 
