@@ -1,8 +1,11 @@
 //! What ctxbench knows about each server family, behind one trait: how to recognise it from
 //! its answers, what it reports, what speaking its protocol can do (with the notes that say
-//! what is missing), how to build its backend, and its length policy. `probe` loops over
+//! what is missing), how to build its backend, its length policy, and what the OpenAI
+//! protocol keeps of it when spoken to its servers (tokenizer, flush). `probe` loops over
 //! [`FAMILIES`]; `sweep` asks the chosen family. A new backend adds its file, one entry in
 //! [`FAMILIES`] and one [`BackendKind`] variant.
+//!
+//! [`FAMILIES`]: super::FAMILIES
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -15,22 +18,6 @@ use serde_json::{json, Value};
 use super::tokenize::{TextTokenizer, TokenizeDialect};
 use super::{Backend, BackendKind, Http};
 use crate::error::{ClientError, UsageError};
-
-/// Every server family, in detection order: the first whose detector recognises the server
-/// names it, so the generic OpenAI family comes last.
-pub static FAMILIES: &[&dyn Family] = &[
-    &super::llamacpp::Family,
-    &super::sglang::Family,
-    &super::vllm::Family,
-    &super::tgi::Family,
-    &super::ollama::Family,
-    &super::openai::Family,
-];
-
-/// The family that speaks `kind`; `None` for `auto`.
-pub fn family(kind: BackendKind) -> Option<&'static dyn Family> {
-    FAMILIES.iter().copied().find(|f| f.kind() == kind)
-}
 
 /// The answers a server gives to probing requests. Detection reads the server only through
 /// this, so it can be tested with canned answers.
@@ -368,6 +355,30 @@ pub trait Family: Send + Sync {
     /// The server flag that makes cached-token counts appear, when there is one.
     fn cached_tokens_hint(&self) -> Option<&'static str> {
         None
+    }
+    /// What the OpenAI protocol can do on a server recognised as this family, where the
+    /// family knows better than the generic probe (its tokenizer, token-id prompts, its
+    /// cache switch): `true` when `p`'s capabilities are settled. The default: the generic
+    /// probe decides.
+    async fn openai_capabilities(
+        &self,
+        _s: &Server<'_>,
+        _p: &mut ServerProfile,
+    ) -> Result<bool, ClientError> {
+        Ok(false)
+    }
+    /// Drops the server's prefix cache through `http`, whichever protocol is spoken to it:
+    /// the OpenAI protocol keeps the flush of the family it was recognised as (the cache is
+    /// the server's, whichever API fills it). Native backends flush themselves, so only the
+    /// OpenAI protocol asks, and the default says what it lacks.
+    async fn flush(&self, _http: &Http) -> Result<String, ClientError> {
+        Err(ClientError::Unsupported {
+            what: "flush".to_owned(),
+            hint: format!(
+                "the {} protocol has no cache-flush endpoint",
+                BackendKind::Openai.as_str()
+            ),
+        })
     }
 }
 

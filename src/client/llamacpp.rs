@@ -305,6 +305,21 @@ impl super::Family for Family {
     ) -> Result<Box<dyn Backend>, UsageError> {
         Ok(Box::new(LlamaCpp::new(http, p.total_slots.unwrap_or(1))))
     }
+
+    /// Its `/v1/completions` takes token ids, its `cache_prompt` switch and its `timings`
+    /// as the native API does. The slot erase is not kept: it needs the slot count.
+    async fn openai_capabilities(
+        &self,
+        _s: &Server<'_>,
+        p: &mut ServerProfile,
+    ) -> Result<bool, ClientError> {
+        p.tokenize = Some(TokenizeDialect::Llamacpp);
+        p.token_id_prompts = true;
+        p.cache_bypass = true;
+        p.spec_stats =
+            Some("llamacpp timings in the final /v1 chunk (when a draft is configured)".into());
+        Ok(true)
+    }
 }
 
 #[cfg(test)]

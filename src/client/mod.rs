@@ -27,10 +27,26 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ClientError;
 pub use crate::record::{Counts, ServerTimings, SpecStats};
-pub use family::{family, Family, ServerProfile, FAMILIES};
+pub use family::{Family, ServerProfile};
 pub use http::Http;
 pub use scrape::Scraper;
 pub use stream::{Generated, StreamStats};
+
+/// Every server family, in detection order: the first whose detector recognises the server
+/// names it, so the generic OpenAI family comes last.
+pub static FAMILIES: &[&dyn Family] = &[
+    &llamacpp::Family,
+    &sglang::Family,
+    &vllm::Family,
+    &tgi::Family,
+    &ollama::Family,
+    &openai::Family,
+];
+
+/// The family that speaks `kind`; `None` for `auto`.
+pub fn family(kind: BackendKind) -> Option<&'static dyn Family> {
+    FAMILIES.iter().copied().find(|f| f.kind() == kind)
+}
 
 /// Which protocol to speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]

@@ -59,29 +59,16 @@ impl super::Family for Family {
         Ok((s.get("/v1/models").await?.0 == 200).then(|| "GET /v1/models answered".to_owned()))
     }
 
-    /// `/v1/completions` with token ids where the server takes them (llama.cpp, or a server
-    /// whose tokenizer's ids a one-token test request accepted); on llama.cpp also its
-    /// `cache_prompt` switch and `timings`. Otherwise text prompts made exact through the
-    /// tokenizer endpoints found. No flush in this protocol.
+    /// What the recognised family says the protocol can do on its servers (e.g. llama.cpp's
+    /// `/tokenize`, `cache_prompt` switch and `timings`); otherwise `/v1/completions` with
+    /// token ids where a one-token test request showed the server takes its tokenizer's ids,
+    /// or text prompts made exact through the tokenizer endpoints found. No flush in this
+    /// protocol beyond the recognised family's own.
     async fn capabilities(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
-        if p.detected == Some(BackendKind::Llamacpp) {
-            p.tokenize = Some(TokenizeDialect::Llamacpp);
-            p.token_id_prompts = true;
-            p.cache_bypass = true;
-            p.spec_stats =
-                Some("llamacpp timings in the final /v1 chunk (when a draft is configured)".into());
-            return Ok(());
-        }
-        // SGLang and vLLM take token ids on /v1/completions (server-apis.md A, B).
-        let known = matches!(p.detected, Some(BackendKind::Sglang | BackendKind::Vllm));
-        if known && s.has_vllm_tokenize(p.model.as_deref()).await? {
-            p.tokenize = Some(if p.detected == Some(BackendKind::Sglang) {
-                TokenizeDialect::Sglang
-            } else {
-                TokenizeDialect::Vllm
-            });
-            p.token_id_prompts = true;
-            return Ok(());
+        if let Some(f) = p.detected.and_then(super::family) {
+            if f.openai_capabilities(s, p).await? {
+                return Ok(());
+            }
         }
         let tokenizer = find_tokenizer(s, p.model.as_deref()).await;
         let (completions, test) =
@@ -166,9 +153,7 @@ impl super::Family for Family {
         o2.calibrated = calibrated(p).then(|| CalibratedText::new(o.nonce_tokens));
         o2.chat = chat;
         o2.nonce_tokens = o.nonce_tokens;
-        o2.flush_with = p
-            .detected
-            .filter(|k| matches!(k, BackendKind::Sglang | BackendKind::Vllm));
+        o2.flush_with = p.detected;
         Ok(Box::new(if p.cached_missing_means_zero {
             o2.missing_cached_is_zero()
         } else {
@@ -504,8 +489,8 @@ pub struct OpenAi {
     nonce_tokens: usize,
     /// What this backend had to do that the run header should say (counts' sources).
     notes: Mutex<Vec<String>>,
-    /// The server's own flush, when the probe recognised SGLang or vLLM behind this
-    /// protocol (the cache is the server's, whichever API fills it).
+    /// The family the probe recognised behind this protocol, whose flush is kept (see
+    /// [`super::Family::flush`]).
     pub flush_with: Option<BackendKind>,
     /// The optional fields settled by [`Backend::negotiate`].
     dialect: Mutex<Dialect>,
@@ -983,14 +968,9 @@ impl Backend for OpenAi {
     }
 
     async fn flush(&self) -> Result<String, ClientError> {
-        match self.flush_with {
-            Some(BackendKind::Vllm) => super::vllm::reset_prefix_cache(&self.http).await,
-            Some(BackendKind::Sglang) => super::sglang::flush_cache(&self.http).await,
-            _ => Err(ClientError::Unsupported {
-                what: "flush".to_owned(),
-                hint: "the openai protocol has no cache-flush endpoint".to_owned(),
-            }),
-        }
+        // Unrecognised: the generic family's flush, which is none.
+        let f = self.flush_with.and_then(super::family).unwrap_or(&Family);
+        super::Family::flush(f, &self.http).await
     }
 
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {

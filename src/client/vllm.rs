@@ -86,6 +86,24 @@ impl super::Family for Family {
     fn cached_tokens_hint(&self) -> Option<&'static str> {
         Some("start vLLM with --enable-prompt-tokens-details")
     }
+
+    /// Its `/v1/completions` takes token ids, made by its `/tokenize` where there is one.
+    async fn openai_capabilities(
+        &self,
+        s: &Server<'_>,
+        p: &mut ServerProfile,
+    ) -> Result<bool, ClientError> {
+        if !s.has_vllm_tokenize(p.model.as_deref()).await? {
+            return Ok(false);
+        }
+        p.tokenize = Some(TokenizeDialect::Vllm);
+        p.token_id_prompts = true;
+        Ok(true)
+    }
+
+    async fn flush(&self, http: &Http) -> Result<String, ClientError> {
+        reset_prefix_cache(http).await
+    }
 }
 
 /// The vLLM protocol.
