@@ -7,7 +7,7 @@
 //!
 //! [`FAMILIES`]: super::FAMILIES
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use super::tokenize::{TextTokenizer, TokenizeDialect};
 use super::{Backend, BackendKind, Http};
 use crate::error::{ClientError, UsageError};
+use crate::record::SpecStats;
 
 /// The answers a server gives to probing requests. Detection reads the server only through
 /// this, so it can be tested with canned answers.
@@ -379,6 +380,30 @@ pub trait Family: Send + Sync {
                 BackendKind::Openai.as_str()
             ),
         })
+    }
+    /// What this family's Prometheus `/metrics` names mean; `None`: nothing ctxbench reads.
+    fn metrics(&self) -> Option<&'static dyn MetricsVocabulary> {
+        None
+    }
+}
+
+/// What a family's `/metrics` counters say, read from their deltas over a sample or a wave
+/// (`name{labels}` → increase, see `crate::metrics::deltas`). Each reading is `None` when
+/// the deltas carry none of the family's names, so the families can be asked in turn.
+pub trait MetricsVocabulary: Send + Sync {
+    /// The server's prefix-cache counters: (tokens served from the cache, tokens looked up).
+    /// Other traffic on the server counts too, so a hit is at worst a false alarm.
+    fn cache_evidence(&self, _d: &BTreeMap<String, f64>) -> Option<(f64, f64)> {
+        None
+    }
+    /// Speculative-decoding statistics; `Some(None)`: the counters are there and no draft
+    /// was made (which ends the search as well).
+    fn spec(&self, _d: &BTreeMap<String, f64>) -> Option<Option<SpecStats>> {
+        None
+    }
+    /// Requests the server preempted (evicted, to recompute later); server-wide.
+    fn preemptions(&self, _d: &BTreeMap<String, f64>) -> Option<f64> {
+        None
     }
 }
 

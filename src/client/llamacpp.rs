@@ -11,12 +11,13 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::family::{ConnectOptions, FamilyId, Server, ServerProfile};
+use super::family::{ConnectOptions, FamilyId, MetricsVocabulary, Server, ServerProfile};
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::tokenize::{tokenize, TokenizeDialect};
 use super::Http;
 use super::OnceOutcome;
+use super::SpecStats;
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use crate::error::{ClientError, UsageError};
 
@@ -319,6 +320,22 @@ impl super::Family for Family {
         p.spec_stats =
             Some("llamacpp timings in the final /v1 chunk (when a draft is configured)".into());
         Ok(true)
+    }
+
+    fn metrics(&self) -> Option<&'static dyn MetricsVocabulary> {
+        Some(&Metrics)
+    }
+}
+
+/// llama.cpp's `/metrics` names (needs `--metrics`).
+#[derive(Debug, Clone, Copy)]
+pub struct Metrics;
+
+impl MetricsVocabulary for Metrics {
+    /// Recent builds count verify steps under vLLM's `spec_decode_*` names, which beat the
+    /// steps derived from `timings`.
+    fn spec(&self, d: &std::collections::BTreeMap<String, f64>) -> Option<Option<SpecStats>> {
+        super::vllm::spec_decode(d, "llamacpp:")
     }
 }
 

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ClientError;
 pub use crate::record::{Counts, ServerTimings, SpecStats};
-pub use family::{Family, ServerProfile};
+pub use family::{Family, MetricsVocabulary, ServerProfile};
 pub use http::Http;
 pub use scrape::Scraper;
 pub use stream::{Generated, StreamStats};
@@ -46,6 +46,16 @@ pub static FAMILIES: &[&dyn Family] = &[
 /// The family that speaks `kind`; `None` for `auto`.
 pub fn family(kind: BackendKind) -> Option<&'static dyn Family> {
     FAMILIES.iter().copied().find(|f| f.kind() == kind)
+}
+
+/// The families' `/metrics` vocabularies in the order a page is read: vLLM's first, then
+/// detection order. A page carries one server's names, so the order only settles a page
+/// that mixes two; it is the order the readings had before they moved into the families.
+pub fn metrics_vocabularies() -> impl Iterator<Item = &'static dyn MetricsVocabulary> {
+    let mut families = FAMILIES.to_vec();
+    // A stable sort: vLLM first, the rest keep their order.
+    families.sort_by_key(|f| f.kind() != BackendKind::Vllm);
+    families.into_iter().filter_map(|f| f.metrics())
 }
 
 /// Which protocol to speak.

@@ -12,6 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
+use super::family::MetricsVocabulary;
 use super::family::{needs_tokenize, ConnectOptions, FamilyId, Server, ServerProfile};
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
@@ -19,6 +20,7 @@ use super::tokenize::{tokenize, TokenizeDialect};
 use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, ServerTimings, SpecStats};
 use crate::error::{ClientError, UsageError};
+use crate::metrics::sum;
 
 /// SGLang: recognised by its server args at `/server_info` (or the older
 /// `/get_server_info`), or by `owned_by "sglang"` in `/v1/models`.
@@ -156,6 +158,25 @@ impl super::Family for Family {
 
     async fn flush(&self, http: &Http) -> Result<String, ClientError> {
         flush_cache(http).await
+    }
+
+    fn metrics(&self) -> Option<&'static dyn MetricsVocabulary> {
+        Some(&Metrics)
+    }
+}
+
+/// SGLang's `/metrics` names.
+#[derive(Debug, Clone, Copy)]
+pub struct Metrics;
+
+impl MetricsVocabulary for Metrics {
+    /// `cached_tokens/prompt_tokens`, also when the OpenAI protocol is spoken to SGLang.
+    fn cache_evidence(&self, d: &std::collections::BTreeMap<String, f64>) -> Option<(f64, f64)> {
+        // SGLang (0.5.23, seen on the real server) creates its `cached_tokens_total` series
+        // at the first cache hit since start: with the prompt counter present and no such
+        // series, nothing was ever served from the cache.
+        let q = sum(d, "sglang:prompt_tokens_total")?;
+        Some((sum(d, "sglang:cached_tokens_total").unwrap_or(0.0), q))
     }
 }
 
