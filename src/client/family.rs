@@ -385,6 +385,20 @@ pub trait Family: Send + Sync {
     fn metrics(&self) -> Option<&'static dyn MetricsVocabulary> {
         None
     }
+    /// The server flags that let more requests run at once, named when a capacity
+    /// prediction says requests will wait. The default: none known.
+    fn capacity_flags(&self) -> CapacityFlags {
+        CapacityFlags::default()
+    }
+}
+
+/// The server flags that raise the limits deciding how many requests run at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CapacityFlags {
+    /// Raises the number of requests run at once (parallel slots, running requests).
+    pub slots: Option<&'static str>,
+    /// Makes the KV pool larger.
+    pub kv_pool: Option<&'static str>,
 }
 
 /// What a family's `/metrics` counters say, read from their deltas over a sample or a wave

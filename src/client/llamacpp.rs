@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use super::family::{ConnectOptions, FamilyId, MetricsVocabulary, Server, ServerProfile};
+use super::family::{CapacityFlags, MetricsVocabulary};
+use super::family::{ConnectOptions, FamilyId, Server, ServerProfile};
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::tokenize::{tokenize, TokenizeDialect};
@@ -324,6 +325,13 @@ impl super::Family for Family {
 
     fn metrics(&self) -> Option<&'static dyn MetricsVocabulary> {
         Some(&Metrics)
+    }
+
+    fn capacity_flags(&self) -> CapacityFlags {
+        CapacityFlags {
+            slots: Some("-np (--parallel)"),
+            kv_pool: Some("-c (total context, shared by the slots)"),
+        }
     }
 }
 

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ClientError;
 pub use crate::record::{Counts, ServerTimings, SpecStats};
-pub use family::{Family, MetricsVocabulary, ServerProfile};
+pub use family::{CapacityFlags, Family, MetricsVocabulary, ServerProfile};
 pub use http::Http;
 pub use scrape::Scraper;
 pub use stream::{Generated, StreamStats};
@@ -46,6 +46,17 @@ pub static FAMILIES: &[&dyn Family] = &[
 /// The family that speaks `kind`; `None` for `auto`.
 pub fn family(kind: BackendKind) -> Option<&'static dyn Family> {
     FAMILIES.iter().copied().find(|f| f.kind() == kind)
+}
+
+/// The family a recorded server kind (`server_kind` in a results header) names, matched as
+/// the capacity advice always matched it: case-insensitively, the family's server name
+/// contained in it; `None` for a kind no family names.
+pub fn family_of_server(server_kind: &str) -> Option<&'static dyn Family> {
+    let kind = server_kind.to_ascii_lowercase();
+    FAMILIES
+        .iter()
+        .copied()
+        .find(|f| kind.contains(&f.id().server.to_ascii_lowercase()))
 }
 
 /// The families' `/metrics` vocabularies in the order a page is read: vLLM's first, then
@@ -286,4 +297,40 @@ pub(crate) fn llamacpp_spec(t: &ServerTimings) -> Option<SpecStats> {
         }
         .derive(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_mixing_two_families_names_is_read_in_the_old_order() {
+        let d = std::collections::BTreeMap::from([
+            ("sglang:prompt_tokens_total".to_owned(), 100.0),
+            ("sglang:cached_tokens_total".to_owned(), 7.0),
+            ("vllm:prefix_cache_hits_total".to_owned(), 0.0),
+            ("vllm:prefix_cache_queries_total".to_owned(), 100.0),
+            ("llamacpp:spec_decode_num_drafts_total".to_owned(), 4.0),
+            (
+                "llamacpp:spec_decode_num_accepted_tokens_total".to_owned(),
+                2.0,
+            ),
+            ("vllm:spec_decode_num_drafts_total".to_owned(), 0.0),
+            ("vllm:spec_decode_num_accepted_tokens_total".to_owned(), 0.0),
+        ]);
+        let evidence = metrics_vocabularies().find_map(|v| v.cache_evidence(&d));
+        assert_eq!(evidence, Some((0.0, 100.0)), "vLLM's counters first");
+        let spec = metrics_vocabularies().find_map(|v| v.spec(&d));
+        assert_eq!(spec, Some(None), "vLLM's zero drafts end the search");
+    }
+
+    #[test]
+    fn a_recorded_server_kind_names_its_family() {
+        let kind = |k: &str| family_of_server(k).map(|f| f.kind());
+        assert_eq!(kind("llama.cpp"), Some(BackendKind::Llamacpp));
+        assert_eq!(kind("SGLang"), Some(BackendKind::Sglang));
+        assert_eq!(kind("vllm"), Some(BackendKind::Vllm));
+        assert_eq!(kind("openai-compatible"), Some(BackendKind::Openai));
+        assert_eq!(kind(""), None);
+    }
 }

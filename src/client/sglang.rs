@@ -12,8 +12,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::family::MetricsVocabulary;
 use super::family::{needs_tokenize, ConnectOptions, FamilyId, Server, ServerProfile};
+use super::family::{CapacityFlags, MetricsVocabulary};
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::tokenize::{tokenize, TokenizeDialect};
@@ -162,6 +162,13 @@ impl super::Family for Family {
 
     fn metrics(&self) -> Option<&'static dyn MetricsVocabulary> {
         Some(&Metrics)
+    }
+
+    fn capacity_flags(&self) -> CapacityFlags {
+        CapacityFlags {
+            slots: Some("--max-running-requests"),
+            kv_pool: Some("--mem-fraction-static or --max-total-tokens"),
+        }
     }
 }
 

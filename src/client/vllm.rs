@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::family::MetricsVocabulary;
 use super::family::{needs_tokenize, ConnectOptions, FamilyId, Server, ServerProfile};
+use super::family::{CapacityFlags, MetricsVocabulary};
 use super::openai::OpenAi;
 use super::tokenize::TokenizeDialect;
 use super::{Backend, BackendKind, GenOutcome, GenRequest, Http};
@@ -111,6 +111,13 @@ impl super::Family for Family {
 
     fn metrics(&self) -> Option<&'static dyn MetricsVocabulary> {
         Some(&Metrics)
+    }
+
+    fn capacity_flags(&self) -> CapacityFlags {
+        CapacityFlags {
+            slots: Some("--max-num-seqs"),
+            kv_pool: Some("--gpu-memory-utilization or --num-gpu-blocks-override"),
+        }
     }
 }
 
