@@ -263,6 +263,100 @@ impl ServerProfile {
     }
 }
 
+/// The run header's record of a profile. Every field is named, so a field added to the
+/// profile does not compile until it is recorded or said not to be.
+impl From<&ServerProfile> for crate::record::ServerInfo {
+    fn from(p: &ServerProfile) -> Self {
+        let ServerProfile {
+            url,
+            backend,
+            backend_reason,
+            server_kind,
+            server_version,
+            model,
+            max_context,
+            max_context_source,
+            total_slots,
+            n_vocab,
+            tokenize,
+            token_id_prompts,
+            cache_bypass,
+            reports_cached_tokens,
+            reports_timings,
+            server_added_tokens,
+            metrics,
+            kv_pool_tokens,
+            prompt_method,
+            flush,
+            spec_stats,
+            cached_missing_means_zero,
+            tokenizer,
+            // Its consequence is recorded: `endpoint` (chat) and the notes.
+            completions_missing: _,
+            endpoint,
+            notes,
+            dropped_fields,
+            token_id_test,
+            // Not serialized: the family recognised shows in `server_kind`.
+            detected: _,
+        } = p;
+        crate::record::ServerInfo {
+            url: url.clone(),
+            backend: backend.as_str().to_owned(),
+            backend_reason: backend_reason.clone(),
+            server_kind: server_kind.clone(),
+            server_version: server_version.clone(),
+            model: model.clone(),
+            max_context: *max_context,
+            max_context_source: max_context_source.clone(),
+            total_slots: *total_slots,
+            n_vocab: *n_vocab,
+            tokenize: tokenize.map(|d| d.as_str().to_owned()),
+            token_id_prompts: *token_id_prompts,
+            cache_bypass: *cache_bypass,
+            reports_cached_tokens: *reports_cached_tokens,
+            reports_timings: *reports_timings,
+            server_added_tokens: *server_added_tokens,
+            metrics: *metrics,
+            kv_pool_tokens: *kv_pool_tokens,
+            prompt_method: prompt_method.clone(),
+            flush: flush.clone(),
+            // Known only once the sweep has tried a flush.
+            flush_check: None,
+            flush_available: None,
+            tokenizer: tokenizer.as_ref().map(tokenizer_info),
+            endpoint: endpoint.clone(),
+            // The server's, not the protocol's: the sweep asks the recognised family.
+            cached_tokens_hint: None,
+            spec_stats: spec_stats.clone(),
+            cached_missing_means_zero: *cached_missing_means_zero,
+            notes: notes.clone(),
+            dropped_fields: dropped_fields.clone(),
+            token_id_test: token_id_test.clone(),
+        }
+    }
+}
+
+/// The header's record of a tokenizer pair.
+fn tokenizer_info(t: &TextTokenizer) -> crate::record::TokenizerInfo {
+    let TextTokenizer {
+        dialect,
+        tokenize_path,
+        detokenize_path,
+        added_specials,
+        url,
+        model,
+    } = t;
+    crate::record::TokenizerInfo {
+        dialect: dialect.as_str().to_owned(),
+        tokenize_path: tokenize_path.clone(),
+        detokenize_path: detokenize_path.clone(),
+        added_specials: *added_specials as u64,
+        url: url.clone(),
+        model: model.clone(),
+    }
+}
+
 /// How a family's prompts reach their exact length and how strictly the count is checked.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LengthPolicy {
@@ -428,4 +522,85 @@ pub(crate) fn needs_tokenize(p: &ServerProfile) -> UsageError {
         p.url,
         p.backend.as_str()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::ServerInfo;
+
+    /// The header as it was built before the conversion: the profile through its JSON.
+    fn round_trip(p: &ServerProfile) -> ServerInfo {
+        serde_json::from_value(serde_json::to_value(p).unwrap()).unwrap()
+    }
+
+    fn every_field_set() -> ServerProfile {
+        ServerProfile {
+            url: "http://127.0.0.1:8080".into(),
+            backend: BackendKind::Openai,
+            backend_reason: "--backend openai given".into(),
+            server_kind: "vllm".into(),
+            server_version: Some("0.32.0".into()),
+            model: Some("m".into()),
+            max_context: Some(8192),
+            max_context_source: Some("/v1/models max_model_len".into()),
+            total_slots: Some(4),
+            n_vocab: Some(32000),
+            tokenize: Some(TokenizeDialect::Extras),
+            token_id_prompts: true,
+            cache_bypass: true,
+            reports_cached_tokens: Some(true),
+            reports_timings: Some(false),
+            server_added_tokens: Some(1),
+            metrics: true,
+            kv_pool_tokens: Some(16000),
+            prompt_method: "token ids".into(),
+            flush: Some("POST /reset_prefix_cache".into()),
+            spec_stats: Some("vllm:spec_decode_* /metrics deltas".into()),
+            cached_missing_means_zero: true,
+            tokenizer: Some(TextTokenizer {
+                dialect: TokenizeDialect::Extras,
+                tokenize_path: "/extras/tokenize".into(),
+                detokenize_path: "/extras/detokenize".into(),
+                added_specials: 1,
+                url: Some("http://127.0.0.1:9000".into()),
+                model: Some("upstream".into()),
+            }),
+            completions_missing: true,
+            endpoint: Some("/v1/chat/completions".into()),
+            notes: vec!["a note".into()],
+            dropped_fields: vec!["ignore_eos".into()],
+            token_id_test: Some("4 token ids sent, usage.prompt_tokens 5: taken as ids".into()),
+            detected: Some(BackendKind::Vllm),
+        }
+    }
+
+    #[test]
+    fn the_header_of_a_profile_is_the_json_round_trip_of_it() {
+        let full = every_field_set();
+        let json = |s: ServerInfo| serde_json::to_value(s).unwrap();
+        assert_eq!(json(ServerInfo::from(&full)), json(round_trip(&full)));
+        let empty = ServerProfile::new("http://h:1".into(), BackendKind::Llamacpp);
+        assert_eq!(json(ServerInfo::from(&empty)), json(round_trip(&empty)));
+        for kind in super::super::FAMILIES
+            .iter()
+            .map(|f| f.kind())
+            .chain([BackendKind::Auto])
+        {
+            let p = ServerProfile {
+                backend: kind,
+                ..every_field_set()
+            };
+            assert_eq!(ServerInfo::from(&p), round_trip(&p), "{kind:?}");
+        }
+        use TokenizeDialect::*;
+        for d in [Llamacpp, Vllm, Sglang, Extras] {
+            let mut p = every_field_set();
+            p.tokenize = Some(d);
+            if let Some(t) = p.tokenizer.as_mut() {
+                t.dialect = d;
+            }
+            assert_eq!(ServerInfo::from(&p), round_trip(&p), "{d:?}");
+        }
+    }
 }

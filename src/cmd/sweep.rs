@@ -291,8 +291,7 @@ async fn measure(
     };
 
     let config = run_config(args, &opts, probe, &contexts, &settings, metrics.as_ref());
-    let mut server: ServerInfo = serde_json::from_value(serde_json::to_value(&*probe)?)
-        .context("internal: the probe does not match the results schema")?;
+    let mut server = ServerInfo::from(&*probe);
     server.flush_check = flush.clone();
     // Tried (auto or always) and either working or not; `--flush never` tries nothing.
     server.flush_available = (args.flush != FlushMode::Never).then_some(flush.is_some());
