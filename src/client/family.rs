@@ -582,7 +582,7 @@ mod tests {
         assert_eq!(json(ServerInfo::from(&full)), json(round_trip(&full)));
         let empty = ServerProfile::new("http://h:1".into(), BackendKind::Llamacpp);
         assert_eq!(json(ServerInfo::from(&empty)), json(round_trip(&empty)));
-        for kind in super::super::FAMILIES
+        for kind in crate::client::FAMILIES
             .iter()
             .map(|f| f.kind())
             .chain([BackendKind::Auto])

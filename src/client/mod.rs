@@ -59,9 +59,10 @@ pub fn family_of_server(server_kind: &str) -> Option<&'static dyn Family> {
         .find(|f| kind.contains(&f.id().server.to_ascii_lowercase()))
 }
 
-/// The families' `/metrics` vocabularies in the order a page is read: vLLM's first, then
-/// detection order. A page carries one server's names, so the order only settles a page
-/// that mixes two; it is the order the readings had before they moved into the families.
+/// The families' `/metrics` vocabularies in the order a page is read: vLLM's first (its
+/// cache counters before SGLang's, its `spec_decode_*` before llama.cpp's copy of them),
+/// then detection order. A page carries one server's names, so the order only settles a
+/// page that mixes two.
 pub fn metrics_vocabularies() -> impl Iterator<Item = &'static dyn MetricsVocabulary> {
     let mut families = FAMILIES.to_vec();
     // A stable sort: vLLM first, the rest keep their order.
@@ -304,7 +305,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_page_mixing_two_families_names_is_read_in_the_old_order() {
+    fn a_page_mixing_two_families_names_is_read_vllm_first() {
         let d = std::collections::BTreeMap::from([
             ("sglang:prompt_tokens_total".to_owned(), 100.0),
             ("sglang:cached_tokens_total".to_owned(), 7.0),

@@ -37,7 +37,7 @@ use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome,
 use super::{Http, OnceOutcome, ServerTimings, SpecStats};
 use crate::error::{ClientError, UsageError};
 
-// Re-exported where the probe and the header have always named them.
+// Their old path, still named by callers outside client/ (the probe's tests).
 pub use super::tokenize::{TextTokenizer, TokenizeDialect};
 
 /// Any OpenAI-compatible server: recognised by `/v1/models` answering (the fallback, last
@@ -982,14 +982,12 @@ impl Backend for OpenAi {
             return self.text_ids(t, text).await;
         }
         match self.tokenize {
-            Some(d @ (TokenizeDialect::Llamacpp | TokenizeDialect::Vllm | TokenizeDialect::Sglang)) => {
-                tokenize(&self.http, d, self.model.as_deref(), text).await
-            }
             Some(TokenizeDialect::Extras) | None => Err(ClientError::Http {
                 endpoint: "/tokenize".to_owned(),
                 status: 404,
                 message: "this server has no /tokenize endpoint; ctxbench needs the server's own tokenizer to build prompts of exact length".to_owned(),
             }),
+            Some(d) => tokenize(&self.http, d, self.model.as_deref(), text).await,
         }
     }
 
