@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::client::CapacityFlags;
 use crate::record::{Flag, Phase, Sample, ServerInfo, Status, WaveStats};
 
 /// Fewest decode steps every request must take inside the common window for a concurrent
@@ -167,28 +168,12 @@ impl Limits {
         }
     }
 
-    /// The server flag that lets more requests run at once.
-    fn slot_flag(&self) -> &'static str {
-        let k = self.server_kind.to_ascii_lowercase();
-        if k.contains("sglang") {
-            "--max-running-requests"
-        } else if k.contains("vllm") {
-            "--max-num-seqs"
-        } else {
-            "-np (--parallel)"
-        }
-    }
-
-    /// The server flag that makes the KV pool larger.
-    fn pool_flag(&self) -> &'static str {
-        let k = self.server_kind.to_ascii_lowercase();
-        if k.contains("sglang") {
-            "--mem-fraction-static or --max-total-tokens"
-        } else if k.contains("vllm") {
-            "--gpu-memory-utilization or --num-gpu-blocks-override"
-        } else {
-            "-c (total context, shared by the slots)"
-        }
+    /// The server flags that raise the limits, as the server's family names them (none
+    /// for a server no family names).
+    fn flags(&self) -> CapacityFlags {
+        crate::client::family_of_server(&self.server_kind)
+            .map(|f| f.capacity_flags())
+            .unwrap_or_default()
     }
 
     /// Whether `c` requests of `context` prompt + `output` tokens fit at once.
@@ -198,23 +183,28 @@ impl Limits {
         }
         if let Some(slots) = self.slots.filter(|s| u64::from(c) > *s) {
             return Fit::Queues(format!(
-                "the server has {slots} slot(s) for {c} requests; raise with {}",
-                self.slot_flag()
+                "the server has {slots} slot(s) for {c} requests{}",
+                raise_with(self.flags().slots)
             ));
         }
         if let Some(pool) = self.kv_pool_tokens {
             let need = u64::from(c) * (context + u64::from(output));
             if need > pool {
                 return Fit::Queues(format!(
-                    "{c} × {} tokens = {need} exceed the KV pool of {pool} tokens (it holds {} at once); raise with {}",
+                    "{c} × {} tokens = {need} exceed the KV pool of {pool} tokens (it holds {} at once){}",
                     context + u64::from(output),
                     pool / (context + u64::from(output)).max(1),
-                    self.pool_flag()
+                    raise_with(self.flags().kv_pool)
                 ));
             }
         }
         Fit::Fits
     }
+}
+
+/// The end of a prediction's reason that names the flag raising the limit, when known.
+fn raise_with(flag: Option<&str>) -> String {
+    flag.map_or_else(String::new, |f| format!("; raise with {f}"))
 }
 
 /// One cell of the map, summarised over its usable samples.
@@ -693,6 +683,37 @@ mod tests {
             "{why}"
         );
         assert_eq!(Limits::default().predict(1, 1, 1), Fit::Unknown);
+    }
+
+    #[test]
+    fn the_flags_named_are_the_recorded_familys_and_none_for_a_family_without_advice() {
+        let vllm = Limits {
+            server_kind: "vllm".into(),
+            slots: None,
+            kv_pool_tokens: Some(1000),
+        };
+        let Fit::Queues(why) = vllm.predict(1000, 0, 2) else {
+            panic!()
+        };
+        assert!(
+            why.ends_with("raise with --gpu-memory-utilization or --num-gpu-blocks-override"),
+            "{why}"
+        );
+        for kind in [
+            "tgi",
+            "openai-compatible",
+            "a server ctxbench does not know",
+        ] {
+            let limits = Limits {
+                server_kind: kind.into(),
+                slots: Some(1),
+                kv_pool_tokens: None,
+            };
+            let Fit::Queues(why) = limits.predict(1024, 128, 2) else {
+                panic!()
+            };
+            assert_eq!(why, "the server has 1 slot(s) for 2 requests", "{kind}");
+        }
     }
 
     fn cell(c: u32, agg: f64, queued: usize) -> Cell {

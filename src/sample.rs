@@ -394,7 +394,7 @@ pub fn count_every_step(mut spec: SpecStats, after_first: Option<u64>) -> SpecSt
 }
 
 /// Adds Prometheus deltas to a sample; speculative statistics come from them when the
-/// response itself had none (vLLM).
+/// response itself had none (read in the families' `/metrics` vocabularies).
 pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &metrics::Snapshot) {
     let d = metrics::deltas(before, after);
     // Counted verify steps beat derived ones (llama.cpp's timings have none; its newest
@@ -404,7 +404,8 @@ pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &m
         .as_deref()
         .is_some_and(|x| x.contains("derived"));
     if s.spec_source.is_none() || derived {
-        if let Some(spec) = metrics::spec_from_deltas(&d) {
+        let spec = crate::client::metrics_vocabularies().find_map(|v| v.spec(&d));
+        if let Some(spec) = spec.flatten() {
             set_spec(s, count_every_step(spec, tokens_after_first(s)));
         }
     }
@@ -415,26 +416,11 @@ pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &m
 }
 
 /// The server's own prefix-cache counters over one sample, as (tokens served from the
-/// cache, tokens looked up): vLLM's `prefix_cache_hits/queries` (counted with or without
-/// `--enable-prompt-tokens-details`), SGLang's `cached_tokens/prompt_tokens` (also when the
-/// OpenAI protocol is spoken to it). Other traffic on the server during the sample counts
-/// too, so a hit here is at worst a false alarm, never a missed hit.
+/// cache, tokens looked up), in the vocabulary of the family whose names the deltas carry
+/// (whichever protocol is spoken to it). Other traffic on the server during the sample
+/// counts too, so a hit here is at worst a false alarm, never a missed hit.
 pub fn metrics_cache_evidence(d: &std::collections::BTreeMap<String, f64>) -> Option<(f64, f64)> {
-    let vllm = metrics::sum(d, "vllm:prefix_cache_hits_total").map(|h| {
-        let q = metrics::sum(d, "vllm:prefix_cache_queries_total");
-        (h, q.unwrap_or(0.0))
-    });
-    // SGLang (0.5.23, seen on the real server) creates its `cached_tokens_total` series at
-    // the first cache hit since start: with the prompt counter present and no such series,
-    // nothing was ever served from the cache.
-    let sglang = || {
-        let q = metrics::sum(d, "sglang:prompt_tokens_total")?;
-        Some((
-            metrics::sum(d, "sglang:cached_tokens_total").unwrap_or(0.0),
-            q,
-        ))
-    };
-    vllm.or_else(sglang)
+    crate::client::metrics_vocabularies().find_map(|v| v.cache_evidence(d))
 }
 
 /// Applies the server's prefix-cache counter deltas to a cold sample the response did not

@@ -237,11 +237,13 @@ pub async fn run_grid(
     Ok(tally)
 }
 
-/// Flags every completed request of a wave as preempted when vLLM's preemption counter
-/// rose during it: the counter is server-wide, so it cannot say which request was redone.
-/// (`vllm:num_preemptions`, a Prometheus counter, in vllm/v1/metrics/loggers.py of 0.32.)
+/// Flags every completed request of a wave as preempted when the server's preemption
+/// counter rose during it: the counter is server-wide, so it cannot say which request was
+/// redone.
 fn flag_preemptions(samples: &mut [Sample], d: &std::collections::BTreeMap<String, f64>) {
-    if crate::metrics::sum(d, "vllm:num_preemptions_total").is_some_and(|n| n > 0.0) {
+    let preempted =
+        |v: &dyn crate::client::MetricsVocabulary| v.preemptions(d).is_some_and(|n| n > 0.0);
+    if crate::client::metrics_vocabularies().any(preempted) {
         for s in samples.iter_mut().filter(|s| s.status == Status::Ok) {
             if !s.has(&crate::record::Flag::Preempted) {
                 s.flags.push(crate::record::Flag::Preempted);
@@ -347,7 +349,7 @@ async fn measure_wave(
         true => flush(backend, settings).await,
         false => None,
     };
-    // /metrics around the wave: the only place vLLM shows a preemption.
+    // /metrics around the wave: where a server that flags no request counts preemptions.
     let before = super::scrape(settings).await;
     let at = now();
     // One t0 for the wave: every prepared request is first polled (and written) right

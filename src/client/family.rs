@@ -1,10 +1,13 @@
 //! What ctxbench knows about each server family, behind one trait: how to recognise it from
 //! its answers, what it reports, what speaking its protocol can do (with the notes that say
-//! what is missing), how to build its backend, and its length policy. `probe` loops over
+//! what is missing), how to build its backend, its length policy, and what the OpenAI
+//! protocol keeps of it when spoken to its servers (tokenizer, flush). `probe` loops over
 //! [`FAMILIES`]; `sweep` asks the chosen family. A new backend adds its file, one entry in
 //! [`FAMILIES`] and one [`BackendKind`] variant.
+//!
+//! [`FAMILIES`]: super::FAMILIES
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -12,25 +15,10 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::openai::TokenizeDialect;
+use super::tokenize::{TextTokenizer, TokenizeDialect};
 use super::{Backend, BackendKind, Http};
 use crate::error::{ClientError, UsageError};
-
-/// Every server family, in detection order: the first whose detector recognises the server
-/// names it, so the generic OpenAI family comes last.
-pub static FAMILIES: &[&dyn Family] = &[
-    &super::llamacpp::Family,
-    &super::sglang::Family,
-    &super::vllm::Family,
-    &super::tgi::Family,
-    &super::ollama::Family,
-    &super::openai::Family,
-];
-
-/// The family that speaks `kind`; `None` for `auto`.
-pub fn family(kind: BackendKind) -> Option<&'static dyn Family> {
-    FAMILIES.iter().copied().find(|f| f.kind() == kind)
-}
+use crate::record::SpecStats;
 
 /// The answers a server gives to probing requests. Detection reads the server only through
 /// this, so it can be tested with canned answers.
@@ -216,7 +204,7 @@ pub struct ServerProfile {
     pub cached_missing_means_zero: bool,
     /// A tokenizer endpoint pair for exact text prompts (generic OpenAI servers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tokenizer: Option<super::openai::TextTokenizer>,
+    pub tokenizer: Option<TextTokenizer>,
     /// `POST /v1/completions` answered 404: a chat-only server.
     #[serde(default)]
     pub completions_missing: bool,
@@ -272,6 +260,100 @@ impl ServerProfile {
             token_id_test: None,
             detected: None,
         }
+    }
+}
+
+/// The run header's record of a profile. Every field is named, so a field added to the
+/// profile does not compile until it is recorded or said not to be.
+impl From<&ServerProfile> for crate::record::ServerInfo {
+    fn from(p: &ServerProfile) -> Self {
+        let ServerProfile {
+            url,
+            backend,
+            backend_reason,
+            server_kind,
+            server_version,
+            model,
+            max_context,
+            max_context_source,
+            total_slots,
+            n_vocab,
+            tokenize,
+            token_id_prompts,
+            cache_bypass,
+            reports_cached_tokens,
+            reports_timings,
+            server_added_tokens,
+            metrics,
+            kv_pool_tokens,
+            prompt_method,
+            flush,
+            spec_stats,
+            cached_missing_means_zero,
+            tokenizer,
+            // Its consequence is recorded: `endpoint` (chat) and the notes.
+            completions_missing: _,
+            endpoint,
+            notes,
+            dropped_fields,
+            token_id_test,
+            // Not serialized: the family recognised shows in `server_kind`.
+            detected: _,
+        } = p;
+        crate::record::ServerInfo {
+            url: url.clone(),
+            backend: backend.as_str().to_owned(),
+            backend_reason: backend_reason.clone(),
+            server_kind: server_kind.clone(),
+            server_version: server_version.clone(),
+            model: model.clone(),
+            max_context: *max_context,
+            max_context_source: max_context_source.clone(),
+            total_slots: *total_slots,
+            n_vocab: *n_vocab,
+            tokenize: tokenize.map(|d| d.as_str().to_owned()),
+            token_id_prompts: *token_id_prompts,
+            cache_bypass: *cache_bypass,
+            reports_cached_tokens: *reports_cached_tokens,
+            reports_timings: *reports_timings,
+            server_added_tokens: *server_added_tokens,
+            metrics: *metrics,
+            kv_pool_tokens: *kv_pool_tokens,
+            prompt_method: prompt_method.clone(),
+            flush: flush.clone(),
+            // Known only once the sweep has tried a flush.
+            flush_check: None,
+            flush_available: None,
+            tokenizer: tokenizer.as_ref().map(tokenizer_info),
+            endpoint: endpoint.clone(),
+            // The server's, not the protocol's: the sweep asks the recognised family.
+            cached_tokens_hint: None,
+            spec_stats: spec_stats.clone(),
+            cached_missing_means_zero: *cached_missing_means_zero,
+            notes: notes.clone(),
+            dropped_fields: dropped_fields.clone(),
+            token_id_test: token_id_test.clone(),
+        }
+    }
+}
+
+/// The header's record of a tokenizer pair.
+fn tokenizer_info(t: &TextTokenizer) -> crate::record::TokenizerInfo {
+    let TextTokenizer {
+        dialect,
+        tokenize_path,
+        detokenize_path,
+        added_specials,
+        url,
+        model,
+    } = t;
+    crate::record::TokenizerInfo {
+        dialect: dialect.as_str().to_owned(),
+        tokenize_path: tokenize_path.clone(),
+        detokenize_path: detokenize_path.clone(),
+        added_specials: *added_specials as u64,
+        url: url.clone(),
+        model: model.clone(),
     }
 }
 
@@ -369,6 +451,68 @@ pub trait Family: Send + Sync {
     fn cached_tokens_hint(&self) -> Option<&'static str> {
         None
     }
+    /// What the OpenAI protocol can do on a server recognised as this family, where the
+    /// family knows better than the generic probe (its tokenizer, token-id prompts, its
+    /// cache switch): `true` when `p`'s capabilities are settled. The default: the generic
+    /// probe decides.
+    async fn openai_capabilities(
+        &self,
+        _s: &Server<'_>,
+        _p: &mut ServerProfile,
+    ) -> Result<bool, ClientError> {
+        Ok(false)
+    }
+    /// Drops the server's prefix cache through `http`, whichever protocol is spoken to it:
+    /// the OpenAI protocol keeps the flush of the family it was recognised as (the cache is
+    /// the server's, whichever API fills it). Native backends flush themselves, so only the
+    /// OpenAI protocol asks, and the default says what it lacks.
+    async fn flush(&self, _http: &Http) -> Result<String, ClientError> {
+        Err(ClientError::Unsupported {
+            what: "flush".to_owned(),
+            hint: format!(
+                "the {} protocol has no cache-flush endpoint",
+                BackendKind::Openai.as_str()
+            ),
+        })
+    }
+    /// What this family's Prometheus `/metrics` names mean; `None`: nothing ctxbench reads.
+    fn metrics(&self) -> Option<&'static dyn MetricsVocabulary> {
+        None
+    }
+    /// The server flags that let more requests run at once, named when a capacity
+    /// prediction says requests will wait. The default: none known.
+    fn capacity_flags(&self) -> CapacityFlags {
+        CapacityFlags::default()
+    }
+}
+
+/// The server flags that raise the limits deciding how many requests run at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CapacityFlags {
+    /// Raises the number of requests run at once (parallel slots, running requests).
+    pub slots: Option<&'static str>,
+    /// Makes the KV pool larger.
+    pub kv_pool: Option<&'static str>,
+}
+
+/// What a family's `/metrics` counters say, read from their deltas over a sample or a wave
+/// (`name{labels}` → increase, see `crate::metrics::deltas`). Each reading is `None` when
+/// the deltas carry none of the family's names, so the families can be asked in turn.
+pub trait MetricsVocabulary: Send + Sync {
+    /// The server's prefix-cache counters: (tokens served from the cache, tokens looked up).
+    /// Other traffic on the server counts too, so a hit is at worst a false alarm.
+    fn cache_evidence(&self, _d: &BTreeMap<String, f64>) -> Option<(f64, f64)> {
+        None
+    }
+    /// Speculative-decoding statistics; `Some(None)`: the counters are there and no draft
+    /// was made (which ends the search as well).
+    fn spec(&self, _d: &BTreeMap<String, f64>) -> Option<Option<SpecStats>> {
+        None
+    }
+    /// Requests the server preempted (evicted, to recompute later); server-wide.
+    fn preemptions(&self, _d: &BTreeMap<String, f64>) -> Option<f64> {
+        None
+    }
 }
 
 /// The error of a token-id protocol on a server where no `/tokenize` was found.
@@ -378,4 +522,85 @@ pub(crate) fn needs_tokenize(p: &ServerProfile) -> UsageError {
         p.url,
         p.backend.as_str()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::ServerInfo;
+
+    /// The header as it was built before the conversion: the profile through its JSON.
+    fn round_trip(p: &ServerProfile) -> ServerInfo {
+        serde_json::from_value(serde_json::to_value(p).unwrap()).unwrap()
+    }
+
+    fn every_field_set() -> ServerProfile {
+        ServerProfile {
+            url: "http://127.0.0.1:8080".into(),
+            backend: BackendKind::Openai,
+            backend_reason: "--backend openai given".into(),
+            server_kind: "vllm".into(),
+            server_version: Some("0.32.0".into()),
+            model: Some("m".into()),
+            max_context: Some(8192),
+            max_context_source: Some("/v1/models max_model_len".into()),
+            total_slots: Some(4),
+            n_vocab: Some(32000),
+            tokenize: Some(TokenizeDialect::Extras),
+            token_id_prompts: true,
+            cache_bypass: true,
+            reports_cached_tokens: Some(true),
+            reports_timings: Some(false),
+            server_added_tokens: Some(1),
+            metrics: true,
+            kv_pool_tokens: Some(16000),
+            prompt_method: "token ids".into(),
+            flush: Some("POST /reset_prefix_cache".into()),
+            spec_stats: Some("vllm:spec_decode_* /metrics deltas".into()),
+            cached_missing_means_zero: true,
+            tokenizer: Some(TextTokenizer {
+                dialect: TokenizeDialect::Extras,
+                tokenize_path: "/extras/tokenize".into(),
+                detokenize_path: "/extras/detokenize".into(),
+                added_specials: 1,
+                url: Some("http://127.0.0.1:9000".into()),
+                model: Some("upstream".into()),
+            }),
+            completions_missing: true,
+            endpoint: Some("/v1/chat/completions".into()),
+            notes: vec!["a note".into()],
+            dropped_fields: vec!["ignore_eos".into()],
+            token_id_test: Some("4 token ids sent, usage.prompt_tokens 5: taken as ids".into()),
+            detected: Some(BackendKind::Vllm),
+        }
+    }
+
+    #[test]
+    fn the_header_of_a_profile_is_the_json_round_trip_of_it() {
+        let full = every_field_set();
+        let json = |s: ServerInfo| serde_json::to_value(s).unwrap();
+        assert_eq!(json(ServerInfo::from(&full)), json(round_trip(&full)));
+        let empty = ServerProfile::new("http://h:1".into(), BackendKind::Llamacpp);
+        assert_eq!(json(ServerInfo::from(&empty)), json(round_trip(&empty)));
+        for kind in crate::client::FAMILIES
+            .iter()
+            .map(|f| f.kind())
+            .chain([BackendKind::Auto])
+        {
+            let p = ServerProfile {
+                backend: kind,
+                ..every_field_set()
+            };
+            assert_eq!(ServerInfo::from(&p), round_trip(&p), "{kind:?}");
+        }
+        use TokenizeDialect::*;
+        for d in [Llamacpp, Vllm, Sglang, Extras] {
+            let mut p = every_field_set();
+            p.tokenize = Some(d);
+            if let Some(t) = p.tokenizer.as_mut() {
+                t.dialect = d;
+            }
+            assert_eq!(ServerInfo::from(&p), round_trip(&p), "{d:?}");
+        }
+    }
 }

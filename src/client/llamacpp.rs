@@ -11,12 +11,14 @@ use async_trait::async_trait;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::family::{CapacityFlags, MetricsVocabulary};
 use super::family::{ConnectOptions, FamilyId, Server, ServerProfile};
-use super::openai::TokenizeDialect;
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
+use super::tokenize::{tokenize, TokenizeDialect};
 use super::Http;
 use super::OnceOutcome;
+use super::SpecStats;
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use crate::error::{ClientError, UsageError};
 
@@ -184,7 +186,7 @@ impl Backend for LlamaCpp {
     }
 
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
-        tokenize(&self.http, text).await
+        tokenize(&self.http, TokenizeDialect::Llamacpp, None, text).await
     }
 
     async fn flush(&self) -> Result<String, ClientError> {
@@ -305,37 +307,44 @@ impl super::Family for Family {
     ) -> Result<Box<dyn Backend>, UsageError> {
         Ok(Box::new(LlamaCpp::new(http, p.total_slots.unwrap_or(1))))
     }
+
+    /// Its `/v1/completions` takes token ids, its `cache_prompt` switch and its `timings`
+    /// as the native API does. The slot erase is not kept: it needs the slot count.
+    async fn openai_capabilities(
+        &self,
+        _s: &Server<'_>,
+        p: &mut ServerProfile,
+    ) -> Result<bool, ClientError> {
+        p.tokenize = Some(TokenizeDialect::Llamacpp);
+        p.token_id_prompts = true;
+        p.cache_bypass = true;
+        p.spec_stats =
+            Some("llamacpp timings in the final /v1 chunk (when a draft is configured)".into());
+        Ok(true)
+    }
+
+    fn metrics(&self) -> Option<&'static dyn MetricsVocabulary> {
+        Some(&Metrics)
+    }
+
+    fn capacity_flags(&self) -> CapacityFlags {
+        CapacityFlags {
+            slots: Some("-np (--parallel)"),
+            kv_pool: Some("-c (total context, shared by the slots)"),
+        }
+    }
 }
 
-/// llama.cpp `/tokenize` without adding BOS, so ids can be sliced and concatenated.
-pub async fn tokenize(http: &Http, text: &str) -> Result<Vec<u32>, ClientError> {
-    let body = json!({"content": text, "add_special": false, "parse_special": false});
-    let v = http
-        .post_json("/tokenize", &body, Duration::from_secs(300))
-        .await?;
-    parse_token_list("/tokenize", &v)
-}
+/// llama.cpp's `/metrics` names (needs `--metrics`).
+#[derive(Debug, Clone, Copy)]
+pub struct Metrics;
 
-/// Reads `{"tokens":[...]}` (ids, or `{id, piece}` objects) into ids.
-pub fn parse_token_list(endpoint: &str, v: &Value) -> Result<Vec<u32>, ClientError> {
-    let arr = v
-        .get("tokens")
-        .and_then(Value::as_array)
-        .ok_or_else(|| ClientError::Malformed {
-            endpoint: endpoint.to_owned(),
-            detail: "no `tokens` array in the answer".to_owned(),
-        })?;
-    arr.iter()
-        .map(|t| {
-            t.as_u64()
-                .or_else(|| t.get("id").and_then(Value::as_u64))
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| ClientError::Malformed {
-                    endpoint: endpoint.to_owned(),
-                    detail: format!("token id is not a non-negative integer: {t}"),
-                })
-        })
-        .collect()
+impl MetricsVocabulary for Metrics {
+    /// Recent builds count verify steps under vLLM's `spec_decode_*` names, which beat the
+    /// steps derived from `timings`.
+    fn spec(&self, d: &std::collections::BTreeMap<String, f64>) -> Option<Option<SpecStats>> {
+        super::vllm::spec_decode(d, "llamacpp:")
+    }
 }
 
 #[cfg(test)]
@@ -387,16 +396,6 @@ mod tests {
         let mut r = CompletionReader::default();
         let e = r.on_event(&ev("{not json")).unwrap_err();
         assert!(matches!(e, ClientError::Malformed { .. }));
-    }
-
-    #[test]
-    fn token_lists_parse_in_both_shapes() {
-        let v: Value = serde_json::from_str(r#"{"tokens":[1,2,3]}"#).unwrap();
-        assert_eq!(parse_token_list("/t", &v).unwrap(), vec![1, 2, 3]);
-        let v: Value = serde_json::from_str(r#"{"tokens":[{"id":5,"piece":"a"}]}"#).unwrap();
-        assert_eq!(parse_token_list("/t", &v).unwrap(), vec![5]);
-        let v: Value = serde_json::from_str(r#"{"tokens":[-1]}"#).unwrap();
-        assert!(parse_token_list("/t", &v).is_err());
     }
 
     proptest::proptest! {

@@ -1,6 +1,7 @@
 //! Server protocols: one module per API behind the [`Backend`] trait, plus the shared HTTP
 //! plumbing and the streaming driver that timestamps bytes as they arrive.
 
+pub mod event;
 pub mod family;
 pub mod http;
 pub mod llamacpp;
@@ -13,6 +14,7 @@ pub mod sse;
 pub mod stream;
 pub mod textprompt;
 pub mod tgi;
+pub mod tokenize;
 pub mod vllm;
 
 #[cfg(test)]
@@ -25,10 +27,48 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ClientError;
 pub use crate::record::{Counts, ServerTimings, SpecStats};
-pub use family::{family, Family, ServerProfile, FAMILIES};
+pub use family::{CapacityFlags, Family, MetricsVocabulary, ServerProfile};
 pub use http::Http;
 pub use scrape::Scraper;
 pub use stream::{Generated, StreamStats};
+
+/// Every server family, in detection order: the first whose detector recognises the server
+/// names it, so the generic OpenAI family comes last.
+pub static FAMILIES: &[&dyn Family] = &[
+    &llamacpp::Family,
+    &sglang::Family,
+    &vllm::Family,
+    &tgi::Family,
+    &ollama::Family,
+    &openai::Family,
+];
+
+/// The family that speaks `kind`; `None` for `auto`.
+pub fn family(kind: BackendKind) -> Option<&'static dyn Family> {
+    FAMILIES.iter().copied().find(|f| f.kind() == kind)
+}
+
+/// The family a recorded server kind (`server_kind` in a results header) names, matched as
+/// the capacity advice always matched it: case-insensitively, the family's server name
+/// contained in it; `None` for a kind no family names.
+pub fn family_of_server(server_kind: &str) -> Option<&'static dyn Family> {
+    let kind = server_kind.to_ascii_lowercase();
+    FAMILIES
+        .iter()
+        .copied()
+        .find(|f| kind.contains(&f.id().server.to_ascii_lowercase()))
+}
+
+/// The families' `/metrics` vocabularies in the order a page is read: vLLM's first (its
+/// cache counters before SGLang's, its `spec_decode_*` before llama.cpp's copy of them),
+/// then detection order. A page carries one server's names, so the order only settles a
+/// page that mixes two.
+pub fn metrics_vocabularies() -> impl Iterator<Item = &'static dyn MetricsVocabulary> {
+    let mut families = FAMILIES.to_vec();
+    // A stable sort: vLLM first, the rest keep their order.
+    families.sort_by_key(|f| f.kind() != BackendKind::Vllm);
+    families.into_iter().filter_map(|f| f.metrics())
+}
 
 /// Which protocol to speak.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -258,4 +298,40 @@ pub(crate) fn llamacpp_spec(t: &ServerTimings) -> Option<SpecStats> {
         }
         .derive(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_page_mixing_two_families_names_is_read_vllm_first() {
+        let d = std::collections::BTreeMap::from([
+            ("sglang:prompt_tokens_total".to_owned(), 100.0),
+            ("sglang:cached_tokens_total".to_owned(), 7.0),
+            ("vllm:prefix_cache_hits_total".to_owned(), 0.0),
+            ("vllm:prefix_cache_queries_total".to_owned(), 100.0),
+            ("llamacpp:spec_decode_num_drafts_total".to_owned(), 4.0),
+            (
+                "llamacpp:spec_decode_num_accepted_tokens_total".to_owned(),
+                2.0,
+            ),
+            ("vllm:spec_decode_num_drafts_total".to_owned(), 0.0),
+            ("vllm:spec_decode_num_accepted_tokens_total".to_owned(), 0.0),
+        ]);
+        let evidence = metrics_vocabularies().find_map(|v| v.cache_evidence(&d));
+        assert_eq!(evidence, Some((0.0, 100.0)), "vLLM's counters first");
+        let spec = metrics_vocabularies().find_map(|v| v.spec(&d));
+        assert_eq!(spec, Some(None), "vLLM's zero drafts end the search");
+    }
+
+    #[test]
+    fn a_recorded_server_kind_names_its_family() {
+        let kind = |k: &str| family_of_server(k).map(|f| f.kind());
+        assert_eq!(kind("llama.cpp"), Some(BackendKind::Llamacpp));
+        assert_eq!(kind("SGLang"), Some(BackendKind::Sglang));
+        assert_eq!(kind("vllm"), Some(BackendKind::Vllm));
+        assert_eq!(kind("openai-compatible"), Some(BackendKind::Openai));
+        assert_eq!(kind(""), None);
+    }
 }

@@ -2,7 +2,7 @@
 //! streaming driver times it like an SSE event: the line inherits the arrival instant of
 //! the chunk that completed it.
 
-use super::stream::StreamEvent;
+use super::event::StreamEvent;
 
 /// Accumulates bytes and yields complete, non-empty lines.
 #[derive(Debug, Default)]

@@ -32,9 +32,13 @@ use super::family::{ConnectOptions, FamilyId, LengthPolicy, Server, ServerProfil
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::textprompt::{CalibratedText, CALIBRATED_TOLERANCE, CALIBRATION_ROUNDS};
+use super::tokenize::{parse_token_list, tokenize};
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, OnceOutcome, ServerTimings, SpecStats};
 use crate::error::{ClientError, UsageError};
+
+// Their old path, still named by callers outside client/ (the probe's tests).
+pub use super::tokenize::{TextTokenizer, TokenizeDialect};
 
 /// Any OpenAI-compatible server: recognised by `/v1/models` answering (the fallback, last
 /// in detection order).
@@ -55,29 +59,16 @@ impl super::Family for Family {
         Ok((s.get("/v1/models").await?.0 == 200).then(|| "GET /v1/models answered".to_owned()))
     }
 
-    /// `/v1/completions` with token ids where the server takes them (llama.cpp, or a server
-    /// whose tokenizer's ids a one-token test request accepted); on llama.cpp also its
-    /// `cache_prompt` switch and `timings`. Otherwise text prompts made exact through the
-    /// tokenizer endpoints found. No flush in this protocol.
+    /// What the recognised family says the protocol can do on its servers (e.g. llama.cpp's
+    /// `/tokenize`, `cache_prompt` switch and `timings`); otherwise `/v1/completions` with
+    /// token ids where a one-token test request showed the server takes its tokenizer's ids,
+    /// or text prompts made exact through the tokenizer endpoints found. No flush in this
+    /// protocol beyond the recognised family's own.
     async fn capabilities(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
-        if p.detected == Some(BackendKind::Llamacpp) {
-            p.tokenize = Some(TokenizeDialect::Llamacpp);
-            p.token_id_prompts = true;
-            p.cache_bypass = true;
-            p.spec_stats =
-                Some("llamacpp timings in the final /v1 chunk (when a draft is configured)".into());
-            return Ok(());
-        }
-        // SGLang and vLLM take token ids on /v1/completions (server-apis.md A, B).
-        let known = matches!(p.detected, Some(BackendKind::Sglang | BackendKind::Vllm));
-        if known && s.has_vllm_tokenize(p.model.as_deref()).await? {
-            p.tokenize = Some(if p.detected == Some(BackendKind::Sglang) {
-                TokenizeDialect::Sglang
-            } else {
-                TokenizeDialect::Vllm
-            });
-            p.token_id_prompts = true;
-            return Ok(());
+        if let Some(f) = p.detected.and_then(super::family) {
+            if f.openai_capabilities(s, p).await? {
+                return Ok(());
+            }
         }
         let tokenizer = find_tokenizer(s, p.model.as_deref()).await;
         let (completions, test) =
@@ -162,9 +153,7 @@ impl super::Family for Family {
         o2.calibrated = calibrated(p).then(|| CalibratedText::new(o.nonce_tokens));
         o2.chat = chat;
         o2.nonce_tokens = o.nonce_tokens;
-        o2.flush_with = p
-            .detected
-            .filter(|k| matches!(k, BackendKind::Sglang | BackendKind::Vllm));
+        o2.flush_with = p.detected;
         Ok(Box::new(if p.cached_missing_means_zero {
             o2.missing_cached_is_zero()
         } else {
@@ -291,59 +280,6 @@ pub async fn adopt_tokenizer(
     Ok(())
 }
 
-/// How a server's `/tokenize` wants its body.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TokenizeDialect {
-    /// `{"content": ...}` (llama.cpp).
-    Llamacpp,
-    /// `{"prompt": ..., "add_special_tokens": false}` (vLLM, SGLang).
-    Vllm,
-    /// The same `{"prompt"}` body on an SGLang server (named for the server in the header).
-    Sglang,
-    /// `{"input": ...}`, special tokens (BOS) always added (llama-cpp-python `/extras`).
-    Extras,
-}
-
-impl TokenizeDialect {
-    fn tokenize_body(self, text: &str, model: Option<&str>) -> Value {
-        let mut b = match self {
-            TokenizeDialect::Llamacpp => {
-                json!({"content": text, "add_special": false, "parse_special": false})
-            }
-            TokenizeDialect::Vllm | TokenizeDialect::Sglang => {
-                json!({"prompt": text, "add_special_tokens": false})
-            }
-            TokenizeDialect::Extras => json!({"input": text}),
-        };
-        if let (Some(m), false) = (model, self == TokenizeDialect::Llamacpp) {
-            b["model"] = json!(m);
-        }
-        b
-    }
-}
-
-/// A tokenizer endpoint pair found on the server, recorded in the run header.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TextTokenizer {
-    /// The body shape.
-    pub dialect: TokenizeDialect,
-    /// The tokenize path that answered (e.g. `/extras/tokenize`).
-    pub tokenize_path: String,
-    /// Its detokenize counterpart.
-    pub detokenize_path: String,
-    /// Special tokens the tokenize endpoint adds to every text (BOS), stripped from its
-    /// answers: the length of its answer for an empty text.
-    pub added_specials: usize,
-    /// The server the pair is on when it is not the measured one (`--tokenizer-url`: the
-    /// server behind a gateway); `None`: the measured server.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub url: Option<String>,
-    /// The model named in tokenizer requests to `url` (that server's own model name).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-}
-
 /// The tokenizer endpoint pairs tried, in order.
 const TOKENIZERS: &[(&str, &str, TokenizeDialect)] = &[
     ("/tokenize", "/detokenize", TokenizeDialect::Vllm),
@@ -372,7 +308,7 @@ async fn find_tokenizer(s: &Server<'_>, model: Option<&str>) -> Option<TextToken
         let Ok(v) = s.post(tok, &dialect.tokenize_body(probe, model)).await else {
             continue;
         };
-        let Ok(ids) = super::llamacpp::parse_token_list(tok, &v) else {
+        let Ok(ids) = parse_token_list(tok, &v) else {
             continue;
         };
         let Ok(back) = s.post(detok, &json!({"tokens": ids, "model": model})).await else {
@@ -382,7 +318,7 @@ async fn find_tokenizer(s: &Server<'_>, model: Option<&str>) -> Option<TextToken
             continue;
         }
         let added = match s.post(tok, &dialect.tokenize_body("", model)).await {
-            Ok(v) => super::llamacpp::parse_token_list(tok, &v).map_or(0, |t| t.len()),
+            Ok(v) => parse_token_list(tok, &v).map_or(0, |t| t.len()),
             Err(_) => 0,
         };
         return Some(TextTokenizer {
@@ -425,7 +361,7 @@ async fn completions_answer(
             )
             .await
         {
-            if let Ok(x) = super::llamacpp::parse_token_list(&t.tokenize_path, &v) {
+            if let Ok(x) = parse_token_list(&t.tokenize_path, &v) {
                 if !x.is_empty() {
                     ids = x;
                 }
@@ -553,8 +489,8 @@ pub struct OpenAi {
     nonce_tokens: usize,
     /// What this backend had to do that the run header should say (counts' sources).
     notes: Mutex<Vec<String>>,
-    /// The server's own flush, when the probe recognised SGLang or vLLM behind this
-    /// protocol (the cache is the server's, whichever API fills it).
+    /// The family the probe recognised behind this protocol, whose flush is kept (see
+    /// [`super::Family::flush`]).
     pub flush_with: Option<BackendKind>,
     /// The optional fields settled by [`Backend::negotiate`].
     dialect: Mutex<Dialect>,
@@ -741,7 +677,7 @@ impl OpenAi {
                 Duration::from_secs(300),
             )
             .await?;
-        let mut ids = super::llamacpp::parse_token_list(&t.tokenize_path, &v)?;
+        let mut ids = parse_token_list(&t.tokenize_path, &v)?;
         ids.drain(..t.added_specials.min(ids.len()));
         Ok(ids)
     }
@@ -1017,22 +953,6 @@ fn vllm_request_metrics(m: &Value, completion_tokens: Option<u64>) -> Option<Ser
     (t.prompt_ms.is_some() || t.predicted_ms.is_some()).then_some(t)
 }
 
-/// vLLM/SGLang `/tokenize` (`{"prompt"}`), without special tokens so ids can be spliced.
-pub async fn tokenize_vllm(
-    http: &Http,
-    model: Option<&str>,
-    text: &str,
-) -> Result<Vec<u32>, ClientError> {
-    let mut body = json!({"prompt": text, "add_special_tokens": false});
-    if let Some(m) = model {
-        body["model"] = json!(m);
-    }
-    let v = http
-        .post_json("/tokenize", &body, Duration::from_secs(300))
-        .await?;
-    super::llamacpp::parse_token_list("/tokenize", &v)
-}
-
 #[async_trait]
 impl Backend for OpenAi {
     fn kind(&self) -> BackendKind {
@@ -1048,14 +968,9 @@ impl Backend for OpenAi {
     }
 
     async fn flush(&self) -> Result<String, ClientError> {
-        match self.flush_with {
-            Some(BackendKind::Vllm) => super::vllm::reset_prefix_cache(&self.http).await,
-            Some(BackendKind::Sglang) => super::sglang::flush_cache(&self.http).await,
-            _ => Err(ClientError::Unsupported {
-                what: "flush".to_owned(),
-                hint: "the openai protocol has no cache-flush endpoint".to_owned(),
-            }),
-        }
+        // Unrecognised: the generic family's flush, which is none.
+        let f = self.flush_with.and_then(super::family).unwrap_or(&Family);
+        super::Family::flush(f, &self.http).await
     }
 
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
@@ -1067,15 +982,12 @@ impl Backend for OpenAi {
             return self.text_ids(t, text).await;
         }
         match self.tokenize {
-            Some(TokenizeDialect::Llamacpp) => super::llamacpp::tokenize(&self.http, text).await,
-            Some(TokenizeDialect::Vllm | TokenizeDialect::Sglang) => {
-                tokenize_vllm(&self.http, self.model.as_deref(), text).await
-            }
             Some(TokenizeDialect::Extras) | None => Err(ClientError::Http {
                 endpoint: "/tokenize".to_owned(),
                 status: 404,
                 message: "this server has no /tokenize endpoint; ctxbench needs the server's own tokenizer to build prompts of exact length".to_owned(),
             }),
+            Some(d) => tokenize(&self.http, d, self.model.as_deref(), text).await,
         }
     }
 

@@ -13,12 +13,14 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use super::family::{needs_tokenize, ConnectOptions, FamilyId, Server, ServerProfile};
-use super::openai::TokenizeDialect;
+use super::family::{CapacityFlags, MetricsVocabulary};
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
+use super::tokenize::{tokenize, TokenizeDialect};
 use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, ServerTimings, SpecStats};
 use crate::error::{ClientError, UsageError};
+use crate::metrics::sum;
 
 /// SGLang: recognised by its server args at `/server_info` (or the older
 /// `/get_server_info`), or by `owned_by "sglang"` in `/v1/models`.
@@ -138,6 +140,50 @@ impl super::Family for Family {
 
     fn cached_tokens_hint(&self) -> Option<&'static str> {
         Some("start SGLang with --enable-cache-report")
+    }
+
+    /// Its `/v1/completions` takes token ids, made by its `/tokenize` where there is one.
+    async fn openai_capabilities(
+        &self,
+        s: &Server<'_>,
+        p: &mut ServerProfile,
+    ) -> Result<bool, ClientError> {
+        if !s.has_vllm_tokenize(p.model.as_deref()).await? {
+            return Ok(false);
+        }
+        p.tokenize = Some(TokenizeDialect::Sglang);
+        p.token_id_prompts = true;
+        Ok(true)
+    }
+
+    async fn flush(&self, http: &Http) -> Result<String, ClientError> {
+        flush_cache(http).await
+    }
+
+    fn metrics(&self) -> Option<&'static dyn MetricsVocabulary> {
+        Some(&Metrics)
+    }
+
+    fn capacity_flags(&self) -> CapacityFlags {
+        CapacityFlags {
+            slots: Some("--max-running-requests"),
+            kv_pool: Some("--mem-fraction-static or --max-total-tokens"),
+        }
+    }
+}
+
+/// SGLang's `/metrics` names.
+#[derive(Debug, Clone, Copy)]
+pub struct Metrics;
+
+impl MetricsVocabulary for Metrics {
+    /// `cached_tokens/prompt_tokens`, also when the OpenAI protocol is spoken to SGLang.
+    fn cache_evidence(&self, d: &std::collections::BTreeMap<String, f64>) -> Option<(f64, f64)> {
+        // SGLang (0.5.23, seen on the real server) creates its `cached_tokens_total` series
+        // at the first cache hit since start: with the prompt counter present and no such
+        // series, nothing was ever served from the cache.
+        let q = sum(d, "sglang:prompt_tokens_total")?;
+        Some((sum(d, "sglang:cached_tokens_total").unwrap_or(0.0), q))
     }
 }
 
@@ -337,7 +383,13 @@ impl Backend for Sglang {
     }
 
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
-        super::openai::tokenize_vllm(&self.http, self.model.as_deref(), text).await
+        tokenize(
+            &self.http,
+            TokenizeDialect::Sglang,
+            self.model.as_deref(),
+            text,
+        )
+        .await
     }
 
     async fn generate_once(&self, req: &GenRequest) -> Result<super::OnceOutcome, ClientError> {

@@ -4,7 +4,7 @@
 //! arrival instant of the bytes that completed each event: the caller timestamps every chunk
 //! as it comes off the socket and feeds it here; events completed by that chunk inherit it.
 
-use super::stream::StreamEvent;
+use super::event::StreamEvent;
 
 /// Accumulates bytes and yields complete events; tolerant of CRLF, comments and split UTF-8.
 #[derive(Debug, Default)]

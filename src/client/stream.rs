@@ -6,29 +6,11 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 
+pub use super::event::StreamEvent;
 use super::ndjson::NdjsonParser;
 use super::sse::SseParser;
 use super::{Counts, GenOutcome, Http, OnceOutcome, ServerTimings, SpecStats, Timeouts};
 use crate::error::ClientError;
-
-/// One complete event of a streamed answer: an SSE event, or one NDJSON line (Ollama).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamEvent {
-    /// The SSE `event:` field, if any (always `None` for NDJSON).
-    pub event: Option<String>,
-    /// The SSE `data:` lines joined with `\n`, or the NDJSON line.
-    pub data: String,
-}
-
-impl StreamEvent {
-    /// An event with only data, as a non-streamed body read like a stream record.
-    pub fn data(data: impl Into<String>) -> Self {
-        StreamEvent {
-            event: None,
-            data: data.into(),
-        }
-    }
-}
 
 /// What a protocol's reader gathered from a stream or from a single answer.
 #[derive(Debug, Clone, Default)]

@@ -1,15 +1,20 @@
 //! vLLM: `/v1/completions` with token-id prompts (the OpenAI stream reader), `/tokenize`,
-//! and `/reset_prefix_cache`. Speculative statistics come from `/metrics` deltas
-//! (see `crate::metrics`), since vLLM reports none per request.
+//! and `/reset_prefix_cache`. Speculative statistics, prefix-cache hits and preemptions
+//! come from `/metrics` deltas ([`Metrics`]), since vLLM reports none per request.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
 use super::family::{needs_tokenize, ConnectOptions, FamilyId, Server, ServerProfile};
-use super::openai::{OpenAi, TokenizeDialect};
+use super::family::{CapacityFlags, MetricsVocabulary};
+use super::openai::OpenAi;
+use super::tokenize::TokenizeDialect;
 use super::{Backend, BackendKind, GenOutcome, GenRequest, Http};
 use crate::error::{ClientError, UsageError};
+use crate::metrics::{sum, Snapshot};
+use crate::record::SpecStats;
 
 /// vLLM: recognised by `owned_by "vllm"` in `/v1/models`.
 #[derive(Debug, Clone, Copy)]
@@ -44,7 +49,7 @@ impl super::Family for Family {
         if p.metrics {
             if let Ok(text) = s.text("/metrics").await {
                 if let Ok(snap) = crate::metrics::parse(&text) {
-                    p.kv_pool_tokens = crate::metrics::vllm_kv_pool_tokens(&snap);
+                    p.kv_pool_tokens = kv_pool_tokens(&snap);
                 }
             }
         }
@@ -85,6 +90,95 @@ impl super::Family for Family {
     fn cached_tokens_hint(&self) -> Option<&'static str> {
         Some("start vLLM with --enable-prompt-tokens-details")
     }
+
+    /// Its `/v1/completions` takes token ids, made by its `/tokenize` where there is one.
+    async fn openai_capabilities(
+        &self,
+        s: &Server<'_>,
+        p: &mut ServerProfile,
+    ) -> Result<bool, ClientError> {
+        if !s.has_vllm_tokenize(p.model.as_deref()).await? {
+            return Ok(false);
+        }
+        p.tokenize = Some(TokenizeDialect::Vllm);
+        p.token_id_prompts = true;
+        Ok(true)
+    }
+
+    async fn flush(&self, http: &Http) -> Result<String, ClientError> {
+        reset_prefix_cache(http).await
+    }
+
+    fn metrics(&self) -> Option<&'static dyn MetricsVocabulary> {
+        Some(&Metrics)
+    }
+
+    fn capacity_flags(&self) -> CapacityFlags {
+        CapacityFlags {
+            slots: Some("--max-num-seqs"),
+            kv_pool: Some("--gpu-memory-utilization or --num-gpu-blocks-override"),
+        }
+    }
+}
+
+/// vLLM's `/metrics` names.
+#[derive(Debug, Clone, Copy)]
+pub struct Metrics;
+
+impl MetricsVocabulary for Metrics {
+    /// `prefix_cache_hits/queries`, counted with or without `--enable-prompt-tokens-details`.
+    fn cache_evidence(&self, d: &BTreeMap<String, f64>) -> Option<(f64, f64)> {
+        let hits = sum(d, "vllm:prefix_cache_hits_total")?;
+        Some((
+            hits,
+            sum(d, "vllm:prefix_cache_queries_total").unwrap_or(0.0),
+        ))
+    }
+
+    fn spec(&self, d: &BTreeMap<String, f64>) -> Option<Option<SpecStats>> {
+        spec_decode(d, "vllm:")
+    }
+
+    /// `vllm:num_preemptions`, a Prometheus counter (vllm/v1/metrics/loggers.py of 0.32).
+    fn preemptions(&self, d: &BTreeMap<String, f64>) -> Option<f64> {
+        sum(d, "vllm:num_preemptions_total")
+    }
+}
+
+/// Speculative statistics from `spec_decode_*` counter deltas named with `prefix` (vLLM's
+/// names, which recent llama.cpp exports as `llamacpp:`): drafts = verify steps, length =
+/// 1 + accepted ÷ drafts. `Some(None)`: the counters are there and no draft was made.
+pub(crate) fn spec_decode(d: &BTreeMap<String, f64>, prefix: &str) -> Option<Option<SpecStats>> {
+    let get = |n: &str| sum(d, &format!("{prefix}spec_decode_num_{n}_total"));
+    let (Some(v), Some(a)) = (get("drafts"), get("accepted_tokens")) else {
+        return None;
+    };
+    if v <= 0.0 {
+        return Some(None);
+    }
+    Some(Some(
+        SpecStats {
+            source: format!("{prefix}spec_decode_* metric deltas"),
+            verify_steps: Some(v as u64),
+            draft_tokens: get("draft_tokens").map(|x| x as u64),
+            accepted_tokens: Some(a as u64),
+            accept_length: None,
+            accept_rate: None,
+        }
+        .derive(),
+    ))
+}
+
+/// vLLM's KV pool in tokens: `vllm:cache_config_info` `num_gpu_blocks × block_size`.
+pub fn kv_pool_tokens(s: &Snapshot) -> Option<u64> {
+    s.gauges
+        .iter()
+        .find(|(n, _, _)| n == "vllm:cache_config_info")
+        .and_then(|(_, l, _)| {
+            let blocks: u64 = l.get("num_gpu_blocks")?.parse().ok()?;
+            let size: u64 = l.get("block_size")?.parse().ok()?;
+            Some(blocks * size)
+        })
 }
 
 /// The vLLM protocol.
@@ -186,6 +280,15 @@ pub fn reset_answer(body: &str) -> Result<String, ClientError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::{deltas, parse};
+
+    /// Speculative statistics as a sample reads them: in the first vocabulary whose names
+    /// the deltas carry.
+    fn spec_from_deltas(d: &BTreeMap<String, f64>) -> Option<SpecStats> {
+        crate::client::metrics_vocabularies()
+            .find_map(|v| v.spec(d))
+            .flatten()
+    }
 
     fn recorded_body(file: &str) -> String {
         let v: serde_json::Value = serde_json::from_str(file).unwrap();
@@ -203,5 +306,62 @@ mod tests {
         ));
         assert_eq!(reset_answer(&idle).unwrap(), "vllm /reset_prefix_cache");
         assert!(reset_answer("").unwrap().contains("unconfirmed"));
+    }
+
+    const VLLM_BEFORE: &str = r#"# HELP vllm:prompt_tokens Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens counter
+vllm:prompt_tokens_total{engine="0",model_name="m"} 100.0
+# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0
+# TYPE vllm:spec_decode_num_draft_tokens counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 40.0
+# TYPE vllm:spec_decode_num_accepted_tokens counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 20.0
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 0.0
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",num_gpu_blocks="1000",engine="0"} 1.0
+"#;
+
+    #[test]
+    fn vllm_counter_deltas_give_spec_stats_and_kv_pool() {
+        let before = parse(VLLM_BEFORE).unwrap();
+        let after = parse(
+            &VLLM_BEFORE
+                .replace("} 100.0", "} 1124.0")
+                .replace(
+                    "drafts_total{engine=\"0\",model_name=\"m\"} 10.0",
+                    "drafts_total{engine=\"0\",model_name=\"m\"} 18.0",
+                )
+                .replace("} 40.0", "} 72.0")
+                .replace("} 20.0", "} 44.0"),
+        )
+        .unwrap();
+        let d = deltas(&before, &after);
+        assert_eq!(
+            d.get("vllm:prompt_tokens_total{engine=\"0\",model_name=\"m\"}"),
+            Some(&1024.0)
+        );
+        let s = spec_from_deltas(&d).unwrap();
+        assert_eq!(s.verify_steps, Some(8));
+        assert_eq!(s.draft_tokens, Some(32));
+        assert_eq!(s.accepted_tokens, Some(24));
+        assert_eq!(s.accept_length, Some(4.0));
+        assert_eq!(s.accept_rate, Some(0.75));
+        assert_eq!(kv_pool_tokens(&before), Some(16000));
+    }
+
+    #[test]
+    fn no_spec_counters_or_no_drafts_means_no_spec_stats() {
+        let s = parse(VLLM_BEFORE).unwrap();
+        assert!(spec_from_deltas(&deltas(&s, &s)).is_none());
+        let plain =
+            parse("# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 5\n")
+                .unwrap();
+        assert_eq!(
+            plain.counters.get("llamacpp:prompt_tokens_total"),
+            Some(&5.0)
+        );
+        assert!(spec_from_deltas(&deltas(&plain, &plain)).is_none());
     }
 }

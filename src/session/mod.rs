@@ -393,7 +393,7 @@ impl Session {
     /// prepared, the corpus, ctxbench and the host.
     pub fn header(&self, run_id: &str) -> Result<RunHeader, SessionError> {
         let p = self.ready()?;
-        let mut server = server_info(&self.profile)?;
+        let mut server = ServerInfo::from(&self.profile);
         server.flush_check = p.flush.clone();
         // Tried (auto or always) and either working or not; `--flush never` tries nothing.
         server.flush_available =
@@ -488,17 +488,6 @@ impl Session {
             efficiency,
         })
     }
-}
-
-/// The header's `server` from the profile.
-fn server_info(p: &ServerProfile) -> Result<ServerInfo, SessionError> {
-    let v = serde_json::to_value(p).map_err(|e| UsageError::Invalid(format!("internal: {e}")))?;
-    serde_json::from_value(v).map_err(|e| {
-        UsageError::Invalid(format!(
-            "internal: the probe does not match the results schema: {e}"
-        ))
-        .into()
-    })
 }
 
 /// `--tokenizer-url`: the OpenAI protocol makes its prompts through that server's
