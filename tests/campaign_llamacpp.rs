@@ -265,11 +265,9 @@ fn aa_of_the_same_command_finds_no_significant_difference() {
         "-q",
     ]);
     assert_eq!(code, 0, "{stderr}");
-    // At the default 95%, a difference is called in up to 2.4% of A/A cells when runs scatter
-    // by 10–40% (a loaded host; simulated with the method's own A/A model), so 8 cells would
-    // fail this test about one time in ten there. At 99.9% chance calls fall to about 1 in
-    // 1000 while a systematic difference (a warm cache, a side always run first) is still
-    // far outside the interval; the method's 5% level is the unit tests' to prove.
+    // 99.9%, not 95%: with the 10–40% run scatter of a loaded host, 95% calls about 2% of A/A
+    // cells by chance (the method's own simulation), so 8 cells failed about 1 run in 10.
+    // A systematic difference (a warm cache, an order effect) still shows.
     let j = compare_json(
         &runs(&out, "copy=a", 3),
         &runs(&out, "copy=b", 3),
