@@ -4,6 +4,15 @@
 The tokenizer is copied from a vocab-only GGUF shipped in llama.cpp's source
 (models/ggml-vocab-llama-spm.gguf, 32000 tokens); the weights are random, so the
 output is gibberish, but the compute per token is real and scales with context.
+
+--identity-layers N puts N layers in front of the random ones whose attention output
+projection (attn_output) and FFN down projection (ffn_down) are all zeros: each adds exactly
+0 to the residual stream, so the model computes the same function as the one without them
+(same seed, same random weights) at (layers + N) / layers times the compute. They go first, not last: llama.cpp
+keeps only the output rows in the last layer, so the random layers then run the very same
+kernels as in the base model and the logits agree bit for bit. Tests use it for a speed
+difference no host load can erase, and as a target its draft (the base model) always
+predicts.
 """
 import argparse
 
@@ -40,6 +49,7 @@ def main() -> None:
     ap.add_argument("--vocab", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--identity-layers", type=int, default=0)
     ap.add_argument("--embd", type=int, default=128)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
@@ -55,10 +65,13 @@ def main() -> None:
     n_embd_kv = head_dim * a.kv_heads
 
     w = GGUFWriter(a.out, "llama")
-    w.add_name("ctxbench-tiny-random")
+    name = "ctxbench-tiny-random"
+    if a.identity_layers:
+        name += f"-after-{a.identity_layers}-identity-layers"
+    w.add_name(name)
     w.add_context_length(a.ctx)
     w.add_embedding_length(a.embd)
-    w.add_block_count(a.layers)
+    w.add_block_count(a.identity_layers + a.layers)
     w.add_feed_forward_length(a.ff)
     w.add_head_count(a.heads)
     w.add_head_count_kv(a.kv_heads)
@@ -67,12 +80,24 @@ def main() -> None:
     w.add_file_type(0)  # all F32
     copy_tokenizer(reader, w)
 
-    def t(name, *shape, scale=0.02):
-        w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
+    def t(name, *shape, scale=0.02, gen=rng):
+        w.add_tensor(name, (gen.standard_normal(shape) * scale).astype(np.float32))
 
     # numpy shapes are (rows, cols) = ggml ne reversed.
     t("token_embd.weight", n_vocab, a.embd)
-    for i in range(a.layers):
+    # Their own generator: the random tensors of the base model stay exactly its own.
+    extra = np.random.default_rng([a.seed, 1])
+    for i in range(a.identity_layers):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(a.embd, dtype=np.float32))
+        t(f"blk.{i}.attn_q.weight", a.embd, a.embd, gen=extra)
+        t(f"blk.{i}.attn_k.weight", n_embd_kv, a.embd, gen=extra)
+        t(f"blk.{i}.attn_v.weight", n_embd_kv, a.embd, gen=extra)
+        w.add_tensor(f"blk.{i}.attn_output.weight", np.zeros((a.embd, a.embd), dtype=np.float32))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(a.embd, dtype=np.float32))
+        t(f"blk.{i}.ffn_gate.weight", a.ff, a.embd, gen=extra)
+        t(f"blk.{i}.ffn_up.weight", a.ff, a.embd, gen=extra)
+        w.add_tensor(f"blk.{i}.ffn_down.weight", np.zeros((a.embd, a.ff), dtype=np.float32))
+    for i in range(a.identity_layers, a.identity_layers + a.layers):
         w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(a.embd, dtype=np.float32))
         t(f"blk.{i}.attn_q.weight", a.embd, a.embd)
         t(f"blk.{i}.attn_k.weight", n_embd_kv, a.embd)

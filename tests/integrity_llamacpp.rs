@@ -286,6 +286,62 @@ fn the_same_prompt_seed_twice_agrees_fully_and_another_model_does_not() {
     assert!(!text.to_lowercase().contains("wrong"), "{text}");
 }
 
+/// The deep identity model (`deep-model` of scripts/reference-server: 10 layers that add
+/// exactly 0, in front of the base model's 2) computes the base model's function: its greedy
+/// output and the log-probabilities behind it are the base model's, bit for bit. A campaign's
+/// slower variant with the same output, and a speculative target whose draft (the base model)
+/// is always right, rest on that.
+#[test]
+fn the_deep_identity_model_answers_exactly_as_the_base_model_does() {
+    let _g = serial();
+    let p = common::ref_paths();
+    // Fixed token ids (no tokenizer in between), three lengths.
+    let prompts: Vec<Vec<u32>> = [64u32, 300, 1000]
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| {
+            (0..n)
+                .map(|i| 500 + (1000 + i * 37 * (k as u32 + 1)) % 31000)
+                .collect()
+        })
+        .collect();
+    // (model path the server reports, its parameter count, per prompt: tokens and probs)
+    let answers = |model: &std::path::Path| -> (Value, u64, Vec<Value>) {
+        let srv = RefServer::start(4096, &["-m", model.to_str().unwrap()]);
+        let (_, props) = common::http_get(srv.port, "/props").expect("GET /props");
+        let (_, models) = common::http_get(srv.port, "/v1/models").expect("GET /v1/models");
+        let props: Value = serde_json::from_str(&props).unwrap();
+        let models: Value = serde_json::from_str(&models).unwrap();
+        let n_params = models["data"][0]["meta"]["n_params"].as_u64().unwrap();
+        let out = prompts
+            .iter()
+            .map(|prompt| {
+                let (code, body) = http_post_json(
+                    srv.port,
+                    "/completion",
+                    &json!({"prompt": prompt, "n_predict": 16, "temperature": 0,
+                            "cache_prompt": false, "return_tokens": true, "n_probs": 2}),
+                )
+                .expect("POST /completion");
+                assert_eq!(code, 200, "{body}");
+                let v: Value = serde_json::from_str(&body).unwrap();
+                assert_eq!(v["tokens"].as_array().map(Vec::len), Some(16), "{body}");
+                json!({"tokens": v["tokens"], "probs": v["completion_probabilities"]})
+            })
+            .collect();
+        (props["model_path"].clone(), n_params, out)
+    };
+    let (base_path, base_params, base) = answers(&p.model);
+    let (deep_path, deep_params, deep) = answers(&p.deep_model);
+    // Two servers, two models: the deep one really served, with its extra layers.
+    assert_eq!(base_path, json!(p.model.to_str().unwrap()));
+    assert_eq!(deep_path, json!(p.deep_model.to_str().unwrap()));
+    assert!(deep_params > base_params, "{deep_params} vs {base_params}");
+    for (i, (b, d)) in base.iter().zip(&deep).enumerate() {
+        assert_eq!(b, d, "prompt {i}: the deep model answered otherwise");
+    }
+}
+
 #[test]
 fn a_seeded_prompt_replayed_on_a_caching_server_without_flush_is_flagged_never_counted() {
     let _g = serial();

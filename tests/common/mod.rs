@@ -11,10 +11,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Where the reference server's binary and model are.
+/// Where the reference server's binary and models are.
 pub struct RefPaths {
     pub server: PathBuf,
     pub model: PathBuf,
+    /// `model` with identity layers appended: the same output at 6× the layers, so a
+    /// variant serving it is slower on any host, however loaded.
+    pub deep_model: PathBuf,
 }
 
 /// Runs `scripts/reference-server --paths` once per test binary (it builds on first use).
@@ -40,8 +43,12 @@ pub fn ref_paths() -> &'static RefPaths {
         let p = RefPaths {
             server: get("llama-server "),
             model: get("model "),
+            deep_model: get("deep-model "),
         };
-        assert!(p.server.exists() && p.model.exists(), "reference server files missing");
+        assert!(
+            p.server.exists() && p.model.exists() && p.deep_model.exists(),
+            "reference server files missing"
+        );
         p
     })
 }
