@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Write a tiny random-weight Llama in Hugging Face format for the real SGLang/vLLM servers.
+"""Write a tiny random-weight Llama in Hugging Face format for the real SGLang, vLLM and
+`transformers serve` servers.
 
 Nothing is downloaded: the tokenizer is a byte-level BPE trained here with the `tokenizers`
 library on the license texts every Debian system has (/usr/share/common-licenses), with <s>
@@ -8,6 +9,7 @@ output is gibberish, but the compute per token is real and scales with context.
 """
 import argparse
 import glob
+import json
 import os
 
 import torch
@@ -36,6 +38,26 @@ def train_tokenizer(vocab_size: int) -> Tokenizer:
     return tok
 
 
+# A minimal chat template (`--chat-template`): BOS, then "role: content" lines, then
+# "assistant:" when a reply is asked for. `transformers serve` answers /v1/chat/completions
+# only when the tokenizer has one.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+def add_chat_template(folder: str) -> None:
+    """Writes CHAT_TEMPLATE into the saved tokenizer_config.json."""
+    path = os.path.join(folder, "tokenizer_config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config["chat_template"] = CHAT_TEMPLATE
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -47,6 +69,7 @@ def main() -> None:
     ap.add_argument("--ff", type=int, default=512)
     ap.add_argument("--ctx", type=int, default=65536)
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--chat-template", action="store_true", help="add a minimal chat template")
     a = ap.parse_args()
 
     torch.manual_seed(a.seed)
@@ -55,6 +78,8 @@ def main() -> None:
         tokenizer_object=tok, bos_token="<s>", eos_token="</s>", model_max_length=a.ctx
     )
     fast.save_pretrained(a.out)
+    if a.chat_template:
+        add_chat_template(a.out)
 
     config = LlamaConfig(
         vocab_size=tok.get_vocab_size(),

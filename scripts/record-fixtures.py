@@ -2,8 +2,9 @@
 """Record real request/response exchanges of a running server as test fixtures.
 
 usage: scripts/record-fixtures.py FAMILY PORT OUTDIR [--api-key-port PORT2]
-  FAMILY  sglang | vllm | vllm-ngram | llama-cpp-python | llama-server
+  FAMILY  sglang | vllm | vllm-ngram | llama-cpp-python | llama-server | transformers | litellm
   PORT2   the same server family started with `--api-key secret`, for the 401 answer
+  litellm: the proxy's master key is read from LITELLM_MASTER_KEY (sent as a Bearer token)
 
 Writes one JSON file per exchange: {"request": {...}, "response": {"status", "headers",
 "body" (JSON) or "body_text" (raw, e.g. an SSE stream cut to its first events and its end)}}.
@@ -17,7 +18,7 @@ import sys
 import threading
 import time
 
-KEEP_HEADERS = ("content-type", "www-authenticate", "transfer-encoding", "content-length")
+KEEP_HEADERS = ("content-type", "www-authenticate", "transfer-encoding", "content-length", "x-litellm-version")
 
 
 def request(port, method, path, body=None, headers=None, timeout=600):
@@ -53,10 +54,14 @@ def cut_sse(raw, head=4, tail=3):
 class Recorder:
     def __init__(self, port, outdir):
         self.port, self.outdir = port, outdir
+        # Sent with every request unless a request names its own (LiteLLM's Bearer key).
+        self.headers = {}
         os.makedirs(outdir, exist_ok=True)
 
-    def save(self, name, method, path, body, status, hdrs, raw, stream=False, note=None):
+    def save(self, name, method, path, body, status, hdrs, raw, stream=False, note=None, sent_headers=None):
         rec = {"request": {"method": method, "path": path}}
+        if sent_headers:
+            rec["request"]["headers"] = sent_headers
         if body is not None:
             rec["request"]["body"] = shrink(body)
         resp = {"status": status, "headers": hdrs}
@@ -77,11 +82,13 @@ class Recorder:
         return status, raw
 
     def x(self, name, method, path, body=None, stream=False, headers=None, port=None, note=None):
+        if headers is None:
+            headers = self.headers
         status, hdrs, raw = request(port or self.port, method, path, body, headers)
-        return self.save(name, method, path, body, status, hdrs, raw, stream, note)
+        return self.save(name, method, path, body, status, hdrs, raw, stream, note, headers)
 
     def metrics(self, name, prefixes, limit=80):
-        status, hdrs, raw = request(self.port, "GET", "/metrics")
+        status, hdrs, raw = request(self.port, "GET", "/metrics", headers=self.headers)
         lines = [l for l in raw.splitlines() if any(l.startswith(p) or l.startswith("# HELP " + p) or l.startswith("# TYPE " + p) for p in prefixes)]
         rec = {"request": {"method": "GET", "path": "/metrics"},
                "response": {"status": status, "headers": hdrs, "body_text": "\n".join(lines[:limit]) + "\n"},
@@ -218,6 +225,109 @@ def llama_server(r, key_port):
             note="server started with --api-key; no key sent")
 
 
+# Optional request fields ctxbench may send, each tried alone on top of a plain request: does
+# the server take it, ignore it, or refuse it?
+OPTIONAL_FIELDS = [
+    ("ignore_eos", True),
+    ("stream_options", {"include_usage": True}),
+    ("seed", 1),
+    ("min_tokens", 2),
+    ("max_completion_tokens", 8),
+    ("cache_prompt", False),
+]
+
+
+# New tokens of the short streams recorded whole (no events cut).
+SHORT = 3
+
+
+def transformers(r, key_port):
+    status, raw = r.x("models", "GET", "/v1/models")
+    model = json.loads(raw)["data"][0]["id"]
+    r.x("health", "GET", "/health")
+    for p in ("/props", "/metrics", "/tokenize", "/v1/tokenize", "/extras/tokenize", "/version", "/server_info"):
+        r.x("absent" + p.replace("/", "_"), "GET" if p in ("/props", "/metrics", "/version", "/server_info") else "POST", p,
+            None if p in ("/props", "/metrics", "/version", "/server_info") else {"prompt": "The license"})
+    text = "The license is granted to all who ask. " * 3
+    comp = {"model": model, "prompt": text, "max_tokens": 8, "temperature": 0}
+    chat = {"model": model, "messages": [{"role": "user", "content": text}], "max_tokens": 8, "temperature": 0}
+    r.x("completions", "POST", "/v1/completions", comp)
+    # Short streams (SHORT tokens) are kept whole.
+    r.x("completions_stream", "POST", "/v1/completions", dict(comp, max_tokens=SHORT, stream=True), stream=True,
+        note="no stream_options: usage comes on the last chunk anyway; the stream ends without data: [DONE]")
+    r.x("completions_stream_include_usage", "POST", "/v1/completions",
+        dict(comp, max_tokens=SHORT, stream=True, stream_options={"include_usage": True}), stream=True)
+    r.x("chat_completions", "POST", "/v1/chat/completions", chat,
+        note="the tiny model's chat template: '{{ bos_token }}' + 'role: content\\n' per message + 'assistant:'")
+    r.x("chat_completions_stream", "POST", "/v1/chat/completions", dict(chat, max_tokens=SHORT, stream=True),
+        stream=True, note="no stream_options: usage comes on the last chunk anyway; the stream ends without data: [DONE]")
+    r.x("chat_completions_stream_include_usage", "POST", "/v1/chat/completions",
+        dict(chat, max_tokens=SHORT, stream=True, stream_options={"include_usage": True}), stream=True)
+    r.x("completions_token_ids", "POST", "/v1/completions", dict(comp, prompt=ids(32)))
+    r.x("completions_no_model", "POST", "/v1/completions", {k: v for k, v in comp.items() if k != "model"},
+        note="no model field: the pinned model answers")
+    r.x("completions_wrong_model", "POST", "/v1/completions", dict(comp, model="no-such-model"))
+    for field, value in OPTIONAL_FIELDS:
+        r.x("completions_field_" + field, "POST", "/v1/completions", dict(comp, **{field: value}),
+            note=f"a plain request plus {field} alone")
+        r.x("chat_completions_field_" + field, "POST", "/v1/chat/completions", dict(chat, **{field: value}),
+            note=f"a plain request plus {field} alone")
+    r.x("completions_fields_refused_together", "POST", "/v1/completions",
+        dict(comp, ignore_eos=True, cache_prompt=False, min_tokens=1, stream=True,
+             stream_options={"include_usage": True}),
+        note="the 422 names every refused field as a Python set: their order varies from run to run")
+    chat_mct = {k: v for k, v in chat.items() if k != "max_tokens"}
+    r.x("chat_completions_max_completion_tokens_only", "POST", "/v1/chat/completions",
+        dict(chat_mct, max_completion_tokens=3), note="max_completion_tokens without max_tokens: does it limit the output?")
+
+
+def litellm(r, key_port):
+    key = os.environ.get("LITELLM_MASTER_KEY", "sk-ctxbench")
+    r.headers = {"Authorization": "Bearer " + key}
+    r.x("health_liveliness", "GET", "/health/liveliness", headers={})
+    r.x("models", "GET", "/v1/models")
+    r.x("model_info", "GET", "/v1/model/info", note="LiteLLM's own model listing (max_input_tokens, if it knows any)")
+    for p in ("/props", "/metrics", "/version", "/server_info"):
+        r.x("absent" + p.replace("/", "_"), "GET", p)
+    for p in ("/tokenize", "/v1/tokenize", "/extras/tokenize"):
+        r.x("absent" + p.replace("/", "_"), "POST", p, {"prompt": "The license", "content": "The license"})
+    r.x("utils_token_counter", "POST", "/utils/token_counter", {"model": "tiny", "prompt": "The license is granted."},
+        note="a local estimate, not the upstream's tokenizer (llama-server counts 8 with BOS)")
+    comp = {"model": "tiny", "prompt": ids(32), "max_tokens": 8, "temperature": 0}
+    r.x("completions_token_ids", "POST", "/v1/completions", comp,
+        note="token ids passed through to llama-server; its timings are kept when not streamed")
+    r.x("completions_token_ids_repeat", "POST", "/v1/completions", comp,
+        note="the same prompt again: llama-server's prompt cache; cached_tokens passed through")
+    r.x("completions_token_ids_other_start", "POST", "/v1/completions", dict(comp, prompt=ids(32, start=300)),
+        note="a prompt that shares no token with the one before (llama-server adds no BOS to token ids): cached_tokens 0")
+    r.x("completions_token_ids_bos_a", "POST", "/v1/completions", dict(comp, prompt=[1] + ids(31, start=1100)),
+        note="BOS (id 1) sent as the first id")
+    r.x("completions_token_ids_bos_b", "POST", "/v1/completions", dict(comp, prompt=[1] + ids(31, start=1400)),
+        note="shares only the BOS with the prompt before: the cached_tokens of a cold prompt")
+    r.x("completions_stream", "POST", "/v1/completions",
+        dict(comp, prompt=ids(32, start=500), max_tokens=SHORT, stream=True), stream=True, note="no stream_options")
+    r.x("completions_stream_include_usage", "POST", "/v1/completions",
+        dict(comp, prompt=ids(32, start=700), max_tokens=SHORT, stream=True, stream_options={"include_usage": True}),
+        stream=True)
+    text = "The license is granted to all who ask. " * 3
+    r.x("completions_text", "POST", "/v1/completions", dict(comp, prompt=text))
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": text}], "max_tokens": 8, "temperature": 0}
+    r.x("chat_completions_stream", "POST", "/v1/chat/completions", dict(chat, max_tokens=SHORT, stream=True),
+        stream=True, note="no stream_options")
+    r.x("chat_completions_stream_include_usage", "POST", "/v1/chat/completions",
+        dict(chat, max_tokens=SHORT, stream=True, stream_options={"include_usage": True}), stream=True)
+    for field, value in OPTIONAL_FIELDS:
+        r.x("completions_field_" + field, "POST", "/v1/completions",
+            dict(comp, prompt=ids(32, start=900), **{field: value}), note=f"a plain request plus {field} alone")
+    r.x("completions_wrong_model", "POST", "/v1/completions", dict(comp, model="no-such-model"))
+    r.x("completions_context_exceeded", "POST", "/v1/completions", dict(comp, prompt=ids(17000)),
+        note="the upstream llama-server runs with -c 16384")
+    r.x("unauthorized_wrong_key", "POST", "/v1/completions", comp, headers={"Authorization": "Bearer sk-wrong-key"},
+        note="a wrong key: no database, so never 401")
+    r.x("unauthorized_no_key", "POST", "/v1/completions", comp, headers={}, note="no Authorization header")
+    r.x("unauthorized_models_wrong_key", "GET", "/v1/models", headers={"Authorization": "Bearer sk-wrong-key"})
+
+
 def main():
     if len(sys.argv) < 4:
         sys.exit(__doc__)
@@ -225,7 +335,8 @@ def main():
     key_port = int(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[4] == "--api-key-port" else None
     r = Recorder(port, outdir)
     {"sglang": sglang, "vllm": vllm, "llama-cpp-python": llama_cpp_python, "llama-server": llama_server,
-     "vllm-ngram": lambda r, k: vllm(r, k, ngram=True)}[family](r, key_port)
+     "vllm-ngram": lambda r, k: vllm(r, k, ngram=True), "transformers": transformers,
+     "litellm": litellm}[family](r, key_port)
 
 
 if __name__ == "__main__":

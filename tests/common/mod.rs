@@ -338,10 +338,17 @@ pub fn argv(line: &str) -> Vec<&str> {
 
 /// Runs ctxbench with args; returns (exit code, stdout, stderr).
 pub fn run(args: &[&str]) -> (i32, String, String) {
+    run_env(args, &[])
+}
+
+/// Like [`run`], with environment variables set for ctxbench (e.g. an API key: `run` removes
+/// `CTXBENCH_API_KEY` from the test's own environment first).
+pub fn run_env(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     let out = ctxbench()
         .args(args)
         .env_remove("CTXBENCH_API_KEY")
         .env_remove("CTXBENCH_URL")
+        .envs(env.iter().copied())
         .output()
         .expect("run ctxbench");
     (
@@ -381,6 +388,11 @@ pub fn sweep(url: &str, args: &[&str]) -> SweepRun {
     sweep_to("r.jsonl", url, args)
 }
 
+/// Like [`sweep`], with environment variables set for ctxbench (e.g. `CTXBENCH_API_KEY`).
+pub fn sweep_env(url: &str, args: &[&str], env: &[(&str, &str)]) -> SweepRun {
+    sweep_in_env(tempfile::tempdir().unwrap(), "r.jsonl", url, args, env)
+}
+
 /// Like [`sweep`], with the results file named `file` (its stem names the run in reports).
 pub fn sweep_to(file: &str, url: &str, args: &[&str]) -> SweepRun {
     sweep_in(tempfile::tempdir().unwrap(), file, url, args)
@@ -400,10 +412,22 @@ pub fn sweep_shared(file: &str, url: &str, args: &[&str]) -> SweepRun {
 }
 
 fn sweep_in(dir: tempfile::TempDir, file: &str, url: &str, args: &[&str]) -> SweepRun {
+    sweep_in_env(dir, file, url, args, &[])
+}
+
+fn sweep_in_env(
+    dir: tempfile::TempDir,
+    file: &str,
+    url: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> SweepRun {
     let out = dir.path().join(file);
     let out_arg = out.to_str().unwrap().to_owned();
-    let (code, stdout, stderr) =
-        run(&[&["sweep", "--url", url][..], args, &["--out", &out_arg]].concat());
+    let (code, stdout, stderr) = run_env(
+        &[&["sweep", "--url", url][..], args, &["--out", &out_arg]].concat(),
+        env,
+    );
     SweepRun {
         code,
         stdout,

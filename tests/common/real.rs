@@ -1,4 +1,5 @@
-//! Real Python inference servers (SGLang, vLLM, llama-cpp-python), set up and started by
+//! Real inference servers (SGLang, vLLM, llama-cpp-python, `transformers serve`) and the
+//! LiteLLM proxy in front of the reference llama-server, set up and started by
 //! `scripts/reference-server FAMILY` (`CTXBENCH_REAL_SERVER_SCRIPT` overrides the script's
 //! path) on a free loopback port. A server that cannot be set up or does not become healthy
 //! fails the test: nothing is skipped.
@@ -20,7 +21,17 @@ pub enum Family {
     Vllm,
     /// llama-cpp-python's OpenAI-compatible server.
     LlamaCppPython,
+    /// Hugging Face `transformers serve` (the tiny HF model, with a minimal chat template).
+    Transformers,
+    /// The LiteLLM proxy, model `tiny`, in front of the reference llama-server, which the
+    /// script starts with it (same process group: both stop together). Needs the Bearer key
+    /// [`LITELLM_KEY`].
+    Litellm,
 }
+
+/// The master key the harness starts the LiteLLM proxy with (`LITELLM_MASTER_KEY`; LiteLLM
+/// wants it to start with `sk-`).
+pub const LITELLM_KEY: &str = "sk-ctxbench-real-test";
 
 impl Family {
     fn name(self) -> &'static str {
@@ -28,14 +39,26 @@ impl Family {
             Family::Sglang => "sglang",
             Family::Vllm => "vllm",
             Family::LlamaCppPython => "llama-cpp-python",
+            Family::Transformers => "transformers",
+            Family::Litellm => "litellm",
         }
     }
 
     /// A path that answers 200 once the server takes requests.
     fn health_path(self) -> &'static str {
         match self {
-            Family::Sglang | Family::Vllm => "/health",
+            Family::Sglang | Family::Vllm | Family::Transformers => "/health",
             Family::LlamaCppPython => "/v1/models",
+            // Unauthenticated; answers once the proxy's app has started.
+            Family::Litellm => "/health/liveliness",
+        }
+    }
+
+    /// Environment the family's server needs: LiteLLM's master key.
+    fn env(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Family::Litellm => &[("LITELLM_MASTER_KEY", LITELLM_KEY)],
+            _ => &[],
         }
     }
 }
@@ -107,11 +130,13 @@ impl RealServer {
         let mut cmd = Command::new(script());
         cmd.args([family.name(), "start", "--port", &port.to_string(), "--"])
             .args(extra)
+            .envs(family.env().iter().copied())
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(logf.try_clone().unwrap())
             .stderr(logf);
-        // Its own process group: SGLang and vLLM run their engines in child processes.
+        // Its own process group: SGLang and vLLM run their engines in child processes, and
+        // the LiteLLM script runs the proxy and its upstream llama-server as two children.
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let child = cmd.spawn().expect("cannot start the real server");
         let mut s = RealServer {
@@ -138,14 +163,38 @@ impl RealServer {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The pid of the script that started the server: the leader of the server's process
+    /// group.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// LiteLLM: the port of the upstream llama-server the script started behind the proxy,
+    /// from its log line "starting the upstream reference llama-server on
+    /// http://127.0.0.1:PORT" (the last one: a port taken meanwhile is retried).
+    pub fn upstream_port(&self) -> Option<u16> {
+        self.log_text()
+            .lines()
+            .rev()
+            .find_map(|l| {
+                l.split("upstream reference llama-server on http://127.0.0.1:")
+                    .nth(1)
+            })?
+            .trim()
+            .parse()
+            .ok()
+    }
+
     /// Waits until the server answers its health path from a socket of its own; false when
     /// it could not bind its port (its log says the address is in use).
     fn wait_healthy(&mut self, family: Family, limit: Duration) -> bool {
         let start = Instant::now();
         while start.elapsed() < limit {
-            // uvicorn (SGLang, llama-cpp-python): "[Errno 98] error while attempting to bind
-            // on address (...): address already in use"; vLLM: "[Errno 98] Address already in
-            // use". A server may live on after it, so the log is read while it runs too.
+            // uvicorn (SGLang, llama-cpp-python, transformers, LiteLLM): "[Errno 98] error
+            // while attempting to bind on address (...): address already in use"; vLLM:
+            // "[Errno 98] Address already in use". A server may live on after it, so the log
+            // is read while it runs too. (LiteLLM's upstream llama-server gets its own port
+            // from the script, which retries it there.)
             if self
                 .log_text()
                 .to_ascii_lowercase()
@@ -260,22 +309,34 @@ fn listens_in_group(port: u16, pgid: u32) -> bool {
             listening.then(|| w.get(9).map(|inode| format!("socket:[{inode}]")))?
         })
         .collect();
+    processes_in_group(pgid).into_iter().any(|pid| {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return false;
+        };
+        fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path())
+                .is_ok_and(|t| sockets.iter().any(|s| t.as_os_str() == s.as_str()))
+        })
+    })
+}
+
+/// The live processes of process group `pgid` (zombies left out: they hold nothing).
+pub fn processes_in_group(pgid: u32) -> Vec<i32> {
     let Ok(procs) = std::fs::read_dir("/proc") else {
-        return false;
+        return Vec::new();
     };
     procs
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|&pid| unsafe { libc::getpgid(pid) } == pgid as i32)
-        .any(|pid| {
-            let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-                return false;
-            };
-            fds.flatten().any(|fd| {
-                std::fs::read_link(fd.path())
-                    .is_ok_and(|t| sockets.iter().any(|s| t.as_os_str() == s.as_str()))
-            })
+        .filter(|pid| {
+            // /proc/PID/stat: "pid (comm) STATE ..."; Z is a zombie.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|st| st.rsplit(") ").next().map(|r| !r.starts_with('Z')))
+                .unwrap_or(false)
         })
+        .collect()
 }
 
 /// A minimal blocking HTTP/1.1 POST of a JSON body; returns (status, body). Used to keep a
