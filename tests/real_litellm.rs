@@ -26,10 +26,20 @@ use serde_json::Value;
 fn real_litellm_proxy_passes_token_id_prompts_through_so_a_1k_to_4k_sweep_has_exact_lengths_and_every_sample_usable(
 ) {
     let srv = RealServer::start(Family::Litellm, &[]);
+    // The proxy hides the tokenizer; the server behind it lends its own (--tokenizer-url).
+    let upstream = format!(
+        "http://127.0.0.1:{}",
+        srv.upstream_port()
+            .expect("the log names the upstream's port")
+    );
     // The key from a variable the user names (--api-key-env).
     let run = sweep_env(
         &srv.url(),
-        &argv("--contexts 1k,2k,4k --reps 2 --output-tokens 8 --api-key-env CTXBENCH_TEST_LITELLM_KEY"),
+        &[
+            &argv("--contexts 1k,2k,4k --reps 2 --output-tokens 8 --api-key-env CTXBENCH_TEST_LITELLM_KEY")[..],
+            &["--tokenizer-url", &upstream],
+        ]
+        .concat(),
         &[("CTXBENCH_TEST_LITELLM_KEY", LITELLM_KEY)],
     );
     assert_eq!(run.code, 0, "{}\n{}", run.stderr, srv.log_text());
@@ -38,7 +48,19 @@ fn real_litellm_proxy_passes_token_id_prompts_through_so_a_1k_to_4k_sweep_has_ex
     // The proxy hides every tokenizer path, but passes token ids to llama-server, whose
     // usage.prompt_tokens counts them: the header says the prompts are token ids, exact.
     assert_eq!(server["token_id_prompts"], true, "{server}");
-    assert_eq!(server["prompt_method"], "token ids", "{server}");
+    let method = server["prompt_method"].as_str().unwrap_or_default();
+    assert!(
+        method.starts_with("token ids") && method.contains("--tokenizer-url"),
+        "{server}"
+    );
+    assert!(
+        server["token_id_test"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with("taken as ids"),
+        "{server}"
+    );
+    assert_eq!(server["tokenizer"]["url"], upstream.as_str(), "{server}");
     let config = &l.header["config"];
     assert_eq!(
         config["length_tolerance_pct"].as_f64().unwrap_or(0.0),

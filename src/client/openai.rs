@@ -816,10 +816,17 @@ impl EventReader for CompletionsReader {
                 message: super::http::error_message(&ev.data),
             });
         }
+        // A choice with no text, delta or message carries nothing (LiteLLM's usage chunk is
+        // `"choices":[{"index":0}]`): read as no choice, so its usage is not a token.
         let choice = v
             .get("choices")
             .and_then(Value::as_array)
-            .and_then(|c| c.first());
+            .and_then(|c| c.first())
+            .filter(|c| {
+                ["text", "delta", "message", "finish_reason"]
+                    .iter()
+                    .any(|k| c.get(*k).is_some())
+            });
         let text_nonempty = choice.is_some_and(|c| {
             let field =
                 |v: Option<&Value>| v.and_then(Value::as_str).is_some_and(|s| !s.is_empty());
@@ -1270,6 +1277,29 @@ mod tests {
             o.next_dialect("Bad Request").is_none(),
             "nothing left to drop"
         );
+    }
+
+    #[test]
+    fn a_usage_chunk_with_an_empty_choice_is_final_and_no_token() {
+        // The LiteLLM proxy with stream_options: the finish chunk, then usage with an empty
+        // choice (recorded: tests/fixtures/recorded/litellm-1.108.7).
+        let mut r = CompletionsReader::default();
+        let t = r
+            .on_event(&ev(
+                r#"{"choices":[{"index":0,"text":"a","finish_reason":null}]}"#,
+            ))
+            .unwrap();
+        assert!(t.has_token);
+        r.on_event(&ev(
+            r#"{"choices":[{"index":0,"text":"","finish_reason":"length"}]}"#,
+        ))
+        .unwrap();
+        let u = r
+            .on_event(&ev(r#"{"choices":[{"index":0}],"usage":{"prompt_tokens":1024,"completion_tokens":8,"total_tokens":1032,"prompt_tokens_details":{"cached_tokens":1}}}"#))
+            .unwrap();
+        assert!(u.is_final && !u.has_token, "{u:?}");
+        assert_eq!(r.got.counts.completion_tokens, Some(8));
+        assert_eq!(r.got.counts.cached_tokens, Some(1));
     }
 
     #[test]
