@@ -14,9 +14,7 @@ pub enum ClientError {
         detail: String,
     },
     /// The server answered 401/403.
-    #[error(
-        "{endpoint} refused the request with HTTP {status}: {message} (check the API key: --api-key-env NAME or CTXBENCH_API_KEY)"
-    )]
+    #[error("{endpoint} refused the request with HTTP {status}: {message} ({hint})")]
     Unauthorized {
         /// The endpoint path.
         endpoint: String,
@@ -24,6 +22,8 @@ pub enum ClientError {
         status: u16,
         /// The server's own message.
         message: String,
+        /// What to change: the variable the key came from, or where to put one.
+        hint: String,
     },
     /// The prompt is longer than the server accepts.
     #[error("{endpoint}: the server refused the prompt as too long (HTTP {status}): {message}")]

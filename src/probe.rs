@@ -272,6 +272,7 @@ mod tests {
                         endpoint: path.into(),
                         status: 401,
                         message: "Unauthorized".into(),
+                        hint: String::new(),
                     })
                 }
                 Some((status, body)) => (*status, Some(body.clone())),

@@ -21,6 +21,8 @@ pub struct Http {
     certs: Vec<reqwest::Certificate>,
     base: String,
     api_key: Option<String>,
+    /// The environment variable the key was read from, for a refusal's hint.
+    key_env: Option<String>,
 }
 
 impl std::fmt::Debug for Http {
@@ -57,6 +59,7 @@ impl Http {
             certs,
             base: base_url.trim_end_matches('/').to_owned(),
             api_key: api_key.filter(|k| !k.is_empty()),
+            key_env: None,
         })
     }
 
@@ -88,7 +91,43 @@ impl Http {
         if resp.status().is_server_error() {
             self.renew();
         }
-        check_status(endpoint, resp).await
+        check_status(endpoint, resp)
+            .await
+            .map_err(|e| self.key_hint(e))
+    }
+
+    /// Names the variable the key was read from (`key_env`) in a refused key's hint.
+    pub fn with_key_env(mut self, name: &str) -> Self {
+        self.key_env = Some(name.to_owned());
+        self
+    }
+
+    /// A refusal's hint naming what to change: the variable the key came from, or where
+    /// to put one when none was sent.
+    fn key_hint(&self, e: ClientError) -> ClientError {
+        match (e, &self.key_env) {
+            (
+                ClientError::Unauthorized {
+                    endpoint,
+                    status,
+                    message,
+                    ..
+                },
+                Some(var),
+            ) => {
+                let hint = match self.api_key {
+                    Some(_) => format!("the key sent was read from {var}: check it"),
+                    None => format!("no key was sent: export it in {var}, or name another variable with --api-key-env"),
+                };
+                ClientError::Unauthorized {
+                    endpoint,
+                    status,
+                    message,
+                    hint,
+                }
+            }
+            (e, _) => e,
+        }
     }
 
     /// The server's base URL, without a trailing slash.
@@ -129,11 +168,12 @@ impl Http {
             }
             let text = resp.text().await.unwrap_or_default();
             if status == 401 || status == 403 || (status >= 400 && is_auth_error(&text)) {
-                return Err(ClientError::Unauthorized {
+                return Err(self.key_hint(ClientError::Unauthorized {
                     endpoint: path.to_owned(),
                     status,
                     message: error_message(&text),
-                });
+                    hint: String::new(),
+                }));
             }
             let body = serde_json::from_str(&text).ok().or_else(|| {
                 (status >= 400 && !text.trim().is_empty()).then(|| json!(snippet(&text)))
@@ -335,6 +375,7 @@ pub fn status_error(endpoint: &str, status: u16, body: &str) -> ClientError {
             endpoint,
             status,
             message,
+            hint: DEFAULT_KEY_HINT.to_owned(),
         };
     }
     if is_context_error(body) {
@@ -350,6 +391,10 @@ pub fn status_error(endpoint: &str, status: u16, body: &str) -> ClientError {
         message,
     }
 }
+
+/// What a refused key's error says to do when the client does not know where its key came
+/// from.
+pub const DEFAULT_KEY_HINT: &str = "check the API key: --api-key-env NAME or CTXBENCH_API_KEY";
 
 /// True when an error body speaks of a key or authentication, in any server's wording:
 /// gateways refuse a wrong key with 400 or 500 as well as 401 (the LiteLLM proxy answers a

@@ -40,6 +40,7 @@ pub fn plan(args: &SweepArgs) -> Result<SweepPlan, UsageError> {
     Ok(SweepPlan {
         url: args.url.clone().unwrap_or_default(),
         metrics_api_key: api_key.clone(),
+        api_key_env: args.api_key_env.clone(),
         api_key,
         ca_cert,
         backend: args.backend,

@@ -38,6 +38,8 @@ pub struct SweepPlan {
     pub url: String,
     /// The API key, sent as a Bearer token (never recorded or printed).
     pub api_key: Option<String>,
+    /// The environment variable the key was read from (named in a refusal's hint).
+    pub api_key_env: String,
     /// The key for a `--metrics-url` on the same server (`None` elsewhere).
     pub metrics_api_key: Option<String>,
     /// A private CA for HTTPS, PEM.
@@ -240,7 +242,8 @@ impl Session {
         observer: &mut dyn Observer,
     ) -> Result<Session, SessionError> {
         let http = Http::new(&plan.url, plan.api_key.clone(), plan.ca_cert.as_deref())
-            .map_err(UsageError::Invalid)?;
+            .map_err(UsageError::Invalid)?
+            .with_key_env(&plan.api_key_env);
         let mut told = |m: &str| observer.info(m);
         let mut profile = probe::probe(
             &http,
