@@ -7,8 +7,7 @@
 //! server sent is sent by the imitation too. A real server upgrade that changes a field, or
 //! an imitation that drifts, fails here.
 
-mod common;
-mod scripted;
+use crate::scripted;
 
 use std::path::Path;
 

@@ -5,7 +5,7 @@
 //! Tests whose comment quotes issue 10 assert behaviour ctxbench does not have yet (main at
 //! 5d17811): they fail until src/ is fixed. Nothing here is ignored.
 
-mod common;
+use crate::common;
 
 use common::real::{
     busy_prompt, f, has_flag, metric_delta as delta, read_lines, u, Family, RealServer,

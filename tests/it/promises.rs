@@ -1,5 +1,6 @@
-//! docs/promises.md maps every `--help` flag and README promise to the tests that keep it.
-//! This fails when a flag has no row, or a row names a test that does not exist.
+//! docs/promises.md maps every `--help` flag and README promise to the tests that keep it,
+//! each named by its module path. This fails when a flag has no row, or a row names a test
+//! that is not in the file its path names.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -66,30 +67,50 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Names of every `#[test]` function in tests/ and src/.
-fn test_functions() -> Vec<String> {
-    let mut files = Vec::new();
-    rust_files(&root().join("tests"), &mut files);
-    rust_files(&root().join("src"), &mut files);
+/// Names of the `#[test]` functions in one file.
+fn tests_in(file: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(file) else {
+        return Vec::new();
+    };
     let mut names = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).unwrap();
-        let mut after_test = false;
-        for line in text.lines().map(str::trim) {
-            if line.starts_with("#[test]") || line.starts_with("#[tokio::test") {
-                after_test = true;
-            } else if after_test {
-                let rest = line
-                    .strip_prefix("async fn ")
-                    .or_else(|| line.strip_prefix("fn "));
-                if let Some(rest) = rest {
-                    names.push(rest.split('(').next().unwrap().to_owned());
-                    after_test = false;
-                }
+    let mut after_test = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with("#[test]") || line.starts_with("#[tokio::test") {
+            after_test = true;
+        } else if after_test {
+            let rest = line
+                .strip_prefix("async fn ")
+                .or_else(|| line.strip_prefix("fn "));
+            if let Some(rest) = rest {
+                names.push(rest.split('(').next().unwrap().to_owned());
+                after_test = false;
             }
         }
     }
     names
+}
+
+/// The file a test's module path names: `it::m::name` → tests/it/m.rs, `a::b::name` →
+/// src/a/b.rs (or src/a/b/mod.rs, or src/a.rs for a `tests` module inside it).
+fn file_of(path: &str) -> Option<PathBuf> {
+    let (module, _) = path.rsplit_once("::")?;
+    let (base, module) = match module.strip_prefix("it::") {
+        Some(m) => (root().join("tests/it"), m),
+        None => (root().join("src"), module),
+    };
+    let rel = module.replace("::", "/");
+    [format!("{rel}.rs"), format!("{rel}/mod.rs")]
+        .iter()
+        .map(|r| base.join(r))
+        .find(|p| p.is_file())
+}
+
+/// Every `#[test]` function name in tests/ and src/.
+fn test_functions() -> Vec<String> {
+    let mut files = Vec::new();
+    rust_files(&root().join("tests"), &mut files);
+    rust_files(&root().join("src"), &mut files);
+    files.iter().flat_map(|f| tests_in(f)).collect()
 }
 
 #[test]
@@ -107,22 +128,36 @@ fn every_help_flag_has_a_row_in_the_promise_list() {
 }
 
 #[test]
-fn every_row_names_tests_that_exist() {
-    let tests = test_functions();
+fn every_row_names_tests_that_exist_in_the_file_their_path_names() {
     assert!(
-        tests.len() > 100,
+        test_functions().len() > 100,
         "found only {} test functions",
-        tests.len()
+        test_functions().len()
     );
     for (key, names) in rows() {
         assert!(!names.is_empty(), "{key}: no test named");
         for n in names {
+            let file = file_of(&n).unwrap_or_else(|| {
+                panic!("{key}: `{n}` names no file (`it::module::test` or `src_module::test`)")
+            });
+            let test = n.rsplit("::").next().unwrap_or_default();
             assert!(
-                tests.contains(&n),
-                "{key}: `{n}` is not a test function in tests/ or src/"
+                tests_in(&file).iter().any(|t| t == test),
+                "{key}: `{test}` is not a test function in {}",
+                file.display()
             );
         }
     }
+}
+
+#[test]
+fn a_module_path_names_its_file() {
+    // Guards the check above against a reader that resolves nothing (and so misses nothing).
+    let f = file_of("it::promises::a_module_path_names_its_file").expect("this file");
+    assert!(tests_in(&f).contains(&"a_module_path_names_its_file".to_owned()));
+    assert!(file_of("sample::x").is_some_and(|p| p.ends_with("src/sample.rs")));
+    assert!(file_of("client::openai::x").is_some_and(|p| p.ends_with("src/client/openai.rs")));
+    assert!(file_of("it::no_such_module::x").is_none());
 }
 
 #[test]

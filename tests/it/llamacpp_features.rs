@@ -1,6 +1,6 @@
 //! Speculative statistics and slot-erase flush against the real reference llama-server.
 
-mod common;
+use crate::common;
 
 use common::{ref_paths, serial, sweep, RefServer};
 use ctxbench::record::Status;

@@ -5,7 +5,7 @@
 //! counts BOS plus one token per word of a text prompt, BOS plus the ids of a token-id one,
 //! and streams one token per event.
 
-mod common;
+use crate::common;
 
 use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};

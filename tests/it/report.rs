@@ -1,7 +1,7 @@
 //! `report` and `compare` on results files from real sweeps against the reference
 //! llama-server, and the HTML report rendered by a real browser (headless Chromium).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

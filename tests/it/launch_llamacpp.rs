@@ -2,7 +2,7 @@
 //! start on free ports and answer, stop leaves nothing running, a bad flag fails with the log
 //! tail, dropping the guard or killing the parent process kills the server.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! Issue 6 features against the real reference llama-server: adaptive repetitions, the
 //! dry-run plan, sweep efficiency; and the loopback overhead benchmark.
 
-mod common;
+use crate::common;
 
 use common::{run, serial, sweep, RefServer};
 

@@ -5,7 +5,7 @@
 //! tokens, whose first chunk carries only the role (sent at once), whose content chunks come
 //! after a pause, and whose stream carries no usage (like llama-cpp-python).
 
-mod common;
+use crate::common;
 
 use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};

@@ -2,7 +2,7 @@
 //! continuous batching, requests that wait for a slot, a window too short to time, and
 //! resume in the middle of a grid.
 
-mod common;
+use crate::common;
 
 use common::{argv, run, serial, sweep, RefServer};
 use ctxbench::record::{read_results, Flag, Sample, Status};

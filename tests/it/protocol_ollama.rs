@@ -3,8 +3,8 @@
 //! raw text, NDJSON lines, nanosecond durations, no tokenizer) and, as Ollama is reported to do
 //! (ollama/ollama#10368, #17427), silently cuts an over-long prompt to `num_ctx`.
 
-mod common;
-mod scripted;
+use crate::common;
+use crate::scripted;
 
 use common::sweep;
 use ctxbench::record::Status;

@@ -2,7 +2,7 @@
 //! llama-server (docs/promises.md lists them). Kept cheap: 1k–2k contexts, 1–3 reps,
 //! 4–8 output tokens.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -3,8 +3,8 @@
 //! cached tokens only with --enable-prompt-tokens-details, /reset_prefix_cache only in dev
 //! mode, vllm:* counters including spec_decode_*).
 
-mod common;
-mod scripted;
+use crate::common;
+use crate::scripted;
 
 use common::{argv, sweep};
 use ctxbench::record::Status;

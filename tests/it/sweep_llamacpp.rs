@@ -1,6 +1,6 @@
 //! The core sweep against the real reference llama-server.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::io::Write;

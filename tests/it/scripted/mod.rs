@@ -1,6 +1,6 @@
 //! Scripted in-process servers for what no real server here can show (busy refusals, flags a
 //! test must switch, TGI and Ollama). SGLang and vLLM are checked against recorded real
-//! exchanges by tests/scripted_fidelity.rs. Each
+//! exchanges by tests/it/scripted_fidelity.rs. Each
 //! follows its server's documented API field by field: endpoints, streaming shapes (SGLang cumulative
 //! `text`/`output_ids` with `meta_info`; vLLM OpenAI chunks then a `choices: []` usage chunk),
 //! units (SGLang seconds), error shapes, and optional fields that go missing without the

@@ -1,6 +1,6 @@
 //! `--backend openai` text prompts against the REAL llama-cpp-python server (PyPI
 //! `llama-cpp-python[server]`, the reference GGUF model), started by
-//! `scripts/reference-server llama-cpp-python start --port N` (tests/common/real.rs;
+//! `scripts/reference-server llama-cpp-python start --port N` (tests/it/common/real.rs;
 //! `CTXBENCH_REAL_SERVER_SCRIPT` overrides the script's path). The server refuses token-id prompts, has only
 //! `/extras/tokenize`, sends no usage in streams, no cached-token count, and silently reuses
 //! the previous request's prompt prefix. With `--verbose true` it logs, per request,
@@ -10,7 +10,7 @@
 //!
 //! Run with `cargo test --features real-servers --test real_openai_text -- --nocapture`.
 
-mod common;
+use crate::common;
 
 use common::real::{Family, RealServer};
 use common::{argv, sweep};

@@ -1,7 +1,7 @@
 //! Bad responses, injected by a scripted llama.cpp-shaped server: each must become a named
 //! error in a failed sample or a flagged sample — never a panic, never a silently wrong number.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

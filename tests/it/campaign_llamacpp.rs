@@ -2,7 +2,7 @@
 //! ctxbench starts every variant itself, records its command line, compares with the run as
 //! the unit, and leaves no server behind however it ends.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

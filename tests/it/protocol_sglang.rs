@@ -2,8 +2,8 @@
 //! that follows SGLang's documented API (native /generate, cumulative streaming, meta_info in seconds,
 //! /server_info, /flush_cache, sglang:* metrics).
 
-mod common;
-mod scripted;
+use crate::common;
+use crate::scripted;
 
 use common::{argv, sweep};
 use ctxbench::record::Status;

@@ -2,8 +2,8 @@
 //! follows TGI's documented API (/info, /tokenize with char offsets and no detokenize,
 //! /generate_stream without [DONE], 422 validation errors, no temperature 0, no ignore_eos).
 
-mod common;
-mod scripted;
+use crate::common;
+use crate::scripted;
 
 use common::sweep;
 use ctxbench::record::Status;

@@ -3,7 +3,7 @@
 //! retrieve, which the tiny random model cannot: that one test uses a scripted server
 //! (`scripted_*`) that answers with the value its prompt holds.
 
-mod common;
+use crate::common;
 
 use std::io::{BufReader, Write};
 use std::net::TcpListener;

@@ -9,7 +9,7 @@
 //! behind an in-test gateway that hides every tokenizer path (a proxy or hosted API),
 //! calibrated against its `usage.prompt_tokens` within the stated tolerance.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -1,6 +1,6 @@
 //! Command-line behaviour that needs no server.
 
-mod common;
+use crate::common;
 
 use common::{run, sweep, unreachable_url};
 

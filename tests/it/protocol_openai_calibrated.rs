@@ -9,7 +9,7 @@
 //! different requests do not finish together. It logs, for every text-prompt request, when
 //! it arrived and when its answer ended.
 
-mod common;
+use crate::common;
 
 use std::io::{BufReader, Write};
 use std::net::{TcpListener, TcpStream};

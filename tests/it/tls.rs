@@ -1,7 +1,7 @@
 //! HTTPS with rustls: a local TLS proxy with a self-signed certificate in front of the real
 //! reference llama-server. Trusted with --ca-cert, refused (with a clear message) without.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

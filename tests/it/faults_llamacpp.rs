@@ -1,7 +1,7 @@
 //! Faults against the real reference llama-server: a server killed mid-prefill, a stalled
 //! (SIGSTOPped) server, Ctrl-C, and API keys. Nothing measured may be lost.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};

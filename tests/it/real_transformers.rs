@@ -12,7 +12,7 @@
 //! Issue 19: these fail until the client drops the optional request fields the server refuses
 //! (on the 422) and takes a stream that ends without `[DONE]` as complete.
 
-mod common;
+use crate::common;
 
 use common::real::{has_flag, read_lines, u, Family, Lines, RealServer};
 use common::{argv, sweep};

@@ -14,7 +14,7 @@
 //! accepts as cold a cached count no larger than BOS + nonce, and shows the server's own error
 //! message.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

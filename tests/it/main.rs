@@ -1,0 +1,45 @@
+//! Every integration test in one binary: one link of tokio, reqwest and axum instead of
+//! one per file. Each module is one former test file; `docs/promises.md` names the module of
+//! each test. Tests that drive a server through the reference llama-server or a scripted
+//! one run in `cargo test`; the `real_*` modules need the `real-servers` feature and the
+//! servers `scripts/test-real-servers` sets up.
+
+mod common;
+mod scripted;
+
+mod campaign_llamacpp;
+mod capacity_llamacpp;
+mod cli;
+mod efficiency;
+mod faults_llamacpp;
+mod faults_scripted;
+mod golden;
+mod integrity_llamacpp;
+mod launch_llamacpp;
+mod llamacpp_features;
+mod promises;
+mod promises_llamacpp;
+mod protocol_ollama;
+mod protocol_openai_calibrated;
+mod protocol_openai_chat;
+mod protocol_openai_strict;
+mod protocol_sglang;
+mod protocol_tgi;
+mod protocol_vllm;
+mod report;
+mod scripted_fidelity;
+mod sweep_llamacpp;
+mod tls;
+
+#[cfg(feature = "real-servers")]
+mod real_litellm;
+#[cfg(feature = "real-servers")]
+mod real_llama_cpp_python;
+#[cfg(feature = "real-servers")]
+mod real_openai_text;
+#[cfg(feature = "real-servers")]
+mod real_sglang;
+#[cfg(feature = "real-servers")]
+mod real_transformers;
+#[cfg(feature = "real-servers")]
+mod real_vllm;
