@@ -36,7 +36,7 @@ pub struct RunReport {
     pub run_id: String,
     /// When the run started.
     pub started_at: String,
-    /// ctxbench version that measured it.
+    /// ctxbench version that measured it, with its commit when recorded: `0.1.0 (abc1234)`.
     pub ctxbench_version: String,
     /// The client machine.
     pub host: Host,
@@ -216,7 +216,10 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         path: path.to_owned(),
         run_id: h.run_id.clone(),
         started_at: h.started_at.clone(),
-        ctxbench_version: h.ctxbench_version.clone(),
+        ctxbench_version: match &h.ctxbench_commit {
+            Some(c) => format!("{} ({c})", h.ctxbench_version),
+            None => h.ctxbench_version.clone(),
+        },
         host: h.host.clone(),
         config: h.config.clone(),
         server: h.server.clone(),

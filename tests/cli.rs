@@ -548,3 +548,89 @@ fn a_corpus_without_text_is_a_usage_error_before_any_request() {
         assert!(!stderr.contains("cannot connect"), "{stderr}");
     }
 }
+
+/// `abc1234` or `abc1234-dirty`: a short git commit, as build.rs records it.
+fn commit_looking(token: &str) -> bool {
+    let hex = token.strip_suffix("-dirty").unwrap_or(token);
+    hex.len() >= 7 && hex.chars().all(|c| c.is_ascii_hexdigit())
+}
+
+#[test]
+fn version_says_the_version_and_the_commit_it_was_built_from() {
+    let (code, stdout, stderr) = run(&["--version"]);
+    assert_eq!(code, 0, "{stderr}");
+    let line = stdout.trim();
+    let commit = line
+        .strip_prefix(&format!("ctxbench {} (", env!("CARGO_PKG_VERSION")))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("not 'ctxbench VERSION (COMMIT)': {line}"));
+    assert!(commit_looking(commit), "{commit} in {line}");
+    assert_eq!(commit, ctxbench::COMMIT);
+    // The tests run in a git checkout: the commit must be its HEAD's.
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("git");
+    let head = String::from_utf8_lossy(&head.stdout);
+    assert!(
+        head.starts_with(commit.trim_end_matches("-dirty")),
+        "{commit} is not HEAD {head}"
+    );
+    assert!(!commit_looking("unknown") && commit_looking("8b42e1c-dirty"));
+}
+
+#[test]
+fn completion_scripts_for_bash_zsh_and_fish_come_from_the_command_definition() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, stdout, stderr) = run(&["completions", shell]);
+        assert_eq!(code, 0, "{shell}: {stderr}");
+        // Every shell's script knows the subcommands and sweep's flags.
+        for word in ["sweep", "compare", "contexts", "output-tokens"] {
+            assert!(stdout.contains(word), "{shell} script lacks {word}");
+        }
+    }
+    let (_, bash, _) = run(&["completions", "bash"]);
+    assert!(
+        bash.contains("--contexts") && bash.contains("complete "),
+        "{bash}"
+    );
+    let stderr = usage_error(&["completions", "tcsh"]);
+    assert!(stderr.contains("tcsh"), "{stderr}");
+}
+
+#[test]
+fn man_pages_are_written_for_ctxbench_and_each_subcommand() {
+    let (code, page, stderr) = run(&["man", "sweep"]);
+    assert_eq!(code, 0, "{stderr}");
+    // roff escapes every '-' as '\-'.
+    let plain = page.replace("\\-", "-");
+    assert!(page.contains(".TH ctxbench-sweep 1"), "{page}");
+    assert!(plain.contains("--contexts") && plain.contains("--output-tokens"));
+    assert!(plain.contains(&format!("ctxbench {}", ctxbench::VERSION)));
+
+    let (code, top, _) = run(&["man"]);
+    assert_eq!(code, 0);
+    assert!(top.contains(".TH ctxbench 1") && top.contains("sweep"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let into = dir.path().join("man1");
+    let (code, _, stderr) = run(&["man", "--dir", into.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    for name in [
+        "ctxbench",
+        "ctxbench-sweep",
+        "ctxbench-report",
+        "ctxbench-compare",
+    ] {
+        let text = std::fs::read_to_string(into.join(format!("{name}.1")))
+            .unwrap_or_else(|e| panic!("{name}.1: {e}"));
+        assert!(text.contains(&format!(".TH {name} 1")), "{name}.1: {text}");
+    }
+
+    let stderr = usage_error(&["man", "nope"]);
+    assert!(
+        stderr.contains("nope") && stderr.contains("sweep"),
+        "{stderr}"
+    );
+}

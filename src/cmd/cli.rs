@@ -9,7 +9,7 @@ use ctxbench::client::BackendKind;
 
 /// Benchmark how an LLM inference server's speed changes with context length.
 #[derive(Debug, Parser)]
-#[command(name = "ctxbench", version, about, long_about = None)]
+#[command(name = "ctxbench", version = ctxbench::VERSION, about, long_about = None)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -31,6 +31,41 @@ pub enum Command {
     /// take the run as the unit; `--fail-if-slower` gates CI.
     #[command(after_help = COMPARE_EXAMPLES)]
     Compare(CompareArgs),
+    /// Print a shell completion script to standard output.
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
+    Completions(CompletionsArgs),
+    /// Print a man page (ctxbench's, or one subcommand's), or write them all with --dir.
+    #[command(after_help = MAN_EXAMPLES)]
+    Man(ManArgs),
+}
+
+const COMPLETIONS_EXAMPLES: &str = "Examples:
+  ctxbench completions bash > ~/.local/share/bash-completion/completions/ctxbench
+  ctxbench completions zsh > ~/.zfunc/_ctxbench      # with fpath+=~/.zfunc before compinit
+  ctxbench completions fish > ~/.config/fish/completions/ctxbench.fish";
+
+const MAN_EXAMPLES: &str = "Examples:
+  ctxbench man sweep | man -l -
+  ctxbench man --dir ~/.local/share/man/man1          # ctxbench.1, ctxbench-sweep.1, ...";
+
+/// Options of `ctxbench completions`.
+#[derive(Debug, Args, Clone)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// Options of `ctxbench man`.
+#[derive(Debug, Args, Clone)]
+pub struct ManArgs {
+    /// The subcommand whose page to print (`sweep`, `report`, ...) [default: ctxbench's own].
+    #[arg(value_name = "SUBCOMMAND", conflicts_with = "dir")]
+    pub subcommand: Option<String>,
+
+    /// Write every page (`ctxbench.1`, `ctxbench-<subcommand>.1`) into this folder instead.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 const REPORT_EXAMPLES: &str = "Examples:

@@ -143,6 +143,7 @@ mod tests {
             schema: SCHEMA_VERSION,
             run_id: "r".into(),
             ctxbench_version: "0".into(),
+            ctxbench_commit: None,
             started_at: "t".into(),
             host: Host::current(),
             config: RunConfig {

@@ -409,6 +409,7 @@ impl Session {
             schema: SCHEMA_VERSION,
             run_id: run_id.to_owned(),
             ctxbench_version: env!("CARGO_PKG_VERSION").into(),
+            ctxbench_commit: Some(crate::COMMIT.into()),
             started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             host: Host::current(),
             config: run_config(&self.plan, &self.profile, p),
