@@ -20,6 +20,7 @@ pub mod launch;
 pub mod metrics;
 pub mod needle;
 pub mod plan;
+pub mod price;
 pub mod probe;
 pub mod prompt;
 pub mod record;

@@ -68,6 +68,9 @@ pub struct RunReport {
     /// the points and fits above are then its lowest concurrency level's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capacity: Option<crate::capacity::CapacityMap>,
+    /// The price of a token at each context length (`--price-per-hour`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<crate::price::CostTable>,
 }
 
 /// Acceptance length at one context length.
@@ -233,6 +236,7 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         warnings,
         needle,
         capacity,
+        cost: None,
     }
 }
 
@@ -540,6 +544,16 @@ pub fn labels(paths: &[PathBuf]) -> Vec<String> {
             }
         })
         .collect()
+}
+
+impl Report {
+    /// Adds the price of a token to every run, for a server costing `price_per_hour` USD.
+    pub fn with_price(mut self, price_per_hour: Option<f64>) -> Self {
+        for run in &mut self.runs {
+            run.cost = price_per_hour.map(|p| crate::price::costs(&run.points, p));
+        }
+        self
+    }
 }
 
 /// Builds the report of several results files.

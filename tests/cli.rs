@@ -634,3 +634,63 @@ fn man_pages_are_written_for_ctxbench_and_each_subcommand() {
         "{stderr}"
     );
 }
+
+#[test]
+fn price_per_hour_gives_the_cost_per_million_input_and_output_tokens_at_each_context() {
+    let golden = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/golden/sweep.jsonl"
+    );
+    let (code, json, stderr) = run(&[
+        "report",
+        golden,
+        "--format",
+        "json",
+        "--price-per-hour",
+        "3.6",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let run0 = &v["runs"][0];
+    let costs = run0["cost"]["points"].as_array().expect("cost points");
+    let points = run0["points"].as_array().unwrap();
+    assert_eq!(costs.len(), points.len());
+    assert!(!costs.is_empty());
+    for (c, p) in costs.iter().zip(points) {
+        let ctx = p["context_tokens"].as_f64().unwrap();
+        let ttft_s = p["ttft_ms"]["median"].as_f64().unwrap() / 1000.0;
+        let decode = p["decode_tokens_per_s"]["median"].as_f64().unwrap();
+        // $3.60/hour is $0.001 per second.
+        let input = 0.001 * ttft_s / ctx * 1e6;
+        let output = 0.001 / decode * 1e6;
+        let got_in = c["usd_per_m_input"].as_f64().unwrap();
+        let got_out = c["usd_per_m_output"].as_f64().unwrap();
+        assert!((got_in - input).abs() < 1e-9 * input, "{got_in} vs {input}");
+        assert!(
+            (got_out - output).abs() < 1e-9 * output,
+            "{got_out} vs {output}"
+        );
+    }
+
+    let (code, table, _) = run(&["report", golden, "--price-per-hour", "$3.60"]);
+    assert_eq!(code, 0);
+    let title = table
+        .lines()
+        .find(|l| l.starts_with("price of a token at $3.60/hour"))
+        .unwrap_or_else(|| panic!("no cost table: {table}"));
+    assert!(
+        title.contains("TTFT") && title.contains("decode tok/s"),
+        "how it is computed: {title}"
+    );
+    assert!(table.contains("USD / M input tokens"));
+    let (_, md, _) = run(&["report", golden, "--format", "md", "--price-per-hour", "2"]);
+    assert!(md.contains("### Price of a token") && md.contains("| USD / M output tokens |"));
+    // Without the flag, no price.
+    let (_, plain, _) = run(&["report", golden]);
+    assert!(!plain.contains("price of a token"));
+
+    for bad in ["0", "-1", "abc", "inf"] {
+        let stderr = usage_error(&["report", golden, &format!("--price-per-hour={bad}")]);
+        assert!(stderr.contains("price"), "{bad}: {stderr}");
+    }
+}

@@ -111,7 +111,7 @@ fn corpus_path_reads_a_file_and_every_file_of_a_folder() {
 }
 
 #[test]
-fn the_results_header_and_report_name_the_version_and_commit_that_measured() {
+fn the_results_header_and_report_name_the_version_and_commit_that_measured_and_price_tokens() {
     let _g = serial();
     let srv = RefServer::start(4096, &[]);
     let swept = sweep(

@@ -104,6 +104,22 @@ pub struct ReportArgs {
     /// Also write SVG plots into this folder.
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,
+
+    /// What the server costs, USD per hour: adds the price per million input tokens (cold
+    /// prefill, from the median TTFT) and output tokens (from the median decode rate) at
+    /// each context length, one request at a time.
+    #[arg(long, value_name = "USD", value_parser = positive_price)]
+    pub price_per_hour: Option<f64>,
+}
+
+/// A price per hour: a positive, finite number of dollars (`2.5`, `$2.50`).
+fn positive_price(s: &str) -> Result<f64, String> {
+    match s.trim_start_matches('$').parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!(
+            "'{s}' is not a positive price in USD per hour, e.g. 2.50"
+        )),
+    }
 }
 
 /// Options of `ctxbench compare`.
@@ -468,6 +484,11 @@ pub struct SweepArgs {
     /// Only warnings and the final table.
     #[arg(long, short)]
     pub quiet: bool,
+
+    /// What the server costs, USD per hour: the end report adds the price per million
+    /// input and output tokens at each context length (as `ctxbench report` does).
+    #[arg(long, value_name = "USD", value_parser = positive_price)]
+    pub price_per_hour: Option<f64>,
 }
 
 /// How a sample is timed.

@@ -68,6 +68,8 @@ pub struct SweepPlan {
     pub managed_cmd: Option<String>,
     /// Only warnings and the summary on the terminal.
     pub quiet: bool,
+    /// `--price-per-hour`: the end report adds the price of a token (USD per hour).
+    pub price_per_hour: Option<f64>,
     /// The points, sorted; `None`: the default ladder from the server's limit.
     pub contexts: Option<Vec<u64>>,
     /// The text prompts are cut from.
