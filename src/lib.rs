@@ -20,6 +20,7 @@ pub mod launch;
 pub mod metrics;
 pub mod needle;
 pub mod plan;
+pub mod price;
 pub mod probe;
 pub mod prompt;
 pub mod record;
@@ -29,3 +30,15 @@ pub mod sample;
 pub mod session;
 pub mod stats;
 pub mod units;
+
+/// The git commit ctxbench was built from (`abc1234`, `abc1234-dirty`, or `unknown` outside
+/// a git checkout), set by build.rs.
+pub const COMMIT: &str = env!("CTXBENCH_COMMIT");
+
+/// What `ctxbench --version` prints after the name: `0.1.0 (abc1234)`.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("CTXBENCH_COMMIT"),
+    ")"
+);

@@ -65,6 +65,8 @@ fn main() -> ExitCode {
             Command::Overhead(args) => cmd::overhead::run(args).await.map(|()| Ending::Complete),
             Command::Report(args) => cmd::report::run(&args).map(|()| Ending::Complete),
             Command::Compare(args) => cmd::compare::run(&args),
+            Command::Completions(args) => cmd::shell::completions(&args).map(|()| Ending::Complete),
+            Command::Man(args) => cmd::shell::man(&args).map(|()| Ending::Complete),
         }
     });
     match result {

@@ -424,6 +424,10 @@ pub struct RunHeader {
     pub run_id: String,
     /// ctxbench's version.
     pub ctxbench_version: String,
+    /// The git commit ctxbench was built from (`unknown` outside a checkout); absent in
+    /// files written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ctxbench_commit: Option<String>,
     /// RFC 3339 UTC start time.
     pub started_at: String,
     /// The machine ctxbench ran on.
@@ -1269,6 +1273,7 @@ mod tests {
             schema: SCHEMA_VERSION,
             run_id: "r1".into(),
             ctxbench_version: "0".into(),
+            ctxbench_commit: None,
             started_at: "t".into(),
             host: Host::current(),
             config: RunConfig {

@@ -130,6 +130,33 @@ pub fn summary_table(points: &[PointSummary]) -> String {
     text::render(&t, &layout)
 }
 
+/// The price of a token per context length, as a document table.
+pub fn cost_table(c: &crate::price::CostTable) -> Table {
+    let mut t = Table::new([
+        ("context", Align::Left),
+        ("USD / M input tokens", Align::Right),
+        ("USD / M output tokens", Align::Right),
+    ]);
+    let usd = |x: Option<f64>| x.map_or("–".to_owned(), crate::price::usd);
+    for p in &c.points {
+        t.row([
+            fmt_ctx(p.context_tokens),
+            usd(p.usd_per_m_input),
+            usd(p.usd_per_m_output),
+        ]);
+    }
+    t
+}
+
+/// What a cost table is, said above it.
+pub fn cost_title(c: &crate::price::CostTable) -> String {
+    format!(
+        "price of a token at ${}/hour ({})",
+        crate::price::usd(c.price_per_hour),
+        crate::price::METHOD
+    )
+}
+
 /// Per-point speculative medians, or `None` when no sample reported any.
 pub fn spec_table(points: &[PointSummary]) -> Option<String> {
     if points.iter().all(|p| p.spec_accept_length.is_none()) {

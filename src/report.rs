@@ -36,7 +36,7 @@ pub struct RunReport {
     pub run_id: String,
     /// When the run started.
     pub started_at: String,
-    /// ctxbench version that measured it.
+    /// ctxbench version that measured it, with its commit when recorded: `0.1.0 (abc1234)`.
     pub ctxbench_version: String,
     /// The client machine.
     pub host: Host,
@@ -68,6 +68,9 @@ pub struct RunReport {
     /// the points and fits above are then its lowest concurrency level's.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub capacity: Option<crate::capacity::CapacityMap>,
+    /// The price of a token at each context length (`--price-per-hour`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<crate::price::CostTable>,
 }
 
 /// Acceptance length at one context length.
@@ -216,7 +219,10 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         path: path.to_owned(),
         run_id: h.run_id.clone(),
         started_at: h.started_at.clone(),
-        ctxbench_version: h.ctxbench_version.clone(),
+        ctxbench_version: match &h.ctxbench_commit {
+            Some(c) => format!("{} ({c})", h.ctxbench_version),
+            None => h.ctxbench_version.clone(),
+        },
         host: h.host.clone(),
         config: h.config.clone(),
         server: h.server.clone(),
@@ -230,6 +236,7 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         warnings,
         needle,
         capacity,
+        cost: None,
     }
 }
 
@@ -537,6 +544,16 @@ pub fn labels(paths: &[PathBuf]) -> Vec<String> {
             }
         })
         .collect()
+}
+
+impl Report {
+    /// Adds the price of a token to every run, for a server costing `price_per_hour` USD.
+    pub fn with_price(mut self, price_per_hour: Option<f64>) -> Self {
+        for run in &mut self.runs {
+            run.cost = price_per_hour.map(|p| crate::price::costs(&run.points, p));
+        }
+        self
+    }
 }
 
 /// Builds the report of several results files.

@@ -9,7 +9,7 @@ use ctxbench::client::BackendKind;
 
 /// Benchmark how an LLM inference server's speed changes with context length.
 #[derive(Debug, Parser)]
-#[command(name = "ctxbench", version, about, long_about = None)]
+#[command(name = "ctxbench", version = ctxbench::VERSION, about, long_about = None)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -31,6 +31,41 @@ pub enum Command {
     /// take the run as the unit; `--fail-if-slower` gates CI.
     #[command(after_help = COMPARE_EXAMPLES)]
     Compare(CompareArgs),
+    /// Print a shell completion script to standard output.
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
+    Completions(CompletionsArgs),
+    /// Print a man page (ctxbench's, or one subcommand's), or write them all with --dir.
+    #[command(after_help = MAN_EXAMPLES)]
+    Man(ManArgs),
+}
+
+const COMPLETIONS_EXAMPLES: &str = "Examples:
+  ctxbench completions bash > ~/.local/share/bash-completion/completions/ctxbench
+  ctxbench completions zsh > ~/.zfunc/_ctxbench      # with fpath+=~/.zfunc before compinit
+  ctxbench completions fish > ~/.config/fish/completions/ctxbench.fish";
+
+const MAN_EXAMPLES: &str = "Examples:
+  ctxbench man sweep | man -l -
+  ctxbench man --dir ~/.local/share/man/man1          # ctxbench.1, ctxbench-sweep.1, ...";
+
+/// Options of `ctxbench completions`.
+#[derive(Debug, Args, Clone)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// Options of `ctxbench man`.
+#[derive(Debug, Args, Clone)]
+pub struct ManArgs {
+    /// The subcommand whose page to print (`sweep`, `report`, ...) [default: ctxbench's own].
+    #[arg(value_name = "SUBCOMMAND", conflicts_with = "dir")]
+    pub subcommand: Option<String>,
+
+    /// Write every page (`ctxbench.1`, `ctxbench-<subcommand>.1`) into this folder instead.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 const REPORT_EXAMPLES: &str = "Examples:
@@ -69,6 +104,22 @@ pub struct ReportArgs {
     /// Also write SVG plots into this folder.
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,
+
+    /// What the server costs, USD per hour: adds the price per million input tokens (cold
+    /// prefill, from the median TTFT) and output tokens (from the median decode rate) at
+    /// each context length, one request at a time.
+    #[arg(long, value_name = "USD", value_parser = positive_price)]
+    pub price_per_hour: Option<f64>,
+}
+
+/// A price per hour: a positive, finite number of dollars (`2.5`, `$2.50`).
+fn positive_price(s: &str) -> Result<f64, String> {
+    match s.trim_start_matches('$').parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!(
+            "'{s}' is not a positive price in USD per hour, e.g. 2.50"
+        )),
+    }
 }
 
 /// Options of `ctxbench compare`.
@@ -433,6 +484,11 @@ pub struct SweepArgs {
     /// Only warnings and the final table.
     #[arg(long, short)]
     pub quiet: bool,
+
+    /// What the server costs, USD per hour: the end report adds the price per million
+    /// input and output tokens at each context length (as `ctxbench report` does).
+    #[arg(long, value_name = "USD", value_parser = positive_price)]
+    pub price_per_hour: Option<f64>,
 }
 
 /// How a sample is timed.

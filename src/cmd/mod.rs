@@ -8,6 +8,7 @@ pub mod dryrun;
 pub mod overhead;
 pub mod progress;
 pub mod report;
+pub mod shell;
 pub mod sweep;
 pub mod sweep_options;
 

@@ -75,7 +75,7 @@ pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
 /// `ctxbench report`.
 pub fn run(args: &ReportArgs) -> Result<()> {
     let loaded = load(&args.files)?;
-    let report = build(&loaded);
+    let report = build(&loaded).with_price(args.price_per_hour);
     let text = render::renderer(args.format).report(&report)?;
     match &args.out {
         Some(p) => write_creating_folders(p, text.as_bytes())?,
@@ -143,6 +143,7 @@ mod tests {
             schema: SCHEMA_VERSION,
             run_id: "r".into(),
             ctxbench_version: "0".into(),
+            ctxbench_commit: None,
             started_at: "t".into(),
             host: Host::current(),
             config: RunConfig {

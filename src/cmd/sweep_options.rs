@@ -56,6 +56,7 @@ pub fn plan(args: &SweepArgs) -> Result<SweepPlan, UsageError> {
         label: args.label.clone(),
         managed_cmd: args.managed_cmd.clone(),
         quiet: args.quiet,
+        price_per_hour: args.price_per_hour,
         output_tokens: o.output_tokens(args),
         contexts: o.contexts,
         corpus: o.corpus,

@@ -107,6 +107,11 @@ fn run_blocks(run: &RunReport, target: Target) -> Vec<Block> {
     if !run.acceptance.is_empty() {
         b.push(Block::Table(acceptance_table(run)));
     }
+    if let Some(c) = &run.cost {
+        b.push(Block::Heading(3, "Price of a token".into()));
+        b.push(Block::Paragraph(super::cost_title(c).into(), Para::Note));
+        b.push(Block::Table(super::cost_table(c)));
+    }
     b.extend(fits(run, target));
     b
 }

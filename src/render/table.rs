@@ -192,6 +192,18 @@ pub fn details(run: &RunReport) -> String {
             "needle retrieval (value found / answered, per depth; not in the speed numbers):\n{t}"
         );
     }
+    if let Some(c) = &run.cost {
+        let layout = Layout {
+            indent: "  ",
+            ..Default::default()
+        };
+        let _ = write!(
+            out,
+            "{}:\n{}",
+            super::cost_title(c),
+            text::render(&super::cost_table(c), &layout)
+        );
+    }
     if let Some(m) = &run.capacity {
         let _ = writeln!(
             out,

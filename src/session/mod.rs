@@ -70,6 +70,8 @@ pub struct SweepPlan {
     pub managed_cmd: Option<String>,
     /// Only warnings and the summary on the terminal.
     pub quiet: bool,
+    /// `--price-per-hour`: the end report adds the price of a token (USD per hour).
+    pub price_per_hour: Option<f64>,
     /// The points, sorted; `None`: the default ladder from the server's limit.
     pub contexts: Option<Vec<u64>>,
     /// The text prompts are cut from.
@@ -412,6 +414,7 @@ impl Session {
             schema: SCHEMA_VERSION,
             run_id: run_id.to_owned(),
             ctxbench_version: env!("CARGO_PKG_VERSION").into(),
+            ctxbench_commit: Some(crate::COMMIT.into()),
             started_at: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             host: Host::current(),
             config: run_config(&self.plan, &self.profile, p),

@@ -548,3 +548,149 @@ fn a_corpus_without_text_is_a_usage_error_before_any_request() {
         assert!(!stderr.contains("cannot connect"), "{stderr}");
     }
 }
+
+/// `abc1234` or `abc1234-dirty`: a short git commit, as build.rs records it.
+fn commit_looking(token: &str) -> bool {
+    let hex = token.strip_suffix("-dirty").unwrap_or(token);
+    hex.len() >= 7 && hex.chars().all(|c| c.is_ascii_hexdigit())
+}
+
+#[test]
+fn version_says_the_version_and_the_commit_it_was_built_from() {
+    let (code, stdout, stderr) = run(&["--version"]);
+    assert_eq!(code, 0, "{stderr}");
+    let line = stdout.trim();
+    let commit = line
+        .strip_prefix(&format!("ctxbench {} (", env!("CARGO_PKG_VERSION")))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("not 'ctxbench VERSION (COMMIT)': {line}"));
+    assert!(commit_looking(commit), "{commit} in {line}");
+    assert_eq!(commit, ctxbench::COMMIT);
+    // The tests run in a git checkout: the commit must be its HEAD's.
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("git");
+    let head = String::from_utf8_lossy(&head.stdout);
+    assert!(
+        head.starts_with(commit.trim_end_matches("-dirty")),
+        "{commit} is not HEAD {head}"
+    );
+    assert!(!commit_looking("unknown") && commit_looking("8b42e1c-dirty"));
+}
+
+#[test]
+fn completion_scripts_for_bash_zsh_and_fish_come_from_the_command_definition() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, stdout, stderr) = run(&["completions", shell]);
+        assert_eq!(code, 0, "{shell}: {stderr}");
+        // Every shell's script knows the subcommands and sweep's flags.
+        for word in ["sweep", "compare", "contexts", "output-tokens"] {
+            assert!(stdout.contains(word), "{shell} script lacks {word}");
+        }
+    }
+    let (_, bash, _) = run(&["completions", "bash"]);
+    assert!(
+        bash.contains("--contexts") && bash.contains("complete "),
+        "{bash}"
+    );
+    let stderr = usage_error(&["completions", "tcsh"]);
+    assert!(stderr.contains("tcsh"), "{stderr}");
+}
+
+#[test]
+fn man_pages_are_written_for_ctxbench_and_each_subcommand() {
+    let (code, page, stderr) = run(&["man", "sweep"]);
+    assert_eq!(code, 0, "{stderr}");
+    // roff escapes every '-' as '\-'.
+    let plain = page.replace("\\-", "-");
+    assert!(page.contains(".TH ctxbench-sweep 1"), "{page}");
+    assert!(plain.contains("--contexts") && plain.contains("--output-tokens"));
+    assert!(plain.contains(&format!("ctxbench {}", ctxbench::VERSION)));
+
+    let (code, top, _) = run(&["man"]);
+    assert_eq!(code, 0);
+    assert!(top.contains(".TH ctxbench 1") && top.contains("sweep"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let into = dir.path().join("man1");
+    let (code, _, stderr) = run(&["man", "--dir", into.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    for name in [
+        "ctxbench",
+        "ctxbench-sweep",
+        "ctxbench-report",
+        "ctxbench-compare",
+    ] {
+        let text = std::fs::read_to_string(into.join(format!("{name}.1")))
+            .unwrap_or_else(|e| panic!("{name}.1: {e}"));
+        assert!(text.contains(&format!(".TH {name} 1")), "{name}.1: {text}");
+    }
+
+    let stderr = usage_error(&["man", "nope"]);
+    assert!(
+        stderr.contains("nope") && stderr.contains("sweep"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn price_per_hour_gives_the_cost_per_million_input_and_output_tokens_at_each_context() {
+    let golden = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/golden/sweep.jsonl"
+    );
+    let (code, json, stderr) = run(&[
+        "report",
+        golden,
+        "--format",
+        "json",
+        "--price-per-hour",
+        "3.6",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let run0 = &v["runs"][0];
+    let costs = run0["cost"]["points"].as_array().expect("cost points");
+    let points = run0["points"].as_array().unwrap();
+    assert_eq!(costs.len(), points.len());
+    assert!(!costs.is_empty());
+    for (c, p) in costs.iter().zip(points) {
+        let ctx = p["context_tokens"].as_f64().unwrap();
+        let ttft_s = p["ttft_ms"]["median"].as_f64().unwrap() / 1000.0;
+        let decode = p["decode_tokens_per_s"]["median"].as_f64().unwrap();
+        // $3.60/hour is $0.001 per second.
+        let input = 0.001 * ttft_s / ctx * 1e6;
+        let output = 0.001 / decode * 1e6;
+        let got_in = c["usd_per_m_input"].as_f64().unwrap();
+        let got_out = c["usd_per_m_output"].as_f64().unwrap();
+        assert!((got_in - input).abs() < 1e-9 * input, "{got_in} vs {input}");
+        assert!(
+            (got_out - output).abs() < 1e-9 * output,
+            "{got_out} vs {output}"
+        );
+    }
+
+    let (code, table, _) = run(&["report", golden, "--price-per-hour", "$3.60"]);
+    assert_eq!(code, 0);
+    let title = table
+        .lines()
+        .find(|l| l.starts_with("price of a token at $3.60/hour"))
+        .unwrap_or_else(|| panic!("no cost table: {table}"));
+    assert!(
+        title.contains("TTFT") && title.contains("decode tok/s"),
+        "how it is computed: {title}"
+    );
+    assert!(table.contains("USD / M input tokens"));
+    let (_, md, _) = run(&["report", golden, "--format", "md", "--price-per-hour", "2"]);
+    assert!(md.contains("### Price of a token") && md.contains("| USD / M output tokens |"));
+    // Without the flag, no price.
+    let (_, plain, _) = run(&["report", golden]);
+    assert!(!plain.contains("price of a token"));
+
+    for bad in ["0", "-1", "abc", "inf"] {
+        let stderr = usage_error(&["report", golden, &format!("--price-per-hour={bad}")]);
+        assert!(stderr.contains("price"), "{bad}: {stderr}");
+    }
+}

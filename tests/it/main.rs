@@ -30,6 +30,7 @@ mod report;
 mod scripted_fidelity;
 mod sweep_llamacpp;
 mod tls;
+mod wheel;
 
 #[cfg(feature = "real-servers")]
 mod real_litellm;

@@ -5,7 +5,32 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const COMMANDS: &[&str] = &["sweep", "report", "compare", "overhead"];
+const COMMANDS: &[&str] = &[
+    "sweep",
+    "report",
+    "compare",
+    "overhead",
+    "completions",
+    "man",
+];
+
+/// Subcommands listed by `ctxbench --help` (without `help` itself).
+fn subcommands() -> Vec<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_ctxbench"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ctxbench --help");
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .map(str::to_owned)
+        .collect()
+}
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -52,7 +77,7 @@ fn rows() -> Vec<(String, Vec<String>)> {
                 .collect();
             (key.trim().trim_matches('`').to_owned(), names)
         })
-        .filter(|(k, _)| k != "Flag" && k != "Promise")
+        .filter(|(k, _)| k != "Flag" && k != "Promise" && k != "Subcommand")
         .collect()
 }
 
@@ -125,6 +150,23 @@ fn every_help_flag_has_a_row_in_the_promise_list() {
         missing.is_empty(),
         "flags in --help with no row in docs/promises.md (add the row and its tests): {missing:?}"
     );
+}
+
+#[test]
+fn every_subcommand_has_a_row_and_its_flags_are_checked() {
+    let keys: Vec<String> = rows().into_iter().map(|(k, _)| k).collect();
+    let subs = subcommands();
+    assert!(subs.contains(&"sweep".to_owned()), "{subs:?}");
+    for sub in subs {
+        assert!(
+            keys.contains(&sub),
+            "subcommand `{sub}` has no row in docs/promises.md"
+        );
+        assert!(
+            COMMANDS.contains(&sub.as_str()),
+            "subcommand `{sub}` missing from COMMANDS, so its flags go unchecked"
+        );
+    }
 }
 
 #[test]

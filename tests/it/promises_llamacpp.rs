@@ -6,7 +6,7 @@ use crate::common;
 
 use std::path::Path;
 
-use common::{ctxbench, run, serial, sweep, sweep_to, RefServer};
+use common::{argv, ctxbench, run, serial, sweep, sweep_to, RefServer};
 use ctxbench::record::{CorpusSpec, Status, StopReason};
 use serde_json::Value;
 
@@ -108,6 +108,31 @@ fn corpus_path_reads_a_file_and_every_file_of_a_folder() {
     ]);
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("missing.txt"), "{stderr}");
+}
+
+#[test]
+fn the_results_header_and_report_name_the_version_and_commit_that_measured_and_price_tokens() {
+    let _g = serial();
+    let srv = RefServer::start(4096, &[]);
+    let swept = sweep(
+        &srv.url(),
+        &argv("--contexts 1k --reps 1 --output-tokens 4"),
+    )
+    .ok();
+    let h = swept.results().header;
+    assert_eq!(h.ctxbench_version, env!("CARGO_PKG_VERSION"));
+    assert_eq!(h.ctxbench_commit.as_deref(), Some(ctxbench::COMMIT));
+    assert_ne!(
+        ctxbench::COMMIT,
+        "unknown",
+        "the tests run in a git checkout"
+    );
+    let (code, report, stderr) = run(&["report", swept.out.to_str().unwrap(), "--format", "md"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        report.contains(&format!("ctxbench {}", ctxbench::VERSION)),
+        "{report}"
+    );
 }
 
 #[test]
