@@ -799,6 +799,8 @@ fn flag_suspected_hit(sample: &mut Sample, same: &[f64], observations: &[Observa
 /// prompt prepared first (see [`Backend::prepare`]), then the flush and metric scrapes
 /// around the measured request. `None` when interrupted. The request is handed back
 /// for decode-at-depth samples.
+// Both methods' sequence (prepare → scrape → flush → send → sample) side by side, so the
+// order that keeps tokenizer traffic and flushes out of the measurement is seen at once.
 async fn measure_cold(
     backend: &dyn Backend,
     builder: &mut PromptBuilder,

@@ -793,6 +793,8 @@ impl EventReader for CompletionsReader {
         self.got.finish_reason.is_some()
     }
 
+    // One event's reading in order (sentinel, errors, choice, token, finish, final record):
+    // each step depends on the ones before, so it reads as one piece.
     fn on_event(&mut self, ev: &StreamEvent) -> Result<EventInfo, ClientError> {
         if let Some(mut done) = super::stream::done_sentinel(ev) {
             // A stream without usage (llama-cpp-python) is complete when `[DONE]` follows
