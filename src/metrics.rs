@@ -7,21 +7,10 @@ use std::collections::BTreeMap;
 
 use prometheus_parse::{Scrape, Value};
 
-/// Counter names (substrings) worth keeping per sample: token counts, cache hits, spec
-/// decoding. Everything else on a busy server's page is noise for one request.
-const KEEP: [&str; 10] = [
-    "prompt_tokens",
-    "generation_tokens",
-    "tokens_predicted",
-    "cached_tokens",
-    "prefix_cache",
-    "spec_decode",
-    "n_decode",
-    "prompt_seconds",
-    "skipped_tokens",
-    // vLLM's preemption counter: without it a wave's preemptions were never seen.
-    "num_preemptions",
-];
+/// Counter names (substrings) any server may use that are worth keeping per sample: token
+/// counts. The families add their own (`MetricsVocabulary::kept`: cache hits, speculative
+/// decoding, preemptions); everything else on a busy server's page is noise for one request.
+pub const GENERIC_KEEP: [&str; 3] = ["prompt_tokens", "generation_tokens", "skipped_tokens"];
 
 /// One scrape: counter series (`name{labels}` → value) and gauge series.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -95,12 +84,13 @@ fn series_key(name: &str, labels: &BTreeMap<String, String>) -> String {
     format!("{name}{{{}}}", l.join(","))
 }
 
-/// Deltas of the counters worth keeping, `after − before`, as a JSON object.
-pub fn deltas(before: &Snapshot, after: &Snapshot) -> BTreeMap<String, f64> {
+/// Deltas of the counters whose names contain one of `keep`, `after − before`, as a JSON
+/// object.
+pub fn deltas(before: &Snapshot, after: &Snapshot, keep: &[&str]) -> BTreeMap<String, f64> {
     after
         .counters
         .iter()
-        .filter(|(k, _)| KEEP.iter().any(|m| k.contains(m)))
+        .filter(|(k, _)| keep.iter().any(|m| k.contains(m)))
         .map(|(k, v)| {
             (
                 k.clone(),
@@ -125,12 +115,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn deltas_keep_the_preemption_counter() {
+    fn deltas_keep_the_counters_asked_for_and_drop_the_rest() {
         let page = |n: u32| {
             format!("# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total{{engine=\"0\"}} {n}.0\n# TYPE vllm:other_total counter\nvllm:other_total 1.0\n")
         };
         let (a, b) = (parse(&page(1)).unwrap(), parse(&page(3)).unwrap());
-        let d = deltas(&a, &b);
+        let d = deltas(&a, &b, &["num_preemptions"]);
         assert_eq!(
             d.get("vllm:num_preemptions_total{engine=\"0\"}"),
             Some(&2.0),

@@ -396,7 +396,7 @@ pub fn count_every_step(mut spec: SpecStats, after_first: Option<u64>) -> SpecSt
 /// Adds Prometheus deltas to a sample; speculative statistics come from them when the
 /// response itself had none (read in the families' `/metrics` vocabularies).
 pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &metrics::Snapshot) {
-    let d = metrics::deltas(before, after);
+    let d = metrics::deltas(before, after, &crate::client::kept_metric_names());
     // Counted verify steps beat derived ones (llama.cpp's timings have none; its newest
     // /metrics do).
     let derived = s

@@ -391,7 +391,7 @@ async fn measure_wave(
         .collect();
     apply_wave(&mut samples, analyse_wave(context, &times), c, wave);
     if let (Some(b), Some(a)) = (before, super::scrape(settings).await) {
-        let d = crate::metrics::deltas(&b, &a);
+        let d = crate::metrics::deltas(&b, &a, &crate::client::kept_metric_names());
         flag_preemptions(&mut samples, &d);
         // The wave's prefix-cache counters: no hit among c prompts proves each cold; a hit
         // cannot be placed, so every request of the wave is contaminated (a false alarm at

@@ -499,6 +499,10 @@ pub struct CapacityFlags {
 /// (`name{labels}` → increase, see `crate::metrics::deltas`). Each reading is `None` when
 /// the deltas carry none of the family's names, so the families can be asked in turn.
 pub trait MetricsVocabulary: Send + Sync {
+    /// Substrings of the counter names its readings use, kept in each sample's deltas.
+    fn kept(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// The server's prefix-cache counters: (tokens served from the cache, tokens looked up).
     /// Other traffic on the server counts too, so a hit is at worst a false alarm.
     fn cache_evidence(&self, _d: &BTreeMap<String, f64>) -> Option<(f64, f64)> {

@@ -340,6 +340,15 @@ impl super::Family for Family {
 pub struct Metrics;
 
 impl MetricsVocabulary for Metrics {
+    fn kept(&self) -> &'static [&'static str] {
+        &[
+            "tokens_predicted",
+            "n_decode",
+            "prompt_seconds",
+            "spec_decode",
+        ]
+    }
+
     /// Recent builds count verify steps under vLLM's `spec_decode_*` names, which beat the
     /// steps derived from `timings`.
     fn spec(&self, d: &std::collections::BTreeMap<String, f64>) -> Option<Option<SpecStats>> {

@@ -63,6 +63,22 @@ pub fn family_of_server(server_kind: &str) -> Option<&'static dyn Family> {
 /// cache counters before SGLang's, its `spec_decode_*` before llama.cpp's copy of them),
 /// then detection order. A page carries one server's names, so the order only settles a
 /// page that mixes two.
+/// The counter names (substrings) kept in a sample's `/metrics` deltas: the generic token
+/// counts and every family's own.
+pub fn kept_metric_names() -> Vec<&'static str> {
+    let mut v = crate::metrics::GENERIC_KEEP.to_vec();
+    for m in metrics_vocabularies() {
+        v.extend(
+            m.kept()
+                .iter()
+                .filter(|k| !v.contains(k))
+                .collect::<Vec<_>>(),
+        );
+    }
+    v
+}
+
+/// Every family's `/metrics` vocabulary, in the order their readings are tried.
 pub fn metrics_vocabularies() -> impl Iterator<Item = &'static dyn MetricsVocabulary> {
     let mut families = FAMILIES.to_vec();
     // A stable sort: vLLM first, the rest keep their order.

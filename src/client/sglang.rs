@@ -177,6 +177,10 @@ impl super::Family for Family {
 pub struct Metrics;
 
 impl MetricsVocabulary for Metrics {
+    fn kept(&self) -> &'static [&'static str] {
+        &["cached_tokens"]
+    }
+
     /// `cached_tokens/prompt_tokens`, also when the OpenAI protocol is spoken to SGLang.
     fn cache_evidence(&self, d: &std::collections::BTreeMap<String, f64>) -> Option<(f64, f64)> {
         // SGLang (0.5.23, seen on the real server) creates its `cached_tokens_total` series

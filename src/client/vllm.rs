@@ -126,6 +126,11 @@ impl super::Family for Family {
 pub struct Metrics;
 
 impl MetricsVocabulary for Metrics {
+    // The preemption counter is kept too: without it a wave's preemptions were never seen.
+    fn kept(&self) -> &'static [&'static str] {
+        &["prefix_cache", "spec_decode", "num_preemptions"]
+    }
+
     /// `prefix_cache_hits/queries`, counted with or without `--enable-prompt-tokens-details`.
     fn cache_evidence(&self, d: &BTreeMap<String, f64>) -> Option<(f64, f64)> {
         let hits = sum(d, "vllm:prefix_cache_hits_total")?;
@@ -337,7 +342,7 @@ vllm:cache_config_info{block_size="16",num_gpu_blocks="1000",engine="0"} 1.0
                 .replace("} 20.0", "} 44.0"),
         )
         .unwrap();
-        let d = deltas(&before, &after);
+        let d = deltas(&before, &after, &crate::client::kept_metric_names());
         assert_eq!(
             d.get("vllm:prompt_tokens_total{engine=\"0\",model_name=\"m\"}"),
             Some(&1024.0)
@@ -354,7 +359,7 @@ vllm:cache_config_info{block_size="16",num_gpu_blocks="1000",engine="0"} 1.0
     #[test]
     fn no_spec_counters_or_no_drafts_means_no_spec_stats() {
         let s = parse(VLLM_BEFORE).unwrap();
-        assert!(spec_from_deltas(&deltas(&s, &s)).is_none());
+        assert!(spec_from_deltas(&deltas(&s, &s, &crate::client::kept_metric_names())).is_none());
         let plain =
             parse("# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 5\n")
                 .unwrap();
@@ -362,6 +367,9 @@ vllm:cache_config_info{block_size="16",num_gpu_blocks="1000",engine="0"} 1.0
             plain.counters.get("llamacpp:prompt_tokens_total"),
             Some(&5.0)
         );
-        assert!(spec_from_deltas(&deltas(&plain, &plain)).is_none());
+        assert!(
+            spec_from_deltas(&deltas(&plain, &plain, &crate::client::kept_metric_names()))
+                .is_none()
+        );
     }
 }

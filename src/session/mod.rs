@@ -777,7 +777,11 @@ async fn cache_evidence_from_metrics(
 ) {
     let Some(m) = metrics else { return };
     let Ok(snap) = m.scrape().await else { return };
-    let d = crate::metrics::deltas(&Default::default(), &snap);
+    let d = crate::metrics::deltas(
+        &Default::default(),
+        &snap,
+        &crate::client::kept_metric_names(),
+    );
     if crate::sample::metrics_cache_evidence(&d).is_some() {
         profile.reports_cached_tokens = Some(true);
         let n = format!(
