@@ -30,6 +30,37 @@ pub struct CostTable {
     pub price_per_hour: f64,
     /// One entry per context length, small first.
     pub points: Vec<TokenCost>,
+    /// A capacity grid's cells: output cost at each cell's aggregate decode rate (all c
+    /// requests decoding together), the figure that says what batching saves.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cells: Vec<CellCost>,
+}
+
+/// Cost per million output tokens of one capacity-grid cell.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CellCost {
+    /// Context length of each request.
+    pub context_tokens: u64,
+    /// Requests in each wave.
+    pub concurrency: u32,
+    /// USD per million output tokens at the cell's aggregate decode rate (its whole-wave
+    /// output rate where requests queued); `None` without a rate.
+    pub usd_per_m_output: Option<f64>,
+}
+
+/// Output costs of a capacity map's cells.
+pub fn cell_costs(map: &crate::capacity::CapacityMap, price_per_hour: f64) -> Vec<CellCost> {
+    map.cells
+        .iter()
+        .map(|c| CellCost {
+            context_tokens: c.context_tokens,
+            concurrency: c.concurrency,
+            usd_per_m_output: c
+                .aggregate_decode_tokens_per_s
+                .or(c.wave_output_tokens_per_s)
+                .and_then(|r| output_cost(price_per_hour, r)),
+        })
+        .collect()
 }
 
 /// USD per million input tokens: `price_per_hour`'s share of the TTFT, per prompt token.
@@ -59,6 +90,7 @@ pub fn costs(points: &[PointSummary], price_per_hour: f64) -> CostTable {
                     .and_then(|s| output_cost(price_per_hour, s.median)),
             })
             .collect(),
+        cells: Vec::new(),
     }
 }
 

@@ -148,6 +148,37 @@ pub fn cost_table(c: &crate::price::CostTable) -> Table {
     t
 }
 
+/// A capacity grid's output cost per cell (context down, concurrency across), as a document
+/// table; `None` without a grid.
+pub fn cell_cost_table(c: &crate::price::CostTable) -> Option<Table> {
+    if c.cells.is_empty() {
+        return None;
+    }
+    let mut levels: Vec<u32> = c.cells.iter().map(|x| x.concurrency).collect();
+    levels.sort_unstable();
+    levels.dedup();
+    let mut contexts: Vec<u64> = c.cells.iter().map(|x| x.context_tokens).collect();
+    contexts.sort_unstable();
+    contexts.dedup();
+    let head = std::iter::once(("context".to_owned(), Align::Left))
+        .chain(levels.iter().map(|l| (format!("c={l}"), Align::Right)));
+    let mut t = Table::new(head);
+    for ctx in contexts {
+        let cells = levels.iter().map(|&l| {
+            c.cells
+                .iter()
+                .find(|x| x.context_tokens == ctx && x.concurrency == l)
+                .and_then(|x| x.usd_per_m_output)
+                .map_or("–".to_owned(), crate::price::usd)
+        });
+        t.row(std::iter::once(fmt_ctx(ctx)).chain(cells));
+    }
+    Some(t)
+}
+
+/// What the grid's cost table is, said above it.
+pub const CELL_COST_TITLE: &str = "USD per million output tokens in each capacity cell, at its aggregate decode rate (all c requests decoding together; the whole-wave output rate where requests queued)";
+
 /// What a cost table is, said above it.
 pub fn cost_title(c: &crate::price::CostTable) -> String {
     format!(

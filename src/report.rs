@@ -550,7 +550,13 @@ impl Report {
     /// Adds the price of a token to every run, for a server costing `price_per_hour` USD.
     pub fn with_price(mut self, price_per_hour: Option<f64>) -> Self {
         for run in &mut self.runs {
-            run.cost = price_per_hour.map(|p| crate::price::costs(&run.points, p));
+            run.cost = price_per_hour.map(|p| {
+                let mut c = crate::price::costs(&run.points, p);
+                if let Some(m) = &run.capacity {
+                    c.cells = crate::price::cell_costs(m, p);
+                }
+                c
+            });
         }
         self
     }

@@ -111,6 +111,10 @@ fn run_blocks(run: &RunReport, target: Target) -> Vec<Block> {
         b.push(Block::Heading(3, "Price of a token".into()));
         b.push(Block::Paragraph(super::cost_title(c).into(), Para::Note));
         b.push(Block::Table(super::cost_table(c)));
+        if let Some(t) = super::cell_cost_table(c) {
+            b.push(Block::Paragraph(super::CELL_COST_TITLE.into(), Para::Note));
+            b.push(Block::Table(t));
+        }
     }
     b.extend(fits(run, target));
     b

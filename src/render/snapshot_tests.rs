@@ -639,3 +639,37 @@ fn a_grid_cell_whose_requests_failed_is_not_a_missed_prediction_but_a_warning() 
         .iter()
         .any(|m| m.contains("did not do what its limits predicted")));
 }
+
+#[test]
+fn a_capacity_grid_is_priced_per_cell_at_its_aggregate_rate() {
+    // $3.60 an hour is $0.001 a second: a cell decoding r tok/s costs 1000/r per M tokens.
+    let r = capacity_fixture().with_price(Some(3.6));
+    let run = &r.runs[0];
+    let cost = run.cost.as_ref().expect("a cost table");
+    let map = run.capacity.as_ref().expect("a capacity map");
+    assert_eq!(cost.cells.len(), map.cells.len());
+    let mut priced = 0;
+    for (c, cell) in cost.cells.iter().zip(&map.cells) {
+        assert_eq!(
+            (c.context_tokens, c.concurrency),
+            (cell.context_tokens, cell.concurrency)
+        );
+        match cell
+            .aggregate_decode_tokens_per_s
+            .or(cell.wave_output_tokens_per_s)
+        {
+            Some(rate) => {
+                let usd = c.usd_per_m_output.expect("a rate gives a cost");
+                assert!((usd - 1000.0 / rate).abs() < 1e-9 * usd, "{c:?} at {rate}");
+                priced += 1;
+            }
+            None => assert_eq!(c.usd_per_m_output, None),
+        }
+    }
+    assert!(priced >= 4, "{priced} cells priced");
+    let text = renderer(ReportFormat::Table).report(&r).unwrap();
+    assert!(text.contains("in each capacity cell"), "{text}");
+    assert!(text.contains("c=8"), "{text}");
+    let md = renderer(ReportFormat::Md).report(&r).unwrap();
+    assert!(md.contains("in each capacity cell"), "{md}");
+}

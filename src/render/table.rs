@@ -203,6 +203,14 @@ pub fn details(run: &RunReport) -> String {
             super::cost_title(c),
             text::render(&super::cost_table(c), &layout)
         );
+        if let Some(t) = super::cell_cost_table(c) {
+            let _ = write!(
+                out,
+                "{}:\n{}",
+                super::CELL_COST_TITLE,
+                text::render(&t, &layout)
+            );
+        }
     }
     if let Some(m) = &run.capacity {
         let _ = writeln!(
