@@ -116,8 +116,8 @@ impl Http {
                 Some(var),
             ) => {
                 let hint = match self.api_key {
-                    Some(_) => format!("the key sent was read from {var}: check it"),
-                    None => format!("no key was sent: export it in {var}, or name another variable with --api-key-env"),
+                    Some(_) => format!("the API key sent was read from {var}: check it"),
+                    None => format!("no API key was sent: export it in {var}, or name another variable with --api-key-env"),
                 };
                 ClientError::Unauthorized {
                     endpoint,
