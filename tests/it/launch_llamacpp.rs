@@ -225,7 +225,12 @@ fn killing_the_parent_process_leaves_no_server() {
     let mut holder = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "killing_the_parent_process_leaves_no_server",
+            // Its full path in the one integration-test binary.
+            concat!(
+                module_path!(),
+                "::killing_the_parent_process_leaves_no_server"
+            )
+            .trim_start_matches("it::"),
             "--nocapture",
         ])
         .env(HOLDER, &pidfile)
