@@ -311,7 +311,13 @@ fn real_llama_cpp_python_behind_a_gateway_that_hides_the_tokenizer_gets_calibrat
     let mut calib_before: Vec<usize> = Vec::new();
     let mut pending = 0;
     let mut last_streamed: Option<&Value> = None;
+    let mut negotiation = 0;
     for b in &gens {
+        if b["prompt"] == json!("Hello") && b["max_tokens"] == 2 {
+            // The negotiation's test requests (streamed and not), before anything measured.
+            negotiation += 1;
+            continue;
+        }
         if b["prompt"].is_array() {
             // The probe's one-token test of a token-id prompt (refused by this server).
             assert!(b["stream"].is_null() && b["max_tokens"] == 1, "{b}");
@@ -346,6 +352,10 @@ fn real_llama_cpp_python_behind_a_gateway_that_hides_the_tokenizer_gets_calibrat
             );
         }
     }
+    assert_eq!(
+        negotiation, 2,
+        "one streamed and one non-streamed test request"
+    );
     assert_eq!(calib_before.len(), 1 + 6, "warmup + 6 samples");
     assert_eq!(l.samples.len(), 6);
     let logged = logged_prompt_lengths(&srv.log_text());
