@@ -519,6 +519,21 @@ pub trait MetricsVocabulary: Send + Sync {
     }
 }
 
+/// The OpenAI-protocol capabilities of a server whose `/tokenize` takes `{"prompt"}` (vLLM,
+/// SGLang): token-id prompts made by it, where it answers.
+pub(crate) async fn token_ids_through_prompt_tokenize(
+    s: &Server<'_>,
+    p: &mut ServerProfile,
+    dialect: super::tokenize::TokenizeDialect,
+) -> Result<bool, ClientError> {
+    if !s.has_vllm_tokenize(p.model.as_deref()).await? {
+        return Ok(false);
+    }
+    p.tokenize = Some(dialect);
+    p.token_id_prompts = true;
+    Ok(true)
+}
+
 /// The error of a token-id protocol on a server where no `/tokenize` was found.
 pub(crate) fn needs_tokenize(p: &ServerProfile) -> UsageError {
     UsageError::Invalid(format!(

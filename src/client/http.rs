@@ -400,13 +400,11 @@ pub const DEFAULT_KEY_HINT: &str = "check the API key: --api-key-env NAME or CTX
 /// gateways refuse a wrong key with 400 or 500 as well as 401 (the LiteLLM proxy answers a
 /// wrong key with HTTP 400 and an error of type `auth_error`).
 pub fn is_auth_error(body: &str) -> bool {
-    const MARKERS: [&str; 9] = [
+    // "no connected db" is LiteLLM's words for a key it cannot look up.
+    const MARKERS: [&str; 6] = [
         "auth_error",
         "authentication",
         "unauthorized",
-        "invalid api key",
-        "incorrect api key",
-        "invalid_api_key",
         "api key",
         "api_key",
         "no connected db",

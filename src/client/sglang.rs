@@ -148,12 +148,7 @@ impl super::Family for Family {
         s: &Server<'_>,
         p: &mut ServerProfile,
     ) -> Result<bool, ClientError> {
-        if !s.has_vllm_tokenize(p.model.as_deref()).await? {
-            return Ok(false);
-        }
-        p.tokenize = Some(TokenizeDialect::Sglang);
-        p.token_id_prompts = true;
-        Ok(true)
+        super::family::token_ids_through_prompt_tokenize(s, p, TokenizeDialect::Sglang).await
     }
 
     async fn flush(&self, http: &Http) -> Result<String, ClientError> {
