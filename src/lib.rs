@@ -15,6 +15,7 @@ pub mod corpus;
 pub mod costmodel;
 pub mod error;
 pub mod fingerprint;
+pub mod idle;
 pub mod integrity;
 pub mod launch;
 pub mod metrics;

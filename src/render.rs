@@ -539,6 +539,12 @@ pub fn exclusion_legend(points: &[PointSummary]) -> Option<String> {
     if any(|p| p.coalesced) {
         v.push("bursty: the tokens arrived in one burst (client descheduled, or a buffering proxy), so the TTFT is kept but no decode rate is computed");
     }
+    if any(|p| p.foreign_load) {
+        v.push("foreign load: another client's request ran on the server during the sample (taken again)");
+    }
+    if any(|p| p.held_back) {
+        v.push("held back: the server released the whole stream at its end, so only the end-to-end time is known");
+    }
     (!v.is_empty()).then(|| format!("Excluded: {}.", v.join("; ")))
 }
 
@@ -573,6 +579,8 @@ mod tests {
             ms_per_verify_step: None,
             two_point_inverted: 1,
             coalesced: 0,
+            foreign_load: 0,
+            held_back: 0,
             warm: 0,
             warm_decode_tokens_per_s: None,
             warm_ms_per_step: None,

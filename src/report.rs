@@ -119,7 +119,8 @@ pub struct Slowdown {
 pub struct Warning {
     /// `contaminated`, `length_mismatch`, `failed`, `cache_unverified`, `two_point_inverted`,
     /// `cache_bypass_off`, `nonce_off`, `poor_fit`, `no_fit`, `extrapolation`, `torn_line`,
-    /// `synthetic_corpus`, `other_phase`, `prediction_missed`.
+    /// `synthetic_corpus`, `other_phase`, `prediction_missed`, `shared_server`,
+    /// `idle_unchecked`, `held_back_stream`.
     pub kind: &'static str,
     /// What happened and what to do.
     pub message: String,
@@ -131,7 +132,8 @@ impl std::fmt::Display for Warning {
     }
 }
 
-fn warn(kind: &'static str, message: String) -> Warning {
+/// A warning of `kind` saying `message`.
+pub fn warn(kind: &'static str, message: String) -> Warning {
     Warning { kind, message }
 }
 
@@ -190,6 +192,7 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
     let mut warnings = sample_warnings(results, &alone, &points);
     warnings.extend(integrity_warnings(&needle, &results.samples));
     warnings.extend(server_warnings(results, &points));
+    warnings.extend(crate::idle::report_warnings(&h.server, &results.samples));
     if let Some(m) = &capacity {
         warnings.extend(capacity_warnings(m, lowest));
     }

@@ -323,6 +323,8 @@ impl From<&ServerProfile> for crate::record::ServerInfo {
             flush: flush.clone(),
             // Known only once the sweep has tried a flush.
             flush_check: None,
+            // Known once the session has tried the server's busy signals.
+            idle_check: None,
             flush_available: None,
             tokenizer: tokenizer.as_ref().map(tokenizer_info),
             endpoint: endpoint.clone(),
@@ -484,6 +486,11 @@ pub trait Family: Send + Sync {
     fn capacity_flags(&self) -> CapacityFlags {
         CapacityFlags::default()
     }
+    /// Where this family's server says whether it is working on requests, best first: the
+    /// session keeps the first that answers (see `crate::idle`). The default: none known.
+    fn busy_sources(&self) -> &'static [crate::idle::BusySource] {
+        &[]
+    }
 }
 
 /// The server flags that raise the limits deciding how many requests run at once.
@@ -515,6 +522,11 @@ pub trait MetricsVocabulary: Send + Sync {
     }
     /// Requests the server preempted (evicted, to recompute later); server-wide.
     fn preemptions(&self, _d: &BTreeMap<String, f64>) -> Option<f64> {
+        None
+    }
+    /// Work the server finished (requests, or generated tokens where it counts no
+    /// requests); server-wide, so more than a sample's own share is another client's.
+    fn served(&self, _d: &BTreeMap<String, f64>) -> Option<crate::idle::Served> {
         None
     }
 }

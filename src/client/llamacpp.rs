@@ -333,6 +333,17 @@ impl super::Family for Family {
             kv_pool: Some("-c (total context, shared by the slots)"),
         }
     }
+
+    /// `/slots` (on by default, off with `--no-slots`), else the `--metrics` gauges.
+    fn busy_sources(&self) -> &'static [crate::idle::BusySource] {
+        &[
+            crate::idle::BusySource::LlamacppSlots,
+            crate::idle::BusySource::MetricsGauges(&[
+                "llamacpp:requests_processing",
+                "llamacpp:requests_deferred",
+            ]),
+        ]
+    }
 }
 
 /// llama.cpp's `/metrics` names (needs `--metrics`).
@@ -353,6 +364,17 @@ impl MetricsVocabulary for Metrics {
     /// steps derived from `timings`.
     fn spec(&self, d: &std::collections::BTreeMap<String, f64>) -> Option<Option<SpecStats>> {
         super::vllm::spec_decode(d, "llamacpp:")
+    }
+
+    /// llama.cpp counts no requests; its generated tokens are counted as each slot is
+    /// released, before the final answer is sent.
+    fn served(&self, d: &std::collections::BTreeMap<String, f64>) -> Option<crate::idle::Served> {
+        let counter = "llamacpp:tokens_predicted_total";
+        Some(crate::idle::Served {
+            counter,
+            unit: crate::idle::ServedUnit::GeneratedTokens,
+            count: crate::metrics::sum(d, counter)?,
+        })
     }
 }
 

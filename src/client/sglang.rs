@@ -159,6 +159,17 @@ impl super::Family for Family {
         Some(&Metrics)
     }
 
+    /// `/v1/loads` (SGLang 0.5 and later), else the `--enable-metrics` gauges.
+    fn busy_sources(&self) -> &'static [crate::idle::BusySource] {
+        &[
+            crate::idle::BusySource::SglangLoads,
+            crate::idle::BusySource::MetricsGauges(&[
+                "sglang:num_running_reqs",
+                "sglang:num_queue_reqs",
+            ]),
+        ]
+    }
+
     fn capacity_flags(&self) -> CapacityFlags {
         CapacityFlags {
             slots: Some("--max-running-requests"),
@@ -173,7 +184,17 @@ pub struct Metrics;
 
 impl MetricsVocabulary for Metrics {
     fn kept(&self) -> &'static [&'static str] {
-        &["cached_tokens"]
+        &["cached_tokens", "num_requests_total"]
+    }
+
+    /// Finished requests (each counted once as it completes).
+    fn served(&self, d: &std::collections::BTreeMap<String, f64>) -> Option<crate::idle::Served> {
+        let counter = "sglang:num_requests_total";
+        Some(crate::idle::Served {
+            counter,
+            unit: crate::idle::ServedUnit::Requests,
+            count: sum(d, counter)?,
+        })
     }
 
     /// `cached_tokens/prompt_tokens`, also when the OpenAI protocol is spoken to SGLang.

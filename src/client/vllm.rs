@@ -108,6 +108,14 @@ impl super::Family for Family {
         Some(&Metrics)
     }
 
+    /// Its scheduler's gauges on `/metrics` (always on).
+    fn busy_sources(&self) -> &'static [crate::idle::BusySource] {
+        &[crate::idle::BusySource::MetricsGauges(&[
+            "vllm:num_requests_running",
+            "vllm:num_requests_waiting",
+        ])]
+    }
+
     fn capacity_flags(&self) -> CapacityFlags {
         CapacityFlags {
             slots: Some("--max-num-seqs"),
@@ -123,7 +131,12 @@ pub struct Metrics;
 impl MetricsVocabulary for Metrics {
     // The preemption counter is kept too: without it a wave's preemptions were never seen.
     fn kept(&self) -> &'static [&'static str] {
-        &["prefix_cache", "spec_decode", "num_preemptions"]
+        &[
+            "prefix_cache",
+            "spec_decode",
+            "num_preemptions",
+            "request_success",
+        ]
     }
 
     /// `prefix_cache_hits/queries`, counted with or without `--enable-prompt-tokens-details`.
@@ -142,6 +155,16 @@ impl MetricsVocabulary for Metrics {
     /// `vllm:num_preemptions`, a Prometheus counter (vllm/v1/metrics/loggers.py of 0.32).
     fn preemptions(&self, d: &BTreeMap<String, f64>) -> Option<f64> {
         sum(d, "vllm:num_preemptions_total")
+    }
+
+    /// Finished requests, over every `finished_reason` label.
+    fn served(&self, d: &BTreeMap<String, f64>) -> Option<crate::idle::Served> {
+        let counter = "vllm:request_success_total";
+        Some(crate::idle::Served {
+            counter,
+            unit: crate::idle::ServedUnit::Requests,
+            count: sum(d, counter)?,
+        })
     }
 }
 

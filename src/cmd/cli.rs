@@ -458,6 +458,19 @@ pub struct SweepArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 120.0)]
     pub flush_wait: f64,
 
+    /// Check that the server is idle around every measured request, from what it exposes
+    /// (llama.cpp /slots, SGLang /v1/loads, vLLM's running/waiting gauges, and the request
+    /// counters of /metrics): `auto` waits for idle before each sample and flags a sample
+    /// another client's work overlapped (foreign_load, kept out of the summaries and taken
+    /// again); `off` checks nothing.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub idle_check: IdleCheckMode,
+
+    /// Seconds to wait for a busy server to be idle before each sample; when it runs out
+    /// the sample is measured anyway and flagged idle_wait_expired and foreign_load.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120.0)]
+    pub idle_wait: f64,
+
     /// Prometheus endpoint scraped before and after each sample [default: the server's
     /// /metrics when it answers]; `off` disables scraping. A path (`/metrics`) is relative to
     /// --url.
@@ -511,6 +524,16 @@ pub enum FlushMode {
     Always,
     /// Never flush.
     Never,
+}
+
+/// Whether the idle state is checked around every sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdleCheckMode {
+    /// Read what the server exposes; say once where it exposes nothing.
+    Auto,
+    /// Check nothing.
+    Off,
 }
 
 /// An on/off switch.

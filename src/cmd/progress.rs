@@ -108,6 +108,37 @@ impl Observer for Terminal {
         }
     }
 
+    fn waiting_for_idle(&mut self, context: u64, rep: u32, active: u64) {
+        let msg = waiting_line(context, rep, active);
+        match &self.bar {
+            Some(b) => {
+                let eta = self
+                    .eta
+                    .map(|s| format!("  ETA {} after the wait (cost model)", fmt_secs(s)))
+                    .unwrap_or_default();
+                b.set_message(format!("{}{eta}", msg.trim_start()));
+            }
+            None if !self.quiet => eprintln!("{msg}"),
+            None => {}
+        }
+    }
+
+    fn idle_reached(&mut self, waited_s: f64, expired: bool) {
+        let msg = match expired {
+            true => format!(
+                "    the server stayed busy for {}: measuring anyway (flagged foreign_load)",
+                fmt_secs(waited_s)
+            ),
+            false => format!(
+                "    the server is idle after {}: measuring",
+                fmt_secs(waited_s)
+            ),
+        };
+        if expired || !self.quiet {
+            self.line(&msg);
+        }
+    }
+
     fn point_done(&mut self, p: &PointRecord) {
         if self.quiet {
             return;
@@ -178,6 +209,15 @@ pub fn point_line(p: &PointRecord) -> String {
             ci(p.decode_ci_rel, p.usable, "usable"),
         ),
     }
+}
+
+/// What the progress says while ctxbench waits for another client's work to end rather
+/// than measuring.
+pub fn waiting_line(context: u64, rep: u32, active: u64) -> String {
+    format!(
+        "  {:>6} rep {rep}: waiting for the server to be idle ({active} other request(s) running or waiting)",
+        fmt_ctx(context)
+    )
 }
 
 /// Seconds as `1h02m`, `3m05s` or `12.3s`.

@@ -88,6 +88,10 @@ pub struct SweepPlan {
     pub flush: FlushChoice,
     /// How long a flush refused while the server is busy is retried.
     pub flush_wait: Duration,
+    /// Check the server is idle around every measured request (`--idle-check`).
+    pub idle_check: bool,
+    /// Longest wait for the server to be idle before a sample (`--idle-wait`).
+    pub idle_wait: Duration,
     /// `Some((A, B))`: the two-point method.
     pub two_point: Option<(u32, u32)>,
     /// Repetitions per point.
@@ -218,6 +222,7 @@ struct Prepared {
     settings: BenchSettings,
     flush: Option<String>,
     metrics: Option<Scraper>,
+    idle_check: Option<String>,
     warm_busy_ms: f64,
     text_prompts: bool,
     nonce_history: NonceHistory,
@@ -309,6 +314,8 @@ impl Session {
         let mut settings = bench_settings(plan, &self.profile, run_id, length.tolerance_pct);
         settings.flush = flush.is_some();
         settings.metrics = metrics.clone();
+        let idle = idle_check(plan, &self.http, &self.profile, metrics.as_ref(), observer).await;
+        settings.idle = idle.check;
         let corpus = Arc::new(corpus);
         let mut builder = PromptBuilder::new(Arc::clone(&corpus), plan.nonce);
         // First tokens earlier runs sent to this server: a prefix cache that is not flushed
@@ -350,6 +357,7 @@ impl Session {
             settings,
             flush,
             metrics,
+            idle_check: Some(idle.description),
             warm_busy_ms: warm.server_busy_ms,
             text_prompts: length.text_prompts,
             nonce_history,
@@ -400,6 +408,7 @@ impl Session {
         let p = self.ready()?;
         let mut server = ServerInfo::from(&self.profile);
         server.flush_check = p.flush.clone();
+        server.idle_check = p.idle_check.clone();
         // Tried (auto or always) and either working or not; `--flush never` tries nothing.
         server.flush_available =
             (self.plan.flush != FlushChoice::Never).then_some(p.flush.is_some());
@@ -680,6 +689,49 @@ async fn metrics_scraper(
     Ok(scraper)
 }
 
+/// How the idle state is checked around every sample: the recognised family's busy signals
+/// (whichever protocol is spoken: the busy state is the server's), and its finished-work
+/// counter where the metrics page has one. Said once on the terminal, recorded in the header.
+async fn idle_check(
+    plan: &SweepPlan,
+    http: &Http,
+    profile: &ServerProfile,
+    metrics: Option<&Scraper>,
+    observer: &mut dyn Observer,
+) -> crate::idle::Discovered {
+    if !plan.idle_check {
+        let description = "not checked (--idle-check off): samples may include other clients' work".to_owned();
+        observer.info(&format!("idle check: {description}"));
+        return crate::idle::Discovered {
+            check: None,
+            description,
+        };
+    }
+    let fam = profile.detected.or(Some(profile.backend)).and_then(family);
+    let sources = fam.map_or(&[][..], |f| f.busy_sources());
+    // The finished-work counter, if the page carries one (read from a scrape's values).
+    let mut counter = None;
+    if let Some(snap) = match metrics {
+        Some(m) if !plan.dry_run => m.scrape().await.ok(),
+        _ => None,
+    } {
+        let d = crate::metrics::deltas(
+            &Default::default(),
+            &snap,
+            &crate::client::kept_metric_names(),
+        );
+        counter = crate::client::metrics_vocabularies()
+            .find_map(|v| v.served(&d))
+            .map(|s| s.counter);
+    }
+    let found = crate::idle::discover(http, sources, metrics, counter, plan.idle_wait).await;
+    match found.check {
+        Some(_) => observer.info(&format!("idle check: {}", found.description)),
+        None => observer.note(&found.description, true),
+    }
+    found
+}
+
 /// The measuring loop's settings; flush, metrics and the nonce's end are set once known.
 fn bench_settings(
     plan: &SweepPlan,
@@ -712,6 +764,7 @@ fn bench_settings(
                 nonce_tokens: plan.nonce_tokens(),
             }),
         nonce_end: None,
+        idle: None,
     }
 }
 
