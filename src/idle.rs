@@ -204,8 +204,9 @@ impl IdleCheck {
             BusySource::LlamacppSlots => {
                 let (status, body) = self.http.get_probe("/slots", timeout).await?;
                 match (status, body) {
-                    (200, Some(v)) => parse_slots(&v)
-                        .ok_or_else(|| malformed("/slots", "not an array of slots")),
+                    (200, Some(v)) => {
+                        parse_slots(&v).ok_or_else(|| malformed("/slots", "not an array of slots"))
+                    }
                     (s, _) => Err(ClientError::Http {
                         endpoint: "/slots".to_owned(),
                         status: s,
@@ -445,9 +446,10 @@ pub async fn after_sample(
         Some(t) => Some(t.a_tokens + t.b_tokens),
         None => s.output_tokens,
     };
-    let served = s.metrics.as_ref().and_then(|d| {
-        crate::client::metrics_vocabularies().find_map(|v| v.served(d))
-    });
+    let served = s
+        .metrics
+        .as_ref()
+        .and_then(|d| crate::client::metrics_vocabularies().find_map(|v| v.served(d)));
     let mut why = Vec::new();
     if w.expired {
         s.flags.push(Flag::IdleWaitExpired);
@@ -687,14 +689,23 @@ mod tests {
     fn counters_beyond_the_samples_own_share_are_foreign() {
         use ServedUnit::*;
         // One request, counted once: clean.
-        assert_eq!(unexplained(served(Requests, 1.0), 1, None, 0.0), (None, 0.0));
+        assert_eq!(
+            unexplained(served(Requests, 1.0), 1, None, 0.0),
+            (None, 0.0)
+        );
         // Three finished: two were someone else's.
         let (w, owed) = unexplained(served(Requests, 3.0), 1, None, 0.0);
         assert!(w.unwrap().contains("rose by 3"));
         assert_eq!(owed, 0.0);
         // Counted late: owed once, then explained by the next sample.
-        assert_eq!(unexplained(served(Requests, 0.0), 1, None, 0.0), (None, 1.0));
-        assert_eq!(unexplained(served(Requests, 2.0), 1, None, 1.0), (None, 0.0));
+        assert_eq!(
+            unexplained(served(Requests, 0.0), 1, None, 0.0),
+            (None, 1.0)
+        );
+        assert_eq!(
+            unexplained(served(Requests, 2.0), 1, None, 1.0),
+            (None, 0.0)
+        );
         // Generated tokens: the sample's own 32, and 64 more.
         assert_eq!(
             unexplained(served(GeneratedTokens, 32.0), 1, Some(32), 0.0).0,

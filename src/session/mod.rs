@@ -700,7 +700,8 @@ async fn idle_check(
     observer: &mut dyn Observer,
 ) -> crate::idle::Discovered {
     if !plan.idle_check {
-        let description = "not checked (--idle-check off): samples may include other clients' work".to_owned();
+        let description =
+            "not checked (--idle-check off): samples may include other clients' work".to_owned();
         observer.info(&format!("idle check: {description}"));
         return crate::idle::Discovered {
             check: None,

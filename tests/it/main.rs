@@ -14,6 +14,7 @@ mod efficiency;
 mod faults_llamacpp;
 mod faults_scripted;
 mod golden;
+mod idle_llamacpp;
 mod integrity_llamacpp;
 mod launch_llamacpp;
 mod llamacpp_features;
