@@ -383,7 +383,7 @@ pub async fn discover(
             let also = counters.map_or(String::new(), |k| format!("; {k}"));
             Discovered {
                 description: format!(
-                    "{source} read before each sample (waiting up to {:.0} s for idle) and after it{also}{tried}",
+                    "{source} read before each sample (waiting up to {} s for idle) and after it{also}{tried}",
                     wait.as_secs_f64()
                 ),
                 check: Some(c),
@@ -454,7 +454,7 @@ pub async fn after_sample(
     if w.expired {
         s.flags.push(Flag::IdleWaitExpired);
         why.push(format!(
-            "the server was still busy ({} request(s)) when --idle-wait {:.0} s ran out",
+            "the server was still busy ({} request(s)) when --idle-wait {} s ran out",
             w.before.as_ref().map_or(0, |r| r.active),
             check.wait.as_secs_f64()
         ));

@@ -324,3 +324,83 @@ fn idle_llamacpp_without_slots_reads_the_metrics_gauges_and_without_either_says_
         "{stdout}"
     );
 }
+
+#[test]
+fn idle_llamacpp_a_server_busy_past_idle_wait_is_measured_anyway_and_flagged() {
+    let _serial = common::serial();
+    let srv = RefServer::start(8192, &["-np", "2"]);
+    // Another client keeps one slot busy, request after request, until told to stop.
+    let stop = Arc::new(AtomicBool::new(false));
+    let port = srv.port;
+    let keep = Arc::clone(&stop);
+    let client = std::thread::spawn(move || {
+        let mut k = 0;
+        while !keep.load(Ordering::Relaxed) {
+            foreign_request(port, k);
+            k += 1;
+        }
+    });
+    srv.wait_processing(Duration::from_secs(30));
+    let run = common::sweep(
+        &srv.url(),
+        &common::argv("--contexts 1k --reps 1 --output-tokens 8 --idle-wait 0.5"),
+    );
+    stop.store(true, Ordering::Relaxed);
+    client.join().expect("foreign client");
+    // Every sample of the only point was shared: the sweep says so and fails, keeping them.
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("no usable sample at 1k (2 sample(s): 2 foreign_load, 2 idle_wait_expired)"),
+        "{}",
+        run.stderr
+    );
+    let l = read_lines(&run.out);
+    assert!(
+        l.header["server"]["idle_check"]
+            .as_str()
+            .is_some_and(|c| c.contains("waiting up to 0.5 s")),
+        "{}",
+        l.header["server"]
+    );
+    // The one planned sample and its retake: both waited the whole half second, both flagged.
+    assert_eq!(l.samples.len(), 2, "{:#?}", l.samples);
+    for s in &l.samples {
+        assert!(
+            has_flag(s, "idle_wait_expired") && has_flag(s, "foreign_load"),
+            "{s}"
+        );
+        assert!(f(s, "idle_wait_ms") >= 400.0, "{s}");
+        assert!(
+            s["foreign_load"]
+                .as_str()
+                .is_some_and(|w| w.contains("--idle-wait")),
+            "{s}"
+        );
+    }
+    let (_, stdout, _) = common::run(&["report", run.out.to_str().unwrap()]);
+    assert!(
+        stdout.contains("measured when --idle-wait ran out"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn idle_llamacpp_idle_check_off_checks_nothing_and_says_so() {
+    let _serial = common::serial();
+    let srv = RefServer::start(4096, &[]);
+    let run = common::sweep(
+        &srv.url(),
+        &common::argv("--contexts 1k --reps 1 --output-tokens 8 --idle-check off"),
+    )
+    .ok();
+    let l = read_lines(&run.out);
+    let check = l.header["server"]["idle_check"].as_str().unwrap_or("");
+    assert!(
+        check.starts_with("not checked (--idle-check off)"),
+        "{check}"
+    );
+    assert!(l.samples[0]["idle_wait_ms"].is_null(), "{}", l.samples[0]);
+    let (_, stdout, _) = common::run(&["report", run.out.to_str().unwrap()]);
+    assert!(stdout.contains("--idle-check off"), "{stdout}");
+}

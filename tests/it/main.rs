@@ -15,6 +15,7 @@ mod faults_llamacpp;
 mod faults_scripted;
 mod golden;
 mod idle_llamacpp;
+mod idle_scripted;
 mod integrity_llamacpp;
 mod launch_llamacpp;
 mod llamacpp_features;
@@ -45,3 +46,5 @@ mod real_sglang;
 mod real_transformers;
 #[cfg(feature = "real-servers")]
 mod real_vllm;
+#[cfg(feature = "real-servers")]
+mod real_vllm_idle;
