@@ -264,7 +264,11 @@ impl IdleCheck {
                 Ok(r) => r,
                 Err(_) => {
                     return Waited {
-                        waited: start.elapsed(),
+                        waited: if told {
+                            start.elapsed()
+                        } else {
+                            Duration::ZERO
+                        },
                         expired: false,
                         before: None,
                     }

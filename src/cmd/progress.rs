@@ -14,6 +14,8 @@ pub struct Terminal {
     bar: Option<ProgressBar>,
     quiet: bool,
     eta: Option<f64>,
+    /// The sample that waits for an idle server (its message is restored after the wait).
+    waiting: Option<(u64, u32)>,
 }
 
 impl Terminal {
@@ -23,6 +25,7 @@ impl Terminal {
             bar: None,
             quiet,
             eta: None,
+            waiting: None,
         }
     }
 
@@ -109,6 +112,7 @@ impl Observer for Terminal {
     }
 
     fn waiting_for_idle(&mut self, context: u64, rep: u32, active: u64) {
+        self.waiting = Some((context, rep));
         let msg = waiting_line(context, rep, active);
         match &self.bar {
             Some(b) => {
@@ -136,6 +140,10 @@ impl Observer for Terminal {
         };
         if expired || !self.quiet {
             self.line(&msg);
+        }
+        // Measuring again: the bar says which sample, not the wait.
+        if let Some((context, rep)) = self.waiting.take() {
+            self.sample_started(context, rep);
         }
     }
 
@@ -251,6 +259,15 @@ mod tests {
             decode_ci_rel: decode,
             concurrency,
         }
+    }
+
+    #[test]
+    fn waiting_for_an_idle_server_is_said_instead_of_measuring() {
+        let l = waiting_line(8192, 2, 1);
+        assert_eq!(
+            l.trim_start(),
+            "8k rep 2: waiting for the server to be idle (1 other request(s) running or waiting)"
+        );
     }
 
     #[test]

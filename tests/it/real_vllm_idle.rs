@@ -84,9 +84,8 @@ fn real_vllm_idle_no_unflagged_sample_shares_the_server_with_foreign_work() {
             }
             let k = sent.len() as u32;
             sent.push(std::thread::spawn(move || {
-                let prompt: Vec<u32> = (0..300)
-                    .map(|i| 200 + (i * 31 + k * 977) % 20_000)
-                    .collect();
+                // Ids inside the tiny model's vocabulary (as `busy_prompt`'s).
+                let prompt: Vec<u32> = (0..300).map(|i| 100 + (i * 7 + k * 31) % 200).collect();
                 let body = json!({"model": "tiny-llama", "prompt": prompt, "max_tokens": 96,
                                   "ignore_eos": true, "temperature": 0});
                 let r = http_post_json(port, "/v1/completions", &body);
