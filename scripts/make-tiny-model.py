@@ -76,9 +76,15 @@ def main() -> None:
                     help="DFlash: trained block size (a step drafts at most block_size - 1 tokens)")
     ap.add_argument("--mask-token-id", type=int, default=0,
                     help="DFlash: the noise token of the draft block (default 0, <unk>)")
+    ap.add_argument("--dflash-repeat-last", action="store_true",
+                    help="DFlash: instead of random weights, a draft that proposes the block's "
+                         "anchor (the last accepted token) at every position")
     a = ap.parse_args()
     if a.dflash_draft:
-        write_dflash_draft(a)
+        if a.dflash_repeat_last:
+            write_dflash_repeat_last_draft(a)
+        else:
+            write_dflash_draft(a)
         return
 
     reader = GGUFReader(a.vocab)
@@ -139,41 +145,112 @@ def main() -> None:
     w.close()
 
 
-def write_dflash_draft(a) -> None:
-    reader = GGUFReader(a.vocab)
+def dflash_writer(a, reader: GGUFReader, *, name: str, embd: int, heads: int, kv_heads: int,
+                  head_dim: int, rope_dims: int) -> GGUFWriter:
+    """A DFlash GGUF with its metadata written: the tensors are the caller's."""
     n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
     if not 0 <= a.mask_token_id < n_vocab:
         raise SystemExit(f"--mask-token-id {a.mask_token_id} is outside the vocabulary ({n_vocab})")
-    target_layers = [int(x) for x in a.target_layers.split(",") if x.strip()]
-    if not target_layers:
-        raise SystemExit("--target-layers needs at least one layer id")
-    # Its own stream: a draft never shares weights with the target of the same seed.
-    rng = np.random.default_rng([a.seed, 2])
-    head_dim = a.embd // a.heads
-    n_embd_kv = head_dim * a.kv_heads
-    # The target's width: the draft reads hidden states of this size from each target layer.
-    n_embd_tgt = a.embd
-    n_embd_inp = len(target_layers) * n_embd_tgt
-
     arch = "dflash"
     w = GGUFWriter(a.out, arch)
-    w.add_name("ctxbench-tiny-random-dflash-draft")
+    w.add_name(name)
     w.add_context_length(a.ctx)
-    w.add_embedding_length(a.embd)
+    w.add_embedding_length(embd)
     w.add_block_count(a.layers)
     w.add_feed_forward_length(a.ff)
-    w.add_head_count(a.heads)
-    w.add_head_count_kv(a.kv_heads)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
-    w.add_rope_dimension_count(head_dim)
+    w.add_rope_dimension_count(rope_dims)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_file_type(0)  # all F32
     # gguf 0.17.1 predates DFlash's keys: write them by name (llama-arch.cpp spells them).
     w.add_uint32(f"{arch}.block_size", a.block_size)
-    w.add_array(f"{arch}.target_layers", target_layers)
+    w.add_array(f"{arch}.target_layers", target_layer_ids(a))
     copy_tokenizer(reader, w)
     w.add_uint32("tokenizer.ggml.mask_token_id", a.mask_token_id)
+    return w
+
+
+def target_layer_ids(a) -> list:
+    ids = [int(x) for x in a.target_layers.split(",") if x.strip()]
+    if not ids:
+        raise SystemExit("--target-layers needs at least one layer id")
+    return ids
+
+
+def write_dflash_repeat_last_draft(a) -> None:
+    """A DFlash draft with a known answer: every drafted position repeats the block's anchor.
+
+    One layer, one 128-wide head. Its own token_embd E (random, plus a flag coordinate 0 = 1
+    on every token, and for the mask token only coordinate 1 = 1) and its own output head
+    (E without the flag coordinates, mask row zero). A mask position's query (flag 1) meets a
+    large score only at keys with flag 0 set, i.e. the anchor (coordinate 127 of each, past
+    the rotated dimensions so the score does not depend on the distance); the context's
+    injected keys are zero (fc is zero), the other masks' too. So each mask position copies
+    the anchor's embedding through identity V/O projections, and the output head's argmax
+    is the anchor token. The target accepts a drafted position when it would repeat its last
+    token there: acceptance is the target's own repetition rate.
+    """
+    reader = GGUFReader(a.vocab)
+    n_vocab = len(reader.fields["tokenizer.ggml.tokens"].data)
+    embd = 128
+    head_dim = embd
+    w = dflash_writer(a, reader, name="ctxbench-tiny-dflash-draft-repeat-last", embd=embd,
+                      heads=1, kv_heads=1, head_dim=head_dim, rope_dims=64)
+    rng = np.random.default_rng([a.seed, 3])
+    f32 = np.float32
+    emb = rng.standard_normal((n_vocab, embd)).astype(f32)
+    emb[:, 0] = 1.0
+    emb[:, 1] = 0.0
+    emb[a.mask_token_id, :] = 0.0
+    emb[a.mask_token_id, 1] = 1.0
+    out = emb.copy()
+    out[:, :2] = 0.0
+    out[a.mask_token_id, :] = 0.0
+    n_inp = len(target_layer_ids(a)) * a.embd
+    w.add_tensor("token_embd.weight", emb)
+    w.add_tensor("fc.weight", np.zeros((embd, n_inp), dtype=f32))
+    w.add_tensor("enc.output_norm.weight", np.ones(embd, dtype=f32))
+    for i in range(a.layers):
+        q = np.zeros((embd, embd), dtype=f32)
+        q[head_dim - 1, 1] = 1.0  # mask flag -> the unrotated last dimension
+        k = np.zeros((embd, embd), dtype=f32)
+        k[head_dim - 1, 0] = 1.0  # token flag -> the same dimension
+        v = np.eye(embd, dtype=f32)
+        v[:2, :] = 0.0
+        w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(embd, dtype=f32))
+        w.add_tensor(f"blk.{i}.attn_q.weight", q)
+        w.add_tensor(f"blk.{i}.attn_k.weight", k)
+        w.add_tensor(f"blk.{i}.attn_v.weight", v)
+        w.add_tensor(f"blk.{i}.attn_output.weight", np.eye(embd, dtype=f32))
+        # After the per-head norms q and k are sqrt(128) * 3 on that dimension: the anchor's
+        # score is ~100, every other key's 0.
+        w.add_tensor(f"blk.{i}.attn_q_norm.weight", np.full(head_dim, 3.0, dtype=f32))
+        w.add_tensor(f"blk.{i}.attn_k_norm.weight", np.full(head_dim, 3.0, dtype=f32))
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(embd, dtype=f32))
+        w.add_tensor(f"blk.{i}.ffn_gate.weight", np.zeros((a.ff, embd), dtype=f32))
+        w.add_tensor(f"blk.{i}.ffn_up.weight", np.zeros((a.ff, embd), dtype=f32))
+        w.add_tensor(f"blk.{i}.ffn_down.weight", np.zeros((embd, a.ff), dtype=f32))
+    w.add_tensor("output_norm.weight", np.ones(embd, dtype=f32))
+    w.add_tensor("output.weight", out)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_dflash_draft(a) -> None:
+    reader = GGUFReader(a.vocab)
+    head_dim = a.embd // a.heads
+    n_embd_kv = head_dim * a.kv_heads
+    # The target's width: the draft reads hidden states of this size from each target layer.
+    n_embd_inp = len(target_layer_ids(a)) * a.embd
+    w = dflash_writer(a, reader, name="ctxbench-tiny-random-dflash-draft", embd=a.embd,
+                      heads=a.heads, kv_heads=a.kv_heads, head_dim=head_dim, rope_dims=head_dim)
+    # Its own stream: a draft never shares weights with the target of the same seed.
+    rng = np.random.default_rng([a.seed, 2])
 
     def t(name, *shape, scale=0.02):
         w.add_tensor(name, (rng.standard_normal(shape) * scale).astype(np.float32))
