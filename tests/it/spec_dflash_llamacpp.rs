@@ -52,11 +52,14 @@ fn logged_tasks(log: &str) -> Vec<LoggedTask> {
             t.prompt_n = number_after(line, "ms /").map(|x| x as u64);
         } else if line.contains("       eval time") {
             t.eval_n = number_after(line, "ms /").map(|x| x as u64);
-        } else if let Some(p) = line.find("accepted ").filter(|_| line.contains("draft tokens")) {
+        } else if let Some(p) = line
+            .find("accepted ")
+            .filter(|_| line.contains("draft tokens"))
+        {
             // "accepted  0/ 8 draft tokens"
             let rest = &line[p + "accepted ".len()..];
             let (k, n) = rest.split_once('/').expect("k/n");
-            let n = n.trim_start().split_whitespace().next().unwrap();
+            let n = n.split_whitespace().next().unwrap();
             t.steps
                 .push((k.trim().parse().unwrap(), n.trim().parse().unwrap()));
         } else if line.contains("draft acceptance =") {
@@ -133,7 +136,9 @@ fn dflash_counts_agree_with_the_servers_own_at_every_length() {
         // ctxbench's counts are the server's, from its /metrics counters (not a copy of
         // the timings it is compared with).
         assert!(
-            s.spec_source.as_deref().is_some_and(|x| x.contains("metric")),
+            s.spec_source
+                .as_deref()
+                .is_some_and(|x| x.contains("metric")),
             "{s:?}"
         );
         assert_eq!(s.spec_draft_tokens, Some(drafted), "{s:?}");
@@ -142,7 +147,10 @@ fn dflash_counts_agree_with_the_servers_own_at_every_length() {
         let rate_c = s.spec_accept_rate.expect("accept rate");
         assert!((rate_c - rate).abs() < 1e-5, "{rate_c} vs the log's {rate}");
         let server_len = 1.0 + accepted as f64 / task.steps.len() as f64;
-        assert!((server_len - mean_len).abs() < 0.006, "{server_len} vs {mean_len}");
+        assert!(
+            (server_len - mean_len).abs() < 0.006,
+            "{server_len} vs {mean_len}"
+        );
 
         // Every decode step yields its accepted drafts plus one token; llama-server drafts
         // nothing when one token is left, so ctxbench's steps are the drafted ones plus at
