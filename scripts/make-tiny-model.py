@@ -24,7 +24,9 @@ of layer 0), fc (concatenated target features -> draft width), enc.output_norm, 
 layers (q/k norms) and output_norm. Like the published drafts it has no token_embd and no
 output head: llama-server lends it the target's. Random weights: it accepts little, but it
 runs the real DFlash path (feature injection into the draft's KV cache, one non-causal pass
-per block).
+per block). --dflash-draft --dflash-repeat-last writes a draft with hand-set weights instead,
+whose answer is known: it proposes the block's anchor (the last accepted token) at every
+position (see write_dflash_repeat_last_draft).
 """
 import argparse
 
