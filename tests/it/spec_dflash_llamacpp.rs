@@ -80,12 +80,27 @@ fn logged_tasks(log: &str) -> Vec<LoggedTask> {
 #[test]
 fn dflash_counts_agree_with_the_servers_own_at_every_length() {
     let _g = serial();
-    let draft = ref_paths().dflash_repeat_draft.to_str().unwrap().to_owned();
+    let draft = ref_paths().dflash_repeat_draft.to_str().unwrap();
+    counts_agree_with_the_server_log(draft, &["512", "1k", "2k"], 2);
+}
+
+#[test]
+fn the_random_dflash_draft_borrowing_the_targets_head_counts_alike() {
+    // The published drafts' layout: no embeddings or output head of its own (the target's
+    // are lent through the draft context's link to it).
+    let _g = serial();
+    let draft = ref_paths().dflash_draft.to_str().unwrap();
+    counts_agree_with_the_server_log(draft, &["512"], 1);
+}
+
+/// Sweeps a DFlash server at `contexts` and checks every sample's counts against the
+/// server's own log and timings.
+fn counts_agree_with_the_server_log(draft: &str, contexts: &[&str], reps: u32) {
     let srv = RefServer::start_env(
         8192,
         &[
             "-md",
-            &draft,
+            draft,
             "--spec-type",
             "draft-dflash",
             "--spec-draft-n-max",
@@ -97,11 +112,14 @@ fn dflash_counts_agree_with_the_servers_own_at_every_length() {
         &srv.url(),
         &[
             "--contexts",
-            "512,1k,2k",
+            &contexts.join(","),
             "--reps",
-            "2",
+            &reps.to_string(),
             "--output-tokens",
             &OUTPUT.to_string(),
+            // Counts, not speed, are checked: a loaded host must not time a request out.
+            "--timeout",
+            "600",
         ],
     )
     .ok();
@@ -111,7 +129,7 @@ fn dflash_counts_agree_with_the_servers_own_at_every_length() {
         "the server did not run DFlash: {log}"
     );
     let r = run.results();
-    assert_eq!(r.samples.len(), 6);
+    assert_eq!(r.samples.len(), contexts.len() * reps as usize);
 
     // Each sample is the next logged request with its prompt and output lengths (the warmup
     // and negotiation requests in between are shorter).
@@ -189,5 +207,9 @@ fn dflash_counts_agree_with_the_servers_own_at_every_length() {
             mean_len
         );
     }
-    assert_eq!(lengths.len(), 3, "every length measured: {lengths:?}");
+    assert_eq!(
+        lengths.len(),
+        contexts.len(),
+        "every length measured: {lengths:?}"
+    );
 }
