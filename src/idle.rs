@@ -297,14 +297,16 @@ impl IdleCheck {
                 on_busy(&r);
             }
             was_busy = true;
-            if start.elapsed() + poll > self.wait {
+            // Read until the bound is reached, the last read at it.
+            let left = self.wait.saturating_sub(start.elapsed());
+            if left.is_zero() {
                 return Waited {
                     waited: start.elapsed(),
                     expired: true,
                     before: Some(r),
                 };
             }
-            tokio::time::sleep(poll).await;
+            tokio::time::sleep(poll.min(left)).await;
             poll = (poll * 2).min(POLL_MAX);
         }
     }
