@@ -448,6 +448,11 @@ pub async fn after_sample(
     if check.source.is_some() {
         s.idle_wait_ms = Some(w.waited.as_secs_f64() * 1000.0);
     }
+    // A failed request enters no summary, and its server may be going away (one shutting
+    // down holds open connections silent): nothing more is read.
+    if s.status != crate::record::Status::Ok {
+        return;
+    }
     let generated = match &s.two_point {
         Some(t) => Some(t.a_tokens + t.b_tokens),
         None => s.output_tokens,
