@@ -310,6 +310,7 @@ pub fn corpus_text(c: &CorpusSpec) -> String {
         CorpusSpec::Repeat => "repeat (synthetic)".to_owned(),
         CorpusSpec::Random => "random token ids".to_owned(),
         CorpusSpec::Path(p) => format!("text from {}", p.display()),
+        CorpusSpec::Natural(p) => format!("natural text from {}", p.display()),
     }
 }
 
