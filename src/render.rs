@@ -16,6 +16,7 @@ pub mod doc;
 pub mod html;
 pub mod json;
 pub mod markdown;
+pub mod prompts;
 pub mod sections;
 pub mod svg;
 pub mod table;

@@ -4,6 +4,7 @@ pub mod bootstrap;
 pub mod cachehit;
 pub mod fit;
 pub mod metric;
+pub mod prompts;
 pub mod significance;
 
 use serde::Serialize;

@@ -24,6 +24,10 @@ use crate::cmd::Ending;
 
 /// Runs a sweep; the interrupt receiver turns true on Ctrl-C.
 pub async fn run(args: SweepArgs, interrupt: tokio::sync::watch::Receiver<bool>) -> Result<Ending> {
+    let corpora = crate::cmd::corpora::split(&args.corpus);
+    if corpora.len() > 1 {
+        return crate::cmd::corpora::run(args, corpora, interrupt).await;
+    }
     // Every option is checked before anything is read, written or sent.
     let plan = crate::cmd::sweep_options::plan(&args)?;
     run_plan(plan, interrupt).await

@@ -128,6 +128,13 @@ impl SweepOptions {
             .as_deref()
             .map(plan::parse_contexts)
             .transpose()?;
+        if args.corpus.contains(',') {
+            // `sweep --url` splits the list before planning; a campaign measures one corpus.
+            return bad(format!(
+                "--corpus {}: a list of corpora is measured by a sweep with --url (one results file per corpus); with --server-cmd run one campaign per corpus (--corpus repeat, then --corpus natural)",
+                args.corpus
+            ));
+        }
         let corpus = CorpusSpec::parse(&args.corpus).map_err(UsageError::Invalid)?;
         if let CorpusSpec::Path(p) | CorpusSpec::Natural(p) = &corpus {
             // An empty or unreadable corpus is the user's to fix: said before any request.
