@@ -141,7 +141,7 @@ mod tests {
         let src = "# -*- coding: utf-8 -*-\ntopics = {'assert': 'The \"assert\" statement\\n'\n           'is here.  It\\'s fine\\n',\n 'x': r'''raw \\d\n''' \"end\"}\n";
         assert_eq!(
             python_strings(src),
-            "assert\nThe \"assert\" statement\nis here.  It's fine\n\nx\nraw \\d\n\nend\n"
+            "assert\nThe \"assert\" statement\nis here.  It's fine\n\nx\nraw \\d\nend\n"
         );
     }
 
