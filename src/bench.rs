@@ -598,7 +598,8 @@ pub async fn run(
                     let sent = req.prompt.len() as u64;
                     let mut w =
                         make_warm_sample(&settings.target(context), context, rep, sent, at, r);
-                    (w.prompt_index, w.corpus_offset) = (prompt_index, Some(ctx.builder.offset(body)));
+                    (w.prompt_index, w.corpus_offset) =
+                        (prompt_index, Some(ctx.builder.offset(body)));
                     // Same prompt, greedy: the same tokens, or the server is not
                     // deterministic at this depth.
                     if let (Some(c), Some(x)) = (&cold_print, &w.output_fingerprint) {

@@ -152,9 +152,15 @@ mod tests {
         d.insert(key(0, 0), 7.0);
         d.insert(key(1, 0), 1.0);
         d.insert(key(0, 2), 2.0);
-        d.insert("vllm:spec_decode_num_drafts_total{engine=\"0\"}".into(), 10.0);
+        d.insert(
+            "vllm:spec_decode_num_drafts_total{engine=\"0\"}".into(),
+            10.0,
+        );
         assert_eq!(accepted_per_position(&d), Some((vec![8, 0, 2], 10)));
-        d.insert("vllm:spec_decode_num_drafts_total{engine=\"0\"}".into(), 0.0);
+        d.insert(
+            "vllm:spec_decode_num_drafts_total{engine=\"0\"}".into(),
+            0.0,
+        );
         assert_eq!(accepted_per_position(&d), None, "no draft, no rates");
     }
 

@@ -330,7 +330,11 @@ pub struct SweepArgs {
     /// Python's own documentation, pydoc_data/topics.py), or a file or folder of your own
     /// text. A comma list (`repeat,natural`) measures the same ladder once per corpus, into
     /// one results file each (OUT.repeat.jsonl, …), and reports the acceptance inflation.
-    #[arg(long, default_value = "repeat", value_name = "repeat|random|natural|PATH[,…]")]
+    #[arg(
+        long,
+        default_value = "repeat",
+        value_name = "repeat|random|natural|PATH[,…]"
+    )]
     pub corpus: String,
 
     /// Seed for `--corpus random` (nonces are always fresh).

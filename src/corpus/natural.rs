@@ -15,7 +15,12 @@ use std::path::{Path, PathBuf};
 
 /// Where the common stdlib layouts keep `pydoc_data/topics.py`, beside `python3`'s own
 /// answer.
-const STDLIB_ROOTS: [&str; 4] = ["/usr/lib", "/usr/local/lib", "/opt/homebrew/lib", "/usr/lib64"];
+const STDLIB_ROOTS: [&str; 4] = [
+    "/usr/lib",
+    "/usr/local/lib",
+    "/opt/homebrew/lib",
+    "/usr/lib64",
+];
 
 /// The Debian/Ubuntu licence folder, the fallback.
 const LICENSES: &str = "/usr/share/common-licenses";
@@ -26,7 +31,10 @@ pub fn resolve() -> Result<PathBuf, String> {
     if let Some(p) = from_python() {
         return Ok(p);
     }
-    if let Some(p) = STDLIB_ROOTS.iter().find_map(|r| in_stdlib_root(Path::new(r))) {
+    if let Some(p) = STDLIB_ROOTS
+        .iter()
+        .find_map(|r| in_stdlib_root(Path::new(r)))
+    {
         return Ok(p);
     }
     let lic = Path::new(LICENSES);

@@ -59,8 +59,8 @@ pub fn one_way(groups: &[Vec<f64>]) -> Option<Components> {
     }
     let msb = ssb / (k as f64 - 1.0);
     let msw = ssw / (nf - k as f64);
-    let n0 = (nf - groups.iter().map(|g| (g.len() as f64).powi(2)).sum::<f64>() / nf)
-        / (k as f64 - 1.0);
+    let n0 =
+        (nf - groups.iter().map(|g| (g.len() as f64).powi(2)).sum::<f64>() / nf) / (k as f64 - 1.0);
     let var_b = ((msb - msw) / n0).max(0.0);
     let total = var_b + msw;
     Some(Components {
@@ -158,7 +158,11 @@ impl PromptsReport {
 /// Cold usable samples of one request at a time, by context.
 fn by_context(r: &Results) -> BTreeMap<u64, Vec<&Sample>> {
     let mut m: BTreeMap<u64, Vec<&Sample>> = BTreeMap::new();
-    for s in r.samples.iter().filter(|s| s.usable() && s.concurrency.unwrap_or(1) == 1) {
+    for s in r
+        .samples
+        .iter()
+        .filter(|s| s.usable() && s.concurrency.unwrap_or(1) == 1)
+    {
         m.entry(s.context_tokens).or_default().push(s);
     }
     m
