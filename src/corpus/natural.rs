@@ -95,8 +95,7 @@ pub fn python_strings(src: &str) -> String {
                 let triple = b.get(i + 1) == Some(&q) && b.get(i + 2) == Some(&q);
                 let (open, end) = if triple { (3, 3) } else { (1, 1) };
                 i += open;
-                loop {
-                    let Some(&c) = b.get(i) else { break };
+                while let Some(&c) = b.get(i) {
                     if c == q && (!triple || (b.get(i + 1) == Some(&q) && b.get(i + 2) == Some(&q)))
                     {
                         i += end;
