@@ -153,6 +153,25 @@ mod tests {
     }
 
     #[test]
+    fn the_installed_documentation_reads_as_prose() {
+        let Ok(p) = resolve() else { return };
+        if !is_python(&p) {
+            return;
+        }
+        let text = python_strings(&std::fs::read_to_string(&p).unwrap());
+        assert!(
+            text.len() > 200_000,
+            "{} bytes from {}",
+            text.len(),
+            p.display()
+        );
+        assert!(!text.contains("topics = {"), "the code is dropped");
+        // The source's line joins (`…\\n'` newline, indent, `'…`) are gone.
+        assert!(!text.contains("\\n'\n    "), "escapes are decoded");
+        assert!(text.contains("statement"), "English prose");
+    }
+
+    #[test]
     fn resolve_finds_text_or_names_the_way_out() {
         match resolve() {
             Ok(p) => assert!(p.exists(), "{}", p.display()),
