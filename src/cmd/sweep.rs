@@ -175,7 +175,7 @@ fn lift_output(e: OutputError) -> anyhow::Error {
 /// length and corpus.
 fn plan_line(contexts: &[u64], opts: &SweepPlan, out_tokens: u32, corpus: &Corpus) -> String {
     format!(
-        "plan: {} context(s) [{}]{} × {}, {}, corpus: {}{}",
+        "plan: {} context(s) [{}]{} × {}{}, {}, corpus: {}{}",
         contexts.len(),
         contexts
             .iter()
@@ -194,6 +194,9 @@ fn plan_line(contexts: &[u64], opts: &SweepPlan, out_tokens: u32, corpus: &Corpu
             false => String::new(),
         },
         opts.policy,
+        opts.prompts
+            .map(|k| format!(" over {k} distinct prompts"))
+            .unwrap_or_default(),
         output_label(opts.two_point, out_tokens),
         opts.corpus.label(),
         if corpus.wraps { " (wraps around)" } else { "" },
