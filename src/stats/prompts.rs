@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::record::{CorpusSpec, Results, RunConfig, Sample};
+use crate::record::{CorpusSpec, Flag, Results, RunConfig, Sample};
 use crate::stats::significance::t_quantile;
 
 /// A one-way random-effects ANOVA of one metric at one point, prompts as the groups.
@@ -168,6 +168,23 @@ fn by_context(r: &Results) -> BTreeMap<u64, Vec<&Sample>> {
     m
 }
 
+/// Acceptance length of a sample of a speculative run: a request in which the server made
+/// no draft at all (n-gram speculation that found no match) produced one token per step,
+/// length 1, though its counters carry no speculative numbers; a sample whose counters were
+/// not read says nothing.
+fn accept_length(s: &Sample, speculative: bool) -> Option<f64> {
+    match s.spec_accept_length {
+        Some(l) => Some(l),
+        None if speculative && !s.has(&Flag::MetricsUnavailable) => Some(1.0),
+        None => None,
+    }
+}
+
+/// Whether any sample of the run carries speculative numbers.
+fn speculative(r: &Results) -> bool {
+    r.samples.iter().any(|s| s.spec_accept_length.is_some())
+}
+
 /// Values of `f` grouped by prompt index (samples without one are left out).
 fn groups(samples: &[&Sample], f: impl Fn(&Sample) -> Option<f64>) -> Vec<Vec<f64>> {
     let mut g: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
@@ -297,10 +314,11 @@ pub fn build(loaded: &[(String, String, Results)]) -> PromptsReport {
     let mut out = PromptsReport::default();
     for (label, _, r) in loaded {
         let corpus = r.header.config.corpus.short_name();
+        let spec = speculative(r);
         for (&ctx, s) in &by_context(r) {
             if r.header.config.prompts.is_some_and(|k| k >= 2) {
                 let ms = one_way(&groups(s, |x| x.ms_per_step));
-                let al = one_way(&groups(s, |x| x.spec_accept_length));
+                let al = one_way(&groups(s, |x| accept_length(x, spec)));
                 if ms.is_some() || al.is_some() {
                     out.spread.push(PromptSpread {
                         run: label.clone(),
@@ -325,11 +343,12 @@ pub fn build(loaded: &[(String, String, Results)]) -> PromptsReport {
             ) && pair_key(b) == pair_key(a)
         }) {
             let (sa, sb) = (by_context(a), by_context(b));
+            let (pa, pb) = (speculative(a), speculative(b));
             for (ctx, xa) in &sa {
                 let Some(xb) = sb.get(ctx) else { continue };
                 let (ua, ub) = (
-                    units(xa, |x| x.spec_accept_length),
-                    units(xb, |x| x.spec_accept_length),
+                    units(xa, |x| accept_length(x, pa)),
+                    units(xb, |x| accept_length(x, pb)),
                 );
                 let Some((ratio, interval)) = ratio_of_means(&ua, &ub) else {
                     continue;
@@ -376,6 +395,22 @@ mod tests {
         let same = one_way(&[vec![1.0, 2.0], vec![2.0, 1.0]]).unwrap();
         assert_eq!(same.between_sd, 0.0);
         assert!(one_way(&[vec![1.0], vec![2.0]]).is_none(), "no repetition");
+    }
+
+    #[test]
+    fn a_request_without_any_draft_counts_as_length_one_in_a_speculative_run() {
+        let none = Sample::default();
+        assert_eq!(accept_length(&none, true), Some(1.0));
+        assert_eq!(
+            accept_length(&none, false),
+            None,
+            "plain run: no acceptance"
+        );
+        let unread = Sample {
+            flags: vec![Flag::MetricsUnavailable],
+            ..Sample::default()
+        };
+        assert_eq!(accept_length(&unread, true), None, "counters not read");
     }
 
     #[test]
