@@ -103,6 +103,8 @@ pub struct BenchSettings {
     /// The idle check around every measured request (`None`: `--idle-check off`, or the
     /// server exposes nothing to read).
     pub idle: Option<crate::idle::IdleCheck>,
+    /// `--prompts K`: repetition `r` sends prompt `r mod K` (its corpus window).
+    pub prompts: Option<u32>,
 }
 
 /// How the needle checks are made (see [`crate::needle`]).
@@ -551,10 +553,13 @@ pub async fn run(
             ctx.observer.sample_started(context, rep);
             let timeouts = settings.timeouts_with_prediction(context, cost);
             let t0 = Instant::now();
+            // `--prompts K`: repetition r re-reads prompt r mod K (resume keeps the mapping).
+            let prompt_index = settings.prompts.map(|k| rep % k.max(1));
+            let body = prompt_index.map_or(window, u64::from);
             let cold = ColdRequest {
                 context,
                 rep,
-                window,
+                window: body,
                 timeouts,
             };
             let measured = measure_cold(
@@ -570,6 +575,8 @@ pub async fn run(
                 tally.interrupted = true;
                 break 'points;
             };
+            sample.prompt_index = prompt_index;
+            sample.corpus_offset = Some(ctx.builder.offset(body));
             flag_suspected_hit(&mut sample, &unverified_ttft, &observations);
             if sample.status == Status::Ok && !sample.cache_verified {
                 unverified_ttft.extend(sample.ttft_ms);
@@ -623,6 +630,8 @@ pub async fn run(
                     let sent = req.prompt.len() as u64;
                     let mut w =
                         make_warm_sample(&settings.target(context), context, rep, sent, at, r);
+                    (w.prompt_index, w.corpus_offset) =
+                        (prompt_index, Some(ctx.builder.offset(body)));
                     // Same prompt, greedy: the same tokens, or the server is not
                     // deterministic at this depth.
                     if let (Some(c), Some(x)) = (&cold_print, &w.output_fingerprint) {
@@ -1011,6 +1020,7 @@ pub(crate) mod tests {
     pub(crate) fn settings() -> BenchSettings {
         BenchSettings {
             nonce_end: None,
+            prompts: None,
             run_id: "r".into(),
             output_tokens: 33,
             policy: RepPolicy {

@@ -111,6 +111,10 @@ fn blank_sample(target: &Target<'_>, context: u64, rep: u32, sent: u64, at: Stri
         wave_stats: None,
         idle_wait_ms: None,
         foreign_load: None,
+        prompt_index: None,
+        corpus_offset: None,
+        spec_accepted_per_position: None,
+        spec_drafts: None,
     }
 }
 
@@ -443,6 +447,9 @@ pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &m
     }
     if s.phase == Phase::Cold && s.status == Status::Ok {
         apply_cache_evidence(s, &d);
+    }
+    if let Some((per_pos, drafts)) = metrics::accepted_per_position(&d) {
+        (s.spec_accepted_per_position, s.spec_drafts) = (Some(per_pos), Some(drafts));
     }
     s.metrics = Some(d);
 }

@@ -4,6 +4,7 @@ pub mod bootstrap;
 pub mod cachehit;
 pub mod fit;
 pub mod metric;
+pub mod prompts;
 pub mod significance;
 
 use serde::Serialize;
@@ -310,8 +311,7 @@ mod tests {
             concurrency: None,
             wave: None,
             wave_stats: None,
-            idle_wait_ms: None,
-            foreign_load: None,
+            ..Default::default()
         }
     }
 

@@ -114,6 +114,8 @@ pub struct SweepPlan {
     pub needle_depths: Option<Vec<u32>>,
     /// Concurrency levels (`[1]`: one request at a time).
     pub concurrency: Vec<u32>,
+    /// `--prompts K`: distinct prompts per context (see `RunConfig::prompts`).
+    pub prompts: Option<u32>,
 }
 
 impl std::fmt::Debug for SweepPlan {
@@ -766,6 +768,7 @@ fn bench_settings(
             }),
         nonce_end: None,
         idle: None,
+        prompts: plan.prompts,
     }
 }
 
@@ -878,5 +881,6 @@ fn run_config(plan: &SweepPlan, profile: &ServerProfile, p: &Prepared) -> RunCon
         prompt_seed: plan.prompt_seed,
         needle_depths: plan.needle_depths.clone(),
         concurrency: plan.concurrency.clone(),
+        prompts: plan.prompts,
     }
 }

@@ -21,6 +21,7 @@ mod launch_llamacpp;
 mod llamacpp_features;
 mod promises;
 mod promises_llamacpp;
+mod prompts_llamacpp;
 mod protocol_ollama;
 mod protocol_openai_calibrated;
 mod protocol_openai_chat;
@@ -49,3 +50,5 @@ mod real_transformers;
 mod real_vllm;
 #[cfg(feature = "real-servers")]
 mod real_vllm_idle;
+#[cfg(feature = "real-servers")]
+mod real_vllm_prompts;
