@@ -17,6 +17,7 @@ pub mod html;
 pub mod json;
 pub mod markdown;
 pub mod sections;
+pub mod speculation;
 pub mod svg;
 pub mod table;
 pub mod text;

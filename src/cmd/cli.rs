@@ -77,6 +77,7 @@ const COMPARE_EXAMPLES: &str = "Examples:
   ctxbench compare before.jsonl after.jsonl
   ctxbench compare a.jsonl b.jsonl --format md --plot ab.svg
   ctxbench compare --a main-run*.jsonl --b pr-run*.jsonl --fail-if-slower 5%
+  ctxbench compare plain.jsonl spec.jsonl --spec-plots plots/  # does speculation pay, up to which length?
 
 Positional files: the first is the baseline A; every other file is compared with it, one run
 against one run (a verdict needs at least 6 samples per side, and cannot see run-to-run drift).
@@ -181,13 +182,23 @@ pub struct CompareArgs {
     /// Samples per side needed for a verdict when each side is one run.
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
     pub min_samples: u32,
+
+    /// Which side runs speculative decoding, for the "does speculation pay" answer (net
+    /// decode speedup, TTFT cost, acceptance and L* per context length): `auto` takes the
+    /// side whose samples report acceptance; `a` or `b` say so; `off` leaves it out.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub spec_side: ctxbench::stats::speculation::SpecSide,
+
+    /// Also write the speculation plots (speedup.svg, acceptance.svg) into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub spec_plots: Option<PathBuf>,
 }
 
 // Written out: clap's generated line lists whichever required and given options an error
 // involved (`ctxbench sweep --url <URL> --corpus <...>` for an unknown flag), which reads as
 // if those were needed.
 const SWEEP_USAGE: &str = "ctxbench sweep --url URL [OPTIONS]
-       ctxbench sweep --server-cmd TEMPLATE [-L NAME VALUES]... [OPTIONS]";
+       ctxbench sweep --server-cmd TEMPLATE [-L NAME VALUES]... [-F NAME FLAGS]... [OPTIONS]";
 
 const SWEEP_EXAMPLES: &str = "Examples:
   ctxbench sweep --url http://127.0.0.1:8080
@@ -195,6 +206,8 @@ const SWEEP_EXAMPLES: &str = "Examples:
   ctxbench sweep --url http://127.0.0.1:8080 --out a.jsonl --resume      # continue a run
   ctxbench sweep --server-cmd 'llama-server -m m.gguf --port {port} -t {t}' -L t 1,2 \
       --runs 5 --contexts 1k,16k --out ab/                                 # A/B campaign
+  ctxbench sweep --server-cmd 'llama-server -m t.gguf --port {port} {spec}' \
+      -F spec ',-md d.gguf --spec-type draft-simple' --runs 3 --out spec/  # does speculation pay?
 
 k means ×1024: 4k = 4096 tokens. Results: one JSON line per sample (docs/results-schema.md).";
 
@@ -224,6 +237,20 @@ pub struct SweepArgs {
         allow_hyphen_values = true
     )]
     pub parameter_list: Vec<String>,
+
+    /// With --server-cmd: `-F NAME ',FLAGS1,FLAGS2'` makes one variant per group of flags,
+    /// put where the word `{NAME}` stands (split like a shell does); an empty group adds no
+    /// flags. Speculation on against off: `-F spec ',-md draft.gguf --spec-type draft-simple'`.
+    #[arg(
+        short = 'F',
+        long = "flag-list",
+        num_args = 2,
+        value_names = ["NAME", "FLAGS"],
+        action = clap::ArgAction::Append,
+        requires = "server_cmd",
+        allow_hyphen_values = true
+    )]
+    pub flag_list: Vec<String>,
 
     /// With --server-cmd: runs of each variant, interleaved (A B A B ...), each on a fresh
     /// server; the comparison takes the run as its unit (3 or more for a verdict).

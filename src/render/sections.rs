@@ -485,6 +485,9 @@ pub fn compare(cmp: &Comparison, target: Target) -> Result<Document, RenderError
     }
     for v in &cmp.versus {
         blocks.extend(versus_blocks(cmp, v, target));
+        if let Some(s) = &v.speculation {
+            blocks.extend(super::speculation::blocks(s, target)?);
+        }
     }
     Ok(Document {
         title: "ctxbench compare".into(),

@@ -312,6 +312,9 @@ impl Renderer for TableRenderer {
             if !agreement.is_empty() {
                 let _ = writeln!(out, "{agreement}");
             }
+            if let Some(s) = &v.speculation {
+                let _ = writeln!(out, "{}", super::speculation::text(s));
+            }
         }
         Ok(out)
     }
