@@ -133,7 +133,7 @@ pub fn l_star_text(l: &LStar) -> String {
             first_losing: q,
             ..
         } => format!(
-            "L*: below {}, the first length that is slower; no shorter length pays",
+            "L*: not within the measured lengths — no length pays, and from {} on speculation is slower",
             fmt_ctx(q.context_tokens)
         ),
         LStar::NeverSlower { .. } => {
