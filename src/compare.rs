@@ -403,21 +403,35 @@ pub fn build(
 
 /// The speculation analysis of B against A, as `spec_side` says; `None` in auto mode when
 /// neither side speculates (nothing to say about speculation).
-fn speculation_of(a: &[Loaded], b: &[Loaded], spec_side: SpecSide, s: &Settings) -> Option<Speculation> {
+fn speculation_of(
+    a: &[Loaded],
+    b: &[Loaded],
+    spec_side: SpecSide,
+    s: &Settings,
+) -> Option<Speculation> {
     let (ra, rb): (Vec<&Results>, Vec<&Results>) = (
         a.iter().map(|(_, _, r)| r).collect(),
         b.iter().map(|(_, _, r)| r).collect(),
     );
     let (la, lb) = (group_label(a), group_label(b));
     let out = speculation::analyse(
-        &speculation::Side { label: &la, runs: &ra },
-        &speculation::Side { label: &lb, runs: &rb },
+        &speculation::Side {
+            label: &la,
+            runs: &ra,
+        },
+        &speculation::Side {
+            label: &lb,
+            runs: &rb,
+        },
         spec_side,
         s,
     )?;
     let neither = matches!(
         &out,
-        Speculation::NotAnalysed { reason: speculation::NotAnalysed::NeitherSpeculative, .. }
+        Speculation::NotAnalysed {
+            reason: speculation::NotAnalysed::NeitherSpeculative,
+            ..
+        }
     );
     (!neither).then_some(out)
 }

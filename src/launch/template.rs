@@ -396,10 +396,10 @@ impl ServerTemplate {
     /// One template word with the values filled in: a flag list's word becomes its value's
     /// words (none for an empty value), any other word one word.
     fn expand(&self, word: &str, pairs: &[(&str, &str)]) -> Vec<String> {
-        let flag_list = self
-            .lists
-            .iter()
-            .find(|l| l.flags && word.strip_prefix('{').and_then(|w| w.strip_suffix('}')) == Some(l.name.as_str()));
+        let flag_list = self.lists.iter().find(|l| {
+            l.flags
+                && word.strip_prefix('{').and_then(|w| w.strip_suffix('}')) == Some(l.name.as_str())
+        });
         match flag_list {
             Some(l) => {
                 let value = pairs
@@ -584,12 +584,24 @@ mod tests {
         )
         .unwrap();
         let v = t.variants();
-        assert_eq!(v[0].argv(1), ["srv", "-m", "t.gguf", "--port", "1", "-c", "8"]);
+        assert_eq!(
+            v[0].argv(1),
+            ["srv", "-m", "t.gguf", "--port", "1", "-c", "8"]
+        );
         assert_eq!(
             v[1].argv(1),
             [
-                "srv", "-m", "t.gguf", "--port", "1", "-md", "my d.gguf", "--spec-type",
-                "draft-simple", "-c", "8"
+                "srv",
+                "-m",
+                "t.gguf",
+                "--port",
+                "1",
+                "-md",
+                "my d.gguf",
+                "--spec-type",
+                "draft-simple",
+                "-c",
+                "8"
             ]
         );
         assert_eq!(v[0].short_name(), "spec=none");

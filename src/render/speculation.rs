@@ -163,7 +163,11 @@ pub fn fit_lines(f: &SpeedupFit) -> Vec<String> {
         ),
         Some(l) => format!(
             "fitted speedup {} 1 at ≈{} tokens{}",
-            if f.falling { "falls below" } else { "rises above" },
+            if f.falling {
+                "falls below"
+            } else {
+                "rises above"
+            },
             tokens(l),
             if f.crossing_extrapolated {
                 " — EXTRAPOLATED beyond the measured lengths"

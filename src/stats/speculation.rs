@@ -423,9 +423,7 @@ fn point(plain: &Side, spec: &Side, c: u64, by_runs: bool, s: &Settings) -> Spec
         accept_rate: mean_interval(&per_run(spec, c, |x| x.spec_accept_rate), by_runs, s.level),
         draft_tokens: sum_u64(spec, c, |x| x.spec_draft_tokens),
         accepted_tokens: sum_u64(spec, c, |x| x.spec_accepted_tokens),
-        verify_steps: median(
-            &per_run(spec, c, |x| x.spec_verify_steps.map(|v| v as f64)).concat(),
-        ),
+        verify_steps: median(&per_run(spec, c, |x| x.spec_verify_steps.map(|v| v as f64)).concat()),
         ms_per_verify_step: center(&per_run(spec, c, |x| x.ms_per_verify_step)),
     }
 }
@@ -742,7 +740,12 @@ mod tests {
                 let f = &f;
                 (0..6).map(move |i| {
                     let w = 1.0 + 0.01 * (i as f64 - 2.5) / 2.5;
-                    sample(c, f(c) * w, 100.0 * w * if spec.is_some() { 2.0 } else { 1.0 }, spec)
+                    sample(
+                        c,
+                        f(c) * w,
+                        100.0 * w * if spec.is_some() { 2.0 } else { 1.0 },
+                        spec,
+                    )
                 })
             })
             .collect();
@@ -753,33 +756,67 @@ mod tests {
     const LADDER: [u64; 5] = [1024, 2048, 4096, 8192, 16384];
 
     #[test]
-    fn a_draft_that_pays_less_with_depth_gives_l_star_between_the_last_paying_and_first_losing_length() {
+    fn a_draft_that_pays_less_with_depth_gives_l_star_between_the_last_paying_and_first_losing_length(
+    ) {
         // Plain 2 + 0.0005 L ms/token, speculative 1 + 0.0007 L: 1.46× at 1k, the lines meet
         // at L = 5000, slower from 8k on.
         let plain = run(&LADDER, |c| 2.0 + 0.0005 * c as f64, None);
         let spec = run(&LADDER, |c| 1.0 + 0.0007 * c as f64, Some((3.0, 0.5)));
         let (p, s) = ([&plain], [&spec]);
         let a = analyse(
-            &Side { label: "plain", runs: &p },
-            &Side { label: "spec", runs: &s },
+            &Side {
+                label: "plain",
+                runs: &p,
+            },
+            &Side {
+                label: "spec",
+                runs: &s,
+            },
             SpecSide::Auto,
             &Settings::default(),
         )
         .unwrap();
-        let Speculation::Analysed(a) = a else { panic!("{a:?}") };
+        let Speculation::Analysed(a) = a else {
+            panic!("{a:?}")
+        };
         assert!(!a.speculative_is_a && a.detection == Detection::Samples);
         let pays: Vec<Payoff> = a.points.iter().map(|p| p.pays).collect();
-        assert_eq!(pays, [Payoff::Pays, Payoff::Pays, Payoff::Pays, Payoff::Slower, Payoff::Slower]);
-        let LStar::StopsPaying { last_paying: Some(lp), first_losing, pays_again } = &a.l_star else {
+        assert_eq!(
+            pays,
+            [
+                Payoff::Pays,
+                Payoff::Pays,
+                Payoff::Pays,
+                Payoff::Slower,
+                Payoff::Slower
+            ]
+        );
+        let LStar::StopsPaying {
+            last_paying: Some(lp),
+            first_losing,
+            pays_again,
+        } = &a.l_star
+        else {
             panic!("{:?}", a.l_star)
         };
-        assert_eq!((lp.context_tokens, first_losing.context_tokens), (4096, 8192));
+        assert_eq!(
+            (lp.context_tokens, first_losing.context_tokens),
+            (4096, 8192)
+        );
         assert!(pays_again.is_empty());
         let f = a.fit.as_ref().unwrap();
         assert!((f.crossing.unwrap() - 5000.0).abs() < 50.0, "{f:?}");
         assert!(f.falling && !f.crossing_extrapolated);
-        assert!(a.answer.starts_with("speculation pays up to 4k (1.05×"), "{}", a.answer);
-        assert!(a.answer.contains("; from 8k on it is slower (0.91×"), "{}", a.answer);
+        assert!(
+            a.answer.starts_with("speculation pays up to 4k (1.05×"),
+            "{}",
+            a.answer
+        );
+        assert!(
+            a.answer.contains("; from 8k on it is slower (0.91×"),
+            "{}",
+            a.answer
+        );
         // The TTFT cost (the draft's prefill) and acceptance with intervals.
         let p0 = &a.points[0];
         assert!((p0.ttft_cost.unwrap() - 2.0).abs() < 1e-9);
@@ -795,21 +832,34 @@ mod tests {
         let (p, s) = ([&plain], [&spec]);
         // The speculative run given as the baseline A.
         let Some(Speculation::Analysed(a)) = analyse(
-            &Side { label: "spec", runs: &s },
-            &Side { label: "plain", runs: &p },
+            &Side {
+                label: "spec",
+                runs: &s,
+            },
+            &Side {
+                label: "plain",
+                runs: &p,
+            },
             SpecSide::Auto,
             &Settings::default(),
         ) else {
             panic!()
         };
         assert!(a.speculative_is_a);
-        assert!(matches!(a.l_star, LStar::PaysEverywhere { .. }), "{:?}", a.l_star);
+        assert!(
+            matches!(a.l_star, LStar::PaysEverywhere { .. }),
+            "{:?}",
+            a.l_star
+        );
         let f = a.fit.as_ref().unwrap();
         assert_eq!(f.crossing, None);
         assert!((f.speedup_at_max.unwrap() - 3.0).abs() < 0.01, "{f:?}");
         assert!(
-            a.answer.starts_with("speculation pays at every measured length: 1k (3.00×")
-                && a.answer.contains("the fit does not cross 1: 3.00× at the server's maximum 1024k (extrapolated)"),
+            a.answer
+                .starts_with("speculation pays at every measured length: 1k (3.00×")
+                && a.answer.contains(
+                    "the fit does not cross 1: 3.00× at the server's maximum 1024k (extrapolated)"
+                ),
             "{}",
             a.answer
         );
@@ -821,29 +871,64 @@ mod tests {
         let spec = run(&LADDER, |c| 2.0 + 0.001 * c as f64, Some((1.0, 0.0)));
         let (p, s) = ([&plain], [&spec]);
         let side = |l, r| Side { label: l, runs: r };
-        let Some(Speculation::Analysed(a)) =
-            analyse(&side("plain", &p), &side("spec", &s), SpecSide::Auto, &Settings::default())
-        else {
+        let Some(Speculation::Analysed(a)) = analyse(
+            &side("plain", &p),
+            &side("spec", &s),
+            SpecSide::Auto,
+            &Settings::default(),
+        ) else {
             panic!()
         };
-        assert!(matches!(a.l_star, LStar::StopsPaying { last_paying: None, .. }));
-        assert!(a.answer.starts_with("speculation does not pay: slower from 1k on (0.50×"), "{}", a.answer);
+        assert!(matches!(
+            a.l_star,
+            LStar::StopsPaying {
+                last_paying: None,
+                ..
+            }
+        ));
+        assert!(
+            a.answer
+                .starts_with("speculation does not pay: slower from 1k on (0.50×"),
+            "{}",
+            a.answer
+        );
         for (x, y, want) in [
             (&p, &p, NotAnalysed::NeitherSpeculative),
             (&s, &s, NotAnalysed::BothSpeculative),
         ] {
-            let got = analyse(&side("x", x), &side("y", y), SpecSide::Auto, &Settings::default());
-            assert!(matches!(got, Some(Speculation::NotAnalysed { ref reason, .. }) if *reason == want), "{got:?}");
+            let got = analyse(
+                &side("x", x),
+                &side("y", y),
+                SpecSide::Auto,
+                &Settings::default(),
+            );
+            assert!(
+                matches!(got, Some(Speculation::NotAnalysed { ref reason, .. }) if *reason == want),
+                "{got:?}"
+            );
         }
         // Told which side speculates, the analysis runs and says what it took on trust.
-        let Some(Speculation::Analysed(a)) =
-            analyse(&side("x", &p), &side("y", &p), SpecSide::B, &Settings::default())
-        else {
+        let Some(Speculation::Analysed(a)) = analyse(
+            &side("x", &p),
+            &side("y", &p),
+            SpecSide::B,
+            &Settings::default(),
+        ) else {
             panic!()
         };
         assert_eq!(a.detection, Detection::Given);
-        assert!(a.notes[0].contains("report no speculative statistics"), "{:?}", a.notes);
-        assert!(analyse(&side("x", &p), &side("y", &s), SpecSide::Off, &Settings::default()).is_none());
+        assert!(
+            a.notes[0].contains("report no speculative statistics"),
+            "{:?}",
+            a.notes
+        );
+        assert!(analyse(
+            &side("x", &p),
+            &side("y", &s),
+            SpecSide::Off,
+            &Settings::default()
+        )
+        .is_none());
     }
 
     #[test]

@@ -159,8 +159,17 @@ fn the_target_drafting_for_itself_is_accepted_yet_slower_with_a_dearer_ttft() {
         model,
         model,
         // Long enough that prefill, which the draft doubles, outweighs a request's fixed
-        // costs (at 1k a loaded host's noise hid it: 1.13×, 0.55–2.29).
-        &["--contexts", "2k,4k", "--reps", "6", "--output-tokens", "32"],
+        // costs (at 1k a loaded host's noise hid it: 1.13×, 0.55–2.29). Eight samples of 64
+        // tokens a side: on a host loaded 6× over its 2 cores, six of 32 gave 0.36× with an
+        // interval reaching 0.92.
+        &[
+            "--contexts",
+            "2k,4k",
+            "--reps",
+            "8",
+            "--output-tokens",
+            "64",
+        ],
     );
     let s = answer(&c, &[]);
     show("copy", &s);
@@ -224,7 +233,10 @@ fn a_deep_identity_target_accepts_every_draft_and_the_answer_takes_the_run_as_un
         // Same logits: the draft is always right.
         assert!(f(&p["accept_rate"]["mean"]) > 0.9, "{p}");
         assert!(f(&p["accept_length"]["mean"]) > 5.0, "{p}");
-        assert_eq!((p["n_plain"].as_u64(), p["n_spec"].as_u64()), (Some(3), Some(3)));
+        assert_eq!(
+            (p["n_plain"].as_u64(), p["n_spec"].as_u64()),
+            (Some(3), Some(3))
+        );
         // Three runs a side: an interval, and the verdict is the interval's.
         let (lo, hi) = (
             f(&p["speedup_interval"]["low"]),
@@ -265,7 +277,14 @@ fn a_draft_of_another_seed_is_rarely_accepted_and_speculation_costs() {
     let c = campaign(
         &ref_paths().model,
         &other,
-        &["--contexts", "2k,4k", "--reps", "6", "--output-tokens", "32"],
+        &[
+            "--contexts",
+            "2k,4k",
+            "--reps",
+            "6",
+            "--output-tokens",
+            "32",
+        ],
     );
     let s = answer(&c, &[]);
     show("other-seed", &s);
@@ -285,7 +304,11 @@ fn a_draft_of_another_seed_is_rarely_accepted_and_speculation_costs() {
         .arg(&plots)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let speedup = std::fs::read_to_string(plots.join("speedup.svg")).unwrap();
     assert!(speedup.contains("L*"), "the L* span is marked");
     assert!(plots.join("acceptance.svg").exists());

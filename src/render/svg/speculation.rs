@@ -62,7 +62,9 @@ pub fn speculation_plots_of(a: &SpecAnalysis) -> Result<Vec<Plot>, RenderError> 
 /// band between the intervals, the dashed line at 1, the fit (dashed beyond the measured
 /// lengths, up to the fitted crossing or the server's maximum) and L* shaded.
 pub fn speedup_plot(a: &SpecAnalysis) -> Result<Plot, RenderError> {
-    let pts: Vec<(f64, f64, Option<(f64, f64)>)> = a
+    // (context, speedup, interval).
+    type Point = (f64, f64, Option<(f64, f64)>);
+    let pts: Vec<Point> = a
         .points
         .iter()
         .filter_map(|p| {
@@ -79,7 +81,10 @@ pub fn speedup_plot(a: &SpecAnalysis) -> Result<Plot, RenderError> {
     // The fit is drawn past the data up to its crossing (or twice the longest length), never
     // past the server's maximum.
     let fit_end = a.fit.as_ref().map(|f| {
-        let want = f.crossing.filter(|c| *c > last).map_or(last * 2.0, |c| c * 1.3);
+        let want = f
+            .crossing
+            .filter(|c| *c > last)
+            .map_or(last * 2.0, |c| c * 1.3);
         let cap = f.max_context.map_or(f64::INFINITY, |m| m as f64);
         want.min(cap).max(last)
     });
@@ -123,7 +128,9 @@ pub fn speedup_plot(a: &SpecAnalysis) -> Result<Plot, RenderError> {
                 )])
                 .map_err(perr)?
                 .label("L*: stops paying in this span")
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], red.mix(0.3).filled()));
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], red.mix(0.3).filled())
+                });
         }
         chart
             .draw_series(DashedLineSeries::new(
@@ -150,7 +157,9 @@ pub fn speedup_plot(a: &SpecAnalysis) -> Result<Plot, RenderError> {
                 .draw_series([Polygon::new(band, blue.mix(0.15).filled())])
                 .map_err(perr)?
                 .label(format!("{:.0}% interval", a.level * 100.0))
-                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], blue.mix(0.3).filled()));
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], blue.mix(0.3).filled())
+                });
         }
         let measured: Vec<(f64, f64)> = curve
             .iter()
@@ -231,7 +240,14 @@ pub fn acceptance_plot(series: &[AcceptanceSeries]) -> Result<Plot, RenderError>
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
-        let mut chart = frame(&root, title, (xmin, xmax), (0.0, ymax), "tokens/step", false)?;
+        let mut chart = frame(
+            &root,
+            title,
+            (xmin, xmax),
+            (0.0, ymax),
+            "tokens/step",
+            false,
+        )?;
         for (i, s) in series.iter().enumerate() {
             let c = color(i);
             let pts: Vec<(f64, f64)> = s
