@@ -131,6 +131,17 @@ pub fn l_star_text(l: &LStar) -> String {
         LStar::StopsPaying {
             last_paying: None,
             first_losing: q,
+            longest_not_slower: Some((n, pays)),
+            ..
+        } => format!(
+            "L*: none — slower from {}, but the speedup rises with context ({} at {}): it may start paying beyond the measured lengths",
+            fmt_ctx(q.context_tokens),
+            pays.text(),
+            fmt_ctx(n.context_tokens)
+        ),
+        LStar::StopsPaying {
+            last_paying: None,
+            first_losing: q,
             ..
         } => format!(
             "L*: not within the measured lengths — no length pays, and from {} on speculation is slower",

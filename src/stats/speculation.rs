@@ -201,6 +201,9 @@ pub enum LStar {
         first_losing: Named,
         /// Longer lengths that pay again (speedup not monotone in context).
         pays_again: Vec<u64>,
+        /// The longest decided length when it is not slower (the speedup rose again with
+        /// context: undecided or paying there), with what it says.
+        longest_not_slower: Option<(Named, Payoff)>,
     },
     /// No measured length loses, but not all pay.
     NeverSlower {
@@ -456,6 +459,9 @@ pub fn l_star(points: &[SpecPoint]) -> LStar {
                 .filter(|p| p.pays == Payoff::Pays)
                 .map(|p| p.context_tokens)
                 .collect(),
+            longest_not_slower: (last.pays != Payoff::Slower)
+                .then(|| named(last).map(|n| (n, last.pays)))
+                .flatten(),
         };
     }
     if decided.iter().all(|p| p.pays == Payoff::Pays) {
@@ -588,6 +594,19 @@ pub fn answer(l: &LStar, f: &Option<SpeedupFit>) -> String {
             speedup_text(p),
             fmt_ctx(q.context_tokens),
             speedup_text(q)
+        ),
+        LStar::StopsPaying {
+            last_paying: None,
+            first_losing: q,
+            longest_not_slower: Some((n, pays)),
+            ..
+        } => format!(
+            "speculation does not pay from {} ({}), but the speedup rises with context: {} at {} ({}); measure longer contexts before turning it off{fit}",
+            fmt_ctx(q.context_tokens),
+            speedup_text(q),
+            pays.text(),
+            fmt_ctx(n.context_tokens),
+            speedup_text(n)
         ),
         LStar::StopsPaying {
             last_paying: None,
@@ -795,6 +814,7 @@ mod tests {
             last_paying: Some(lp),
             first_losing,
             pays_again,
+            longest_not_slower: None,
         } = &a.l_star
         else {
             panic!("{:?}", a.l_star)
@@ -967,10 +987,17 @@ mod tests {
         // The first losing length decides, a later paying one is reported, not trusted.
         let l = l_star(&[pt(1, Pays), pt(2, Undecided), pt(4, Slower), pt(8, Pays)]);
         assert!(
-            matches!(&l, LStar::StopsPaying { last_paying: Some(p), first_losing: q, pays_again } if p.context_tokens == 1 && q.context_tokens == 4 && pays_again == &[8]),
+            matches!(&l, LStar::StopsPaying { last_paying: Some(p), first_losing: q, pays_again, .. } if p.context_tokens == 1 && q.context_tokens == 4 && pays_again == &[8]),
             "{l:?}"
         );
         assert_eq!(l_star(&[pt(1, TooFew)]), LStar::Unknown);
+        // Slower at short lengths, undecided at the longest: the answer says it rises.
+        let l = l_star(&[pt(1, Slower), pt(2, Slower), pt(4, Undecided)]);
+        assert!(
+            matches!(&l, LStar::StopsPaying { last_paying: None, longest_not_slower: Some((n, Undecided)), .. } if n.context_tokens == 4),
+            "{l:?}"
+        );
+        assert!(answer(&l, &None).contains("but the speedup rises with context: undecided at 4 ("));
         assert!(answer(&LStar::Unknown, &None).contains("too few"));
     }
 
