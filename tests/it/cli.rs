@@ -503,7 +503,7 @@ fn resume_without_out_is_a_usage_error_that_says_what_to_do() {
 #[test]
 fn usage_errors_show_the_sweeps_short_usage_line() {
     let url = unreachable_url();
-    let usage = "Usage: ctxbench sweep --url URL [OPTIONS]\n       ctxbench sweep --server-cmd TEMPLATE [-L NAME VALUES]... [OPTIONS]\n";
+    let usage = "Usage: ctxbench sweep --url URL [OPTIONS]\n       ctxbench sweep --server-cmd TEMPLATE [-L NAME VALUES]... [-F NAME FLAGS]... [OPTIONS]\n";
     for args in [
         &["sweep", "--url", &url, "--bogus"][..],
         &["sweep", "--bogus"],
