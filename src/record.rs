@@ -384,6 +384,9 @@ pub enum CorpusSpec {
     Random,
     /// The user's own text: a file, or every file of a folder.
     Path(PathBuf),
+    /// `--corpus natural`: English prose found on this machine (Python's documentation,
+    /// see `corpus::natural`); the resolved file.
+    Natural(PathBuf),
 }
 
 impl CorpusSpec {
@@ -392,13 +395,14 @@ impl CorpusSpec {
         match s {
             "repeat" => Ok(CorpusSpec::Repeat),
             "random" => Ok(CorpusSpec::Random),
+            "natural" => crate::corpus::natural::resolve().map(CorpusSpec::Natural),
             p => {
                 let path = PathBuf::from(p);
                 if path.exists() {
                     Ok(CorpusSpec::Path(path))
                 } else {
                     Err(format!(
-                        "--corpus '{p}': not 'repeat', 'random', or an existing file or folder"
+                        "--corpus '{p}': not 'repeat', 'random', 'natural', or an existing file or folder"
                     ))
                 }
             }
@@ -411,6 +415,20 @@ impl CorpusSpec {
             CorpusSpec::Repeat => "repeat (synthetic: inflates speculative acceptance)".to_owned(),
             CorpusSpec::Random => "random token ids".to_owned(),
             CorpusSpec::Path(p) => format!("text from {}", p.display()),
+            CorpusSpec::Natural(p) => format!("natural text from {}", p.display()),
+        }
+    }
+
+    /// A short name for file names and tables: `repeat`, `random`, `natural`, or the
+    /// file's or folder's name.
+    pub fn short_name(&self) -> String {
+        match self {
+            CorpusSpec::Repeat => "repeat".to_owned(),
+            CorpusSpec::Random => "random".to_owned(),
+            CorpusSpec::Natural(_) => "natural".to_owned(),
+            CorpusSpec::Path(p) => p
+                .file_stem()
+                .map_or_else(|| "text".to_owned(), |s| s.to_string_lossy().into_owned()),
         }
     }
 }
@@ -501,6 +519,11 @@ pub struct RunConfig {
     /// `--concurrency`: requests sent together at each context (absent: 1, one at a time).
     #[serde(default, skip_serializing_if = "one_at_a_time")]
     pub concurrency: Vec<u32>,
+    /// `--prompts K`: distinct prompts (corpus windows) per context, each repeated; `reps`
+    /// then counts samples per point (K × repetitions per prompt). Absent: every
+    /// repetition reads its own window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts: Option<u32>,
 }
 
 /// Whether a concurrency list means today's one-request-at-a-time sweep (not written).
@@ -868,6 +891,10 @@ pub struct Sample {
     /// Speculative decoding: verify steps of this request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_verify_steps: Option<u64>,
+    /// Speculative decoding: the server's own count of the steps that verified a draft
+    /// (`spec_decode_num_drafts` delta); `spec_verify_steps` also counts the steps without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_draft_steps: Option<u64>,
     /// Speculative decoding: draft tokens proposed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_draft_tokens: Option<u64>,
@@ -912,6 +939,21 @@ pub struct Sample {
     /// What the wave measured, seen from this request and for the whole wave.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave_stats: Option<WaveStats>,
+    /// `--prompts K`: which of the point's K prompts this sample sent (`rep mod K`); the
+    /// same index is the same body text (the nonce differs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_index: Option<u32>,
+    /// Token offset in the corpus where the prompt's body starts (after the nonce).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corpus_offset: Option<u64>,
+    /// Speculative decoding, where the server counts it per draft position (vLLM's
+    /// `spec_decode_num_accepted_tokens_per_pos`): accepted drafts at position 0, 1, ….
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_accepted_per_position: Option<Vec<u64>>,
+    /// Speculative decoding: verify steps that carried a draft (vLLM's
+    /// `spec_decode_num_drafts`), the denominator of the per-position rates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_drafts: Option<u64>,
 }
 
 /// One request of a concurrent wave: times relative to the wave's start (`t0`, when all its

@@ -4,6 +4,7 @@ pub mod bootstrap;
 pub mod cachehit;
 pub mod fit;
 pub mod metric;
+pub mod prompts;
 pub mod significance;
 pub mod speculation;
 
@@ -283,6 +284,7 @@ mod tests {
             spec_accept_length: None,
             spec_accept_rate: None,
             spec_verify_steps: None,
+            spec_draft_steps: None,
             spec_draft_tokens: None,
             spec_accepted_tokens: None,
             spec_source: None,
@@ -297,6 +299,7 @@ mod tests {
             concurrency: None,
             wave: None,
             wave_stats: None,
+            ..Default::default()
         }
     }
 

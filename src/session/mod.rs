@@ -110,6 +110,8 @@ pub struct SweepPlan {
     pub needle_depths: Option<Vec<u32>>,
     /// Concurrency levels (`[1]`: one request at a time).
     pub concurrency: Vec<u32>,
+    /// `--prompts K`: distinct prompts per context (see `RunConfig::prompts`).
+    pub prompts: Option<u32>,
 }
 
 impl std::fmt::Debug for SweepPlan {
@@ -712,6 +714,7 @@ fn bench_settings(
                 nonce_tokens: plan.nonce_tokens(),
             }),
         nonce_end: None,
+        prompts: plan.prompts,
     }
 }
 
@@ -824,5 +827,6 @@ fn run_config(plan: &SweepPlan, profile: &ServerProfile, p: &Prepared) -> RunCon
         prompt_seed: plan.prompt_seed,
         needle_depths: plan.needle_depths.clone(),
         concurrency: plan.concurrency.clone(),
+        prompts: plan.prompts,
     }
 }

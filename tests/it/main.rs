@@ -19,6 +19,7 @@ mod launch_llamacpp;
 mod llamacpp_features;
 mod promises;
 mod promises_llamacpp;
+mod prompts_llamacpp;
 mod protocol_ollama;
 mod protocol_openai_calibrated;
 mod protocol_openai_chat;
@@ -28,6 +29,7 @@ mod protocol_tgi;
 mod protocol_vllm;
 mod report;
 mod scripted_fidelity;
+mod spec_dflash_llamacpp;
 mod speculation_llamacpp;
 mod sweep_llamacpp;
 mod tls;
@@ -45,3 +47,5 @@ mod real_sglang;
 mod real_transformers;
 #[cfg(feature = "real-servers")]
 mod real_vllm;
+#[cfg(feature = "real-servers")]
+mod real_vllm_prompts;
