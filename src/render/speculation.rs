@@ -181,7 +181,7 @@ pub fn fit_lines(f: &SpeedupFit) -> Vec<String> {
             },
             tokens(l),
             if f.crossing_extrapolated {
-                " — EXTRAPOLATED beyond the measured lengths"
+                " — EXTRAPOLATED outside the measured lengths"
             } else {
                 " (within the measured lengths)"
             }

@@ -228,7 +228,8 @@ pub struct SpeedupFit {
     /// The fitted speedup falls with context (crossing: where it stops paying) or rises
     /// (crossing: where it starts paying).
     pub falling: bool,
-    /// The crossing lies beyond the longest measured length.
+    /// The crossing lies outside the measured lengths (beyond the longest, or below the
+    /// shortest).
     pub crossing_extrapolated: bool,
     /// The crossing lies beyond the server's maximum context.
     pub crossing_beyond_max: bool,
@@ -502,13 +503,14 @@ pub fn speedup_fit(plain: &Side, spec: &Side, max_context: Option<u64>) -> Optio
     let crossing = (bp != bs)
         .then(|| (a_s - ap) / (bp - bs))
         .filter(|l| l.is_finite() && *l > 0.0);
-    let longest = pf
-        .residuals
-        .iter()
-        .chain(&sf.residuals)
-        .map(|r| r.context_tokens)
-        .max()
-        .unwrap_or(0) as f64;
+    let measured = || {
+        pf.residuals
+            .iter()
+            .chain(&sf.residuals)
+            .map(|r| r.context_tokens)
+    };
+    let longest = measured().max().unwrap_or(0) as f64;
+    let shortest = measured().min().unwrap_or(0) as f64;
     let mut f = SpeedupFit {
         poor: pf.is_poor() || sf.is_poor(),
         plain: pf,
@@ -516,7 +518,7 @@ pub fn speedup_fit(plain: &Side, spec: &Side, max_context: Option<u64>) -> Optio
         crossing,
         // The speedup (a_p + b_p L)/(a_s + b_s L) falls with L when b_p/a_p < b_s/a_s.
         falling: bp * a_s < bs * ap,
-        crossing_extrapolated: crossing.is_some_and(|l| l > longest),
+        crossing_extrapolated: crossing.is_some_and(|l| l > longest || l < shortest),
         crossing_beyond_max: false,
         max_context,
         speedup_at_max: None,
