@@ -1057,4 +1057,7 @@ pub(crate) mod tests {
 #[cfg(test)]
 mod loop_tests;
 
+pub mod append;
+pub mod conversation;
+pub mod tiers;
 pub mod wave;

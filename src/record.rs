@@ -103,6 +103,16 @@ string_enum! {
         /// A retrieval check (`--needle`): a cold prompt holding a fact at a stated depth;
         /// never in the speed summaries.
         Needle = "needle",
+        /// `--mode append`: N new tokens after a cached prefix of L tokens, reuse proven
+        /// by the cached count (`warm`); summarised apart.
+        Append = "append",
+        /// `--mode append` and `tiers`: the request that put the prefix in the cache (a
+        /// cold prefill of L, never summarised).
+        Prime = "prime",
+        /// `--mode conversation`: one turn of a growing conversation.
+        Turn = "turn",
+        /// `--mode tiers`: a request served from a stated cache tier (`warm.tier`).
+        Tier = "tier",
     }
 }
 
@@ -229,6 +239,10 @@ string_enum! {
         /// this request, or vLLM's `vllm:num_preemptions_total` rising during the wave (which
         /// cannot say which request, so every request of that wave is flagged).
         Preempted = "preempted",
+        /// A warm sample (append, turn, tier) whose cached count does not reach its
+        /// cached prefix (less the tokens the server always recomputes, `warm.allowance`):
+        /// the prefix was recomputed, wholly or partly; kept out of the warm summaries.
+        CacheMiss = "cache_miss",
     }
 }
 
@@ -501,6 +515,9 @@ pub struct RunConfig {
     /// `--concurrency`: requests sent together at each context (absent: 1, one at a time).
     #[serde(default, skip_serializing_if = "one_at_a_time")]
     pub concurrency: Vec<u32>,
+    /// `--mode append|conversation|tiers`: the warm measurement (absent: the cold sweep).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<crate::warm::WarmConfig>,
 }
 
 /// Whether a concurrency list means today's one-request-at-a-time sweep (not written).
@@ -912,6 +929,9 @@ pub struct Sample {
     /// What the wave measured, seen from this request and for the whole wave.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave_stats: Option<WaveStats>,
+    /// Warm modes: the cached prefix, the new tokens and how the reuse was proven.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<crate::warm::WarmInfo>,
 }
 
 /// One request of a concurrent wave: times relative to the wave's start (`t0`, when all its

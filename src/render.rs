@@ -20,6 +20,7 @@ pub mod sections;
 pub mod svg;
 pub mod table;
 pub mod text;
+pub mod warm;
 
 pub use crate::units::{fmt_ctx, num};
 

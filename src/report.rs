@@ -71,6 +71,9 @@ pub struct RunReport {
     /// The price of a token at each context length (`--price-per-hour`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost: Option<crate::price::CostTable>,
+    /// Warm context at depth (`--mode append|conversation|tiers`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm: Option<crate::stats::warm::WarmReport>,
 }
 
 /// Acceptance length at one context length.
@@ -237,6 +240,7 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         needle,
         capacity,
         cost: None,
+        warm: crate::stats::warm::summarize(h.config.warm.as_ref(), &results.samples),
     }
 }
 
@@ -256,7 +260,18 @@ fn sample_warnings(results: &Results, alone: &[Sample], points: &[PointSummary])
     }
     let other_phases = alone
         .iter()
-        .filter(|s| !matches!(s.phase, Phase::Cold | Phase::Warm | Phase::Needle))
+        .filter(|s| {
+            !matches!(
+                s.phase,
+                Phase::Cold
+                    | Phase::Warm
+                    | Phase::Needle
+                    | Phase::Append
+                    | Phase::Prime
+                    | Phase::Turn
+                    | Phase::Tier
+            )
+        })
         .count();
     if other_phases > 0 {
         warnings.push(warn(

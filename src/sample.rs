@@ -108,6 +108,7 @@ fn blank_sample(target: &Target<'_>, context: u64, rep: u32, sent: u64, at: Stri
         concurrency: None,
         wave: None,
         wave_stats: None,
+        warm: None,
     }
 }
 

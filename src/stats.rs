@@ -5,6 +5,7 @@ pub mod cachehit;
 pub mod fit;
 pub mod metric;
 pub mod significance;
+pub mod warm;
 
 use serde::Serialize;
 

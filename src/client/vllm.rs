@@ -91,6 +91,15 @@ impl super::Family for Family {
         Some("start vLLM with --enable-prompt-tokens-details")
     }
 
+    /// vLLM's prefix cache holds whole KV blocks only: a prefix of L tokens is reused as
+    /// ⌊L/16⌋·16 with the default `--block-size 16`.
+    fn reuse_allowance(&self, prefix: u64) -> (u64, &'static str) {
+        (
+            (prefix % 16).max(1),
+            "vLLM caches whole blocks of 16 tokens (default --block-size): cached = ⌊L/16⌋·16",
+        )
+    }
+
     /// Its `/v1/completions` takes token ids, made by its `/tokenize` where there is one.
     async fn openai_capabilities(
         &self,
