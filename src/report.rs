@@ -197,13 +197,15 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         warnings.extend(capacity_warnings(m, lowest));
     }
     let max_context = h.server.max_context;
+    // A conversation measures no cold ladder: its fits' "too few lengths" would be noise.
+    let mut fit_warnings = Vec::new();
     let ttft_fit = scaling_fit(
         Metric::TtftMs,
         Model::Quadratic,
         &alone,
         &points,
         max_context,
-        &mut warnings,
+        &mut fit_warnings,
     );
     let step_fit = scaling_fit(
         Metric::MsPerStep,
@@ -211,8 +213,16 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         &alone,
         &points,
         max_context,
-        &mut warnings,
+        &mut fit_warnings,
     );
+    let conversation = h
+        .config
+        .warm
+        .as_ref()
+        .is_some_and(|w| w.mode == crate::warm::WarmMode::Conversation);
+    if !conversation {
+        warnings.extend(fit_warnings);
+    }
     let cold: Vec<&Sample> = known.iter().filter(|s| s.phase == Phase::Cold).collect();
     let acceptance = acceptance_points(&points, &cold);
     let stops = stop_records(&points, results, lowest);

@@ -297,6 +297,7 @@ mod tests {
             concurrency: None,
             wave: None,
             wave_stats: None,
+            warm: None,
         }
     }
 

@@ -183,7 +183,10 @@ mod tests {
         assert!(s.has(&Flag::CacheMiss) && !usable(&s));
         let mut s = warm(Some(0));
         judge(&mut s);
-        assert!(s.has(&Flag::CacheMiss) && !usable(&s), "the negative control");
+        assert!(
+            s.has(&Flag::CacheMiss) && !usable(&s),
+            "the negative control"
+        );
         let mut s = warm(None);
         judge(&mut s);
         assert!(!usable(&s), "no count: reuse not proven");

@@ -100,7 +100,15 @@ pub async fn run(
     'cells: for &(l, n) in &cells {
         for rep in 0..reps {
             let cold_rep = cold_reps.entry(l + n).or_insert(0);
-            let step = cell(&mut ctx, warm, (l, n, rep), *cold_rep, &mut window, &mut tally).await?;
+            let step = cell(
+                &mut ctx,
+                warm,
+                (l, n, rep),
+                *cold_rep,
+                &mut window,
+                &mut tally,
+            )
+            .await?;
             *cold_rep += 1;
             match step {
                 Step::Go => {}

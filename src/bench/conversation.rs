@@ -86,15 +86,8 @@ async fn run_until(
             observer: &mut *observer,
             interrupt: &mut *interrupt,
         };
-        let Some((s, generated)) = measure_warm(
-            &mut run,
-            warm,
-            &req,
-            (context, turn),
-            info,
-            Phase::Turn,
-        )
-        .await
+        let Some((s, generated)) =
+            measure_warm(&mut run, warm, &req, (context, turn), info, Phase::Turn).await
         else {
             tally.interrupted = true;
             break;

@@ -53,8 +53,16 @@ pub async fn run(
                 if tier == Tier::Disk && !disk {
                     continue;
                 }
-                let step = one(&mut ctx, warm, tier, (l, n, rep), &mut window, &mut tally, &mut disk)
-                    .await?;
+                let step = one(
+                    &mut ctx,
+                    warm,
+                    tier,
+                    (l, n, rep),
+                    &mut window,
+                    &mut tally,
+                    &mut disk,
+                )
+                .await?;
                 match step {
                     Step::Go => {}
                     Step::Interrupted => {
@@ -82,7 +90,12 @@ async fn prime(
     tally: &mut Tally,
 ) -> Result<Result<Sample, Step>, RecordError> {
     let settings = ctx.settings;
-    let req = request(full[..cut].to_vec(), PRIME_TOKENS, false, settings.timeouts_for(l));
+    let req = request(
+        full[..cut].to_vec(),
+        PRIME_TOKENS,
+        false,
+        settings.timeouts_for(l),
+    );
     let flushed = flush(ctx.backend, settings).await;
     let at = now();
     let Some(r) = send(ctx.backend, &req, ctx.interrupt).await else {
@@ -124,10 +137,12 @@ async fn one(
         else {
             return Ok(Step::Interrupted);
         };
-        return Ok(match record(ctx.writer, tally, ctx.observer, settings, &s)? {
-            Some(r) => Step::Stopped(r),
-            None => Step::Go,
-        });
+        return Ok(
+            match record(ctx.writer, tally, ctx.observer, settings, &s)? {
+                Some(r) => Step::Stopped(r),
+                None => Step::Go,
+            },
+        );
     }
     let full = ctx.builder.build(total, *window);
     *window += 1;
@@ -154,7 +169,12 @@ async fn one(
             // Another prompt takes the only slot: the prefix leaves the live cache.
             let other = ctx.builder.build(DISPLACE_TOKENS, *window);
             *window += 1;
-            let req = request(other, PRIME_TOKENS, false, settings.timeouts_for(DISPLACE_TOKENS));
+            let req = request(
+                other,
+                PRIME_TOKENS,
+                false,
+                settings.timeouts_for(DISPLACE_TOKENS),
+            );
             let Some(r) = send(backend, &req, ctx.interrupt).await else {
                 return Ok(Step::Interrupted);
             };
@@ -163,7 +183,10 @@ async fn one(
                     .warn(&format!("tiers at {l}: the displacing request failed: {e}"));
                 return Ok(Step::Go);
             }
-            let held = slots::state(http).await.ok().and_then(|s| s.into_iter().next());
+            let held = slots::state(http)
+                .await
+                .ok()
+                .and_then(|s| s.into_iter().next());
             match held {
                 Some(s) if s.n_prompt_tokens.is_some_and(|t| t < prefix) => (
                     format!(
@@ -217,7 +240,12 @@ async fn one(
         }
         Tier::Cold => unreachable!("measured above"),
     };
-    let req = request(full, settings.output_tokens, false, settings.timeouts_for(total));
+    let req = request(
+        full,
+        settings.output_tokens,
+        false,
+        settings.timeouts_for(total),
+    );
     let info = WarmInfo {
         prefix_tokens: prefix,
         new_tokens: n,
@@ -230,8 +258,10 @@ async fn one(
     let Some((s, _)) = measure_warm(ctx, warm, &req, (total, rep), info, Phase::Tier).await else {
         return Ok(Step::Interrupted);
     };
-    Ok(match record(ctx.writer, tally, ctx.observer, settings, &s)? {
-        Some(r) => Step::Stopped(r),
-        None => Step::Go,
-    })
+    Ok(
+        match record(ctx.writer, tally, ctx.observer, settings, &s)? {
+            Some(r) => Step::Stopped(r),
+            None => Step::Go,
+        },
+    )
 }

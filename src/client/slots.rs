@@ -61,7 +61,10 @@ async fn action(
         .map_err(|e| unsupported(e, act))?;
     Ok(SlotFile {
         tokens: get_u64(&v, count).unwrap_or(0),
-        server_ms: v.get("timings").and_then(|t| t.get(ms)).and_then(Value::as_f64),
+        server_ms: v
+            .get("timings")
+            .and_then(|t| t.get(ms))
+            .and_then(Value::as_f64),
         client_ms: t0.elapsed().as_secs_f64() * 1000.0,
     })
 }

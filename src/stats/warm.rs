@@ -287,7 +287,11 @@ pub fn append_fit(cells: &[AppendCell]) -> Option<AppendFit> {
         .iter()
         .map(|&(l, n, y)| (y - fit.predict(l, n)).powi(2))
         .sum();
-    let r2 = if ss_tot > 0.0 { 1.0 - ss_res / ss_tot } else { 1.0 };
+    let r2 = if ss_tot > 0.0 {
+        1.0 - ss_res / ss_tot
+    } else {
+        1.0
+    };
     Some(AppendFit { r2, ..fit })
 }
 
@@ -364,10 +368,15 @@ pub fn tier_rows(samples: &[Sample]) -> Vec<TierRow> {
                     .collect()
             };
             let ms = |t: Tier| {
-                Spread::of(at(t).into_iter().filter(|s| warm::usable(s)).filter_map(|s| {
-                    let restore = s.warm.as_ref().and_then(|w| w.restore_ms).unwrap_or(0.0);
-                    s.ttft_ms.map(|x| x + restore)
-                }))
+                Spread::of(
+                    at(t)
+                        .into_iter()
+                        .filter(|s| warm::usable(s))
+                        .filter_map(|s| {
+                            let restore = s.warm.as_ref().and_then(|w| w.restore_ms).unwrap_or(0.0);
+                            s.ttft_ms.map(|x| x + restore)
+                        }),
+                )
             };
             let misses = [Tier::Live, Tier::Ram, Tier::Disk]
                 .into_iter()

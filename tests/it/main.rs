@@ -30,6 +30,7 @@ mod report;
 mod scripted_fidelity;
 mod sweep_llamacpp;
 mod tls;
+mod warm_llamacpp;
 mod wheel;
 
 #[cfg(feature = "real-servers")]
