@@ -45,3 +45,5 @@ mod real_sglang;
 mod real_transformers;
 #[cfg(feature = "real-servers")]
 mod real_vllm;
+#[cfg(feature = "real-servers")]
+mod real_warm;

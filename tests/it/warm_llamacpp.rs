@@ -11,7 +11,7 @@ use ctxbench::record::{Flag, Phase, Results, Sample, Status};
 use ctxbench::warm::Tier;
 use serde_json::Value;
 
-fn phase<'a>(r: &'a Results, p: Phase) -> Vec<&'a Sample> {
+fn phase(r: &Results, p: Phase) -> Vec<&Sample> {
     r.samples.iter().filter(|s| s.phase == p).collect()
 }
 
