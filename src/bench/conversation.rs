@@ -16,31 +16,35 @@ use crate::warm::WarmInfo;
 
 /// Runs the conversation; every turn is written as it is measured.
 pub async fn run(mut ctx: RunCtx<'_>, warm: &WarmSettings<'_>) -> Result<Tally, RecordError> {
-    let settings = ctx.settings;
-    let mut tally = Tally::default();
     let turn_tokens = warm.config.turn_tokens.unwrap_or(512).max(1);
-    let output = u64::from(settings.output_tokens);
-    let Some(max) = warm.max_context else {
-        ctx.observer.warn(
-            "--mode conversation: the server does not report its maximum context; the conversation stops at the first refused turn",
-        );
-        return run_until(ctx, warm, turn_tokens, u64::MAX, &mut tally).await;
+    let output = u64::from(ctx.settings.output_tokens);
+    let max = match warm.max_context {
+        Some(m) => {
+            // Each turn adds a user turn and an answer.
+            let turns = (m.saturating_sub(output) / (turn_tokens + output)).max(1) as usize;
+            ctx.observer.start(turns, 0);
+            m
+        }
+        None => {
+            ctx.observer.warn(
+                "--mode conversation: the server does not report its maximum context; the conversation stops at the first refused turn",
+            );
+            u64::MAX
+        }
     };
-    // Each turn adds a user turn and an answer.
-    let turns = (max.saturating_sub(output) / (turn_tokens + output)).max(1) as usize;
-    ctx.observer.start(turns, 0);
-    let t = run_until(ctx.reborrow(), warm, turn_tokens, max, &mut tally).await?;
+    let tally = turns(ctx.reborrow(), warm, turn_tokens, max).await?;
     ctx.observer.finish();
-    Ok(t)
+    Ok(tally)
 }
 
-async fn run_until(
+/// The turns, until the next would not fit in `max` tokens.
+async fn turns(
     ctx: RunCtx<'_>,
     warm: &WarmSettings<'_>,
     turn_tokens: u64,
     max: u64,
-    tally: &mut Tally,
 ) -> Result<Tally, RecordError> {
+    let mut tally = Tally::default();
     let RunCtx {
         backend,
         builder,
@@ -106,7 +110,7 @@ async fn run_until(
             _ => None,
         };
         let reported = s.prompt_tokens.unwrap_or(context);
-        if let Some(r) = record(writer, tally, observer, settings, &s)? {
+        if let Some(r) = record(writer, &mut tally, observer, settings, &s)? {
             tally.stopped = Some(r);
             break;
         }
@@ -117,7 +121,7 @@ async fn run_until(
         history.extend(builder.continuation(turn_tokens, u64::from(turn) + 1));
         turn += 1;
     }
-    Ok(std::mem::take(tally))
+    Ok(tally)
 }
 
 /// The generated answer as token ids: the stream's ids (llama.cpp), else the text through

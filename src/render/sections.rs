@@ -96,7 +96,8 @@ fn run_blocks(run: &RunReport, target: Target) -> Vec<Block> {
     }
     if let Some(w) = &run.warm {
         for part in super::warm::parts(w) {
-            b.push(Block::Heading(3, part.title.into()));
+            b.push(Block::Heading(3, part.heading.into()));
+            b.push(Block::Paragraph(part.title.into(), Para::Note));
             if let Some(t) = part.table {
                 b.push(Block::Table(t));
             }

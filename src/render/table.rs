@@ -179,7 +179,7 @@ pub fn details(run: &RunReport) -> String {
     }
     if let Some(w) = &run.warm {
         for part in super::warm::parts(w) {
-            let _ = writeln!(out, "{}:", part.title);
+            let _ = writeln!(out, "{} — {}:", part.heading, part.title);
             if let Some(t) = &part.table {
                 let layout = Layout {
                     indent: "  ",

@@ -8,7 +8,9 @@ use crate::warm::WarmMode;
 
 /// A titled part of the warm section: a table, or only lines.
 pub struct Part {
-    /// Said above the table.
+    /// The part's name (a heading).
+    pub heading: &'static str,
+    /// What the table shows, said above it.
     pub title: String,
     /// The table, if any.
     pub table: Option<Table>,
@@ -97,11 +99,14 @@ fn append(w: &WarmReport, mut notes: Vec<String>) -> Part {
             .iter()
             .map(|b| {
                 format!(
-                    "L {}: N ≤ {} measured, {} by the fit",
+                    "L {}: {}, {} by the fit",
                     fmt_ctx(b.prefix_tokens),
-                    b.measured_n.map_or("none".to_owned(), fmt_ctx),
+                    b.measured_n.map_or("no measured N".to_owned(), |n| format!(
+                        "N ≤ {} measured",
+                        fmt_ctx(n)
+                    )),
                     b.fit_n
-                        .map_or("none".to_owned(), |n| format!("{:.0}", n.floor()))
+                        .map_or("none".to_owned(), |n| format!("N ≤ {:.0}", n.floor()))
                 )
             })
             .collect();
@@ -112,7 +117,8 @@ fn append(w: &WarmReport, mut notes: Vec<String>) -> Part {
         ));
     }
     Part {
-        title: "Warm context at depth: append N new tokens to a cached prefix of L (medians (min–max) of proven hits; the cold column is this run's cold prefill of L + N)".to_owned(),
+        heading: "Warm context at depth: append",
+        title: "Append N new tokens to a cached prefix of L (medians (min–max) of proven hits; the cold column is this run's cold prefill of L + N)".to_owned(),
         table: Some(t),
         notes,
     }
@@ -176,7 +182,8 @@ fn conversation(w: &WarmReport, mut notes: Vec<String>) -> Part {
         false => format!("cache evicted or partly lost: {}", lost.join("; ")),
     });
     Part {
-        title: "Growing conversation: each turn resends the history (the answers as generated) plus a new user turn; expected = the previous prompt + its answer − 1 (the answer's last token is never fed back)".to_owned(),
+        heading: "Growing conversation",
+        title: "Each turn resends the history (the answers as generated) plus a new user turn; expected = the previous prompt + its answer − 1 (the answer's last token is never fed back)".to_owned(),
         table: Some(t),
         notes,
     }
@@ -218,7 +225,9 @@ fn tiers(w: &WarmReport, mut notes: Vec<String>) -> Part {
         None => "restoring from disk never beat recomputing at the measured lengths (or no disk tier: start llama-server with --slot-save-path)".to_owned(),
     });
     Part {
-        title: "Cache tiers: TTFT of L + N by where the prefix came from (medians (min–max) of proven samples)".to_owned(),
+        heading: "Cache tiers",
+        title: "TTFT of L + N by where the prefix came from (medians (min–max) of proven samples)"
+            .to_owned(),
         table: Some(t),
         notes,
     }
