@@ -885,6 +885,10 @@ pub struct Sample {
     /// Speculative decoding: verify steps of this request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_verify_steps: Option<u64>,
+    /// Speculative decoding: the server's own count of the steps that verified a draft
+    /// (`spec_decode_num_drafts` delta); `spec_verify_steps` also counts the steps without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_draft_steps: Option<u64>,
     /// Speculative decoding: draft tokens proposed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_draft_tokens: Option<u64>,

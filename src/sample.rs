@@ -94,6 +94,7 @@ fn blank_sample(target: &Target<'_>, context: u64, rep: u32, sent: u64, at: Stri
         spec_accept_length: None,
         spec_accept_rate: None,
         spec_verify_steps: None,
+        spec_draft_steps: None,
         spec_draft_tokens: None,
         spec_accepted_tokens: None,
         spec_source: None,
@@ -407,7 +408,12 @@ pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &m
     if s.spec_source.is_none() || derived {
         let spec = crate::client::metrics_vocabularies().find_map(|v| v.spec(&d));
         if let Some(spec) = spec.flatten() {
+            // The counter counts the steps that verified a draft: kept as the server's own
+            // number before the steps without a draft are added (llama.cpp drafts nothing when
+            // one token is left to generate, so its last step is a plain decode).
+            let drafted = spec.verify_steps;
             set_spec(s, count_every_step(spec, tokens_after_first(s)));
+            s.spec_draft_steps = drafted;
         }
     }
     if s.phase == Phase::Cold && s.status == Status::Ok {
@@ -800,6 +806,27 @@ mod tests {
         assert_eq!(s.verify_steps, Some(17));
         assert!((s.accept_length.unwrap() - 63.0 / 17.0).abs() < 1e-9);
         assert_eq!(s.accepted_tokens, Some(46));
+    }
+
+    #[test]
+    fn the_servers_drafted_steps_are_kept_beside_every_step() {
+        // Recorded llama-server DFlash sample (tiny target, random draft, n_max 8): 32 tokens,
+        // 212 drafted, 0 accepted, 30 drafts: the 31st step, with one token left, drafts none.
+        let page = |drafts: f64, drafted: f64| {
+            metrics::parse(&format!(
+                "llamacpp:spec_decode_num_draft_tokens_total {drafted}\n\
+                 llamacpp:spec_decode_num_accepted_tokens_total 0\n\
+                 llamacpp:spec_decode_num_drafts_total {drafts}\n"
+            ))
+            .unwrap()
+        };
+        let mut s = target_sample(1024, Ok(outcome(None, 1024, 32, 32)));
+        apply_metric_deltas(&mut s, &page(0.0, 0.0), &page(30.0, 212.0));
+        assert_eq!(s.spec_draft_tokens, Some(212));
+        assert_eq!(s.spec_accepted_tokens, Some(0));
+        assert_eq!(s.spec_draft_steps, Some(30));
+        assert_eq!(s.spec_verify_steps, Some(31));
+        assert_eq!(s.spec_accept_length, Some(1.0));
     }
 
     #[test]

@@ -283,6 +283,7 @@ mod tests {
             spec_accept_length: None,
             spec_accept_rate: None,
             spec_verify_steps: None,
+            spec_draft_steps: None,
             spec_draft_tokens: None,
             spec_accepted_tokens: None,
             spec_source: None,

@@ -28,6 +28,7 @@ mod protocol_tgi;
 mod protocol_vllm;
 mod report;
 mod scripted_fidelity;
+mod spec_dflash_llamacpp;
 mod sweep_llamacpp;
 mod tls;
 mod warm_llamacpp;

@@ -18,6 +18,11 @@ pub struct RefPaths {
     /// `model` with identity layers appended: the same output at 6× the layers, so a
     /// variant serving it is slower on any host, however loaded.
     pub deep_model: PathBuf,
+    /// A tiny random-weight DFlash draft for `model` (`--spec-type draft-dflash`).
+    pub dflash_draft: PathBuf,
+    /// A DFlash draft for `model` that proposes the last accepted token at every position:
+    /// accepted exactly where the target repeats itself.
+    pub dflash_repeat_draft: PathBuf,
 }
 
 /// Runs `scripts/reference-server --paths` once per test binary (it builds on first use).
@@ -44,9 +49,15 @@ pub fn ref_paths() -> &'static RefPaths {
             server: get("llama-server "),
             model: get("model "),
             deep_model: get("deep-model "),
+            dflash_draft: get("dflash-draft "),
+            dflash_repeat_draft: get("dflash-repeat-draft "),
         };
         assert!(
-            p.server.exists() && p.model.exists() && p.deep_model.exists(),
+            p.server.exists()
+                && p.model.exists()
+                && p.deep_model.exists()
+                && p.dflash_draft.exists()
+                && p.dflash_repeat_draft.exists(),
             "reference server files missing"
         );
         p
@@ -96,8 +107,14 @@ impl RefServer {
     /// The port is free when chosen but may be taken before the server binds it (tests run
     /// in parallel): a server that cannot bind is started again on another port.
     pub fn start(ctx: u32, extra: &[&str]) -> RefServer {
+        Self::start_env(ctx, extra, &[])
+    }
+
+    /// Like [`RefServer::start`], with environment variables set for the server (e.g.
+    /// `LLAMA_TRACE=1`, which logs every speculative verify step).
+    pub fn start_env(ctx: u32, extra: &[&str], env: &[(&str, &str)]) -> RefServer {
         for _ in 0..4 {
-            if let Some(s) = Self::try_start_on(free_port(), ctx, extra) {
+            if let Some(s) = Self::try_start_on(free_port(), ctx, extra, env) {
                 return s;
             }
         }
@@ -106,12 +123,17 @@ impl RefServer {
 
     /// Like [`RefServer::start`], on a given port (to restart a server where it was).
     pub fn start_on(port: u16, ctx: u32, extra: &[&str]) -> RefServer {
-        Self::try_start_on(port, ctx, extra)
+        Self::try_start_on(port, ctx, extra, &[])
             .unwrap_or_else(|| panic!("llama-server could not bind port {port}"))
     }
 
     /// `None` when the server exits because its port is taken.
-    fn try_start_on(port: u16, ctx: u32, extra: &[&str]) -> Option<RefServer> {
+    fn try_start_on(
+        port: u16,
+        ctx: u32,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Option<RefServer> {
         let paths = ref_paths();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("server.log");
@@ -122,6 +144,7 @@ impl RefServer {
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(["-c", &ctx.to_string(), "-np", "1", "--metrics"])
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(logf.try_clone().unwrap())
             .stderr(logf)
             .spawn()
