@@ -24,8 +24,9 @@ fn check_appends(r: &Results, expect: impl Fn(u64) -> u64) -> usize {
             "{s:?}"
         );
     }
+    // The prefix was new to the cache: at most the nonce's start matched (the cold rule).
     for s in r.samples.iter().filter(|s| s.phase == Phase::Prime) {
-        assert_eq!(s.cached_tokens, Some(0), "the prefix was new: {s:?}");
+        assert!(s.cache_verified && !s.contaminated, "{s:?}");
     }
     appends.len()
 }
