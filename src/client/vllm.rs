@@ -92,11 +92,12 @@ impl super::Family for Family {
     }
 
     /// vLLM's prefix cache holds whole KV blocks only: a prefix of L tokens is reused as
-    /// ⌊L/16⌋·16 with the default `--block-size 16`.
+    /// ⌊L/B⌋·B, B = `--block-size` (16 by default on GPUs; 128 on the CPU backend, where real
+    /// vLLM 0.32.0 reused 896 of a 1000-token prefix). L mod 128 covers both defaults.
     fn reuse_allowance(&self, prefix: u64) -> (u64, &'static str) {
         (
-            (prefix % 16).max(1),
-            "vLLM caches whole blocks of 16 tokens (default --block-size): cached = ⌊L/16⌋·16",
+            (prefix % 128).max(1),
+            "vLLM caches whole KV blocks (--block-size B: 16 on GPU, 128 on CPU by default): cached = ⌊L/B⌋·B, allowance L mod 128",
         )
     }
 

@@ -67,7 +67,8 @@ fn real_vllm_prefix_cache_serves_whole_blocks_of_an_append() {
         Family::Vllm,
         &["--enable-prefix-caching", "--enable-prompt-tokens-details"],
     );
-    // 1000 = 62 blocks of 16 + 8: vLLM reuses 992 of them, within the stated allowance.
+    // vLLM's CPU backend keeps KV blocks of 128 tokens: of 1000, 7 whole blocks (896) are
+    // reused (recorded on vLLM 0.32.0), within the stated allowance of L mod 128.
     let r = sweep(
         &srv.url(),
         &[
@@ -85,7 +86,7 @@ fn real_vllm_prefix_cache_serves_whole_blocks_of_an_append() {
     )
     .ok();
     let res = r.results();
-    assert_eq!(check_appends(&res, |l| l / 16 * 16), 2);
+    assert_eq!(check_appends(&res, |l| l / 128 * 128), 2);
     let w = res.samples.iter().find_map(|s| s.warm.clone()).unwrap();
-    assert!(w.allowance_rule.contains("16"), "{}", w.allowance_rule);
+    assert!(w.allowance_rule.contains("128"), "{}", w.allowance_rule);
 }
