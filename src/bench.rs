@@ -94,6 +94,8 @@ pub struct BenchSettings {
     /// Where the nonce ends in what the server sees (tokens it adds in front, then the
     /// nonce), known after the warmup; `None` without a nonce.
     pub nonce_end: Option<u64>,
+    /// `--prompts K`: repetition `r` sends prompt `r mod K` (its corpus window).
+    pub prompts: Option<u32>,
 }
 
 /// How the needle checks are made (see [`crate::needle`]).
@@ -537,10 +539,13 @@ pub async fn run(
             ctx.observer.sample_started(context, rep);
             let timeouts = settings.timeouts_with_prediction(context, cost);
             let t0 = Instant::now();
+            // `--prompts K`: repetition r re-reads prompt r mod K (resume keeps the mapping).
+            let prompt_index = settings.prompts.map(|k| rep % k.max(1));
+            let body = prompt_index.map_or(window, u64::from);
             let cold = ColdRequest {
                 context,
                 rep,
-                window,
+                window: body,
                 timeouts,
             };
             let measured = measure_cold(backend, ctx.builder, settings, ctx.interrupt, cold).await;
@@ -549,6 +554,8 @@ pub async fn run(
                 tally.interrupted = true;
                 break 'points;
             };
+            sample.prompt_index = prompt_index;
+            sample.corpus_offset = Some(ctx.builder.offset(body));
             flag_suspected_hit(&mut sample, &unverified_ttft, &observations);
             if sample.status == Status::Ok && !sample.cache_verified {
                 unverified_ttft.extend(sample.ttft_ms);
@@ -591,6 +598,8 @@ pub async fn run(
                     let sent = req.prompt.len() as u64;
                     let mut w =
                         make_warm_sample(&settings.target(context), context, rep, sent, at, r);
+                    (w.prompt_index, w.corpus_offset) =
+                        (prompt_index, Some(ctx.builder.offset(body)));
                     // Same prompt, greedy: the same tokens, or the server is not
                     // deterministic at this depth.
                     if let (Some(c), Some(x)) = (&cold_print, &w.output_fingerprint) {
@@ -968,6 +977,7 @@ pub(crate) mod tests {
     pub(crate) fn settings() -> BenchSettings {
         BenchSettings {
             nonce_end: None,
+            prompts: None,
             run_id: "r".into(),
             output_tokens: 33,
             policy: RepPolicy {

@@ -7,6 +7,8 @@ use rand::{RngExt, SeedableRng};
 use crate::client::Backend;
 use crate::error::ClientError;
 
+pub mod natural;
+
 /// The synthetic sentence of `--corpus repeat`. Repetitive text makes drafts trivially right: it inflates
 /// speculative acceptance, so results always record which corpus was used.
 pub const REPEAT_SENTENCE: &str = "The quick brown fox jumps over the lazy dog. ";
@@ -95,8 +97,12 @@ impl Corpus {
                     (random_from(&ids, needed.max(4096), seed), false)
                 }
             },
-            CorpusSpec::Path(p) => {
-                let texts = read_texts(p)?;
+            CorpusSpec::Path(p) | CorpusSpec::Natural(p) => {
+                let mut texts = read_texts(p)?;
+                if matches!(spec, CorpusSpec::Natural(_)) && natural::is_python(p) {
+                    // Python's documentation is a module of strings: the prose only.
+                    texts = texts.iter().map(|t| natural::python_strings(t)).collect();
+                }
                 let mut tokens = Vec::new();
                 'outer: for text in &texts {
                     for piece in split_text(text, TOKENIZE_CHUNK_CHARS) {

@@ -110,9 +110,59 @@ pub fn sum(d: &BTreeMap<String, f64>, name: &str) -> Option<f64> {
     (!hits.is_empty()).then(|| hits.iter().sum())
 }
 
+/// Accepted drafts per draft position from `*spec_decode_num_accepted_tokens_per_pos*`
+/// deltas (vLLM, and llama.cpp builds that use vLLM's names), summed over other labels
+/// (engines), with the verify steps that carried a draft (`*spec_decode_num_drafts*`).
+/// `None` when the server does not count per position or made no draft.
+pub fn accepted_per_position(d: &BTreeMap<String, f64>) -> Option<(Vec<u64>, u64)> {
+    let mut per: BTreeMap<usize, f64> = BTreeMap::new();
+    let mut drafts = 0.0;
+    for (k, v) in d {
+        if k.contains("spec_decode_num_accepted_tokens_per_pos") {
+            let pos = k
+                .split_once("position=\"")
+                .and_then(|(_, r)| r.split('"').next())
+                .and_then(|p| p.parse::<usize>().ok())?;
+            *per.entry(pos).or_default() += v;
+        } else if k.contains("spec_decode_num_drafts") {
+            drafts += v;
+        }
+    }
+    if per.is_empty() || drafts <= 0.0 {
+        return None;
+    }
+    // Positions are dense from 0 (a missing one would be a zero count).
+    let n = per.keys().max().map_or(0, |m| m + 1);
+    let counts = (0..n)
+        .map(|i| per.get(&i).copied().unwrap_or(0.0).max(0.0) as u64)
+        .collect();
+    Some((counts, drafts as u64))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_position_counts_sum_over_engines_and_fill_gaps() {
+        let mut d = BTreeMap::new();
+        let key = |e: u32, p: u32| {
+            format!("vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine=\"{e}\",position=\"{p}\"}}")
+        };
+        d.insert(key(0, 0), 7.0);
+        d.insert(key(1, 0), 1.0);
+        d.insert(key(0, 2), 2.0);
+        d.insert(
+            "vllm:spec_decode_num_drafts_total{engine=\"0\"}".into(),
+            10.0,
+        );
+        assert_eq!(accepted_per_position(&d), Some((vec![8, 0, 2], 10)));
+        d.insert(
+            "vllm:spec_decode_num_drafts_total{engine=\"0\"}".into(),
+            0.0,
+        );
+        assert_eq!(accepted_per_position(&d), None, "no draft, no rates");
+    }
 
     #[test]
     fn deltas_keep_the_counters_asked_for_and_drop_the_rest() {

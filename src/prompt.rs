@@ -68,15 +68,20 @@ impl PromptBuilder {
         for _ in 1..n_nonce {
             p.push(pool[self.rng.random_range(0..pool.len())]);
         }
-        let n = self.corpus.tokens.len();
-        // Spread windows over the corpus with a large odd stride.
-        let offset = if self.nonce {
-            (window as usize).wrapping_mul(7919) % n
-        } else {
-            0
-        };
+        let offset = self.offset(window) as usize;
         p.extend(self.corpus.window(offset, len - n_nonce));
         p
+    }
+
+    /// Where window `window`'s body starts in the corpus (tokens): windows are spread over
+    /// the corpus with a large odd stride; without a nonce every prompt starts at 0.
+    pub fn offset(&self, window: u64) -> u64 {
+        let n = self.corpus.tokens.len().max(1);
+        if self.nonce {
+            ((window as usize).wrapping_mul(7919) % n) as u64
+        } else {
+            0
+        }
     }
 }
 

@@ -398,6 +398,9 @@ pub enum CorpusSpec {
     Random,
     /// The user's own text: a file, or every file of a folder.
     Path(PathBuf),
+    /// `--corpus natural`: English prose found on this machine (Python's documentation,
+    /// see `corpus::natural`); the resolved file.
+    Natural(PathBuf),
 }
 
 impl CorpusSpec {
@@ -406,13 +409,14 @@ impl CorpusSpec {
         match s {
             "repeat" => Ok(CorpusSpec::Repeat),
             "random" => Ok(CorpusSpec::Random),
+            "natural" => crate::corpus::natural::resolve().map(CorpusSpec::Natural),
             p => {
                 let path = PathBuf::from(p);
                 if path.exists() {
                     Ok(CorpusSpec::Path(path))
                 } else {
                     Err(format!(
-                        "--corpus '{p}': not 'repeat', 'random', or an existing file or folder"
+                        "--corpus '{p}': not 'repeat', 'random', 'natural', or an existing file or folder"
                     ))
                 }
             }
@@ -425,6 +429,20 @@ impl CorpusSpec {
             CorpusSpec::Repeat => "repeat (synthetic: inflates speculative acceptance)".to_owned(),
             CorpusSpec::Random => "random token ids".to_owned(),
             CorpusSpec::Path(p) => format!("text from {}", p.display()),
+            CorpusSpec::Natural(p) => format!("natural text from {}", p.display()),
+        }
+    }
+
+    /// A short name for file names and tables: `repeat`, `random`, `natural`, or the
+    /// file's or folder's name.
+    pub fn short_name(&self) -> String {
+        match self {
+            CorpusSpec::Repeat => "repeat".to_owned(),
+            CorpusSpec::Random => "random".to_owned(),
+            CorpusSpec::Natural(_) => "natural".to_owned(),
+            CorpusSpec::Path(p) => p
+                .file_stem()
+                .map_or_else(|| "text".to_owned(), |s| s.to_string_lossy().into_owned()),
         }
     }
 }
@@ -518,6 +536,11 @@ pub struct RunConfig {
     /// `--mode append|conversation|tiers`: the warm measurement (absent: the cold sweep).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm: Option<crate::warm::WarmConfig>,
+    /// `--prompts K`: distinct prompts (corpus windows) per context, each repeated; `reps`
+    /// then counts samples per point (K × repetitions per prompt). Absent: every
+    /// repetition reads its own window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts: Option<u32>,
 }
 
 /// Whether a concurrency list means today's one-request-at-a-time sweep (not written).
@@ -936,6 +959,21 @@ pub struct Sample {
     /// Warm modes: the cached prefix, the new tokens and how the reuse was proven.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm: Option<crate::warm::WarmInfo>,
+    /// `--prompts K`: which of the point's K prompts this sample sent (`rep mod K`); the
+    /// same index is the same body text (the nonce differs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_index: Option<u32>,
+    /// Token offset in the corpus where the prompt's body starts (after the nonce).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corpus_offset: Option<u64>,
+    /// Speculative decoding, where the server counts it per draft position (vLLM's
+    /// `spec_decode_num_accepted_tokens_per_pos`): accepted drafts at position 0, 1, ….
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_accepted_per_position: Option<Vec<u64>>,
+    /// Speculative decoding: verify steps that carried a draft (vLLM's
+    /// `spec_decode_num_drafts`), the denominator of the per-position rates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_drafts: Option<u64>,
 }
 
 /// One request of a concurrent wave: times relative to the wave's start (`t0`, when all its

@@ -16,6 +16,7 @@ pub mod doc;
 pub mod html;
 pub mod json;
 pub mod markdown;
+pub mod prompts;
 pub mod sections;
 pub mod svg;
 pub mod table;
@@ -311,6 +312,7 @@ pub fn corpus_text(c: &CorpusSpec) -> String {
         CorpusSpec::Repeat => "repeat (synthetic)".to_owned(),
         CorpusSpec::Random => "random token ids".to_owned(),
         CorpusSpec::Path(p) => format!("text from {}", p.display()),
+        CorpusSpec::Natural(p) => format!("natural text from {}", p.display()),
     }
 }
 

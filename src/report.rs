@@ -23,6 +23,9 @@ pub struct Report {
     pub generated_by: String,
     /// One entry per results file, in the order given.
     pub runs: Vec<RunReport>,
+    /// Prompts, corpora and draft positions across the runs (`stats::prompts`).
+    #[serde(skip_serializing_if = "crate::stats::prompts::PromptsReport::is_empty")]
+    pub prompts: crate::stats::prompts::PromptsReport,
 }
 
 /// One results file, summarised and fitted.
@@ -592,5 +595,6 @@ pub fn build(loaded: &[(String, String, Results)]) -> Report {
     Report {
         generated_by: format!("ctxbench {}", env!("CARGO_PKG_VERSION")),
         runs: loaded.iter().map(|(l, p, r)| build_run(l, p, r)).collect(),
+        prompts: crate::stats::prompts::build(loaded),
     }
 }

@@ -110,6 +110,10 @@ fn blank_sample(target: &Target<'_>, context: u64, rep: u32, sent: u64, at: Stri
         wave: None,
         wave_stats: None,
         warm: None,
+        prompt_index: None,
+        corpus_offset: None,
+        spec_accepted_per_position: None,
+        spec_drafts: None,
     }
 }
 
@@ -418,6 +422,9 @@ pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &m
     }
     if s.phase == Phase::Cold && s.status == Status::Ok {
         apply_cache_evidence(s, &d);
+    }
+    if let Some((per_pos, drafts)) = metrics::accepted_per_position(&d) {
+        (s.spec_accepted_per_position, s.spec_drafts) = (Some(per_pos), Some(drafts));
     }
     s.metrics = Some(d);
 }

@@ -4,6 +4,7 @@ pub mod bootstrap;
 pub mod cachehit;
 pub mod fit;
 pub mod metric;
+pub mod prompts;
 pub mod significance;
 pub mod warm;
 
@@ -299,6 +300,7 @@ mod tests {
             wave: None,
             wave_stats: None,
             warm: None,
+            ..Default::default()
         }
     }
 

@@ -318,6 +318,13 @@ pub struct SweepArgs {
     #[arg(long, default_value_t = 32, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
     pub output_tokens: u32,
 
+    /// Distinct prompts per context length (different corpus windows), each measured
+    /// --reps times (or adaptively, then --min-reps/--max-reps count per prompt); the report
+    /// splits the spread between prompts from the noise between repetitions. Default: every
+    /// repetition reads its own window (K = repetitions, one each).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub prompts: Option<u32>,
+
     /// Measured repetitions per context length (fixed; see --precision for adaptive).
     #[arg(long, default_value_t = 3, conflicts_with = "precision", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub reps: u32,
@@ -350,8 +357,15 @@ pub struct SweepArgs {
     pub dry_run: bool,
 
     /// Prompt text: `repeat` (one sentence repeated; inflates speculative acceptance),
-    /// `random` (random token ids), or a file or folder of your own text.
-    #[arg(long, default_value = "repeat", value_name = "repeat|random|PATH")]
+    /// `random` (random token ids), `natural` (English prose already on this machine:
+    /// Python's own documentation, pydoc_data/topics.py), or a file or folder of your own
+    /// text. A comma list (`repeat,natural`) measures the same ladder once per corpus, into
+    /// one results file each (OUT.repeat.jsonl, …), and reports the acceptance inflation.
+    #[arg(
+        long,
+        default_value = "repeat",
+        value_name = "repeat|random|natural|PATH[,…]"
+    )]
     pub corpus: String,
 
     /// Seed for `--corpus random` (nonces are always fresh).

@@ -4,6 +4,7 @@
 pub mod campaign;
 pub mod cli;
 pub mod compare;
+pub mod corpora;
 pub mod dryrun;
 pub mod overhead;
 pub mod progress;

@@ -24,6 +24,10 @@ use crate::cmd::Ending;
 
 /// Runs a sweep; the interrupt receiver turns true on Ctrl-C.
 pub async fn run(args: SweepArgs, interrupt: tokio::sync::watch::Receiver<bool>) -> Result<Ending> {
+    let corpora = crate::cmd::corpora::split(&args.corpus);
+    if corpora.len() > 1 {
+        return crate::cmd::corpora::run(args, corpora, interrupt).await;
+    }
     // Every option is checked before anything is read, written or sent.
     let plan = crate::cmd::sweep_options::plan(&args)?;
     run_plan(plan, interrupt).await
@@ -171,7 +175,7 @@ fn lift_output(e: OutputError) -> anyhow::Error {
 /// length and corpus.
 fn plan_line(contexts: &[u64], opts: &SweepPlan, out_tokens: u32, corpus: &Corpus) -> String {
     format!(
-        "plan: {} context(s) [{}]{} × {}, {}, corpus: {}{}",
+        "plan: {} context(s) [{}]{} × {}{}, {}, corpus: {}{}",
         contexts.len(),
         contexts
             .iter()
@@ -190,6 +194,9 @@ fn plan_line(contexts: &[u64], opts: &SweepPlan, out_tokens: u32, corpus: &Corpu
             false => String::new(),
         },
         opts.policy,
+        opts.prompts
+            .map(|k| format!(" over {k} distinct prompts"))
+            .unwrap_or_default(),
         output_label(opts.two_point, out_tokens),
         opts.corpus.label(),
         if corpus.wraps { " (wraps around)" } else { "" },

@@ -81,6 +81,7 @@ pub fn plan(args: &SweepArgs) -> Result<SweepPlan, UsageError> {
         needle_depths: o.needle_depths,
         concurrency: o.concurrency,
         warm: o.warm,
+        prompts: args.prompts,
     })
 }
 
@@ -129,8 +130,15 @@ impl SweepOptions {
             .as_deref()
             .map(plan::parse_contexts)
             .transpose()?;
+        if args.corpus.contains(',') {
+            // `sweep --url` splits the list before planning; a campaign measures one corpus.
+            return bad(format!(
+                "--corpus {}: a list of corpora is measured by a sweep with --url (one results file per corpus); with --server-cmd run one campaign per corpus (--corpus repeat, then --corpus natural)",
+                args.corpus
+            ));
+        }
         let corpus = CorpusSpec::parse(&args.corpus).map_err(UsageError::Invalid)?;
-        if let CorpusSpec::Path(p) = &corpus {
+        if let CorpusSpec::Path(p) | CorpusSpec::Natural(p) = &corpus {
             // An empty or unreadable corpus is the user's to fix: said before any request.
             ctxbench::corpus::check_path(p).map_err(|e| UsageError::Invalid(e.to_string()))?;
         }
@@ -167,7 +175,18 @@ impl SweepOptions {
                 args.concurrency
             ));
         }
-        let policy = rep_policy(args)?;
+        let mut policy = rep_policy(args)?;
+        if let Some(k) = args.prompts {
+            if concurrency != [1] || two_point.is_some() {
+                return bad(format!(
+                    "--prompts {k}: distinct prompts are measured one request at a time with the stream method; drop --concurrency and --method two-point, or measure them in a separate run"
+                ));
+            }
+            // Repetitions count per prompt; the loop counts samples per point, round-robin
+            // over the prompts, so a point's repetition r sends prompt r mod K.
+            policy.min_reps = policy.min_reps.saturating_mul(k);
+            policy.max_reps = policy.max_reps.saturating_mul(k);
+        }
         let warm = crate::cmd::warm_options::warm_config(args, &concurrency, two_point.is_some())?;
         if let Some(m) = args.metrics_url.as_deref() {
             let ok = m == "off"

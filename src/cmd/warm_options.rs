@@ -38,6 +38,7 @@ pub fn warm_config(
         (args.needle, "--needle"),
         (args.resume, "--resume"),
         (args.dry_run, "--dry-run"),
+        (args.prompts.is_some(), "--prompts"),
     ] {
         if given {
             return bad(format!(

@@ -52,6 +52,7 @@ pub fn report(report: &Report, target: Target) -> Result<Document, RenderError> 
     for run in &report.runs {
         blocks.extend(run_blocks(run, target));
     }
+    blocks.extend(super::prompts::blocks(&report.prompts));
     let by = &report.generated_by;
     blocks.push(Block::Footer(
         match target {

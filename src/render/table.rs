@@ -296,6 +296,10 @@ impl Renderer for TableRenderer {
             }
         }
         out.push_str(&fits_text(report));
+        let prompts = super::prompts::text(&report.prompts);
+        if !prompts.is_empty() {
+            let _ = write!(out, "\n{prompts}");
+        }
         Ok(out)
     }
 

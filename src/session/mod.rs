@@ -113,6 +113,8 @@ pub struct SweepPlan {
     pub concurrency: Vec<u32>,
     /// `--mode append|conversation|tiers`: a warm measurement instead of the cold sweep.
     pub warm: Option<crate::warm::WarmConfig>,
+    /// `--prompts K`: distinct prompts per context (see `RunConfig::prompts`).
+    pub prompts: Option<u32>,
 }
 
 impl std::fmt::Debug for SweepPlan {
@@ -721,6 +723,7 @@ fn bench_settings(
                 nonce_tokens: plan.nonce_tokens(),
             }),
         nonce_end: None,
+        prompts: plan.prompts,
     }
 }
 
@@ -834,5 +837,6 @@ fn run_config(plan: &SweepPlan, profile: &ServerProfile, p: &Prepared) -> RunCon
         needle_depths: plan.needle_depths.clone(),
         concurrency: plan.concurrency.clone(),
         warm: plan.warm.clone(),
+        prompts: plan.prompts,
     }
 }

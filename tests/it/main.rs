@@ -19,6 +19,7 @@ mod launch_llamacpp;
 mod llamacpp_features;
 mod promises;
 mod promises_llamacpp;
+mod prompts_llamacpp;
 mod protocol_ollama;
 mod protocol_openai_calibrated;
 mod protocol_openai_chat;
@@ -46,5 +47,7 @@ mod real_sglang;
 mod real_transformers;
 #[cfg(feature = "real-servers")]
 mod real_vllm;
+#[cfg(feature = "real-servers")]
+mod real_vllm_prompts;
 #[cfg(feature = "real-servers")]
 mod real_warm;

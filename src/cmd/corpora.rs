@@ -1,0 +1,129 @@
+//! `ctxbench sweep --corpus repeat,natural`: the same ladder measured once per corpus, each
+//! into its own results file (`OUT.repeat.jsonl`, `OUT.natural.jsonl`; one corpus per file
+//! keeps every file's header, resume and report exactly as for a one-corpus sweep), then one
+//! report over all of them, whose "Prompts and corpora" section gives the acceptance per
+//! corpus and the inflation ratio.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use crate::cmd::cli::SweepArgs;
+use crate::cmd::{sweep, Ending};
+use ctxbench::corpus::CorpusSpec;
+use ctxbench::error::UsageError;
+
+/// The corpora of a comma list, in order; one element for a single corpus.
+pub fn split(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `OUT` with the corpus's short name before the extension: `run.jsonl` → `run.natural.jsonl`.
+pub fn path_for(out: &Path, short: &str) -> PathBuf {
+    let stem = out
+        .file_stem()
+        .map_or_else(|| "ctxbench".into(), |s| s.to_string_lossy().into_owned());
+    let ext = out
+        .extension()
+        .map_or_else(|| "jsonl".into(), |e| e.to_string_lossy().into_owned());
+    out.with_file_name(format!("{stem}.{short}.{ext}"))
+}
+
+/// Runs the sweep once per corpus (every plan is validated before anything is sent), then
+/// prints the combined report's corpus section and writes `OUT.corpora.{md,html}`.
+pub async fn run(
+    args: SweepArgs,
+    corpora: Vec<String>,
+    interrupt: tokio::sync::watch::Receiver<bool>,
+) -> Result<Ending> {
+    if args.dry_run {
+        return Err(UsageError::Invalid(format!(
+            "--corpus {} with --dry-run: give one corpus for a dry run",
+            args.corpus
+        ))
+        .into());
+    }
+    let out = args.out.clone().unwrap_or_else(|| {
+        let t = humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+            .to_string()
+            .replace(':', "");
+        PathBuf::from(format!("ctxbench-{t}.jsonl"))
+    });
+    let mut plans = Vec::new();
+    let mut shorts: Vec<String> = Vec::new();
+    for c in &corpora {
+        let spec = CorpusSpec::parse(c).map_err(UsageError::Invalid)?;
+        let short = spec.short_name();
+        if shorts.contains(&short) {
+            return Err(UsageError::Invalid(format!(
+                "--corpus {}: two corpora are both called '{short}'; give each once",
+                args.corpus
+            ))
+            .into());
+        }
+        let mut one = args.clone();
+        one.corpus = c.clone();
+        one.out = Some(path_for(&out, &short));
+        plans.push(crate::cmd::sweep_options::plan(&one)?);
+        shorts.push(short);
+    }
+    let mut paths = Vec::new();
+    let mut ending = Ending::Complete;
+    for plan in plans {
+        let path = plan.out.clone().unwrap_or_default();
+        if !plan.quiet {
+            eprintln!("corpus {}: {}", plan.corpus.label(), path.display());
+        }
+        let e = sweep::run_plan(plan, interrupt.clone()).await?;
+        paths.push(path);
+        if e != Ending::Complete {
+            ending = e;
+        }
+        if e == Ending::Interrupted {
+            break;
+        }
+    }
+    if let Err(e) = combined_report(&paths, &out) {
+        eprintln!("warning: could not write the corpus report: {e:#}");
+    }
+    Ok(ending)
+}
+
+/// The report over every corpus's file: its corpus section on stdout, the whole report
+/// beside the results files.
+fn combined_report(paths: &[PathBuf], out: &Path) -> Result<()> {
+    let loaded = crate::cmd::report::load(paths)?;
+    let report = ctxbench::report::build(&loaded);
+    let text = ctxbench::render::prompts::text(&report.prompts);
+    if !text.is_empty() {
+        println!("\n{text}");
+    }
+    for (fmt, ext) in [
+        (crate::cmd::cli::ReportFormat::Md, "md"),
+        (crate::cmd::cli::ReportFormat::Html, "html"),
+    ] {
+        let p = path_for(out, "corpora").with_extension(ext);
+        let body = ctxbench::render::renderer(fmt).report(&report)?;
+        std::fs::write(&p, body)?;
+        eprintln!("report: {}", p.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_file_per_corpus_beside_out() {
+        assert_eq!(split("repeat, natural,"), vec!["repeat", "natural"]);
+        assert_eq!(
+            path_for(Path::new("d/run.jsonl"), "natural"),
+            PathBuf::from("d/run.natural.jsonl")
+        );
+    }
+}
