@@ -109,6 +109,7 @@ fn blank_sample(target: &Target<'_>, context: u64, rep: u32, sent: u64, at: Stri
         concurrency: None,
         wave: None,
         wave_stats: None,
+        warm: None,
         prompt_index: None,
         corpus_offset: None,
         spec_accepted_per_position: None,

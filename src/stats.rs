@@ -7,6 +7,7 @@ pub mod metric;
 pub mod prompts;
 pub mod significance;
 pub mod speculation;
+pub mod warm;
 
 use serde::Serialize;
 
@@ -299,6 +300,7 @@ mod tests {
             concurrency: None,
             wave: None,
             wave_stats: None,
+            warm: None,
             ..Default::default()
         }
     }

@@ -33,6 +33,7 @@ mod spec_dflash_llamacpp;
 mod speculation_llamacpp;
 mod sweep_llamacpp;
 mod tls;
+mod warm_llamacpp;
 mod wheel;
 
 #[cfg(feature = "real-servers")]
@@ -49,3 +50,5 @@ mod real_transformers;
 mod real_vllm;
 #[cfg(feature = "real-servers")]
 mod real_vllm_prompts;
+#[cfg(feature = "real-servers")]
+mod real_warm;
