@@ -1111,4 +1111,7 @@ pub(crate) mod tests {
 #[cfg(test)]
 mod loop_tests;
 
+pub mod append;
+pub mod conversation;
+pub mod tiers;
 pub mod wave;

@@ -11,6 +11,7 @@ use crate::error::UsageError;
 use crate::record::{self, Results};
 use crate::stats::metric::{self, Metric};
 use crate::stats::significance::{self, Basis, CellComparison, RatioInterval, Settings};
+use crate::stats::speculation::{self, SpecSide, Speculation};
 
 pub use crate::stats::significance::Verdict;
 
@@ -68,6 +69,10 @@ pub struct Versus {
     /// Why outputs were not compared (a prompt seed on one side only, or two seeds).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agreement_note: Option<String>,
+    /// Does speculation pay (one side speculative, the other plain): see
+    /// [`crate::stats::speculation`]. Absent when neither side speculates (and not asked).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculation: Option<Speculation>,
 }
 
 impl Versus {
@@ -386,11 +391,57 @@ fn check_group(group: &[Loaded], allow_mismatch: bool) -> Result<Vec<String>, Us
 
 /// Compares every side after the first with the first. Each side is one or more results
 /// files (runs of the same thing); with several runs on either side the run is the unit.
-/// Refuses mismatched runs unless `allow_mismatch`.
+/// Refuses mismatched runs unless `allow_mismatch`. A speculative side against a plain one
+/// gets the speculation answer (side detected from the samples).
 pub fn build(
     sides: &[Vec<Loaded>],
     allow_mismatch: bool,
     s: &Settings,
+) -> Result<Comparison, UsageError> {
+    build_with(sides, allow_mismatch, s, SpecSide::Auto)
+}
+
+/// The speculation analysis of B against A, as `spec_side` says; `None` in auto mode when
+/// neither side speculates (nothing to say about speculation).
+fn speculation_of(
+    a: &[Loaded],
+    b: &[Loaded],
+    spec_side: SpecSide,
+    s: &Settings,
+) -> Option<Speculation> {
+    let (ra, rb): (Vec<&Results>, Vec<&Results>) = (
+        a.iter().map(|(_, _, r)| r).collect(),
+        b.iter().map(|(_, _, r)| r).collect(),
+    );
+    let (la, lb) = (group_label(a), group_label(b));
+    let out = speculation::analyse(
+        &speculation::Side {
+            label: &la,
+            runs: &ra,
+        },
+        &speculation::Side {
+            label: &lb,
+            runs: &rb,
+        },
+        spec_side,
+        s,
+    )?;
+    let neither = matches!(
+        &out,
+        Speculation::NotAnalysed {
+            reason: speculation::NotAnalysed::NeitherSpeculative,
+            ..
+        }
+    );
+    (!neither).then_some(out)
+}
+
+/// [`build`] with the speculative side given (`--spec-side`).
+pub fn build_with(
+    sides: &[Vec<Loaded>],
+    allow_mismatch: bool,
+    s: &Settings,
+    spec_side: SpecSide,
 ) -> Result<Comparison, UsageError> {
     let too_few = || UsageError::Invalid("compare needs at least two results files".into());
     let Some(a) = sides.first() else {
@@ -415,6 +466,7 @@ pub fn build(
         mism.extend(check_group(b, allow_mismatch)?);
         let (agreement, agreement_note) = agreement_of(ra, rb);
         versus.push(Versus {
+            speculation: speculation_of(a, b, spec_side, s),
             agreement,
             agreement_note,
             run: info(b),

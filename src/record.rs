@@ -103,6 +103,16 @@ string_enum! {
         /// A retrieval check (`--needle`): a cold prompt holding a fact at a stated depth;
         /// never in the speed summaries.
         Needle = "needle",
+        /// `--mode append`: N new tokens after a cached prefix of L tokens, reuse proven
+        /// by the cached count (`warm`); summarised apart.
+        Append = "append",
+        /// `--mode append` and `tiers`: the request that put the prefix in the cache (a
+        /// cold prefill of L, never summarised).
+        Prime = "prime",
+        /// `--mode conversation`: one turn of a growing conversation.
+        Turn = "turn",
+        /// `--mode tiers`: a request served from a stated cache tier (`warm.tier`).
+        Tier = "tier",
     }
 }
 
@@ -242,6 +252,10 @@ string_enum! {
         /// times the whole generation, so the sample has no TTFT and no decode rate, only
         /// its end-to-end time.
         HeldBackStream = "held_back_stream",
+        /// A warm sample (append, turn, tier) whose cached count does not reach its
+        /// cached prefix (less the tokens the server always recomputes, `warm.allowance`):
+        /// the prefix was recomputed, wholly or partly; kept out of the warm summaries.
+        CacheMiss = "cache_miss",
     }
 }
 
@@ -532,6 +546,9 @@ pub struct RunConfig {
     /// `--concurrency`: requests sent together at each context (absent: 1, one at a time).
     #[serde(default, skip_serializing_if = "one_at_a_time")]
     pub concurrency: Vec<u32>,
+    /// `--mode append|conversation|tiers`: the warm measurement (absent: the cold sweep).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<crate::warm::WarmConfig>,
     /// `--prompts K`: distinct prompts (corpus windows) per context, each repeated; `reps`
     /// then counts samples per point (K × repetitions per prompt). Absent: every
     /// repetition reads its own window.
@@ -965,6 +982,9 @@ pub struct Sample {
     /// `foreign_load` flag).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub foreign_load: Option<String>,
+    /// Warm modes: the cached prefix, the new tokens and how the reuse was proven.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<crate::warm::WarmInfo>,
     /// `--prompts K`: which of the point's K prompts this sample sent (`rep mod K`); the
     /// same index is the same body text (the nonce differs).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -18,9 +18,11 @@ pub mod json;
 pub mod markdown;
 pub mod prompts;
 pub mod sections;
+pub mod speculation;
 pub mod svg;
 pub mod table;
 pub mod text;
+pub mod warm;
 
 pub use crate::units::{fmt_ctx, num};
 
@@ -335,8 +337,22 @@ fn or_dash(s: Option<&str>) -> String {
 /// One line of what was measured: `contexts 1k, 2k, 3 reps (fixed), 32 output tokens,
 /// method stream, cache bypass on`.
 pub fn measured_text(c: &RunConfig) -> String {
+    let warm = c.warm.as_ref().map_or(String::new(), |w| {
+        let mut m = format!(", mode {}", w.mode.as_str());
+        if !w.appends.is_empty() {
+            let n: Vec<String> = w.appends.iter().map(|&n| fmt_ctx(n)).collect();
+            m.push_str(&format!(" (N {})", n.join(", ")));
+        }
+        if let Some(t) = w.turn_tokens {
+            m.push_str(&format!(" ({t} tokens per turn)"));
+        }
+        if w.negative_control {
+            m.push_str(", negative control (cache switch off on warm requests)");
+        }
+        m
+    });
     format!(
-        "contexts {}, {}, {}, method {}, cache bypass {}",
+        "contexts {}, {}, {}, method {}, cache bypass {}{warm}",
         contexts_text(&c.contexts),
         c.reps,
         output_text(c),

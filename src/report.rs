@@ -74,6 +74,9 @@ pub struct RunReport {
     /// The price of a token at each context length (`--price-per-hour`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost: Option<crate::price::CostTable>,
+    /// Warm context at depth (`--mode append|conversation|tiers`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm: Option<crate::stats::warm::WarmReport>,
 }
 
 /// Acceptance length at one context length.
@@ -200,13 +203,15 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         warnings.extend(capacity_warnings(m, lowest));
     }
     let max_context = h.server.max_context;
+    // A conversation measures no cold ladder: its fits' "too few lengths" would be noise.
+    let mut fit_warnings = Vec::new();
     let ttft_fit = scaling_fit(
         Metric::TtftMs,
         Model::Quadratic,
         &alone,
         &points,
         max_context,
-        &mut warnings,
+        &mut fit_warnings,
     );
     let step_fit = scaling_fit(
         Metric::MsPerStep,
@@ -214,8 +219,16 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         &alone,
         &points,
         max_context,
-        &mut warnings,
+        &mut fit_warnings,
     );
+    let conversation = h
+        .config
+        .warm
+        .as_ref()
+        .is_some_and(|w| w.mode == crate::warm::WarmMode::Conversation);
+    if !conversation {
+        warnings.extend(fit_warnings);
+    }
     let cold: Vec<&Sample> = known.iter().filter(|s| s.phase == Phase::Cold).collect();
     let acceptance = acceptance_points(&points, &cold);
     let stops = stop_records(&points, results, lowest);
@@ -243,6 +256,7 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         needle,
         capacity,
         cost: None,
+        warm: crate::stats::warm::summarize(h.config.warm.as_ref(), &results.samples),
     }
 }
 
@@ -262,7 +276,18 @@ fn sample_warnings(results: &Results, alone: &[Sample], points: &[PointSummary])
     }
     let other_phases = alone
         .iter()
-        .filter(|s| !matches!(s.phase, Phase::Cold | Phase::Warm | Phase::Needle))
+        .filter(|s| {
+            !matches!(
+                s.phase,
+                Phase::Cold
+                    | Phase::Warm
+                    | Phase::Needle
+                    | Phase::Append
+                    | Phase::Prime
+                    | Phase::Turn
+                    | Phase::Tier
+            )
+        })
         .count();
     if other_phases > 0 {
         warnings.push(warn(

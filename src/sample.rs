@@ -111,6 +111,7 @@ fn blank_sample(target: &Target<'_>, context: u64, rep: u32, sent: u64, at: Stri
         wave_stats: None,
         idle_wait_ms: None,
         foreign_load: None,
+        warm: None,
         prompt_index: None,
         corpus_offset: None,
         spec_accepted_per_position: None,

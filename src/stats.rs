@@ -6,6 +6,8 @@ pub mod fit;
 pub mod metric;
 pub mod prompts;
 pub mod significance;
+pub mod speculation;
+pub mod warm;
 
 use serde::Serialize;
 
@@ -311,6 +313,7 @@ mod tests {
             concurrency: None,
             wave: None,
             wave_stats: None,
+            warm: None,
             ..Default::default()
         }
     }

@@ -453,6 +453,15 @@ pub trait Family: Send + Sync {
     fn cached_tokens_hint(&self) -> Option<&'static str> {
         None
     }
+    /// Tokens of a cached prefix of `prefix` tokens this server recomputes anyway, with
+    /// its rule in words: the allowance of the warm modes' hit rule (`crate::warm`). The
+    /// default: one, the last token, which a server may recompute for the next logits.
+    fn reuse_allowance(&self, _prefix: u64) -> (u64, &'static str) {
+        (
+            1,
+            "the last token of the prefix may be recomputed for the next logits",
+        )
+    }
     /// What the OpenAI protocol can do on a server recognised as this family, where the
     /// family knows better than the generic probe (its tokenizer, token-id prompts, its
     /// cache switch): `true` when `p`'s capabilities are settled. The default: the generic

@@ -247,6 +247,15 @@ impl super::Family for Family {
         )
     }
 
+    /// llama-server keeps the whole common prefix (`timings.cache_n`) and re-evaluates at
+    /// least the last prompt token: one token of allowance.
+    fn reuse_allowance(&self, _prefix: u64) -> (u64, &'static str) {
+        (
+            1,
+            "llama.cpp re-evaluates at least the last prompt token (timings.cache_n)",
+        )
+    }
+
     async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
         let props = s.json("/props").await?;
         Ok(props

@@ -53,6 +53,14 @@ impl super::Family for Family {
         )
     }
 
+    /// The radix cache matches token by token (page size 1 by default).
+    fn reuse_allowance(&self, _prefix: u64) -> (u64, &'static str) {
+        (
+            1,
+            "SGLang's radix cache matches per token (default --page-size 1); the last token may be recomputed",
+        )
+    }
+
     async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
         if let Some((path, _)) = server_info(s).await? {
             return Ok(Some(format!(

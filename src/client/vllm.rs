@@ -91,6 +91,16 @@ impl super::Family for Family {
         Some("start vLLM with --enable-prompt-tokens-details")
     }
 
+    /// vLLM's prefix cache holds whole KV blocks only: a prefix of L tokens is reused as
+    /// ⌊L/B⌋·B, B = `--block-size` (16 by default on GPUs; 128 on the CPU backend, where real
+    /// vLLM 0.32.0 reused 896 of a 1000-token prefix). L mod 128 covers both defaults.
+    fn reuse_allowance(&self, prefix: u64) -> (u64, &'static str) {
+        (
+            (prefix % 128).max(1),
+            "vLLM caches whole KV blocks (--block-size B: 16 on GPU, 128 on CPU by default): cached = ⌊L/B⌋·B, allowance L mod 128",
+        )
+    }
+
     /// Its `/v1/completions` takes token ids, made by its `/tokenize` where there is one.
     async fn openai_capabilities(
         &self,

@@ -71,6 +71,16 @@ fn template(args: &SweepArgs) -> Result<ServerTemplate, UsageError> {
         })
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| UsageError::Invalid(format!("-L: {e}")))?;
+    let flags = args
+        .flag_list
+        .chunks(2)
+        .map(|p| match p {
+            [name, values] => ParameterList::parse_flags(name, values),
+            _ => ParameterList::parse_flags(&p[0], ""),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| UsageError::Invalid(format!("-F: {e}")))?;
+    let lists = lists.into_iter().chain(flags).collect();
     ServerTemplate::new(raw, lists).map_err(|e| UsageError::Invalid(format!("--server-cmd: {e}")))
 }
 
@@ -350,6 +360,12 @@ fn summarise(
         let md = render::renderer(ReportFormat::Md).compare(&cmp)?;
         let p = dir.join("compare.md");
         std::fs::write(&p, md).with_context(|| format!("writing {}", p.display()))?;
+        // Speculation against no speculation: the speedup and acceptance plots beside it.
+        for plot in render::svg::speculation_plots(&cmp)? {
+            let p = dir.join(format!("{}.svg", plot.name));
+            std::fs::write(&p, plot.svg).with_context(|| format!("writing {}", p.display()))?;
+            out.push_str(&format!("plot: {}\n", p.display()));
+        }
         out.push_str(&format!(
             "\ncomparison also in {}; recompute with: ctxbench compare --a {} --b {}\n",
             p.display(),

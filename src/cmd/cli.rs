@@ -77,6 +77,7 @@ const COMPARE_EXAMPLES: &str = "Examples:
   ctxbench compare before.jsonl after.jsonl
   ctxbench compare a.jsonl b.jsonl --format md --plot ab.svg
   ctxbench compare --a main-run*.jsonl --b pr-run*.jsonl --fail-if-slower 5%
+  ctxbench compare plain.jsonl spec.jsonl --spec-plots plots/  # does speculation pay, up to which length?
 
 Positional files: the first is the baseline A; every other file is compared with it, one run
 against one run (a verdict needs at least 6 samples per side, and cannot see run-to-run drift).
@@ -181,13 +182,23 @@ pub struct CompareArgs {
     /// Samples per side needed for a verdict when each side is one run.
     #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
     pub min_samples: u32,
+
+    /// Which side runs speculative decoding, for the "does speculation pay" answer (net
+    /// decode speedup, TTFT cost, acceptance and L* per context length): `auto` takes the
+    /// side whose samples report acceptance; `a` or `b` say so; `off` leaves it out.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub spec_side: ctxbench::stats::speculation::SpecSide,
+
+    /// Also write the speculation plots (speedup.svg, acceptance.svg) into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub spec_plots: Option<PathBuf>,
 }
 
 // Written out: clap's generated line lists whichever required and given options an error
 // involved (`ctxbench sweep --url <URL> --corpus <...>` for an unknown flag), which reads as
 // if those were needed.
 const SWEEP_USAGE: &str = "ctxbench sweep --url URL [OPTIONS]
-       ctxbench sweep --server-cmd TEMPLATE [-L NAME VALUES]... [OPTIONS]";
+       ctxbench sweep --server-cmd TEMPLATE [-L NAME VALUES]... [-F NAME FLAGS]... [OPTIONS]";
 
 const SWEEP_EXAMPLES: &str = "Examples:
   ctxbench sweep --url http://127.0.0.1:8080
@@ -195,6 +206,8 @@ const SWEEP_EXAMPLES: &str = "Examples:
   ctxbench sweep --url http://127.0.0.1:8080 --out a.jsonl --resume      # continue a run
   ctxbench sweep --server-cmd 'llama-server -m m.gguf --port {port} -t {t}' -L t 1,2 \
       --runs 5 --contexts 1k,16k --out ab/                                 # A/B campaign
+  ctxbench sweep --server-cmd 'llama-server -m t.gguf --port {port} {spec}' \
+      -F spec ',-md d.gguf --spec-type draft-simple' --runs 3 --out spec/  # does speculation pay?
 
 k means ×1024: 4k = 4096 tokens. Results: one JSON line per sample (docs/results-schema.md).";
 
@@ -224,6 +237,20 @@ pub struct SweepArgs {
         allow_hyphen_values = true
     )]
     pub parameter_list: Vec<String>,
+
+    /// With --server-cmd: `-F NAME ',FLAGS1,FLAGS2'` makes one variant per group of flags,
+    /// put where the word `{NAME}` stands (split like a shell does); an empty group adds no
+    /// flags. Speculation on against off: `-F spec ',-md draft.gguf --spec-type draft-simple'`.
+    #[arg(
+        short = 'F',
+        long = "flag-list",
+        num_args = 2,
+        value_names = ["NAME", "FLAGS"],
+        action = clap::ArgAction::Append,
+        requires = "server_cmd",
+        allow_hyphen_values = true
+    )]
+    pub flag_list: Vec<String>,
 
     /// With --server-cmd: runs of each variant, interleaved (A B A B ...), each on a fresh
     /// server; the comparison takes the run as its unit (3 or more for a verdict).
@@ -267,6 +294,37 @@ pub struct SweepArgs {
     /// server's maximum minus a 10% margin].
     #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
     pub contexts: Option<String>,
+
+    /// Warm context at depth instead of the cold sweep: `append` (a prefix of L tokens
+    /// from the --contexts ladder put in the cache, then L + N with N from --append; beside
+    /// it the cold prefill of L + N), `conversation` (one conversation growing by
+    /// --turn-tokens and its generated answer per turn, up to the server's maximum),
+    /// `tiers` (llama-server with -np 1: live cache, --cache-ram host memory, slot
+    /// save/restore from --slot-save-path, and cold recompute at each L). Every warm sample
+    /// proves its reuse from the server's cached-token count; a miss is flagged cache_miss
+    /// and kept out of the summaries.
+    #[arg(long, value_enum, value_name = "append|conversation|tiers")]
+    pub mode: Option<ctxbench::warm::WarmMode>,
+
+    /// With --mode append: new tokens appended to each cached prefix (N), e.g.
+    /// `128,512,2048`; --mode tiers uses the first.
+    #[arg(long, value_name = "LIST", default_value = "128,512,2048")]
+    pub append: String,
+
+    /// With --mode conversation: tokens of each new user turn.
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..))]
+    pub turn_tokens: u64,
+
+    /// With --mode append: the turn budget, the largest N whose median TTFT stays under
+    /// this many milliseconds at each L.
+    #[arg(long, value_name = "MS")]
+    pub ttft_target: Option<f64>,
+
+    /// With --mode append or conversation: the negative control. The warm requests ask the
+    /// server not to reuse its cache (llama.cpp cache_prompt: false): the savings must
+    /// vanish and every warm sample be flagged cache_miss.
+    #[arg(long)]
+    pub negative_control: bool,
 
     /// Requests sent together at each context, e.g. `1,2,4,8`: the capacity map (context ×
     /// concurrency). Each cell sends c cold requests of exactly the context length, each

@@ -49,7 +49,7 @@ pub fn run(args: &CompareArgs) -> Result<Ending> {
         .iter()
         .map(|s| report::load(s))
         .collect::<Result<Vec<_>>>()?;
-    let cmp = compare::build(&sides, args.allow_mismatch, &settings)?;
+    let cmp = compare::build_with(&sides, args.allow_mismatch, &settings, args.spec_side)?;
     let text = render::renderer(args.format).compare(&cmp)?;
     match &args.out {
         Some(p) => super::report::write_creating_folders(p, text.as_bytes())?,
@@ -61,6 +61,17 @@ pub fn run(args: &CompareArgs) -> Result<Ending> {
     if let Some(p) = &args.plot {
         super::report::write_creating_folders(p, svg::compare_plot(&cmp)?.as_bytes())?;
         eprintln!("plot: {}", p.display());
+    }
+    if let Some(dir) = &args.spec_plots {
+        let plots = svg::speculation_plots(&cmp)?;
+        if plots.is_empty() {
+            eprintln!("no speculation plots: no pair of a speculative and a plain side");
+        }
+        for p in plots {
+            let path = dir.join(format!("{}.svg", p.name));
+            super::report::write_creating_folders(&path, p.svg.as_bytes())?;
+            eprintln!("plot: {}", path.display());
+        }
     }
     Ok(match gate {
         Some(t) => apply_gate(&cmp, t),

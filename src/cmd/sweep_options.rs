@@ -82,6 +82,7 @@ pub fn plan(args: &SweepArgs) -> Result<SweepPlan, UsageError> {
         decode_samples: args.decode_samples,
         needle_depths: o.needle_depths,
         concurrency: o.concurrency,
+        warm: o.warm,
         prompts: args.prompts,
     })
 }
@@ -101,6 +102,7 @@ struct SweepOptions {
     wait_ready: Duration,
     needle_depths: Option<Vec<u32>>,
     concurrency: Vec<u32>,
+    warm: Option<ctxbench::warm::WarmConfig>,
 }
 
 impl SweepOptions {
@@ -188,6 +190,7 @@ impl SweepOptions {
             policy.min_reps = policy.min_reps.saturating_mul(k);
             policy.max_reps = policy.max_reps.saturating_mul(k);
         }
+        let warm = crate::cmd::warm_options::warm_config(args, &concurrency, two_point.is_some())?;
         if let Some(m) = args.metrics_url.as_deref() {
             let ok = m == "off"
                 || m.starts_with('/')
@@ -212,6 +215,7 @@ impl SweepOptions {
             wait_ready: seconds("--wait-ready", args.wait_ready, true)?,
             needle_depths,
             concurrency,
+            warm,
         })
     }
 

@@ -10,6 +10,11 @@
 //! each word, so a value with a space stays one argument and nothing is ever re-interpreted
 //! by a shell. Only `{identifier}` is a placeholder; other braces (a JSON argument such as
 //! `'{"a":1}'`) are left alone.
+//!
+//! A *flag list* (`-F NAME VALUES`) is the one exception, for variants that differ by whole
+//! flags (speculation on or off: `-F spec ',-md draft.gguf --spec-type draft-simple'`): its
+//! placeholder must stand as a word of its own, each value is split into words with the same
+//! quoting rules, and an empty value adds no words at all.
 
 use std::collections::BTreeSet;
 
@@ -46,6 +51,22 @@ pub enum TemplateError {
     UnusedList {
         /// The list's name.
         name: String,
+    },
+    /// A flag list's placeholder inside a longer word, where its words cannot go.
+    #[error("flag list '{name}' must stand as a word of its own in the server command (`... {{{name}}} ...`, not `-x{{{name}}}`): its values are whole flags")]
+    FlagListInsideWord {
+        /// The list's name.
+        name: String,
+    },
+    /// A flag list's value that cannot be split into words.
+    #[error("flag list '{name}': cannot split '{value}' into words ({detail}); check its quotes")]
+    FlagValueSplit {
+        /// The list's name.
+        name: String,
+        /// The value.
+        value: String,
+        /// What the splitter reported.
+        detail: String,
     },
     /// The same list name twice.
     #[error("parameter list '{name}' is given twice; give each name once with all its values")]
@@ -86,19 +107,31 @@ impl From<TemplateError> for crate::error::UsageError {
     }
 }
 
-/// One `-L NAME VALUES` list.
+/// One `-L NAME VALUES` list (or `-F NAME VALUES`: a flag list).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParameterList {
     /// The placeholder name, without braces.
     pub name: String,
     /// Its values, in order.
     pub values: Vec<String>,
+    /// A flag list: each value is split into words (none for an empty value).
+    pub flags: bool,
 }
 
 impl ParameterList {
     /// Parses `-L NAME VALUES`: values split on `,`, with `\,` a literal comma and `\\` a
     /// backslash (hyperfine's rules).
     pub fn parse(name: &str, values: &str) -> Result<ParameterList, TemplateError> {
+        Self::parse_as(name, values, false)
+    }
+
+    /// Parses `-F NAME VALUES`: like [`ParameterList::parse`], but each value is a group of
+    /// flags split into words, and an empty value (`,-md d.gguf`: the first one) means none.
+    pub fn parse_flags(name: &str, values: &str) -> Result<ParameterList, TemplateError> {
+        Self::parse_as(name, values, true)
+    }
+
+    fn parse_as(name: &str, values: &str, flags: bool) -> Result<ParameterList, TemplateError> {
         let mut out = Vec::new();
         let mut cur = String::new();
         let mut chars = values.chars();
@@ -120,6 +153,7 @@ impl ParameterList {
         let list = ParameterList {
             name: name.to_owned(),
             values: out,
+            flags,
         };
         list.validate()?;
         Ok(list)
@@ -133,8 +167,18 @@ impl ParameterList {
         if !is_identifier(name) {
             return Err(TemplateError::BadName { name: name.clone() });
         }
-        if self.values.is_empty() || self.values.iter().any(|v| v.is_empty()) {
+        // An empty flag group is the variant without those flags.
+        if self.values.is_empty() || (!self.flags && self.values.iter().any(|v| v.is_empty())) {
             return Err(TemplateError::EmptyValue { name: name.clone() });
+        }
+        if self.flags {
+            for v in &self.values {
+                shell_words::split(v).map_err(|e| TemplateError::FlagValueSplit {
+                    name: name.clone(),
+                    value: v.clone(),
+                    detail: e.to_string(),
+                })?;
+            }
         }
         let mut seen = BTreeSet::new();
         for v in &self.values {
@@ -285,6 +329,17 @@ impl ServerTemplate {
                 name: l.name.clone(),
             });
         }
+        for l in lists.iter().filter(|l| l.flags) {
+            let whole = format!("{{{}}}", l.name);
+            let inside = words
+                .iter()
+                .any(|w| *w != whole && placeholders(w).contains(&l.name.as_str()));
+            if inside {
+                return Err(TemplateError::FlagListInsideWord {
+                    name: l.name.clone(),
+                });
+            }
+        }
         Ok(ServerTemplate {
             raw: template.to_owned(),
             words,
@@ -322,7 +377,11 @@ impl ServerTemplate {
                     .iter()
                     .map(|(n, v)| (n.as_str(), v.as_str()))
                     .collect();
-                let words = self.words.iter().map(|w| substitute(w, &pairs)).collect();
+                let words = self
+                    .words
+                    .iter()
+                    .flat_map(|w| self.expand(w, &pairs))
+                    .collect();
                 Variant {
                     index,
                     params,
@@ -330,6 +389,28 @@ impl ServerTemplate {
                 }
             })
             .collect()
+    }
+}
+
+impl ServerTemplate {
+    /// One template word with the values filled in: a flag list's word becomes its value's
+    /// words (none for an empty value), any other word one word.
+    fn expand(&self, word: &str, pairs: &[(&str, &str)]) -> Vec<String> {
+        let flag_list = self.lists.iter().find(|l| {
+            l.flags
+                && word.strip_prefix('{').and_then(|w| w.strip_suffix('}')) == Some(l.name.as_str())
+        });
+        match flag_list {
+            Some(l) => {
+                let value = pairs
+                    .iter()
+                    .find(|(n, _)| *n == l.name)
+                    .map_or("", |(_, v)| *v);
+                // Checked when the list was parsed.
+                shell_words::split(value).unwrap_or_default()
+            }
+            None => vec![substitute(word, pairs)],
+        }
     }
 }
 
@@ -373,7 +454,11 @@ impl Variant {
         }
         self.params
             .iter()
-            .map(|(n, v)| format!("{n}={v}"))
+            .map(|(n, v)| match v.as_str() {
+                // An empty flag group: the variant without those flags.
+                "" => format!("{n}=none"),
+                v => format!("{n}={v}"),
+            })
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -486,6 +571,58 @@ mod tests {
             ]
         );
         assert_eq!(v[1].argv(1)[6], "prec,dpost");
+    }
+
+    #[test]
+    fn a_flag_list_adds_whole_flags_or_none() {
+        let t = ServerTemplate::new(
+            "srv -m t.gguf --port {port} {spec} -c 8",
+            vec![
+                ParameterList::parse_flags("spec", ",-md 'my d.gguf' --spec-type draft-simple")
+                    .unwrap(),
+            ],
+        )
+        .unwrap();
+        let v = t.variants();
+        assert_eq!(
+            v[0].argv(1),
+            ["srv", "-m", "t.gguf", "--port", "1", "-c", "8"]
+        );
+        assert_eq!(
+            v[1].argv(1),
+            [
+                "srv",
+                "-m",
+                "t.gguf",
+                "--port",
+                "1",
+                "-md",
+                "my d.gguf",
+                "--spec-type",
+                "draft-simple",
+                "-c",
+                "8"
+            ]
+        );
+        assert_eq!(v[0].short_name(), "spec=none");
+        assert_eq!(
+            v[1].label(),
+            "srv -m t.gguf --port {port} -md 'my d.gguf' --spec-type draft-simple -c 8"
+        );
+        assert_eq!(
+            ServerTemplate::new(
+                "srv --port {port} -x{spec}",
+                vec![ParameterList::parse_flags("spec", ",a").unwrap()]
+            )
+            .unwrap_err(),
+            TemplateError::FlagListInsideWord {
+                name: "spec".into()
+            }
+        );
+        assert!(matches!(
+            ParameterList::parse_flags("spec", ",-md 'open").unwrap_err(),
+            TemplateError::FlagValueSplit { .. }
+        ));
     }
 
     #[test]

@@ -2,6 +2,12 @@
 //! axis, medians with min–max whiskers, fits overlaid (dashed where extrapolated), one colour
 //! per run; and the B/A ratio plot of a comparison.
 
+mod speculation;
+pub use speculation::{
+    acceptance_plot as spec_acceptance_plot, speculation_plots, speculation_plots_of, speedup_plot,
+    AcceptanceSeries,
+};
+
 use plotters::coord::Shift;
 use plotters::prelude::*;
 

@@ -8,6 +8,7 @@
 //! the user goes through the [`Observer`]; nothing here prints.
 
 mod output;
+pub mod warm;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -114,6 +115,8 @@ pub struct SweepPlan {
     pub needle_depths: Option<Vec<u32>>,
     /// Concurrency levels (`[1]`: one request at a time).
     pub concurrency: Vec<u32>,
+    /// `--mode append|conversation|tiers`: a warm measurement instead of the cold sweep.
+    pub warm: Option<crate::warm::WarmConfig>,
     /// `--prompts K`: distinct prompts per context (see `RunConfig::prompts`).
     pub prompts: Option<u32>,
 }
@@ -346,6 +349,9 @@ impl Session {
         settings.nonce_end = plan
             .nonce
             .then_some(warm.server_added + plan.nonce_tokens() as u64);
+        if let Some(w) = &plan.warm {
+            warm::check(w, plan, &self.profile)?;
+        }
         if plan.contexts.is_some() && self.profile.max_context.is_none() {
             let note = "the server does not report its maximum context; a --contexts point beyond it will fail when sent";
             observer.warn(note);
@@ -466,9 +472,12 @@ impl Session {
             observer,
             interrupt,
         };
-        let mut tally = match grid {
-            false => bench::run(ctx, &p.contexts, prior).await?,
-            true => bench::wave::run_grid(ctx, &p.contexts, &levels, &limits, prior).await?,
+        let mut tally = match (&self.plan.warm, grid) {
+            (Some(w), _) => crate::session::warm::run(ctx, &p.contexts, w, &self.profile).await?,
+            (None, false) => bench::run(ctx, &p.contexts, prior).await?,
+            (None, true) => {
+                bench::wave::run_grid(ctx, &p.contexts, &levels, &limits, prior).await?
+            }
         };
         tally.server_busy_ms += p.warm_busy_ms;
         if self.plan.nonce && !p.text_prompts {
@@ -881,6 +890,7 @@ fn run_config(plan: &SweepPlan, profile: &ServerProfile, p: &Prepared) -> RunCon
         prompt_seed: plan.prompt_seed,
         needle_depths: plan.needle_depths.clone(),
         concurrency: plan.concurrency.clone(),
+        warm: plan.warm.clone(),
         prompts: plan.prompts,
     }
 }

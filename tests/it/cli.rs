@@ -503,7 +503,7 @@ fn resume_without_out_is_a_usage_error_that_says_what_to_do() {
 #[test]
 fn usage_errors_show_the_sweeps_short_usage_line() {
     let url = unreachable_url();
-    let usage = "Usage: ctxbench sweep --url URL [OPTIONS]\n       ctxbench sweep --server-cmd TEMPLATE [-L NAME VALUES]... [OPTIONS]\n";
+    let usage = "Usage: ctxbench sweep --url URL [OPTIONS]\n       ctxbench sweep --server-cmd TEMPLATE [-L NAME VALUES]... [-F NAME FLAGS]... [OPTIONS]\n";
     for args in [
         &["sweep", "--url", &url, "--bogus"][..],
         &["sweep", "--bogus"],
@@ -692,5 +692,40 @@ fn price_per_hour_gives_the_cost_per_million_input_and_output_tokens_at_each_con
     for bad in ["0", "-1", "abc", "inf"] {
         let stderr = usage_error(&["report", golden, &format!("--price-per-hour={bad}")]);
         assert!(stderr.contains("price"), "{bad}: {stderr}");
+    }
+}
+
+#[test]
+fn warm_modes_refuse_what_they_cannot_do_yet_before_any_request() {
+    let url = unreachable_url();
+    for (args, named) in [
+        (
+            &["--mode", "append", "--concurrency", "1,2"][..],
+            "--concurrency",
+        ),
+        (
+            &["--mode", "append", "--method", "two-point"][..],
+            "two-point",
+        ),
+        (&["--mode", "conversation", "--resume"][..], "--resume"),
+        (
+            &["--mode", "tiers", "--negative-control"][..],
+            "--negative-control",
+        ),
+        (
+            &["--mode", "conversation", "--ttft-target", "100"][..],
+            "--ttft-target",
+        ),
+        (&["--negative-control"][..], "--mode append"),
+        (&["--mode", "append", "--append", "0"][..], "--append"),
+    ] {
+        let stderr = usage_error(
+            &[
+                &["sweep", "--url", &url, "--out", "/nonexistent/x.jsonl"][..],
+                args,
+            ]
+            .concat(),
+        );
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
     }
 }

@@ -32,8 +32,10 @@ mod protocol_vllm;
 mod report;
 mod scripted_fidelity;
 mod spec_dflash_llamacpp;
+mod speculation_llamacpp;
 mod sweep_llamacpp;
 mod tls;
+mod warm_llamacpp;
 mod wheel;
 
 #[cfg(feature = "real-servers")]
@@ -52,3 +54,5 @@ mod real_vllm;
 mod real_vllm_idle;
 #[cfg(feature = "real-servers")]
 mod real_vllm_prompts;
+#[cfg(feature = "real-servers")]
+mod real_warm;

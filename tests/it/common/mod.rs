@@ -494,3 +494,31 @@ pub fn read_json_request(reader: &mut impl std::io::BufRead) -> std::io::Result<
         body: serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
     })
 }
+
+/// The tiny model's architecture with other random weights (`seed`), written once and cached
+/// beside the reference model by `scripts/reference-server other-model SEED`.
+pub fn other_seed_model(seed: u32) -> PathBuf {
+    static CACHE: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = cache.iter().find(|(s, _)| *s == seed) {
+        return p.clone();
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/reference-server");
+    let out = Command::new(script)
+        .args(["other-model", &seed.to_string()])
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("cannot run scripts/reference-server other-model");
+    assert!(
+        out.status.success(),
+        "scripts/reference-server other-model {seed} failed"
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let p = text
+        .lines()
+        .find_map(|l| l.strip_prefix("model ").map(|v| PathBuf::from(v.trim())))
+        .unwrap_or_else(|| panic!("no 'model' in other-model output: {text}"));
+    assert!(p.exists(), "{} missing", p.display());
+    cache.push((seed, p.clone()));
+    p
+}
