@@ -103,6 +103,17 @@ pub struct MeanInterval {
     pub n: usize,
 }
 
+impl MeanInterval {
+    /// The interval cut to what the quantity can be.
+    pub fn within(self, lo: f64, hi: f64) -> MeanInterval {
+        MeanInterval {
+            low: self.low.map(|v| v.clamp(lo, hi)),
+            high: self.high.map(|v| v.clamp(lo, hi)),
+            ..self
+        }
+    }
+}
+
 /// Is speculation paying at one length?
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -419,12 +430,16 @@ fn point(plain: &Side, spec: &Side, c: u64, by_runs: bool, s: &Settings) -> Spec
         spec_ttft_ms: center(&ts),
         ttft_cost: tcell.ratio,
         ttft_cost_interval: tcell.interval,
+        // A t-interval knows nothing of the bounds: every step yields at least one token,
+        // and a rate lies in [0, 1].
         accept_length: mean_interval(
             &per_run(spec, c, |x| x.spec_accept_length),
             by_runs,
             s.level,
-        ),
-        accept_rate: mean_interval(&per_run(spec, c, |x| x.spec_accept_rate), by_runs, s.level),
+        )
+        .map(|m| m.within(1.0, f64::INFINITY)),
+        accept_rate: mean_interval(&per_run(spec, c, |x| x.spec_accept_rate), by_runs, s.level)
+            .map(|m| m.within(0.0, 1.0)),
         draft_tokens: sum_u64(spec, c, |x| x.spec_draft_tokens),
         accepted_tokens: sum_u64(spec, c, |x| x.spec_accepted_tokens),
         verify_steps: median(&per_run(spec, c, |x| x.spec_verify_steps.map(|v| v as f64)).concat()),
@@ -575,7 +590,7 @@ pub fn answer(l: &LStar, f: &Option<SpeedupFit>) -> String {
     let fit = fit_clause(f).map(|c| format!("; {c}")).unwrap_or_default();
     match l {
         LStar::PaysEverywhere { first, last } if first.context_tokens == last.context_tokens => format!(
-            "speculation pays at the one measured length {} ({}){fit}",
+            "speculation pays at the one length with a verdict, {} ({}){fit}",
             fmt_ctx(first.context_tokens),
             speedup_text(first)
         ),
@@ -709,7 +724,19 @@ pub fn analyse(a: &Side, b: &Side, side: SpecSide, s: &Settings) -> Option<Specu
         .chain(plain.runs)
         .find_map(|r| r.header.server.max_context);
     let fit = speedup_fit(plain, spec, max_context);
-    let answer = answer(&l_star, &fit);
+    let mut answer = answer(&l_star, &fit);
+    let too_few: Vec<u64> = points
+        .iter()
+        .filter(|p| p.pays == Payoff::TooFew)
+        .map(|p| p.context_tokens)
+        .collect();
+    if !too_few.is_empty() && !matches!(l_star, LStar::Unknown) {
+        // The answer speaks of the lengths with a verdict; say which had none.
+        answer.push_str(&format!(
+            " ({} without a verdict: too few samples)",
+            ctx_list(&too_few)
+        ));
+    }
     Some(Speculation::Analysed(Box::new(SpecAnalysis {
         plain: plain.label.to_owned(),
         speculative: spec.label.to_owned(),
@@ -1014,5 +1041,15 @@ mod tests {
         let m = mean_interval(&[vec![9.0]], false, 0.95).unwrap();
         assert_eq!((m.low, m.n), (None, 1));
         assert!(mean_interval(&[vec![]], false, 0.95).is_none());
+    }
+
+    #[test]
+    fn a_rate_interval_stays_within_zero_and_one() {
+        // Rates near 1 with spread: the t-interval alone would reach past 100%.
+        let m = mean_interval(&[vec![1.0, 0.9, 1.0, 0.97]], false, 0.95)
+            .unwrap()
+            .within(0.0, 1.0);
+        assert_eq!(m.high, Some(1.0));
+        assert!(m.low.unwrap() < m.mean && m.low.unwrap() >= 0.0);
     }
 }
