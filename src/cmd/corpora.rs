@@ -94,7 +94,8 @@ pub async fn run(
 }
 
 /// The report over every corpus's file: its corpus section on stdout, the whole report
-/// beside the results files.
+/// (`OUT.corpora.{md,html}`, and `OUT.corpora-plots/` with acceptance per corpus) beside
+/// the results files.
 fn combined_report(paths: &[PathBuf], out: &Path) -> Result<()> {
     let loaded = crate::cmd::report::load(paths)?;
     let report = ctxbench::report::build(&loaded);
@@ -102,16 +103,8 @@ fn combined_report(paths: &[PathBuf], out: &Path) -> Result<()> {
     if !text.is_empty() {
         println!("\n{text}");
     }
-    for (fmt, ext) in [
-        (crate::cmd::cli::ReportFormat::Md, "md"),
-        (crate::cmd::cli::ReportFormat::Html, "html"),
-    ] {
-        let p = path_for(out, "corpora").with_extension(ext);
-        let body = ctxbench::render::renderer(fmt).report(&report)?;
-        std::fs::write(&p, body)?;
-        eprintln!("report: {}", p.display());
-    }
-    Ok(())
+    // Named like a results file, so the report lands where a single run's would.
+    crate::cmd::report::after_sweep(&report, &path_for(out, "corpora"))
 }
 
 #[cfg(test)]

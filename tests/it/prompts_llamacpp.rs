@@ -160,4 +160,11 @@ fn a_corpus_list_measures_repeat_and_natural_text_and_reports_the_inflation() {
         .unwrap_or_else(|| panic!("no inflation row: {}", run.stdout));
     assert!(row.contains("2 / 2"), "two prompts a side: {row}");
     assert!(dir.join("r.corpora.html").exists());
+    // Acceptance per context, one series per corpus, as an SVG beside the report.
+    let svg = std::fs::read_to_string(dir.join("r.corpora-plots/acceptance_length.svg"))
+        .expect("acceptance plot of both corpora");
+    assert!(
+        svg.contains("r.repeat") && svg.contains("r.natural"),
+        "one series per corpus"
+    );
 }
