@@ -139,13 +139,14 @@ pub fn judge(s: &mut Sample) {
 }
 
 /// Usable for the warm summaries: completed, reuse proven (a cached count that reaches the
-/// prefix), of the right length.
+/// prefix), of the right length, its timings its own (no foreign load, not held back).
 pub fn usable(s: &Sample) -> bool {
     s.status == Status::Ok
         && s.warm.is_some()
         && s.cached_tokens.is_some()
         && !s.has(&Flag::CacheMiss)
         && s.length_ok != Some(false)
+        && s.clean()
 }
 
 #[cfg(test)]
