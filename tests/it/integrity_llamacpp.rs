@@ -344,7 +344,10 @@ fn the_deep_identity_model_answers_exactly_as_the_base_model_does() {
     let (wide_path, wide_params, wide) = answers(&p.wide_model);
     assert_eq!(wide_path, json!(p.wide_model.to_str().unwrap()));
     // ~85M parameters against the deep model's ~10M: the wide FFNs are really there.
-    assert!(wide_params > 8 * deep_params, "{wide_params} vs {deep_params}");
+    assert!(
+        wide_params > 8 * deep_params,
+        "{wide_params} vs {deep_params}"
+    );
     for (i, (b, w)) in base.iter().zip(&wide).enumerate() {
         assert_eq!(b, w, "prompt {i}: the wide model answered otherwise");
     }
