@@ -15,6 +15,7 @@ pub mod corpus;
 pub mod costmodel;
 pub mod error;
 pub mod fingerprint;
+pub mod idle;
 pub mod integrity;
 pub mod launch;
 pub mod metrics;
@@ -30,6 +31,7 @@ pub mod sample;
 pub mod session;
 pub mod stats;
 pub mod units;
+pub mod warm;
 
 /// The git commit ctxbench was built from (`abc1234`, `abc1234-dirty`, or `unknown` outside
 /// a git checkout), set by build.rs.

@@ -86,6 +86,14 @@ impl PromptBuilder {
 }
 
 impl PromptBuilder {
+    /// `len` corpus tokens without a nonce, from window `window`: text appended to a
+    /// cached prefix (a new user turn of `--mode conversation`).
+    pub fn continuation(&self, len: u64, window: u64) -> Vec<u32> {
+        let n = self.corpus.tokens.len().max(1);
+        let offset = (window as usize).wrapping_mul(7919) % n;
+        self.corpus.window(offset, len as usize).collect()
+    }
+
     /// First tokens earlier runs against this server used (a prefix cache that was not
     /// flushed still holds their prompts): avoided as long as the pool has others.
     pub fn avoid_first(&mut self, ids: impl IntoIterator<Item = u32>) {

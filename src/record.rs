@@ -103,6 +103,16 @@ string_enum! {
         /// A retrieval check (`--needle`): a cold prompt holding a fact at a stated depth;
         /// never in the speed summaries.
         Needle = "needle",
+        /// `--mode append`: N new tokens after a cached prefix of L tokens, reuse proven
+        /// by the cached count (`warm`); summarised apart.
+        Append = "append",
+        /// `--mode append` and `tiers`: the request that put the prefix in the cache (a
+        /// cold prefill of L, never summarised).
+        Prime = "prime",
+        /// `--mode conversation`: one turn of a growing conversation.
+        Turn = "turn",
+        /// `--mode tiers`: a request served from a stated cache tier (`warm.tier`).
+        Tier = "tier",
     }
 }
 
@@ -229,6 +239,23 @@ string_enum! {
         /// this request, or vLLM's `vllm:num_preemptions_total` rising during the wave (which
         /// cannot say which request, so every request of that wave is flagged).
         Preempted = "preempted",
+        /// Another client's request ran on the server while this sample was measured (the
+        /// server said it was busy right after, a slot other than this sample's took a task,
+        /// or its request counters rose by more than this sample explains; see `idle`): its
+        /// timings include foreign work, so it is kept out of every summary.
+        ForeignLoad = "foreign_load",
+        /// The server was still busy when `--idle-wait` ran out, so the sample was measured
+        /// anyway (and is `foreign_load` too).
+        IdleWaitExpired = "idle_wait_expired",
+        /// Every token arrived in one burst at the end of the stream (the server or a proxy
+        /// held the stream back; rule in `sample::held_back`): the first token's arrival
+        /// times the whole generation, so the sample has no TTFT and no decode rate, only
+        /// its end-to-end time.
+        HeldBackStream = "held_back_stream",
+        /// A warm sample (append, turn, tier) whose cached count does not reach its
+        /// cached prefix (less the tokens the server always recomputes, `warm.allowance`):
+        /// the prefix was recomputed, wholly or partly; kept out of the warm summaries.
+        CacheMiss = "cache_miss",
     }
 }
 
@@ -519,6 +546,9 @@ pub struct RunConfig {
     /// `--concurrency`: requests sent together at each context (absent: 1, one at a time).
     #[serde(default, skip_serializing_if = "one_at_a_time")]
     pub concurrency: Vec<u32>,
+    /// `--mode append|conversation|tiers`: the warm measurement (absent: the cold sweep).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<crate::warm::WarmConfig>,
     /// `--prompts K`: distinct prompts (corpus windows) per context, each repeated; `reps`
     /// then counts samples per point (K × repetitions per prompt). Absent: every
     /// repetition reads its own window.
@@ -589,6 +619,11 @@ pub struct ServerInfo {
     /// `None`: no flush. Varies run to run, so not part of the run's identity.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flush_check: Option<String>,
+    /// How ctxbench told whether the server was idle before and after each sample (what it
+    /// read, and the longest wait), or why the idle state could not be checked; absent in
+    /// files from before this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_check: Option<String>,
     /// Whether the flush tried before the sweep works here: `true` (the cache is flushed
     /// before every sample), `false` (refused or no endpoint: nothing is flushed); absent
     /// when none was tried (`--flush never`, files from before this field).
@@ -939,6 +974,17 @@ pub struct Sample {
     /// What the wave measured, seen from this request and for the whole wave.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub wave_stats: Option<WaveStats>,
+    /// How long ctxbench waited for the server to be idle before sending this sample, in ms
+    /// (`0`: idle at the first reading; absent: the idle state was not checked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_wait_ms: Option<f64>,
+    /// What showed that another client's work overlapped this sample (with the
+    /// `foreign_load` flag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreign_load: Option<String>,
+    /// Warm modes: the cached prefix, the new tokens and how the reuse was proven.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm: Option<crate::warm::WarmInfo>,
     /// `--prompts K`: which of the point's K prompts this sample sent (`rep mod K`); the
     /// same index is the same body text (the nonce differs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -994,13 +1040,21 @@ pub struct WaveStats {
 
 impl Sample {
     /// Usable for cold summaries: completed, cold (warm decode samples are summarised
-    /// apart), not contaminated, of the right length, and not a suspected cache hit.
+    /// apart), not contaminated, of the right length, not a suspected cache hit, not
+    /// overlapped by another client's work and not a held-back stream.
     pub fn usable(&self) -> bool {
         self.status == Status::Ok
             && self.phase == Phase::Cold
             && !self.contaminated
             && self.length_ok != Some(false)
             && !self.has(&Flag::SuspectedCacheHit)
+            && self.clean()
+    }
+
+    /// Neither overlapped by another client's work nor held back: its timings are this
+    /// request's own (cold or warm).
+    pub fn clean(&self) -> bool {
+        !self.has(&Flag::ForeignLoad) && !self.has(&Flag::HeldBackStream)
     }
 
     /// Whether the sample carries `flag`.
@@ -1260,7 +1314,7 @@ pub fn server_diff(old: &ServerInfo, new: &ServerInfo) -> Vec<String> {
     let strip = |s: &ServerInfo| {
         let mut v = to_value(s);
         if let Some(o) = v.as_object_mut() {
-            for k in ["url", "backend_reason", "flush_check"] {
+            for k in ["url", "backend_reason", "flush_check", "idle_check"] {
                 o.remove(k);
             }
         }

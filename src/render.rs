@@ -22,6 +22,7 @@ pub mod speculation;
 pub mod svg;
 pub mod table;
 pub mod text;
+pub mod warm;
 
 pub use crate::units::{fmt_ctx, num};
 
@@ -336,8 +337,22 @@ fn or_dash(s: Option<&str>) -> String {
 /// One line of what was measured: `contexts 1k, 2k, 3 reps (fixed), 32 output tokens,
 /// method stream, cache bypass on`.
 pub fn measured_text(c: &RunConfig) -> String {
+    let warm = c.warm.as_ref().map_or(String::new(), |w| {
+        let mut m = format!(", mode {}", w.mode.as_str());
+        if !w.appends.is_empty() {
+            let n: Vec<String> = w.appends.iter().map(|&n| fmt_ctx(n)).collect();
+            m.push_str(&format!(" (N {})", n.join(", ")));
+        }
+        if let Some(t) = w.turn_tokens {
+            m.push_str(&format!(" ({t} tokens per turn)"));
+        }
+        if w.negative_control {
+            m.push_str(", negative control (cache switch off on warm requests)");
+        }
+        m
+    });
     format!(
-        "contexts {}, {}, {}, method {}, cache bypass {}",
+        "contexts {}, {}, {}, method {}, cache bypass {}{warm}",
         contexts_text(&c.contexts),
         c.reps,
         output_text(c),
@@ -542,6 +557,12 @@ pub fn exclusion_legend(points: &[PointSummary]) -> Option<String> {
     if any(|p| p.coalesced) {
         v.push("bursty: the tokens arrived in one burst (client descheduled, or a buffering proxy), so the TTFT is kept but no decode rate is computed");
     }
+    if any(|p| p.foreign_load) {
+        v.push("foreign load: another client's request ran on the server during the sample (taken again)");
+    }
+    if any(|p| p.held_back) {
+        v.push("held back: the server released the whole stream at its end, so only the end-to-end time is known");
+    }
     (!v.is_empty()).then(|| format!("Excluded: {}.", v.join("; ")))
 }
 
@@ -576,6 +597,8 @@ mod tests {
             ms_per_verify_step: None,
             two_point_inverted: 1,
             coalesced: 0,
+            foreign_load: 0,
+            held_back: 0,
             warm: 0,
             warm_decode_tokens_per_s: None,
             warm_ms_per_step: None,

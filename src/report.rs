@@ -74,6 +74,9 @@ pub struct RunReport {
     /// The price of a token at each context length (`--price-per-hour`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost: Option<crate::price::CostTable>,
+    /// Warm context at depth (`--mode append|conversation|tiers`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm: Option<crate::stats::warm::WarmReport>,
 }
 
 /// Acceptance length at one context length.
@@ -122,7 +125,8 @@ pub struct Slowdown {
 pub struct Warning {
     /// `contaminated`, `length_mismatch`, `failed`, `cache_unverified`, `two_point_inverted`,
     /// `cache_bypass_off`, `nonce_off`, `poor_fit`, `no_fit`, `extrapolation`, `torn_line`,
-    /// `synthetic_corpus`, `other_phase`, `prediction_missed`.
+    /// `synthetic_corpus`, `other_phase`, `prediction_missed`, `shared_server`,
+    /// `idle_unchecked`, `held_back_stream`.
     pub kind: &'static str,
     /// What happened and what to do.
     pub message: String,
@@ -134,7 +138,8 @@ impl std::fmt::Display for Warning {
     }
 }
 
-fn warn(kind: &'static str, message: String) -> Warning {
+/// A warning of `kind` saying `message`.
+pub fn warn(kind: &'static str, message: String) -> Warning {
     Warning { kind, message }
 }
 
@@ -193,17 +198,20 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
     let mut warnings = sample_warnings(results, &alone, &points);
     warnings.extend(integrity_warnings(&needle, &results.samples));
     warnings.extend(server_warnings(results, &points));
+    warnings.extend(crate::idle::report_warnings(&h.server, &results.samples));
     if let Some(m) = &capacity {
         warnings.extend(capacity_warnings(m, lowest));
     }
     let max_context = h.server.max_context;
+    // A conversation measures no cold ladder: its fits' "too few lengths" would be noise.
+    let mut fit_warnings = Vec::new();
     let ttft_fit = scaling_fit(
         Metric::TtftMs,
         Model::Quadratic,
         &alone,
         &points,
         max_context,
-        &mut warnings,
+        &mut fit_warnings,
     );
     let step_fit = scaling_fit(
         Metric::MsPerStep,
@@ -211,8 +219,16 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         &alone,
         &points,
         max_context,
-        &mut warnings,
+        &mut fit_warnings,
     );
+    let conversation = h
+        .config
+        .warm
+        .as_ref()
+        .is_some_and(|w| w.mode == crate::warm::WarmMode::Conversation);
+    if !conversation {
+        warnings.extend(fit_warnings);
+    }
     let cold: Vec<&Sample> = known.iter().filter(|s| s.phase == Phase::Cold).collect();
     let acceptance = acceptance_points(&points, &cold);
     let stops = stop_records(&points, results, lowest);
@@ -240,6 +256,7 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         needle,
         capacity,
         cost: None,
+        warm: crate::stats::warm::summarize(h.config.warm.as_ref(), &results.samples),
     }
 }
 
@@ -259,7 +276,18 @@ fn sample_warnings(results: &Results, alone: &[Sample], points: &[PointSummary])
     }
     let other_phases = alone
         .iter()
-        .filter(|s| !matches!(s.phase, Phase::Cold | Phase::Warm | Phase::Needle))
+        .filter(|s| {
+            !matches!(
+                s.phase,
+                Phase::Cold
+                    | Phase::Warm
+                    | Phase::Needle
+                    | Phase::Append
+                    | Phase::Prime
+                    | Phase::Turn
+                    | Phase::Tier
+            )
+        })
         .count();
     if other_phases > 0 {
         warnings.push(warn(

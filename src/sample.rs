@@ -58,7 +58,7 @@ fn flag_common(s: &mut Sample, expected_output: u64) {
     if s.output_tokens.is_some_and(|n| n < expected_output) {
         s.flags.push(Flag::ShortOutput);
     }
-    if s.ttft_ms.is_none() {
+    if s.ttft_ms.is_none() && !s.has(&Flag::HeldBackStream) {
         s.flags.push(Flag::NoTokens);
     }
 }
@@ -109,6 +109,9 @@ fn blank_sample(target: &Target<'_>, context: u64, rep: u32, sent: u64, at: Stri
         concurrency: None,
         wave: None,
         wave_stats: None,
+        idle_wait_ms: None,
+        foreign_load: None,
+        warm: None,
         prompt_index: None,
         corpus_offset: None,
         spec_accepted_per_position: None,
@@ -284,7 +287,12 @@ pub fn make_sample(
     // carrying several tokens (speculative decoding) is not mistaken for one step.
     if let (Some(n), Some(span)) = (s.output_tokens, out.stream.decode_span()) {
         let span_ms = ms(span);
-        if coalesced(&out.stream, span_ms, s.server.as_ref()) {
+        if held_back(&out.stream, span_ms) {
+            // The first token came with the last: its arrival times the whole generation.
+            s.flags.push(Flag::HeldBackStream);
+            s.ttft_ms = None;
+            s.prefill_tokens_per_s = None;
+        } else if coalesced(&out.stream, span_ms, s.server.as_ref()) {
             s.flags.push(Flag::CoalescedTokens);
         } else if n >= 2 && span_ms > 0.0 {
             s.decode_tokens_per_s = Some((n - 1) as f64 / (span_ms / 1000.0));
@@ -305,6 +313,25 @@ pub fn make_sample(
     }
     flag_common(&mut s, target.output_tokens as u64);
     s
+}
+
+/// Token-carrying events a stream needs before it can be judged held back: with fewer, a
+/// burst cannot be told from a genuinely fast short output.
+pub const HELD_BACK_MIN_EVENTS: usize = 4;
+
+/// Whether the server (or a proxy) held the whole stream back and released it at the end:
+/// at least [`HELD_BACK_MIN_EVENTS`] token-carrying events, and the first of them arrived
+/// together with the last — every event in the read that brought the first, or all of them
+/// within less than [`MIN_STEP_MS`] per event gap. No served model decodes one stream that
+/// fast, so the first token's arrival is the end of the generation, not its start: neither
+/// TTFT nor a decode rate can be read from it, only the end-to-end time. A genuinely fast
+/// short output is not caught: fewer than four events are never judged, and four or more
+/// events of a real decode are at least one step apart each. Tokens bunched only after
+/// the first (a client descheduled mid-stream) are [`coalesced`], and keep their TTFT.
+fn held_back(st: &crate::client::StreamStats, span_ms: f64) -> bool {
+    let n = st.token_events;
+    n >= HELD_BACK_MIN_EVENTS
+        && (st.first_read_token_events >= n || span_ms < MIN_STEP_MS * (n - 1) as f64)
 }
 
 /// Whether the tokens arrived in bursts, so first→last arrival does not time the decode:
@@ -836,23 +863,60 @@ mod tests {
     }
 
     #[test]
-    fn events_closer_than_any_decode_step_are_a_burst() {
-        // Recorded on a default vLLM: 32 events within 0.12 ms, each in its own read.
+    fn events_closer_than_any_decode_step_are_a_held_back_stream() {
+        // Recorded on a default vLLM: 32 events within 0.12 ms, each in its own read, after
+        // the whole generation: the first token's arrival is the end, not a TTFT.
         let mut o = outcome(None, 4096, 32, 32);
         let first = o.stream.t_first_token.unwrap();
         o.stream.t_last_token = Some(first + Duration::from_micros(120));
         o.timings = None;
         let s = target_sample(4096, Ok(o));
-        assert!(s.decode_tokens_per_s.is_none() && s.has(&Flag::CoalescedTokens));
-        // 32 events within 3.2 ms (9 661 tok/s, also recorded there): a burst too.
+        assert!(s.has(&Flag::HeldBackStream), "{:?}", s.flags);
+        assert!(s.ttft_ms.is_none() && s.prefill_tokens_per_s.is_none());
+        assert!(s.decode_tokens_per_s.is_none() && s.ms_per_step.is_none());
+        assert!(s.e2e_ms.is_some(), "the end-to-end time is kept");
+        assert!(!s.has(&Flag::NoTokens) && !s.usable());
+        // 32 events within 3.2 ms (9 661 tok/s, also recorded there): held back too.
         let mut o = outcome(None, 4096, 32, 32);
         o.stream.t_last_token = Some(first + Duration::from_micros(3200));
         o.timings = None;
         let s = target_sample(4096, Ok(o));
-        assert!(s.has(&Flag::CoalescedTokens));
-        // 32 events over 320 ms keep their rate.
+        assert!(s.has(&Flag::HeldBackStream));
+        // Every event in the read that brought the first: held back, however spread the
+        // arrival stamps.
+        let mut o = outcome(None, 4096, 32, 32);
+        o.stream.first_read_token_events = 32;
+        let s = target_sample(4096, Ok(o));
+        assert!(s.has(&Flag::HeldBackStream) && s.ttft_ms.is_none());
+        // 32 events over 320 ms keep their TTFT and rate.
         let s = target_sample(4096, Ok(outcome(None, 4096, 32, 32)));
-        assert!(!s.has(&Flag::CoalescedTokens));
+        assert!(!s.has(&Flag::HeldBackStream) && !s.has(&Flag::CoalescedTokens));
+        assert!(s.ttft_ms.is_some() && s.decode_tokens_per_s.is_some());
+    }
+
+    #[test]
+    fn a_genuinely_fast_short_output_is_not_held_back() {
+        // Three events in one read (a fast server, or one speculative step after the
+        // first): too few to tell a burst from a real decode.
+        let mut o = outcome(None, 4096, 3, 3);
+        o.stream.first_read_token_events = 3;
+        let first = o.stream.t_first_token.unwrap();
+        o.stream.t_last_token = Some(first + Duration::from_micros(50));
+        o.timings = None;
+        let s = target_sample(4096, Ok(o));
+        assert!(!s.has(&Flag::HeldBackStream) && s.ttft_ms.is_some());
+        // Four events a real 0.25 ms per step apart (4 000 tok/s): a decode, not a burst.
+        let mut o = outcome(None, 4096, 4, 4);
+        o.stream.first_read_token_events = 1;
+        o.stream.t_last_token = Some(first + Duration::from_micros(750));
+        o.timings = None;
+        let s = target_sample(4096, Ok(o));
+        assert!(!s.has(&Flag::HeldBackStream) && s.ttft_ms.is_some());
+        // 30 of 33 events with the first (a client descheduled after it): coalesced only.
+        let mut o = outcome(Some(0), 4096, 33, 33);
+        o.stream.first_read_token_events = 30;
+        let s = target_sample(4096, Ok(o));
+        assert!(!s.has(&Flag::HeldBackStream) && s.has(&Flag::CoalescedTokens));
     }
 
     #[test]

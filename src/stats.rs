@@ -7,6 +7,7 @@ pub mod metric;
 pub mod prompts;
 pub mod significance;
 pub mod speculation;
+pub mod warm;
 
 use serde::Serialize;
 
@@ -107,6 +108,11 @@ pub struct PointSummary {
     pub two_point_inverted: usize,
     /// Cold samples whose tokens arrived in a burst: TTFT kept, no decode rate.
     pub coalesced: usize,
+    /// Samples another client's work overlapped (`foreign_load`): excluded.
+    pub foreign_load: usize,
+    /// Samples whose stream was held back to its end (`held_back_stream`): no TTFT, no
+    /// decode rate, excluded.
+    pub held_back: usize,
     /// Warm decode-at-depth samples (prefix reused on purpose), kept apart from the cold ones.
     pub warm: usize,
     /// Decode rate of the warm samples (tok/s).
@@ -136,6 +142,12 @@ impl PointSummary {
         }
         if self.coalesced > 0 {
             v.push(format!("{} bursty (no decode)", self.coalesced));
+        }
+        if self.foreign_load > 0 {
+            v.push(format!("{} foreign load", self.foreign_load));
+        }
+        if self.held_back > 0 {
+            v.push(format!("{} held back (no TTFT)", self.held_back));
         }
         if self.client_server_disagree > 0 {
             v.push(format!(
@@ -171,7 +183,7 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
             let warm: Vec<&Sample> = at
                 .iter()
                 .copied()
-                .filter(|s| s.phase == Phase::Warm && s.status == Status::Ok)
+                .filter(|s| s.phase == Phase::Warm && s.status == Status::Ok && s.clean())
                 .collect();
             let cold: Vec<&Sample> = at
                 .iter()
@@ -236,6 +248,8 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
                 ms_per_verify_step: Spread::of(ok.iter().filter_map(|s| s.ms_per_verify_step)),
                 two_point_inverted: at.iter().filter(|s| s.has(&Flag::TwoPointInverted)).count(),
                 coalesced: at.iter().filter(|s| s.has(&Flag::CoalescedTokens)).count(),
+                foreign_load: at.iter().filter(|s| s.has(&Flag::ForeignLoad)).count(),
+                held_back: at.iter().filter(|s| s.has(&Flag::HeldBackStream)).count(),
                 warm: warm.len(),
                 warm_decode_tokens_per_s: Spread::of(
                     warm.iter().filter_map(|s| s.decode_tokens_per_s),
@@ -299,6 +313,7 @@ mod tests {
             concurrency: None,
             wave: None,
             wave_stats: None,
+            warm: None,
             ..Default::default()
         }
     }

@@ -323,6 +323,8 @@ impl From<&ServerProfile> for crate::record::ServerInfo {
             flush: flush.clone(),
             // Known only once the sweep has tried a flush.
             flush_check: None,
+            // Known once the session has tried the server's busy signals.
+            idle_check: None,
             flush_available: None,
             tokenizer: tokenizer.as_ref().map(tokenizer_info),
             endpoint: endpoint.clone(),
@@ -451,6 +453,15 @@ pub trait Family: Send + Sync {
     fn cached_tokens_hint(&self) -> Option<&'static str> {
         None
     }
+    /// Tokens of a cached prefix of `prefix` tokens this server recomputes anyway, with
+    /// its rule in words: the allowance of the warm modes' hit rule (`crate::warm`). The
+    /// default: one, the last token, which a server may recompute for the next logits.
+    fn reuse_allowance(&self, _prefix: u64) -> (u64, &'static str) {
+        (
+            1,
+            "the last token of the prefix may be recomputed for the next logits",
+        )
+    }
     /// What the OpenAI protocol can do on a server recognised as this family, where the
     /// family knows better than the generic probe (its tokenizer, token-id prompts, its
     /// cache switch): `true` when `p`'s capabilities are settled. The default: the generic
@@ -484,6 +495,11 @@ pub trait Family: Send + Sync {
     fn capacity_flags(&self) -> CapacityFlags {
         CapacityFlags::default()
     }
+    /// Where this family's server says whether it is working on requests, best first: the
+    /// session keeps the first that answers (see `crate::idle`). The default: none known.
+    fn busy_sources(&self) -> &'static [crate::idle::BusySource] {
+        &[]
+    }
 }
 
 /// The server flags that raise the limits deciding how many requests run at once.
@@ -515,6 +531,11 @@ pub trait MetricsVocabulary: Send + Sync {
     }
     /// Requests the server preempted (evicted, to recompute later); server-wide.
     fn preemptions(&self, _d: &BTreeMap<String, f64>) -> Option<f64> {
+        None
+    }
+    /// Work the server finished (requests, or generated tokens where it counts no
+    /// requests); server-wide, so more than a sample's own share is another client's.
+    fn served(&self, _d: &BTreeMap<String, f64>) -> Option<crate::idle::Served> {
         None
     }
 }

@@ -247,6 +247,15 @@ impl super::Family for Family {
         )
     }
 
+    /// llama-server keeps the whole common prefix (`timings.cache_n`) and re-evaluates at
+    /// least the last prompt token: one token of allowance.
+    fn reuse_allowance(&self, _prefix: u64) -> (u64, &'static str) {
+        (
+            1,
+            "llama.cpp re-evaluates at least the last prompt token (timings.cache_n)",
+        )
+    }
+
     async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
         let props = s.json("/props").await?;
         Ok(props
@@ -333,6 +342,17 @@ impl super::Family for Family {
             kv_pool: Some("-c (total context, shared by the slots)"),
         }
     }
+
+    /// `/slots` (on by default, off with `--no-slots`), else the `--metrics` gauges.
+    fn busy_sources(&self) -> &'static [crate::idle::BusySource] {
+        &[
+            crate::idle::BusySource::LlamacppSlots,
+            crate::idle::BusySource::MetricsGauges(&[
+                "llamacpp:requests_processing",
+                "llamacpp:requests_deferred",
+            ]),
+        ]
+    }
 }
 
 /// llama.cpp's `/metrics` names (needs `--metrics`).
@@ -353,6 +373,17 @@ impl MetricsVocabulary for Metrics {
     /// steps derived from `timings`.
     fn spec(&self, d: &std::collections::BTreeMap<String, f64>) -> Option<Option<SpecStats>> {
         super::vllm::spec_decode(d, "llamacpp:")
+    }
+
+    /// llama.cpp counts no requests; its generated tokens are counted as each slot is
+    /// released, before the final answer is sent.
+    fn served(&self, d: &std::collections::BTreeMap<String, f64>) -> Option<crate::idle::Served> {
+        let counter = "llamacpp:tokens_predicted_total";
+        Some(crate::idle::Served {
+            counter,
+            unit: crate::idle::ServedUnit::GeneratedTokens,
+            count: crate::metrics::sum(d, counter)?,
+        })
     }
 }
 

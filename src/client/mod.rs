@@ -10,6 +10,7 @@ pub mod ollama;
 pub mod openai;
 pub mod scrape;
 pub mod sglang;
+pub mod slots;
 pub mod sse;
 pub mod stream;
 pub mod textprompt;

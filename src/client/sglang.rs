@@ -53,6 +53,14 @@ impl super::Family for Family {
         )
     }
 
+    /// The radix cache matches token by token (page size 1 by default).
+    fn reuse_allowance(&self, _prefix: u64) -> (u64, &'static str) {
+        (
+            1,
+            "SGLang's radix cache matches per token (default --page-size 1); the last token may be recomputed",
+        )
+    }
+
     async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
         if let Some((path, _)) = server_info(s).await? {
             return Ok(Some(format!(
@@ -159,6 +167,17 @@ impl super::Family for Family {
         Some(&Metrics)
     }
 
+    /// `/v1/loads` (SGLang 0.5 and later), else the `--enable-metrics` gauges.
+    fn busy_sources(&self) -> &'static [crate::idle::BusySource] {
+        &[
+            crate::idle::BusySource::SglangLoads,
+            crate::idle::BusySource::MetricsGauges(&[
+                "sglang:num_running_reqs",
+                "sglang:num_queue_reqs",
+            ]),
+        ]
+    }
+
     fn capacity_flags(&self) -> CapacityFlags {
         CapacityFlags {
             slots: Some("--max-running-requests"),
@@ -173,7 +192,17 @@ pub struct Metrics;
 
 impl MetricsVocabulary for Metrics {
     fn kept(&self) -> &'static [&'static str] {
-        &["cached_tokens"]
+        &["cached_tokens", "num_requests_total"]
+    }
+
+    /// Finished requests (each counted once as it completes).
+    fn served(&self, d: &std::collections::BTreeMap<String, f64>) -> Option<crate::idle::Served> {
+        let counter = "sglang:num_requests_total";
+        Some(crate::idle::Served {
+            counter,
+            unit: crate::idle::ServedUnit::Requests,
+            count: sum(d, counter)?,
+        })
     }
 
     /// `cached_tokens/prompt_tokens`, also when the OpenAI protocol is spoken to SGLang.

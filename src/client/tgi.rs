@@ -96,6 +96,14 @@ impl super::Family for Family {
             ..LengthPolicy::default()
         }
     }
+
+    /// Its router's batch and queue gauges on `/metrics` (always on).
+    fn busy_sources(&self) -> &'static [crate::idle::BusySource] {
+        &[crate::idle::BusySource::MetricsGauges(&[
+            "tgi_batch_current_size",
+            "tgi_queue_size",
+        ])]
+    }
 }
 
 fn is_info(v: &Value) -> bool {

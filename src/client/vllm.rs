@@ -91,6 +91,16 @@ impl super::Family for Family {
         Some("start vLLM with --enable-prompt-tokens-details")
     }
 
+    /// vLLM's prefix cache holds whole KV blocks only: a prefix of L tokens is reused as
+    /// ⌊L/B⌋·B, B = `--block-size` (16 by default on GPUs; 128 on the CPU backend, where real
+    /// vLLM 0.32.0 reused 896 of a 1000-token prefix). L mod 128 covers both defaults.
+    fn reuse_allowance(&self, prefix: u64) -> (u64, &'static str) {
+        (
+            (prefix % 128).max(1),
+            "vLLM caches whole KV blocks (--block-size B: 16 on GPU, 128 on CPU by default): cached = ⌊L/B⌋·B, allowance L mod 128",
+        )
+    }
+
     /// Its `/v1/completions` takes token ids, made by its `/tokenize` where there is one.
     async fn openai_capabilities(
         &self,
@@ -108,6 +118,14 @@ impl super::Family for Family {
         Some(&Metrics)
     }
 
+    /// Its scheduler's gauges on `/metrics` (always on).
+    fn busy_sources(&self) -> &'static [crate::idle::BusySource] {
+        &[crate::idle::BusySource::MetricsGauges(&[
+            "vllm:num_requests_running",
+            "vllm:num_requests_waiting",
+        ])]
+    }
+
     fn capacity_flags(&self) -> CapacityFlags {
         CapacityFlags {
             slots: Some("--max-num-seqs"),
@@ -123,7 +141,12 @@ pub struct Metrics;
 impl MetricsVocabulary for Metrics {
     // The preemption counter is kept too: without it a wave's preemptions were never seen.
     fn kept(&self) -> &'static [&'static str] {
-        &["prefix_cache", "spec_decode", "num_preemptions"]
+        &[
+            "prefix_cache",
+            "spec_decode",
+            "num_preemptions",
+            "request_success",
+        ]
     }
 
     /// `prefix_cache_hits/queries`, counted with or without `--enable-prompt-tokens-details`.
@@ -142,6 +165,16 @@ impl MetricsVocabulary for Metrics {
     /// `vllm:num_preemptions`, a Prometheus counter (vllm/v1/metrics/loggers.py of 0.32).
     fn preemptions(&self, d: &BTreeMap<String, f64>) -> Option<f64> {
         sum(d, "vllm:num_preemptions_total")
+    }
+
+    /// Finished requests, over every `finished_reason` label.
+    fn served(&self, d: &BTreeMap<String, f64>) -> Option<crate::idle::Served> {
+        let counter = "vllm:request_success_total";
+        Some(crate::idle::Served {
+            counter,
+            unit: crate::idle::ServedUnit::Requests,
+            count: sum(d, counter)?,
+        })
     }
 }
 

@@ -295,6 +295,37 @@ pub struct SweepArgs {
     #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
     pub contexts: Option<String>,
 
+    /// Warm context at depth instead of the cold sweep: `append` (a prefix of L tokens
+    /// from the --contexts ladder put in the cache, then L + N with N from --append; beside
+    /// it the cold prefill of L + N), `conversation` (one conversation growing by
+    /// --turn-tokens and its generated answer per turn, up to the server's maximum),
+    /// `tiers` (llama-server with -np 1: live cache, --cache-ram host memory, slot
+    /// save/restore from --slot-save-path, and cold recompute at each L). Every warm sample
+    /// proves its reuse from the server's cached-token count; a miss is flagged cache_miss
+    /// and kept out of the summaries.
+    #[arg(long, value_enum, value_name = "append|conversation|tiers")]
+    pub mode: Option<ctxbench::warm::WarmMode>,
+
+    /// With --mode append: new tokens appended to each cached prefix (N), e.g.
+    /// `128,512,2048`; --mode tiers uses the first.
+    #[arg(long, value_name = "LIST", default_value = "128,512,2048")]
+    pub append: String,
+
+    /// With --mode conversation: tokens of each new user turn.
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..))]
+    pub turn_tokens: u64,
+
+    /// With --mode append: the turn budget, the largest N whose median TTFT stays under
+    /// this many milliseconds at each L.
+    #[arg(long, value_name = "MS")]
+    pub ttft_target: Option<f64>,
+
+    /// With --mode append or conversation: the negative control. The warm requests ask the
+    /// server not to reuse its cache (llama.cpp cache_prompt: false): the savings must
+    /// vanish and every warm sample be flagged cache_miss.
+    #[arg(long)]
+    pub negative_control: bool,
+
     /// Requests sent together at each context, e.g. `1,2,4,8`: the capacity map (context ×
     /// concurrency). Each cell sends c cold requests of exactly the context length, each
     /// with its own nonce, released together; a repetition repeats the whole wave. The
@@ -499,6 +530,19 @@ pub struct SweepArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 120.0)]
     pub flush_wait: f64,
 
+    /// Check that the server is idle around every measured request, from what it exposes
+    /// (llama.cpp /slots, SGLang /v1/loads, vLLM's running/waiting gauges, and the request
+    /// counters of /metrics): `auto` waits for idle before each sample and flags a sample
+    /// another client's work overlapped (foreign_load, kept out of the summaries and taken
+    /// again); `off` checks nothing.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub idle_check: IdleCheckMode,
+
+    /// Seconds to wait for a busy server to be idle before each sample; when it runs out
+    /// the sample is measured anyway and flagged idle_wait_expired and foreign_load.
+    #[arg(long, value_name = "SECONDS", default_value_t = 120.0)]
+    pub idle_wait: f64,
+
     /// Prometheus endpoint scraped before and after each sample [default: the server's
     /// /metrics when it answers]; `off` disables scraping. A path (`/metrics`) is relative to
     /// --url.
@@ -552,6 +596,16 @@ pub enum FlushMode {
     Always,
     /// Never flush.
     Never,
+}
+
+/// Whether the idle state is checked around every sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IdleCheckMode {
+    /// Read what the server exposes; say once where it exposes nothing.
+    Auto,
+    /// Check nothing.
+    Off,
 }
 
 /// An on/off switch.

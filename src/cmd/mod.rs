@@ -12,6 +12,7 @@ pub mod report;
 pub mod shell;
 pub mod sweep;
 pub mod sweep_options;
+pub mod warm_options;
 
 /// How a command ended, for the exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

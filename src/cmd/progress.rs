@@ -14,6 +14,8 @@ pub struct Terminal {
     bar: Option<ProgressBar>,
     quiet: bool,
     eta: Option<f64>,
+    /// The sample that waits for an idle server (its message is restored after the wait).
+    waiting: Option<(u64, u32)>,
 }
 
 impl Terminal {
@@ -23,6 +25,7 @@ impl Terminal {
             bar: None,
             quiet,
             eta: None,
+            waiting: None,
         }
     }
 
@@ -108,6 +111,42 @@ impl Observer for Terminal {
         }
     }
 
+    fn waiting_for_idle(&mut self, context: u64, rep: u32, active: u64) {
+        self.waiting = Some((context, rep));
+        let msg = waiting_line(context, rep, active);
+        match &self.bar {
+            Some(b) => {
+                let eta = self
+                    .eta
+                    .map(|s| format!("  ETA {} after the wait (cost model)", fmt_secs(s)))
+                    .unwrap_or_default();
+                b.set_message(format!("{}{eta}", msg.trim_start()));
+            }
+            None if !self.quiet => eprintln!("{msg}"),
+            None => {}
+        }
+    }
+
+    fn idle_reached(&mut self, waited_s: f64, expired: bool) {
+        let msg = match expired {
+            true => format!(
+                "    the server stayed busy for {}: measuring anyway (flagged foreign_load)",
+                fmt_secs(waited_s)
+            ),
+            false => format!(
+                "    the server is idle after {}: measuring",
+                fmt_secs(waited_s)
+            ),
+        };
+        if expired || !self.quiet {
+            self.line(&msg);
+        }
+        // Measuring again: the bar says which sample, not the wait.
+        if let Some((context, rep)) = self.waiting.take() {
+            self.sample_started(context, rep);
+        }
+    }
+
     fn point_done(&mut self, p: &PointRecord) {
         if self.quiet {
             return;
@@ -180,6 +219,15 @@ pub fn point_line(p: &PointRecord) -> String {
     }
 }
 
+/// What the progress says while ctxbench waits for another client's work to end rather
+/// than measuring.
+pub fn waiting_line(context: u64, rep: u32, active: u64) -> String {
+    format!(
+        "  {:>6} rep {rep}: waiting for the server to be idle ({active} other request(s) running or waiting)",
+        fmt_ctx(context)
+    )
+}
+
 /// Seconds as `1h02m`, `3m05s` or `12.3s`.
 pub fn fmt_secs(s: f64) -> String {
     if !s.is_finite() || s < 0.0 {
@@ -211,6 +259,15 @@ mod tests {
             decode_ci_rel: decode,
             concurrency,
         }
+    }
+
+    #[test]
+    fn waiting_for_an_idle_server_is_said_instead_of_measuring() {
+        let l = waiting_line(8192, 2, 1);
+        assert_eq!(
+            l.trim_start(),
+            "8k rep 2: waiting for the server to be idle (1 other request(s) running or waiting)"
+        );
     }
 
     #[test]

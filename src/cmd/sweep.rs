@@ -214,7 +214,10 @@ fn summary_text(
 ) -> Result<String> {
     let mut summary = String::new();
     if let Some(run) = report.runs.first() {
-        writeln!(summary, "\n{}", render::summary_table(&run.points))?;
+        // A conversation measures no cold point: no empty table.
+        if !run.points.is_empty() {
+            writeln!(summary, "\n{}", render::summary_table(&run.points))?;
+        }
         write!(summary, "{}", render::table::details(run))?;
     }
     writeln!(

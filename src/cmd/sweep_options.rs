@@ -70,6 +70,8 @@ pub fn plan(args: &SweepArgs) -> Result<SweepPlan, UsageError> {
             FlushMode::Never => FlushChoice::Never,
         },
         flush_wait: o.flush_wait,
+        idle_check: args.idle_check == crate::cmd::cli::IdleCheckMode::Auto,
+        idle_wait: o.idle_wait,
         two_point: o.two_point,
         policy: o.policy,
         length_tolerance: args.length_tolerance,
@@ -80,6 +82,7 @@ pub fn plan(args: &SweepArgs) -> Result<SweepPlan, UsageError> {
         decode_samples: args.decode_samples,
         needle_depths: o.needle_depths,
         concurrency: o.concurrency,
+        warm: o.warm,
         prompts: args.prompts,
     })
 }
@@ -95,9 +98,11 @@ struct SweepOptions {
     timeout_per_1k: Duration,
     stall_timeout: Duration,
     flush_wait: Duration,
+    idle_wait: Duration,
     wait_ready: Duration,
     needle_depths: Option<Vec<u32>>,
     concurrency: Vec<u32>,
+    warm: Option<ctxbench::warm::WarmConfig>,
 }
 
 impl SweepOptions {
@@ -185,6 +190,7 @@ impl SweepOptions {
             policy.min_reps = policy.min_reps.saturating_mul(k);
             policy.max_reps = policy.max_reps.saturating_mul(k);
         }
+        let warm = crate::cmd::warm_options::warm_config(args, &concurrency, two_point.is_some())?;
         if let Some(m) = args.metrics_url.as_deref() {
             let ok = m == "off"
                 || m.starts_with('/')
@@ -205,9 +211,11 @@ impl SweepOptions {
             timeout_per_1k: seconds("--timeout-per-1k", args.timeout_per_1k, true)?,
             stall_timeout: seconds("--stall-timeout", args.stall_timeout, false)?,
             flush_wait: seconds("--flush-wait", args.flush_wait, true)?,
+            idle_wait: seconds("--idle-wait", args.idle_wait, true)?,
             wait_ready: seconds("--wait-ready", args.wait_ready, true)?,
             needle_depths,
             concurrency,
+            warm,
         })
     }
 

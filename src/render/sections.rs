@@ -95,6 +95,19 @@ fn run_blocks(run: &RunReport, target: Target) -> Vec<Block> {
     if !stops.is_empty() {
         b.push(Block::Table(stops_table(stops)));
     }
+    if let Some(w) = &run.warm {
+        for part in super::warm::parts(w) {
+            b.push(Block::Heading(3, part.heading.into()));
+            b.push(Block::Paragraph(part.title.into(), Para::Note));
+            if let Some(t) = part.table {
+                b.push(Block::Table(t));
+            }
+            b.push(Block::List(List {
+                kind: ListKind::Bullets,
+                items: part.notes.into_iter().map(Item::new).collect(),
+            }));
+        }
+    }
     if run.points.iter().any(|p| p.warm > 0) {
         b.push(Block::Heading(3, "Decode at depth".into()));
         b.push(Block::Paragraph("Warm samples: after each cold prefill, decode again with the prefix reused on purpose (not in the table above or the fits).".into(), Para::Note));

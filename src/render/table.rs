@@ -177,6 +177,21 @@ pub fn details(run: &RunReport) -> String {
             super::stop_text(p)
         );
     }
+    if let Some(w) = &run.warm {
+        for part in super::warm::parts(w) {
+            let _ = writeln!(out, "{} — {}:", part.heading, part.title);
+            if let Some(t) = &part.table {
+                let layout = Layout {
+                    indent: "  ",
+                    ..Default::default()
+                };
+                out.push_str(&text::render(t, &layout));
+            }
+            for n in &part.notes {
+                let _ = writeln!(out, "  {n}");
+            }
+        }
+    }
     if let Some(t) = super::warm_table(&run.points) {
         let _ = writeln!(
             out,

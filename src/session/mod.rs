@@ -8,6 +8,7 @@
 //! the user goes through the [`Observer`]; nothing here prints.
 
 mod output;
+pub mod warm;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -88,6 +89,10 @@ pub struct SweepPlan {
     pub flush: FlushChoice,
     /// How long a flush refused while the server is busy is retried.
     pub flush_wait: Duration,
+    /// Check the server is idle around every measured request (`--idle-check`).
+    pub idle_check: bool,
+    /// Longest wait for the server to be idle before a sample (`--idle-wait`).
+    pub idle_wait: Duration,
     /// `Some((A, B))`: the two-point method.
     pub two_point: Option<(u32, u32)>,
     /// Repetitions per point.
@@ -110,6 +115,8 @@ pub struct SweepPlan {
     pub needle_depths: Option<Vec<u32>>,
     /// Concurrency levels (`[1]`: one request at a time).
     pub concurrency: Vec<u32>,
+    /// `--mode append|conversation|tiers`: a warm measurement instead of the cold sweep.
+    pub warm: Option<crate::warm::WarmConfig>,
     /// `--prompts K`: distinct prompts per context (see `RunConfig::prompts`).
     pub prompts: Option<u32>,
 }
@@ -220,6 +227,7 @@ struct Prepared {
     settings: BenchSettings,
     flush: Option<String>,
     metrics: Option<Scraper>,
+    idle_check: Option<String>,
     warm_busy_ms: f64,
     text_prompts: bool,
     nonce_history: NonceHistory,
@@ -311,6 +319,8 @@ impl Session {
         let mut settings = bench_settings(plan, &self.profile, run_id, length.tolerance_pct);
         settings.flush = flush.is_some();
         settings.metrics = metrics.clone();
+        let idle = idle_check(plan, &self.http, &self.profile, metrics.as_ref(), observer).await;
+        settings.idle = idle.check;
         let corpus = Arc::new(corpus);
         let mut builder = PromptBuilder::new(Arc::clone(&corpus), plan.nonce);
         // First tokens earlier runs sent to this server: a prefix cache that is not flushed
@@ -339,6 +349,9 @@ impl Session {
         settings.nonce_end = plan
             .nonce
             .then_some(warm.server_added + plan.nonce_tokens() as u64);
+        if let Some(w) = &plan.warm {
+            warm::check(w, plan, &self.profile)?;
+        }
         if plan.contexts.is_some() && self.profile.max_context.is_none() {
             let note = "the server does not report its maximum context; a --contexts point beyond it will fail when sent";
             observer.warn(note);
@@ -352,6 +365,7 @@ impl Session {
             settings,
             flush,
             metrics,
+            idle_check: Some(idle.description),
             warm_busy_ms: warm.server_busy_ms,
             text_prompts: length.text_prompts,
             nonce_history,
@@ -402,6 +416,7 @@ impl Session {
         let p = self.ready()?;
         let mut server = ServerInfo::from(&self.profile);
         server.flush_check = p.flush.clone();
+        server.idle_check = p.idle_check.clone();
         // Tried (auto or always) and either working or not; `--flush never` tries nothing.
         server.flush_available =
             (self.plan.flush != FlushChoice::Never).then_some(p.flush.is_some());
@@ -457,9 +472,12 @@ impl Session {
             observer,
             interrupt,
         };
-        let mut tally = match grid {
-            false => bench::run(ctx, &p.contexts, prior).await?,
-            true => bench::wave::run_grid(ctx, &p.contexts, &levels, &limits, prior).await?,
+        let mut tally = match (&self.plan.warm, grid) {
+            (Some(w), _) => crate::session::warm::run(ctx, &p.contexts, w, &self.profile).await?,
+            (None, false) => bench::run(ctx, &p.contexts, prior).await?,
+            (None, true) => {
+                bench::wave::run_grid(ctx, &p.contexts, &levels, &limits, prior).await?
+            }
         };
         tally.server_busy_ms += p.warm_busy_ms;
         if self.plan.nonce && !p.text_prompts {
@@ -682,6 +700,50 @@ async fn metrics_scraper(
     Ok(scraper)
 }
 
+/// How the idle state is checked around every sample: the recognised family's busy signals
+/// (whichever protocol is spoken: the busy state is the server's), and its finished-work
+/// counter where the metrics page has one. Said once on the terminal, recorded in the header.
+async fn idle_check(
+    plan: &SweepPlan,
+    http: &Http,
+    profile: &ServerProfile,
+    metrics: Option<&Scraper>,
+    observer: &mut dyn Observer,
+) -> crate::idle::Discovered {
+    if !plan.idle_check {
+        let description =
+            "not checked (--idle-check off): samples may include other clients' work".to_owned();
+        observer.info(&format!("idle check: {description}"));
+        return crate::idle::Discovered {
+            check: None,
+            description,
+        };
+    }
+    let fam = profile.detected.or(Some(profile.backend)).and_then(family);
+    let sources = fam.map_or(&[][..], |f| f.busy_sources());
+    // The finished-work counter, if the page carries one (read from a scrape's values).
+    let mut counter = None;
+    if let Some(snap) = match metrics {
+        Some(m) if !plan.dry_run => m.scrape().await.ok(),
+        _ => None,
+    } {
+        let d = crate::metrics::deltas(
+            &Default::default(),
+            &snap,
+            &crate::client::kept_metric_names(),
+        );
+        counter = crate::client::metrics_vocabularies()
+            .find_map(|v| v.served(&d))
+            .map(|s| s.counter);
+    }
+    let found = crate::idle::discover(http, sources, metrics, counter, plan.idle_wait).await;
+    match found.check {
+        Some(_) => observer.info(&format!("idle check: {}", found.description)),
+        None => observer.note(&found.description, true),
+    }
+    found
+}
+
 /// The measuring loop's settings; flush, metrics and the nonce's end are set once known.
 fn bench_settings(
     plan: &SweepPlan,
@@ -714,6 +776,7 @@ fn bench_settings(
                 nonce_tokens: plan.nonce_tokens(),
             }),
         nonce_end: None,
+        idle: None,
         prompts: plan.prompts,
     }
 }
@@ -827,6 +890,7 @@ fn run_config(plan: &SweepPlan, profile: &ServerProfile, p: &Prepared) -> RunCon
         prompt_seed: plan.prompt_seed,
         needle_depths: plan.needle_depths.clone(),
         concurrency: plan.concurrency.clone(),
+        warm: plan.warm.clone(),
         prompts: plan.prompts,
     }
 }

@@ -222,6 +222,49 @@ fn fit_groups(model: Model, g: &[(u64, Vec<f64>)]) -> Option<Fit> {
     Some(f)
 }
 
+/// Non-negative least squares on up to three basis columns given per row (a model other
+/// than the polynomials above, e.g. the warm append's a + b·N + c·L·N), each row weighted by
+/// 1/y² as [`fit`] weighs its medians. Columns should be scaled to about [0, 1] by the
+/// caller. `None` with fewer rows than columns.
+pub fn nnls3(rows: &[([f64; 3], f64)]) -> Option<[f64; 3]> {
+    if rows.len() < 3 {
+        return None;
+    }
+    let rows: Vec<([f64; 3], f64, f64)> = rows
+        .iter()
+        .filter(|(_, y)| y.is_finite())
+        .map(|&(b, y)| {
+            let w = y.abs().max(f64::MIN_POSITIVE.sqrt());
+            (b, y, 1.0 / (w * w))
+        })
+        .collect();
+    let mut best: Option<(f64, [f64; 3])> = None;
+    for mask in 1u32..8 {
+        let cols: Vec<usize> = (0..3).filter(|j| mask & (1 << j) != 0).collect();
+        let Some(sol) = weighted_ls(&rows, &cols) else {
+            continue;
+        };
+        if sol.iter().any(|c| *c < 0.0) {
+            continue;
+        }
+        let mut c = [0.0; 3];
+        for (j, v) in cols.iter().zip(&sol) {
+            c[*j] = *v;
+        }
+        let sse: f64 = rows
+            .iter()
+            .map(|(b, y, w)| {
+                let p: f64 = (0..3).map(|j| c[j] * b[j]).sum();
+                w * (y - p) * (y - p)
+            })
+            .sum();
+        if best.is_none_or(|(s, _)| sse < s) {
+            best = Some((sse, c));
+        }
+    }
+    Some(best.map_or([0.0; 3], |b| b.1))
+}
+
 /// Solves the weighted normal equations on the given columns; `None` when singular.
 fn weighted_ls(rows: &[([f64; 3], f64, f64)], cols: &[usize]) -> Option<Vec<f64>> {
     let k = cols.len();

@@ -694,3 +694,38 @@ fn price_per_hour_gives_the_cost_per_million_input_and_output_tokens_at_each_con
         assert!(stderr.contains("price"), "{bad}: {stderr}");
     }
 }
+
+#[test]
+fn warm_modes_refuse_what_they_cannot_do_yet_before_any_request() {
+    let url = unreachable_url();
+    for (args, named) in [
+        (
+            &["--mode", "append", "--concurrency", "1,2"][..],
+            "--concurrency",
+        ),
+        (
+            &["--mode", "append", "--method", "two-point"][..],
+            "two-point",
+        ),
+        (&["--mode", "conversation", "--resume"][..], "--resume"),
+        (
+            &["--mode", "tiers", "--negative-control"][..],
+            "--negative-control",
+        ),
+        (
+            &["--mode", "conversation", "--ttft-target", "100"][..],
+            "--ttft-target",
+        ),
+        (&["--negative-control"][..], "--mode append"),
+        (&["--mode", "append", "--append", "0"][..], "--append"),
+    ] {
+        let stderr = usage_error(
+            &[
+                &["sweep", "--url", &url, "--out", "/nonexistent/x.jsonl"][..],
+                args,
+            ]
+            .concat(),
+        );
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+    }
+}

@@ -14,6 +14,8 @@ mod efficiency;
 mod faults_llamacpp;
 mod faults_scripted;
 mod golden;
+mod idle_llamacpp;
+mod idle_scripted;
 mod integrity_llamacpp;
 mod launch_llamacpp;
 mod llamacpp_features;
@@ -33,6 +35,7 @@ mod spec_dflash_llamacpp;
 mod speculation_llamacpp;
 mod sweep_llamacpp;
 mod tls;
+mod warm_llamacpp;
 mod wheel;
 
 #[cfg(feature = "real-servers")]
@@ -48,4 +51,8 @@ mod real_transformers;
 #[cfg(feature = "real-servers")]
 mod real_vllm;
 #[cfg(feature = "real-servers")]
+mod real_vllm_idle;
+#[cfg(feature = "real-servers")]
 mod real_vllm_prompts;
+#[cfg(feature = "real-servers")]
+mod real_warm;

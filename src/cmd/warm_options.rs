@@ -1,0 +1,81 @@
+//! The warm modes' options (`--mode append|conversation|tiers`), checked before anything is
+//! sent: what each mode takes, and what it refuses because it cannot do it yet.
+
+use crate::cmd::cli::SweepArgs;
+use ctxbench::error::UsageError;
+use ctxbench::warm::{WarmConfig, WarmMode};
+
+/// The warm plan of `args`, or `None` for the cold sweep.
+pub fn warm_config(
+    args: &SweepArgs,
+    concurrency: &[u32],
+    two_point: bool,
+) -> Result<Option<WarmConfig>, UsageError> {
+    let bad = |m: String| Err(UsageError::Invalid(m));
+    let Some(mode) = args.mode else {
+        if args.negative_control || args.ttft_target.is_some() {
+            return bad(
+                "--negative-control and --ttft-target belong to the warm modes: add --mode append (or conversation)".into(),
+            );
+        }
+        return Ok(None);
+    };
+    let m = mode.as_str();
+    // What the warm loops do not do (yet), refused with what to do instead.
+    if concurrency != [1] {
+        return bad(format!(
+            "--mode {m} measures one session at a time so far; --concurrency {} (several sessions, each with its own prefix) is not supported yet: measure concurrency with the cold sweep",
+            args.concurrency
+        ));
+    }
+    if two_point {
+        return bad(format!(
+            "--mode {m} times streamed requests; drop --method two-point"
+        ));
+    }
+    for (given, flag) in [
+        (args.decode_samples > 0, "--decode-samples"),
+        (args.needle, "--needle"),
+        (args.resume, "--resume"),
+        (args.dry_run, "--dry-run"),
+        (args.prompts.is_some(), "--prompts"),
+    ] {
+        if given {
+            return bad(format!(
+                "--mode {m} does not take {flag} (yet): run it without, or as a cold sweep"
+            ));
+        }
+    }
+    if mode == WarmMode::Tiers && args.negative_control {
+        return bad(
+            "--mode tiers measures the cold tier itself; --negative-control is for append and conversation".into(),
+        );
+    }
+    if args.ttft_target.is_some() && mode != WarmMode::Append {
+        return bad(format!(
+            "--ttft-target gives the turn budget of --mode append, not --mode {m}"
+        ));
+    }
+    if let Some(t) = args.ttft_target {
+        if !(t.is_finite() && t > 0.0) {
+            return bad(format!(
+                "--ttft-target {t}: give a positive number of milliseconds"
+            ));
+        }
+    }
+    let appends = ctxbench::plan::parse_contexts(&args.append)
+        .map_err(|e| UsageError::Invalid(format!("--append: {e}")))?;
+    if appends.contains(&0) {
+        return bad("--append: every N must be at least 1 token".into());
+    }
+    Ok(Some(WarmConfig {
+        mode,
+        appends: match mode {
+            WarmMode::Conversation => Vec::new(),
+            _ => appends,
+        },
+        turn_tokens: (mode == WarmMode::Conversation).then_some(args.turn_tokens),
+        ttft_target_ms: args.ttft_target,
+        negative_control: args.negative_control,
+    }))
+}

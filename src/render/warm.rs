@@ -1,0 +1,234 @@
+//! The warm modes' section, shared by every format: the append grid with the cold column
+//! beside it, the fit and the turn budget; the conversation's trajectory; the tier table.
+
+use super::doc::{Align, Table, Text};
+use super::{fmt_ctx, med_range, num};
+use crate::stats::warm::WarmReport;
+use crate::warm::WarmMode;
+
+/// A titled part of the warm section: a table, or only lines.
+pub struct Part {
+    /// The part's name (a heading).
+    pub heading: &'static str,
+    /// What the table shows, said above it.
+    pub title: String,
+    /// The table, if any.
+    pub table: Option<Table>,
+    /// Lines after it: the fit, the budget, the lost turns, the legend.
+    pub notes: Vec<String>,
+}
+
+fn opt(x: Option<u64>) -> String {
+    x.map_or("–".to_owned(), |v| v.to_string())
+}
+
+/// The warm section's parts, in reading order.
+pub fn parts(w: &WarmReport) -> Vec<Part> {
+    let mut out = Vec::new();
+    let mut proof = vec![format!(
+        "reuse proven per sample from the server's cached-token count: cached ≥ expected − allowance ({})",
+        if w.allowance_rules.is_empty() {
+            "no rule recorded".to_owned()
+        } else {
+            w.allowance_rules.join("; ")
+        }
+    )];
+    if w.misses > 0 {
+        proof.push(format!(
+            "{} warm sample(s) flagged cache_miss (the cache did not serve the prefix): kept out of every median below",
+            w.misses
+        ));
+    }
+    if w.unverified > 0 {
+        proof.push(format!(
+            "{} warm sample(s) without a cached-token count: reuse not proven, kept out",
+            w.unverified
+        ));
+    }
+    if w.bypassed > 0 {
+        proof.push(format!(
+            "negative control: {} warm request(s) sent with the cache switch off (cache_prompt: false); every one should be a cache_miss",
+            w.bypassed
+        ));
+    }
+    match w.config.mode {
+        WarmMode::Append => out.push(append(w, proof)),
+        WarmMode::Conversation => out.push(conversation(w, proof)),
+        WarmMode::Tiers => out.push(tiers(w, proof)),
+    }
+    out
+}
+
+fn append(w: &WarmReport, mut notes: Vec<String>) -> Part {
+    let mut t = Table::new([
+        ("L (cached)", Align::Left),
+        ("N (new)", Align::Right),
+        ("n", Align::Right),
+        ("miss", Align::Right),
+        ("TTFT_inc ms", Align::Right),
+        ("cold TTFT(L+N) ms", Align::Right),
+        ("speedup", Align::Right),
+        ("decode tok/s", Align::Right),
+    ]);
+    for c in &w.append {
+        t.row([
+            Text::from(fmt_ctx(c.prefix_tokens)),
+            Text::from(fmt_ctx(c.new_tokens)),
+            Text::from(format!("{}/{}", c.usable, c.samples)),
+            Text::from(c.misses.to_string()),
+            Text::from(med_range(&c.ttft_ms)),
+            Text::from(med_range(&c.cold_ttft_ms)),
+            Text::from(c.speedup.map_or("–".to_owned(), |s| format!("{s:.1}×"))),
+            Text::from(med_range(&c.decode_tokens_per_s)),
+        ]);
+    }
+    match &w.fit {
+        Some(f) => notes.push(format!(
+            "fit: TTFT_inc(L, N) ≈ {} + {}·N + {}·L·N ms   R² {:.3}   {} cells (a: fixed cost; b: per new token; c: a new token's attention over the cached prefix)",
+            num(f.coef[0]),
+            sci(f.coef[1]),
+            sci(f.coef[2]),
+            f.r2,
+            f.cells
+        )),
+        None => notes.push("fit: needs at least three cells with usable samples".to_owned()),
+    }
+    if let Some(target) = w.config.ttft_target_ms {
+        let items: Vec<String> = w
+            .budget
+            .iter()
+            .map(|b| {
+                format!(
+                    "L {}: {}, {} by the fit",
+                    fmt_ctx(b.prefix_tokens),
+                    b.measured_n.map_or("no measured N".to_owned(), |n| format!(
+                        "N ≤ {} measured",
+                        fmt_ctx(n)
+                    )),
+                    b.fit_n
+                        .map_or("none".to_owned(), |n| format!("N ≤ {:.0}", n.floor()))
+                )
+            })
+            .collect();
+        notes.push(format!(
+            "turn budget under {} ms TTFT (largest N at each L): {}",
+            num(target),
+            items.join("; ")
+        ));
+    }
+    Part {
+        heading: "Warm context at depth: append",
+        title: "Append N new tokens to a cached prefix of L (medians (min–max) of proven hits; the cold column is this run's cold prefill of L + N)".to_owned(),
+        table: Some(t),
+        notes,
+    }
+}
+
+fn sci(x: f64) -> String {
+    if x != 0.0 && x.abs() < 0.01 {
+        format!("{x:.3e}")
+    } else {
+        num(x)
+    }
+}
+
+fn conversation(w: &WarmReport, mut notes: Vec<String>) -> Part {
+    let mut t = Table::new([
+        ("turn", Align::Right),
+        ("context", Align::Right),
+        ("cached", Align::Right),
+        ("expected", Align::Right),
+        ("computed", Align::Right),
+        ("TTFT ms", Align::Right),
+        ("decode tok/s", Align::Right),
+        ("", Align::Left),
+    ]);
+    for r in &w.turns {
+        t.row([
+            Text::from(r.turn.to_string()),
+            Text::from(r.context_tokens.to_string()),
+            Text::from(opt(r.cached_tokens)),
+            Text::from(r.expected_cached.to_string()),
+            Text::from(opt(r.computed_tokens)),
+            Text::from(r.ttft_ms.map_or("–".to_owned(), num)),
+            Text::from(r.decode_tokens_per_s.map_or("–".to_owned(), num)),
+            Text::from(match (r.failed, r.lost) {
+                (true, _) => "failed",
+                (_, true) => "CACHE LOST",
+                _ => "",
+            }),
+        ]);
+    }
+    let lost: Vec<String> = w
+        .turns
+        .iter()
+        .filter(|r| r.lost)
+        .map(|r| {
+            format!(
+                "turn {} at {} tokens: cached {} of {} expected",
+                r.turn,
+                r.context_tokens,
+                opt(r.cached_tokens),
+                r.expected_cached
+            )
+        })
+        .collect();
+    notes.push(match lost.is_empty() {
+        true => format!(
+            "no turn lost its cache: every turn reused the whole history (within the allowance); {} turns up to {} tokens",
+            w.turns.len(),
+            w.turns.last().map_or(0, |r| r.context_tokens)
+        ),
+        false => format!("cache evicted or partly lost: {}", lost.join("; ")),
+    });
+    Part {
+        heading: "Growing conversation",
+        title: "Each turn resends the history (the answers as generated) plus a new user turn; expected = the previous prompt + its answer − 1 (the answer's last token is never fed back)".to_owned(),
+        table: Some(t),
+        notes,
+    }
+}
+
+fn tiers(w: &WarmReport, mut notes: Vec<String>) -> Part {
+    let mut t = Table::new([
+        ("L (cached)", Align::Left),
+        ("N", Align::Right),
+        ("cold ms", Align::Right),
+        ("live ms", Align::Right),
+        ("ram ms", Align::Right),
+        ("disk ms", Align::Right),
+        ("misses", Align::Left),
+    ]);
+    for r in &w.tiers {
+        t.row([
+            Text::from(fmt_ctx(r.prefix_tokens)),
+            Text::from(fmt_ctx(r.new_tokens)),
+            Text::from(med_range(&r.cold_ms)),
+            Text::from(med_range(&r.live_ms)),
+            Text::from(med_range(&r.ram_ms)),
+            Text::from(med_range(&r.disk_ms)),
+            Text::from(
+                r.misses
+                    .iter()
+                    .map(|(t, n)| format!("{t} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+        ]);
+    }
+    notes.push("tiers: cold = recompute of L + N; live = the slot's own cache; ram = the host-memory prompt cache (--cache-ram; the only slot held another prompt, GET /slots); disk = slot saved, erased, restored (the restore request's time is included); each sample's evidence is in its warm.evidence".to_owned());
+    notes.push(match w.restore_beats_cold_from {
+        Some(l) => format!(
+            "restoring from disk beats recomputing from L = {} on (at every measured L from there)",
+            fmt_ctx(l)
+        ),
+        None => "restoring from disk never beat recomputing at the measured lengths (or no disk tier: start llama-server with --slot-save-path)".to_owned(),
+    });
+    Part {
+        heading: "Cache tiers",
+        title: "TTFT of L + N by where the prefix came from (medians (min–max) of proven samples)"
+            .to_owned(),
+        table: Some(t),
+        notes,
+    }
+}

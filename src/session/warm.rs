@@ -1,0 +1,76 @@
+//! The warm modes in a session: what they need from the server (checked before anything is
+//! measured) and which loop runs.
+
+use crate::bench::append::WarmSettings;
+use crate::bench::{self, RunCtx, Tally};
+use crate::client::{family, ServerProfile};
+use crate::error::{RecordError, UsageError};
+use crate::warm::{WarmConfig, WarmMode};
+
+use super::SweepPlan;
+
+/// Refuses, before anything is sent, what a warm mode cannot do with this plan or server.
+pub fn check(w: &WarmConfig, plan: &SweepPlan, profile: &ServerProfile) -> Result<(), UsageError> {
+    let bad = |m: String| Err(UsageError::Invalid(m));
+    let mode = w.mode.as_str();
+    if w.negative_control && !profile.cache_bypass {
+        return bad(format!(
+            "--mode {mode} --negative-control needs a per-request cache switch (llama.cpp's cache_prompt); {} has none: compare with a server started without its prefix cache instead (--server-cmd with -L)",
+            profile.server_kind
+        ));
+    }
+    if w.mode == WarmMode::Tiers && profile.backend != crate::client::BackendKind::Llamacpp {
+        return bad(format!(
+            "--mode tiers is for llama.cpp's llama-server so far (slot save/restore, --cache-ram); this server is {} ({}): use --mode append",
+            profile.server_kind,
+            profile.backend.as_str()
+        ));
+    }
+    if w.mode == WarmMode::Tiers && profile.total_slots.is_some_and(|s| s > 1) {
+        return bad(format!(
+            "--mode tiers needs llama-server with one slot (-np 1): with {} slots the tier of a sample cannot be proven from the slot's state",
+            profile.total_slots.unwrap_or(0)
+        ));
+    }
+    if profile.reports_cached_tokens == Some(false) {
+        let hint = profile
+            .detected
+            .and_then(family)
+            .and_then(|f| f.cached_tokens_hint())
+            .map_or(String::new(), |h| format!(" ({h})"));
+        return bad(format!(
+            "--mode {mode} proves every sample's reuse from the server's cached-token count, and this server reports none{hint}"
+        ));
+    }
+    let _ = plan;
+    Ok(())
+}
+
+/// Runs the plan's warm mode.
+pub async fn run(
+    ctx: RunCtx<'_>,
+    contexts: &[u64],
+    w: &WarmConfig,
+    profile: &ServerProfile,
+) -> Result<Tally, RecordError> {
+    let fam = profile.detected.and_then(family);
+    let allowance = move |l: u64| {
+        fam.map_or(
+            (
+                1,
+                "the last token of the prefix may be recomputed for the next logits",
+            ),
+            |f| f.reuse_allowance(l),
+        )
+    };
+    let settings = WarmSettings {
+        config: w,
+        allowance: &allowance,
+        max_context: profile.max_context,
+    };
+    match w.mode {
+        WarmMode::Append => bench::append::run(ctx, contexts, &settings).await,
+        WarmMode::Conversation => bench::conversation::run(ctx, &settings).await,
+        WarmMode::Tiers => bench::tiers::run(ctx, contexts, &settings).await,
+    }
+}
