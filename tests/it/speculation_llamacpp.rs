@@ -205,8 +205,9 @@ fn the_target_drafting_for_itself_is_accepted_yet_slower_with_a_dearer_ttft() {
 /// FFN 16384 wide: ~340 MB of f32 weights) with the tiny model as draft: every draft is
 /// accepted, and a plain decode step's cost is reading the weights, which the 9-token verify
 /// step shares, while the draft's 8 steps cost a fraction of one target step. So speculation
-/// pays at short context by a margin no host load erases (~2× measured by hand at 512 and 1k,
-/// falling with context as attention, which a batch does not share, takes over). The narrow
+/// pays at short context by a margin no host load erases (by hand, 6 samples a side: 1.81× at
+/// 512, 2.19× at 1k, falling to 1.22× at 4k as attention, which a batch does not share, grows;
+/// docs/speculation.md). Its prefill is slow (~5 ms per token), so the lengths are short. The narrow
 /// deep target (`deep-model`) did not pay: its steps were per-token work that scales with
 /// context, so a 9-token verify cost ~9 plain steps. Three runs a side: the run is the unit.
 #[test]
