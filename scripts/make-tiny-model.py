@@ -14,6 +14,14 @@ kernels as in the base model and the logits agree bit for bit. Tests use it for 
 difference no host load can erase, and as a target its draft (the base model) always
 predicts.
 
+--ffn-width W makes every layer's FFN W wide (llama.cpp's llama architecture has one
+feed_forward_length for all layers): the identity layers get random W-wide gate/up matrices
+(and a zero W-wide ffn_down), the random layers keep their --ff-wide random matrices padded
+with zeros (extra gate/up rows and ffn_down columns of zero: silu(0) * 0 meets a zero column,
+exactly 0). The same function again, but a decode step's cost is then dominated by reading
+the weights, which a batch of tokens shares: the speculation target for which verifying 9
+tokens costs little more than decoding 1 (llama.cpp multiplies zeros like any other weight).
+
 --dflash-draft writes a DFlash block-diffusion draft (llama.cpp arch "dflash",
 src/models/dflash.cpp) for the tiny target instead, laid out as llama.cpp's converter writes
 one (conversion/qwen.py DFlashModel): the target's tokenizer plus tokenizer.ggml.mask_token_id
@@ -68,6 +76,10 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--ff", type=int, default=256)
+    ap.add_argument("--ffn-width", type=int, default=0,
+                    help="width of every layer's FFN (default --ff): the identity layers get "
+                         "random gate/up matrices this wide, the random layers are padded with "
+                         "zeros to it (see the module docstring)")
     ap.add_argument("--ctx", type=int, default=1048576)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--dflash-draft", action="store_true",
@@ -95,15 +107,22 @@ def main() -> None:
     head_dim = a.embd // a.heads
     n_embd_kv = head_dim * a.kv_heads
 
+    width = a.ffn_width or a.ff
+    if width < a.ff:
+        raise SystemExit(f"--ffn-width {width} is narrower than --ff {a.ff}")
+
     w = GGUFWriter(a.out, "llama")
     name = "ctxbench-tiny-random"
     if a.identity_layers:
         name += f"-after-{a.identity_layers}-identity-layers"
+    if width != a.ff:
+        name += f"-ffn-{width}"
     w.add_name(name)
     w.add_context_length(a.ctx)
     w.add_embedding_length(a.embd)
     w.add_block_count(a.identity_layers + a.layers)
-    w.add_feed_forward_length(a.ff)
+    # One width for every layer: llama.cpp's llama architecture reads a single n_ff.
+    w.add_feed_forward_length(width)
     w.add_head_count(a.heads)
     w.add_head_count_kv(a.kv_heads)
     w.add_rope_dimension_count(head_dim)
@@ -111,8 +130,11 @@ def main() -> None:
     w.add_file_type(0)  # all F32
     copy_tokenizer(reader, w)
 
-    def t(name, *shape, scale=0.02, gen=rng):
-        w.add_tensor(name, (gen.standard_normal(shape) * scale).astype(np.float32))
+    def t(name, *shape, scale=0.02, gen=rng, pad_rows=0, pad_cols=0):
+        x = (gen.standard_normal(shape) * scale).astype(np.float32)
+        if pad_rows or pad_cols:
+            x = np.pad(x, ((0, pad_rows), (0, pad_cols)))
+        w.add_tensor(name, x)
 
     # numpy shapes are (rows, cols) = ggml ne reversed.
     t("token_embd.weight", n_vocab, a.embd)
@@ -125,9 +147,9 @@ def main() -> None:
         t(f"blk.{i}.attn_v.weight", n_embd_kv, a.embd, gen=extra)
         w.add_tensor(f"blk.{i}.attn_output.weight", np.zeros((a.embd, a.embd), dtype=np.float32))
         w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(a.embd, dtype=np.float32))
-        t(f"blk.{i}.ffn_gate.weight", a.ff, a.embd, gen=extra)
-        t(f"blk.{i}.ffn_up.weight", a.ff, a.embd, gen=extra)
-        w.add_tensor(f"blk.{i}.ffn_down.weight", np.zeros((a.embd, a.ff), dtype=np.float32))
+        t(f"blk.{i}.ffn_gate.weight", width, a.embd, gen=extra)
+        t(f"blk.{i}.ffn_up.weight", width, a.embd, gen=extra)
+        w.add_tensor(f"blk.{i}.ffn_down.weight", np.zeros((a.embd, width), dtype=np.float32))
     for i in range(a.identity_layers, a.identity_layers + a.layers):
         w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(a.embd, dtype=np.float32))
         t(f"blk.{i}.attn_q.weight", a.embd, a.embd)
@@ -135,9 +157,13 @@ def main() -> None:
         t(f"blk.{i}.attn_v.weight", n_embd_kv, a.embd)
         t(f"blk.{i}.attn_output.weight", a.embd, a.embd)
         w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(a.embd, dtype=np.float32))
-        t(f"blk.{i}.ffn_gate.weight", a.ff, a.embd)
-        t(f"blk.{i}.ffn_up.weight", a.ff, a.embd)
-        t(f"blk.{i}.ffn_down.weight", a.embd, a.ff)
+        # Zero padding (the same random draws as the base model, then zeros): the extra
+        # units have gate = up = 0, so silu(0) * 0 = 0 meets zero columns of ffn_down and
+        # adds exactly 0.
+        pad = width - a.ff
+        t(f"blk.{i}.ffn_gate.weight", a.ff, a.embd, pad_rows=pad)
+        t(f"blk.{i}.ffn_up.weight", a.ff, a.embd, pad_rows=pad)
+        t(f"blk.{i}.ffn_down.weight", a.embd, a.ff, pad_cols=pad)
     w.add_tensor("output_norm.weight", np.ones(a.embd, dtype=np.float32))
     t("output.weight", n_vocab, a.embd)
 

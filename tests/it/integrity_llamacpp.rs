@@ -288,9 +288,10 @@ fn the_same_prompt_seed_twice_agrees_fully_and_another_model_does_not() {
 
 /// The deep identity model (`deep-model` of scripts/reference-server: 10 layers that add
 /// exactly 0, in front of the base model's 2) computes the base model's function: its greedy
-/// output and the log-probabilities behind it are the base model's, bit for bit. A campaign's
-/// slower variant with the same output, and a speculative target whose draft (the base model)
-/// is always right, rest on that.
+/// output and the log-probabilities behind it are the base model's, bit for bit. So does its
+/// wide twin (`wide-model`: every FFN 16384 wide, the base layers' padded with units that add
+/// exactly 0). A campaign's slower variant with the same output, and a speculative target
+/// whose draft (the base model) is always right, rest on that.
 #[test]
 fn the_deep_identity_model_answers_exactly_as_the_base_model_does() {
     let _g = serial();
@@ -339,6 +340,16 @@ fn the_deep_identity_model_answers_exactly_as_the_base_model_does() {
     assert!(deep_params > base_params, "{deep_params} vs {base_params}");
     for (i, (b, d)) in base.iter().zip(&deep).enumerate() {
         assert_eq!(b, d, "prompt {i}: the deep model answered otherwise");
+    }
+    let (wide_path, wide_params, wide) = answers(&p.wide_model);
+    assert_eq!(wide_path, json!(p.wide_model.to_str().unwrap()));
+    // ~85M parameters against the deep model's ~10M: the wide FFNs are really there.
+    assert!(
+        wide_params > 8 * deep_params,
+        "{wide_params} vs {deep_params}"
+    );
+    for (i, (b, w)) in base.iter().zip(&wide).enumerate() {
+        assert_eq!(b, w, "prompt {i}: the wide model answered otherwise");
     }
 }
 

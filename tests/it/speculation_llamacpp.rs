@@ -7,9 +7,10 @@
 //! - the tiny model drafting for itself: every draft is accepted, but each accepted token
 //!   costs a draft step as dear as the target's own step, plus the verify: speculation must
 //!   be slower, and the draft's own prefill makes TTFT dearer;
-//! - the deep identity model (the tiny model's function behind 10 zero-output layers, ~6×
-//!   the compute) as target with the tiny model as draft: every draft is accepted (the speed
-//!   direction is not what was expected here: see that test);
+//! - the wide deep identity model (the tiny model's function behind 10 zero-output layers,
+//!   every FFN 16384 wide, so a step's cost is reading ~340 MB of weights, which a verify
+//!   batch shares) as target with the tiny model as draft: every draft is accepted and a
+//!   9-token verify costs little more than one plain step: speculation must pay;
 //! - a draft with other random weights: nearly nothing is accepted, each step pays 8 draft
 //!   steps and a 9-token verify for one token: speculation must cost.
 
@@ -200,34 +201,36 @@ fn the_target_drafting_for_itself_is_accepted_yet_slower_with_a_dearer_ttft() {
     assert_campaign_end(&c, &s);
 }
 
-/// The deep identity target was expected to make speculation pay (a draft step a sixth of a
-/// target step, every draft accepted). Measured on this llama.cpp build, it does not: a
-/// speculative step costs far more than its draft and verify compute (the tiny model drafting
-/// for itself: 59 ms per 9-token step at 1k against 1.5 ms per plain token, 1.4 s at 16k),
-/// so the 6×-deeper target still decodes faster alone (0.41×–0.94× at 1k–2k, undecided on a
-/// loaded host). What no host can change is asserted: every draft is accepted (same logits),
-/// and the answer is built with the run as the unit and says what its intervals say.
+/// The wide deep identity target (the tiny model's function behind 10 identity layers, every
+/// FFN 16384 wide: ~340 MB of f32 weights) with the tiny model as draft: every draft is
+/// accepted, and a plain decode step's cost is reading the weights, which the 9-token verify
+/// step shares, while the draft's 8 steps cost a fraction of one target step. So speculation
+/// pays at short context by a margin no host load erases (by hand, 6 samples a side: 1.81× at
+/// 512, 2.19× at 1k, falling to 1.22× at 4k as attention, which a batch does not share, grows;
+/// docs/speculation.md). Its prefill is slow (~5 ms per token), so the lengths are short. The narrow
+/// deep target (`deep-model`) did not pay: its steps were per-token work that scales with
+/// context, so a 9-token verify cost ~9 plain steps. Three runs a side: the run is the unit.
 #[test]
-fn a_deep_identity_target_accepts_every_draft_and_the_answer_takes_the_run_as_unit() {
+fn a_wide_deep_identity_target_accepts_every_draft_and_speculation_pays() {
     let _g = serial();
     let p = ref_paths();
     let c = campaign(
-        &p.deep_model,
+        &p.wide_model,
         &p.model,
         &[
             "--contexts",
-            "1k,2k",
+            "256,512",
             "--runs",
             "3",
             "--reps",
             "2",
             "--output-tokens",
-            "32",
+            "64",
         ],
     );
     assert_eq!((c.plain.len(), c.spec.len()), (3, 3));
     let s = answer(&c, &[]);
-    show("deep", &s);
+    show("wide", &s);
     assert_eq!(s["basis"], "runs");
     let points = s["points"].as_array().unwrap();
     assert_eq!(points.len(), 2, "{s}");
@@ -239,24 +242,25 @@ fn a_deep_identity_target_accepts_every_draft_and_the_answer_takes_the_run_as_un
             (p["n_plain"].as_u64(), p["n_spec"].as_u64()),
             (Some(3), Some(3))
         );
-        // Three runs a side: an interval, and the verdict is the interval's.
+        // Faster: the whole interval above 1, and the verdict is the interval's.
         let (lo, hi) = (
             f(&p["speedup_interval"]["low"]),
             f(&p["speedup_interval"]["high"]),
         );
-        let want = if lo > 1.0 {
-            "pays"
-        } else if hi < 1.0 {
-            "slower"
-        } else {
-            "undecided"
-        };
-        assert_eq!(p["pays"], want, "{p}");
+        assert!(lo > 1.0, "{p}");
         assert!(lo <= f(&p["speedup"]) && f(&p["speedup"]) <= hi, "{p}");
+        assert_eq!(p["pays"], "pays", "{p}");
     }
+    assert_eq!(s["l_star"]["kind"], "pays_everywhere", "{s}");
+    assert!(
+        s["answer"]
+            .as_str()
+            .unwrap()
+            .starts_with("speculation pays at every measured length: 256"),
+        "{s}"
+    );
     // The fit extrapolates to the server's maximum, and says so.
     assert_eq!(s["fit"]["max_context"], 8192, "{s}");
-    assert!(f(&s["fit"]["speedup_at_max"]) > 0.0, "{s}");
     assert_campaign_end(&c, &s);
     let out = common::ctxbench()
         .arg("compare")

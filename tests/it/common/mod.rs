@@ -18,6 +18,10 @@ pub struct RefPaths {
     /// `model` with identity layers appended: the same output at 6× the layers, so a
     /// variant serving it is slower on any host, however loaded.
     pub deep_model: PathBuf,
+    /// `deep_model` with every FFN 16384 wide (zeros where they add nothing): the same
+    /// output again, but a decode step's cost is reading its ~340 MB of weights, which a
+    /// batch of tokens shares, so speculation with `model` as its draft pays.
+    pub wide_model: PathBuf,
     /// A tiny random-weight DFlash draft for `model` (`--spec-type draft-dflash`).
     pub dflash_draft: PathBuf,
     /// A DFlash draft for `model` that proposes the last accepted token at every position:
@@ -49,6 +53,7 @@ pub fn ref_paths() -> &'static RefPaths {
             server: get("llama-server "),
             model: get("model "),
             deep_model: get("deep-model "),
+            wide_model: get("wide-model "),
             dflash_draft: get("dflash-draft "),
             dflash_repeat_draft: get("dflash-repeat-draft "),
         };
@@ -56,6 +61,7 @@ pub fn ref_paths() -> &'static RefPaths {
             p.server.exists()
                 && p.model.exists()
                 && p.deep_model.exists()
+                && p.wide_model.exists()
                 && p.dflash_draft.exists()
                 && p.dflash_repeat_draft.exists(),
             "reference server files missing"
