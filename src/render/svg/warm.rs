@@ -115,8 +115,9 @@ fn append_plot(label: &str, cells: &[AppendCell]) -> Result<Plot, RenderError> {
                     .map_err(perr)?
                     .label(format!("N = {n}: cold L + N"))
                     .legend(move |(x, y)| {
-                        PathElement::new([(x, y), (x + 7, y)], c.stroke_width(2))
-                            + PathElement::new([(x + 11, y), (x + 18, y)], c.stroke_width(2))
+                        EmptyElement::at((x, y))
+                            + PathElement::new([(0, 0), (7, 0)], c.stroke_width(2))
+                            + PathElement::new([(11, 0), (18, 0)], c.stroke_width(2))
                     });
                 chart
                     .draw_series(
