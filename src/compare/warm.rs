@@ -209,10 +209,7 @@ pub fn compare(a: &[Loaded], b: &[Loaded], s: &Settings) -> Option<WarmCompariso
 
 /// Why two warm runs did not measure the same warm cells (different mode or appends).
 pub fn mismatches(a: &crate::record::Results, b: &crate::record::Results) -> Vec<String> {
-    let (x, y) = (
-        a.header.config.warm.as_ref(),
-        b.header.config.warm.as_ref(),
-    );
+    let (x, y) = (a.header.config.warm.as_ref(), b.header.config.warm.as_ref());
     match (x, y) {
         (Some(x), Some(y)) if x.mode != y.mode => vec![format!(
             "warm mode differs: {} vs {}",
@@ -245,7 +242,9 @@ pub fn notes(w: &WarmComparison) -> Vec<String> {
     let b_off = w.rows.iter().all(WarmRow::b_all_missed);
     let a_off = w.rows.iter().all(|r| r.a_misses > 0 && r.a_hits == 0);
     if b_off && !a_off {
-        out.push("every sample of B was a cache miss: B/A is the cost of recomputing the prefix".into());
+        out.push(
+            "every sample of B was a cache miss: B/A is the cost of recomputing the prefix".into(),
+        );
     }
     if a_off && !b_off {
         out.push("every sample of A was a cache miss: B/A is the saving of B's cache".into());

@@ -4,11 +4,11 @@
 
 mod speculation;
 mod warm;
-pub use warm::warm_plots;
 pub use speculation::{
     acceptance_plot as spec_acceptance_plot, speculation_plots, speculation_plots_of, speedup_plot,
     AcceptanceSeries,
 };
+pub use warm::warm_plots;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;

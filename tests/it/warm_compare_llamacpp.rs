@@ -51,8 +51,16 @@ fn compare_calls_the_negative_control_slower_per_cell_with_every_b_sample_flagge
     assert_eq!(r["prefix_tokens"], 4096);
     assert_eq!(r["new_tokens"], 128);
     // Every sample of A a proven hit, every one of B a flagged miss, all of them compared.
-    assert_eq!((r["a_hits"].as_u64(), r["a_misses"].as_u64()), (Some(6), Some(0)), "{r}");
-    assert_eq!((r["b_hits"].as_u64(), r["b_misses"].as_u64()), (Some(0), Some(6)), "{r}");
+    assert_eq!(
+        (r["a_hits"].as_u64(), r["a_misses"].as_u64()),
+        (Some(6), Some(0)),
+        "{r}"
+    );
+    assert_eq!(
+        (r["b_hits"].as_u64(), r["b_misses"].as_u64()),
+        (Some(0), Some(6)),
+        "{r}"
+    );
     assert_eq!((r["n_a"].as_u64(), r["n_b"].as_u64()), (Some(6), Some(6)));
     assert_eq!(r["verdict"], "slower", "{r}");
     assert!(r["ratio"].as_f64().unwrap() > 2.0, "{r}");
@@ -78,7 +86,14 @@ fn a_warm_campaign_carries_the_append_plan_to_every_variant_and_compares_its_cel
         ref_paths().model.display()
     );
     let o = common::ctxbench()
-        .args(["sweep", "--server-cmd", &tpl, "-F", "cache", ",--no-cache-prompt"])
+        .args([
+            "sweep",
+            "--server-cmd",
+            &tpl,
+            "-F",
+            "cache",
+            ",--no-cache-prompt",
+        ])
         .args([
             "--mode",
             "append",
@@ -110,7 +125,12 @@ fn a_warm_campaign_carries_the_append_plan_to_every_variant_and_compares_its_cel
     assert_eq!(files.len(), 2, "{files:?}");
     for p in &files {
         let r = ctxbench::record::read_results(p, false).unwrap();
-        let w = r.header.config.warm.as_ref().expect("the warm plan reached this variant");
+        let w = r
+            .header
+            .config
+            .warm
+            .as_ref()
+            .expect("the warm plan reached this variant");
         assert_eq!(w.appends, [128], "{}", p.display());
         let appends: Vec<_> = r
             .samples
