@@ -15,6 +15,8 @@ use crate::stats::speculation::{self, SpecSide, Speculation};
 
 pub use crate::stats::significance::Verdict;
 
+pub mod warm;
+
 /// One results file as loaded: (label, path, results).
 pub type Loaded = (String, String, Results);
 
@@ -73,6 +75,10 @@ pub struct Versus {
     /// [`crate::stats::speculation`]. Absent when neither side speculates (and not asked).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speculation: Option<Speculation>,
+    /// Warm runs (`--mode append|tiers`): TTFT_inc B/A per warm cell ([`warm`]). Absent when
+    /// neither side is a warm run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warm: Option<warm::WarmComparison>,
 }
 
 impl Versus {
@@ -238,6 +244,7 @@ pub fn mismatches(a: &Results, b: &Results) -> Vec<String> {
     if x.method != y.method {
         out.push(format!("method differs: {} vs {}", x.method, y.method));
     }
+    out.extend(warm::mismatches(a, b));
     out
 }
 
@@ -467,6 +474,7 @@ pub fn build_with(
         let (agreement, agreement_note) = agreement_of(ra, rb);
         versus.push(Versus {
             speculation: speculation_of(a, b, spec_side, s),
+            warm: warm::compare(a, b, s),
             agreement,
             agreement_note,
             run: info(b),

@@ -502,11 +502,27 @@ pub fn compare(cmp: &Comparison, target: Target) -> Result<Document, RenderError
         if let Some(s) = &v.speculation {
             blocks.extend(super::speculation::blocks(s, target)?);
         }
+        if let Some(w) = &v.warm {
+            blocks.extend(warm_compare_blocks(w));
+        }
     }
     Ok(Document {
         title: "ctxbench compare".into(),
         blocks,
     })
+}
+
+/// The warm cells of one comparison: a heading, the table (when any cell was on both
+/// sides) and the notes (what counts, which side the cache served, why nothing was compared).
+fn warm_compare_blocks(w: &crate::compare::warm::WarmComparison) -> Vec<Block> {
+    let mut b = vec![Block::Heading(3, "Warm cells".into())];
+    if !w.rows.is_empty() {
+        b.push(Block::Table(super::warm::compare_table(w)));
+    }
+    for n in crate::compare::warm::notes(w) {
+        b.push(Block::Paragraph(n.into(), Para::Note));
+    }
+    b
 }
 
 /// One run B against the baseline: what differs, the table, output agreement.

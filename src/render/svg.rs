@@ -3,10 +3,12 @@
 //! per run; and the B/A ratio plot of a comparison.
 
 mod speculation;
+mod warm;
 pub use speculation::{
     acceptance_plot as spec_acceptance_plot, speculation_plots, speculation_plots_of, speedup_plot,
     AcceptanceSeries,
 };
+pub use warm::warm_plots;
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -403,7 +405,8 @@ fn acceptance_plot(report: &Report) -> Result<Option<Plot>, RenderError> {
 }
 
 /// Every plot of a report: the four metrics, acceptance length when measured, and the
-/// capacity map's four metrics for a run with `--concurrency` beyond 1.
+/// capacity map's four metrics for a run with `--concurrency` beyond 1, and the warm
+/// append plot (TTFT_inc vs L per N, cold L + N beside) for a `--mode append` run.
 pub fn report_plots(report: &Report) -> Result<Vec<Plot>, RenderError> {
     let mut out = Vec::new();
     for m in Metric::ALL {
@@ -411,6 +414,7 @@ pub fn report_plots(report: &Report) -> Result<Vec<Plot>, RenderError> {
     }
     out.extend(acceptance_plot(report)?);
     out.extend(capacity_plots(report)?);
+    out.extend(warm_plots(report)?);
     Ok(out)
 }
 

@@ -334,6 +334,9 @@ impl Renderer for TableRenderer {
             if let Some(s) = &v.speculation {
                 let _ = writeln!(out, "{}", super::speculation::text(s));
             }
+            if let Some(w) = &v.warm {
+                let _ = writeln!(out, "{}", super::warm::compare_text(w));
+            }
         }
         Ok(out)
     }

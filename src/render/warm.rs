@@ -232,3 +232,64 @@ fn tiers(w: &WarmReport, mut notes: Vec<String>) -> Part {
         notes,
     }
 }
+
+/// The warm cells of a comparison: TTFT_inc of B against A per (L, N) (and tier), each
+/// side's hits and misses, ratio, interval and verdict.
+pub fn compare_table(w: &crate::compare::warm::WarmComparison) -> Table {
+    use super::doc::{Cell, Tone};
+    use crate::compare::Verdict;
+    let mut t = Table::new([
+        ("L + N", Align::Left),
+        ("A ms", Align::Right),
+        ("B ms", Align::Right),
+        ("A hit/miss", Align::Right),
+        ("B hit/miss", Align::Right),
+        ("B/A", Align::Right),
+        ("interval", Align::Right),
+        ("verdict", Align::Left),
+    ]);
+    t.title = Some("Warm TTFT_inc per cell (every completed warm sample, hit or miss)".into());
+    for r in &w.rows {
+        let verdict = Cell {
+            tone: match r.verdict {
+                Verdict::Faster => Tone::Good,
+                Verdict::Slower => Tone::Bad,
+                _ => Tone::Muted,
+            },
+            strong: matches!(r.verdict, Verdict::Faster | Verdict::Slower),
+            ..Cell::from(r.verdict.to_string())
+        };
+        let val = |x: Option<f64>| x.map_or("–".to_owned(), num);
+        t.rows.push(vec![
+            Cell::from(r.label()),
+            Cell::from(val(r.a)),
+            Cell::from(val(r.b)),
+            Cell::from(format!("{}/{}", r.a_hits, r.a_misses)),
+            Cell::from(format!("{}/{}", r.b_hits, r.b_misses)),
+            Cell::from(r.ratio.map_or("–".to_owned(), |x| format!("{x:.3}"))),
+            Cell::from(
+                r.shown_interval()
+                    .map_or("–".to_owned(), |c| format!("{:.3}–{:.3}", c.low, c.high)),
+            ),
+            verdict,
+        ]);
+    }
+    t
+}
+
+/// The warm part of a comparison as plain text (table and notes); empty when not warm.
+pub fn compare_text(w: &crate::compare::warm::WarmComparison) -> String {
+    let mut out = String::new();
+    if !w.rows.is_empty() {
+        let t = compare_table(w);
+        out.push_str(&format!(
+            "{}:\n{}",
+            t.title.clone().unwrap_or_default(),
+            super::text::render(&t, &super::text::Layout::default())
+        ));
+    }
+    for n in crate::compare::warm::notes(w) {
+        out.push_str(&format!("{n}\n"));
+    }
+    out
+}

@@ -35,6 +35,7 @@ mod spec_dflash_llamacpp;
 mod speculation_llamacpp;
 mod sweep_llamacpp;
 mod tls;
+mod warm_compare_llamacpp;
 mod warm_llamacpp;
 mod wheel;
 
