@@ -182,8 +182,17 @@ pub async fn run_grid(
                     nonce,
                     timeouts,
                 };
+                // A wave is one measurement: the server must be idle before all c of its
+                // requests go out, as before a single sample.
+                let waited = tokio::select! {
+                    w = crate::idle::before_sample(settings.idle.as_ref(), &mut *observer, context, wave) => w,
+                    _ = interrupt.wait_for(|v| *v) => {
+                        tally.interrupted = true;
+                        break 'cells;
+                    }
+                };
                 let Some(mut samples) =
-                    measure_wave(backend, builder, settings, interrupt, req).await
+                    measure_wave(backend, builder, settings, interrupt, req, waited).await
                 else {
                     tally.interrupted = true;
                     break 'cells;
@@ -318,6 +327,7 @@ async fn measure_wave(
     settings: &BenchSettings,
     interrupt: &mut tokio::sync::watch::Receiver<bool>,
     req: WaveRequest,
+    waited: Option<crate::idle::Waited>,
 ) -> Option<Vec<Sample>> {
     let WaveRequest {
         context,
@@ -390,6 +400,7 @@ async fn measure_wave(
         })
         .collect();
     apply_wave(&mut samples, analyse_wave(context, &times), c, wave);
+    let mut deltas = None;
     if let (Some(b), Some(a)) = (before, super::scrape(settings).await) {
         let d = crate::metrics::deltas(&b, &a, &crate::client::kept_metric_names());
         flag_preemptions(&mut samples, &d);
@@ -402,11 +413,59 @@ async fn measure_wave(
         {
             crate::sample::apply_cache_evidence(s, &d);
         }
+        deltas = Some(d);
     }
     if let Some(s) = samples.first_mut() {
         note_flush(s, flushed);
     }
+    check_wave_idle(settings, &mut samples, waited, deltas.as_ref()).await;
     Some(samples)
+}
+
+/// The idle check after a wave: the c requests are one measurement, so the counters and
+/// slots must account for all of them together; foreign work flags every request of it.
+async fn check_wave_idle(
+    settings: &BenchSettings,
+    samples: &mut [Sample],
+    waited: Option<crate::idle::Waited>,
+    deltas: Option<&std::collections::BTreeMap<String, f64>>,
+) {
+    let (Some(check), Some(w)) = (settings.idle.as_ref(), waited) else {
+        return;
+    };
+    let waited_ms = w.waited.as_secs_f64() * 1000.0;
+    // A failed request's server may be going away: nothing more is read (as for a sample).
+    let all_ok = samples.iter().all(|s| s.status == Status::Ok);
+    let mut why = Vec::new();
+    if all_ok {
+        if w.expired {
+            why.push(format!(
+                "the server was still busy ({} request(s)) when --idle-wait {} s ran out",
+                w.before.as_ref().map_or(0, |r| r.active),
+                check.wait.as_secs_f64()
+            ));
+        }
+        let generated = samples.iter().map(|s| s.output_tokens).sum::<Option<u64>>();
+        let served =
+            deltas.and_then(|d| crate::client::metrics_vocabularies().find_map(|v| v.served(d)));
+        why.extend(
+            check
+                .after(w.before.as_ref(), samples.len() as u64, generated, served)
+                .await,
+        );
+    }
+    for s in samples.iter_mut() {
+        if check.source().is_some() {
+            s.idle_wait_ms = Some(waited_ms);
+        }
+        if w.expired && all_ok {
+            s.flags.push(crate::record::Flag::IdleWaitExpired);
+        }
+        if !why.is_empty() {
+            s.flags.push(crate::record::Flag::ForeignLoad);
+            s.foreign_load = Some(why.join("; "));
+        }
+    }
 }
 
 /// Prepares every request of a wave: the first alone, so a new length is calibrated once
