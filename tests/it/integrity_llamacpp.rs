@@ -514,17 +514,19 @@ fn serve(
                 toks.push((filler, char::from((filler - 1000) as u8).to_string()));
             }
             toks.truncate(n as usize);
-            let mut sse = String::new();
+            write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+            )?;
+            // One event per decode step, a step apart, as a real server streams them: tokens
+            // written all at once would be a held-back stream, with no TTFT to compare.
             for (i, (id, piece)) in toks.iter().enumerate() {
-                sse.push_str(&format!("data: {}\n\n", json!({"content": piece, "tokens": [id], "stop": false, "tokens_predicted": i + 1})));
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                write!(conn, "data: {}\n\n", json!({"content": piece, "tokens": [id], "stop": false, "tokens_predicted": i + 1}))?;
             }
             let p = ids.len() as u64 + 1;
             let cache_n = if warm { p - 1 } else { 0 };
-            sse.push_str(&format!("data: {}\n\n", json!({"content": "", "tokens": [], "stop": true, "tokens_predicted": n, "tokens_evaluated": p, "stop_type": "limit", "timings": {"cache_n": cache_n, "prompt_n": p - cache_n, "prompt_ms": 2.0, "predicted_n": n, "predicted_ms": n as f64}})));
-            write!(
-                conn,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n{sse}"
-            )
+            write!(conn, "data: {}\n\n", json!({"content": "", "tokens": [], "stop": true, "tokens_predicted": n, "tokens_evaluated": p, "stop_type": "limit", "timings": {"cache_n": cache_n, "prompt_n": p - cache_n, "prompt_ms": 2.0, "predicted_n": n, "predicted_ms": 2.0 * n as f64}}))
         }
         _ => reply(&mut conn, 404, "text/plain", "not found".into()),
     }?;
