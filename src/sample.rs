@@ -287,7 +287,7 @@ pub fn make_sample(
     // carrying several tokens (speculative decoding) is not mistaken for one step.
     if let (Some(n), Some(span)) = (s.output_tokens, out.stream.decode_span()) {
         let span_ms = ms(span);
-        if held_back(&out.stream, span_ms) {
+        if held_back(&out.stream, span_ms, s.server.as_ref()) {
             // The first token came with the last: its arrival times the whole generation.
             s.flags.push(Flag::HeldBackStream);
             s.ttft_ms = None;
@@ -328,11 +328,27 @@ pub const HELD_BACK_MIN_EVENTS: usize = 4;
 /// short output is not caught: fewer than four events are never judged, and four or more
 /// events of a real decode are at least one step apart each. Tokens bunched only after
 /// the first (a client descheduled mid-stream) are [`coalesced`], and keep their TTFT.
-fn held_back(st: &crate::client::StreamStats, span_ms: f64) -> bool {
+///
+/// Where the server times its own decode, a decode it says took under
+/// [`HELD_BACK_MIN_DECODE_MS`] is never judged: the tiny reference model on an idle host
+/// generates four tokens in well under a millisecond, and they arrive together because they
+/// were made together, not because anything held them back.
+fn held_back(
+    st: &crate::client::StreamStats,
+    span_ms: f64,
+    server: Option<&crate::client::ServerTimings>,
+) -> bool {
     let n = st.token_events;
+    let too_quick_to_tell = server
+        .and_then(|t| t.predicted_ms)
+        .is_some_and(|p| p < HELD_BACK_MIN_DECODE_MS);
     n >= HELD_BACK_MIN_EVENTS
+        && !too_quick_to_tell
         && (st.first_read_token_events >= n || span_ms < MIN_STEP_MS * (n - 1) as f64)
 }
+
+/// A decode the server itself timed below this cannot be told from a held-back stream.
+pub const HELD_BACK_MIN_DECODE_MS: f64 = 5.0;
 
 /// Whether the tokens arrived in bursts, so first→last arrival does not time the decode:
 /// three quarters or more of the stream came in the first token's read (a speculative step
@@ -912,6 +928,18 @@ mod tests {
         o.timings = None;
         let s = target_sample(4096, Ok(o));
         assert!(!s.has(&Flag::HeldBackStream) && s.ttft_ms.is_some());
+        // Four tokens the server says it made in 0.8 ms, all in one read: made together.
+        let mut o = outcome(None, 4096, 4, 4);
+        o.stream.first_read_token_events = 4;
+        o.stream.t_last_token = Some(first + Duration::from_micros(20));
+        if let Some(t) = o.timings.as_mut() {
+            t.predicted_ms = Some(0.8);
+        }
+        let s = target_sample(4096, Ok(o));
+        assert!(
+            !s.has(&Flag::HeldBackStream) && s.ttft_ms.is_some(),
+            "{s:?}"
+        );
         // 30 of 33 events with the first (a client descheduled after it): coalesced only.
         let mut o = outcome(Some(0), 4096, 33, 33);
         o.stream.first_read_token_events = 30;
