@@ -65,11 +65,28 @@ fn fits(max_context: Option<u64>, total: u64, output: u32) -> bool {
     max_context.is_none_or(|m| total + u64::from(output) <= m)
 }
 
-/// How one append cell's repetition ended.
-enum Step {
+/// How one repetition of a warm mode's cell ended.
+pub(crate) enum Step {
     Go,
     Interrupted,
     Stopped(String),
+}
+
+impl Step {
+    /// Whether the run ends here; an ending is noted on `tally`.
+    pub(crate) fn ends(self, tally: &mut Tally) -> bool {
+        match self {
+            Step::Go => false,
+            Step::Interrupted => {
+                tally.interrupted = true;
+                true
+            }
+            Step::Stopped(reason) => {
+                tally.stopped = Some(reason);
+                true
+            }
+        }
+    }
 }
 
 /// Measures the append grid L × N; every sample is written as it is measured.
@@ -110,16 +127,8 @@ pub async fn run(
             )
             .await?;
             *cold_rep += 1;
-            match step {
-                Step::Go => {}
-                Step::Interrupted => {
-                    tally.interrupted = true;
-                    break 'cells;
-                }
-                Step::Stopped(reason) => {
-                    tally.stopped = Some(reason);
-                    break 'cells;
-                }
+            if step.ends(&mut tally) {
+                break 'cells;
             }
         }
     }

@@ -9,7 +9,7 @@
 //! - disk: a prime of L, the slot saved (`n_saved`), erased (`n_erased`) and restored
 //!   (`n_restored`, timed by the client and included in the tier's TTFT), then the append.
 
-use super::append::{measure_warm, request, send, WarmSettings, PRIME_TOKENS};
+use super::append::{measure_warm, request, send, Step, WarmSettings, PRIME_TOKENS};
 use super::{flush, measure_cold, note_flush, now, record, ColdRequest, RunCtx, Tally};
 use crate::client::slots;
 use crate::error::RecordError;
@@ -19,12 +19,6 @@ use crate::warm::{Tier, WarmInfo};
 
 /// Tokens of the prompt that displaces the prefix from the slot.
 const DISPLACE_TOKENS: u64 = 64;
-
-enum Step {
-    Go,
-    Interrupted,
-    Stopped(String),
-}
 
 /// Measures every tier at every L.
 pub async fn run(
@@ -63,16 +57,8 @@ pub async fn run(
                     &mut disk,
                 )
                 .await?;
-                match step {
-                    Step::Go => {}
-                    Step::Interrupted => {
-                        tally.interrupted = true;
-                        break 'points;
-                    }
-                    Step::Stopped(r) => {
-                        tally.stopped = Some(r);
-                        break 'points;
-                    }
+                if step.ends(&mut tally) {
+                    break 'points;
                 }
             }
         }
