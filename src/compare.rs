@@ -15,6 +15,7 @@ use crate::stats::speculation::{self, SpecSide, Speculation};
 
 pub use crate::stats::significance::Verdict;
 
+pub mod gate;
 pub mod warm;
 
 /// One results file as loaded: (label, path, results).
@@ -149,7 +150,7 @@ impl CompareRow {
             .filter(|_| !matches!(self.verdict, Verdict::TooFewRuns | Verdict::TooFewSamples))
     }
 
-    /// The significance result behind this row, for [`significance::regressions`].
+    /// The significance result behind this row, for the gate ([`gate`]).
     pub fn cell(&self, basis: Basis) -> CellComparison {
         CellComparison {
             metric: self.metric,
@@ -518,24 +519,6 @@ pub fn method_note(cmp: &Comparison, v: &Versus) -> String {
             cmp.min_samples
         ),
     }
-}
-
-/// The cells of every B that got significantly worse than A by more than `threshold`
-/// (`compare --fail-if-slower`), with B's label. Cells without a verdict never count.
-pub fn regressions(cmp: &Comparison, threshold: f64) -> Vec<(String, significance::Regression)> {
-    cmp.versus
-        .iter()
-        .flat_map(|v| {
-            let cells: Vec<(u64, CellComparison)> = v
-                .rows
-                .iter()
-                .map(|r| (r.context_tokens, r.cell(v.basis)))
-                .collect();
-            significance::regressions(&cells, threshold)
-                .into_iter()
-                .map(|r| (v.run.label.clone(), r))
-        })
-        .collect()
 }
 
 #[cfg(test)]

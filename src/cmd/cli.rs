@@ -144,8 +144,9 @@ pub struct CompareArgs {
     pub b: Vec<PathBuf>,
 
     /// CI gate: exit with code 3 when any metric of B is significantly worse than A by more
-    /// than this (`5%` or `0.05`), and print which. Cells without a verdict (too few runs or
-    /// samples) never fail the gate.
+    /// than this (`5%` or `0.05`), and print which. Warm runs' cells (TTFT_inc per L + N,
+    /// and tier) are gated too. Cells without a verdict (too few runs or samples) never fail
+    /// the gate.
     #[arg(long, value_name = "PERCENT")]
     pub fail_if_slower: Option<String>,
 

@@ -96,59 +96,18 @@ pub fn parse_threshold(s: &str) -> Result<f64, UsageError> {
     }
 }
 
-/// Prints the gate's outcome on stderr; `Regressed` when a metric is significantly worse by
-/// more than `threshold`.
+/// Prints the gate's outcome on stderr; `Regressed` when a cell, cold or warm, is
+/// significantly worse by more than `threshold`.
 pub fn apply_gate(cmp: &Comparison, threshold: f64) -> Ending {
-    let regs = compare::regressions(cmp, threshold);
-    let undecided = cmp
-        .versus
-        .iter()
-        .flat_map(|v| &v.rows)
-        .filter(|r| {
-            matches!(
-                r.verdict,
-                compare::Verdict::TooFewRuns | compare::Verdict::TooFewSamples
-            )
-        })
-        .count();
-    let pct = threshold * 100.0;
-    if undecided > 0 {
-        eprintln!(
-            "gate: {undecided} cell(s) had too few runs or samples for a verdict; they cannot fail the gate (that is not a pass: measure more runs)"
-        );
+    let gate = compare::gate::apply(cmp, threshold);
+    for line in gate.lines(&cmp.baseline.label) {
+        eprintln!("{line}");
     }
-    if regs.is_empty() {
-        eprintln!(
-            "gate: no metric is significantly slower than the baseline by more than {pct:.1}%"
-        );
-        return Ending::Complete;
+    if gate.failed() {
+        Ending::Regressed
+    } else {
+        Ending::Complete
     }
-    eprintln!(
-        "gate FAILED: {} cell(s) significantly slower than {} by more than {pct:.1}%:",
-        regs.len(),
-        cmp.baseline.label
-    );
-    for (label, r) in &regs {
-        let c = &r.comparison;
-        let ci = c
-            .interval
-            .map(|i| {
-                format!(
-                    ", B/A {:.3} ({:.3}–{:.3})",
-                    c.ratio.unwrap_or(f64::NAN),
-                    i.low,
-                    i.high
-                )
-            })
-            .unwrap_or_default();
-        eprintln!(
-            "  {label}: {} at {}: {:.1}% worse{ci}",
-            c.metric.label(),
-            ctxbench::units::fmt_ctx(r.context_tokens),
-            r.worse_by * 100.0
-        );
-    }
-    Ending::Regressed
 }
 
 #[cfg(test)]

@@ -82,6 +82,20 @@ impl WarmRow {
             .filter(|_| !matches!(self.verdict, Verdict::TooFewRuns | Verdict::TooFewSamples))
     }
 
+    /// The significance result behind this row (TTFT_inc is a time: longer is worse), for
+    /// the gate ([`super::gate`]).
+    pub fn cell(&self, basis: significance::Basis) -> significance::CellComparison {
+        significance::CellComparison {
+            metric: Metric::TtftMs,
+            n_a: self.n_a,
+            n_b: self.n_b,
+            basis,
+            ratio: self.ratio,
+            interval: self.interval,
+            verdict: self.verdict,
+        }
+    }
+
     /// Whether every sample of B at this cell was a cache miss (and there was one).
     pub fn b_all_missed(&self) -> bool {
         self.b_misses > 0 && self.b_hits == 0
@@ -253,12 +267,14 @@ pub fn notes(w: &WarmComparison) -> Vec<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::record::{Results, Sample};
     use crate::warm::{WarmConfig, WarmInfo};
 
-    fn run(mode: WarmMode, ttft: f64, hit: bool) -> Loaded {
+    /// A run of `mode` with eight append samples at 4k + 128 of TTFT `ttft`, `ttft` + 1, …
+    /// ms, all proven hits (`hit`) or all misses.
+    pub(in crate::compare) fn run(mode: WarmMode, ttft: f64, hit: bool) -> Loaded {
         let mut r: Results = crate::render::snapshot_tests::golden("sweep.jsonl");
         r.header.config.warm = Some(WarmConfig {
             mode,

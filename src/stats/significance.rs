@@ -278,16 +278,24 @@ pub struct Regression {
 pub fn regressions(cells: &[(u64, CellComparison)], threshold: f64) -> Vec<Regression> {
     cells
         .iter()
-        .filter(|(_, c)| c.verdict == Verdict::Slower)
         .filter_map(|&(context_tokens, c)| {
-            let worse_by = c.worse_by()?;
-            (worse_by > threshold).then_some(Regression {
+            Some(Regression {
                 context_tokens,
-                worse_by,
+                worse_by: fails_gate(&c, threshold)?,
                 comparison: c,
             })
         })
         .collect()
+}
+
+/// The gate's rule for one cell, wherever the cell comes from (cold or warm): how much worse
+/// B is when the verdict is [`Verdict::Slower`] and the change is beyond `threshold`, else
+/// `None`.
+pub fn fails_gate(c: &CellComparison, threshold: f64) -> Option<f64> {
+    if c.verdict != Verdict::Slower {
+        return None;
+    }
+    c.worse_by().filter(|w| *w > threshold)
 }
 
 /// ln Γ(x) for x > 0 (Lanczos, g = 7, n = 9; relative error below 1e-13).

@@ -73,6 +73,19 @@ fn compare_calls_the_negative_control_slower_per_cell_with_every_b_sample_flagge
         text.contains("every sample of B was a cache miss"),
         "{text}"
     );
+    // The CI gate sees the warm cell too: the cache switched off fails it, named by its cell.
+    let (code, _, err) = run(&["compare", pa, pb, "--fail-if-slower", "5%"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("gate FAILED"), "{err}");
+    assert!(err.contains(": TTFT_inc at 4k + 128: "), "{err}");
+    // The other way round the warm cell is the faster one. (The cold column of an append
+    // run is at L + N, and has no verdict here, so nothing host load moves decides this.)
+    let (code, _, err) = run(&["compare", pb, pa, "--fail-if-slower", "5%"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("no metric is significantly slower than the baseline by more than 5.0% (cold cells and 1 warm cell(s))"),
+        "{err}"
+    );
 }
 
 #[test]
