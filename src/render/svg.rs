@@ -147,6 +147,56 @@ type Chart<'a, 'b> = ChartContext<
     Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
 >;
 
+/// Draws the chart's legend (its `.label`/`.legend` entries) at `at`, boxed alike on every
+/// plot: a light background and border, 13 px labels.
+fn legend<'a, 'b: 'a>(
+    chart: &mut Chart<'a, 'b>,
+    at: SeriesLabelPosition,
+) -> Result<(), RenderError> {
+    chart
+        .configure_series_labels()
+        .position(at)
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(200, 200, 200))
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(perr)
+}
+
+/// A legend key for a series of points: one dot of `c`.
+fn dot_key(c: RGBColor) -> impl Fn((i32, i32)) -> Circle<(i32, i32), i32> {
+    move |(x, y)| Circle::new((x + 9, y), 4, c.filled())
+}
+
+/// A line through `pts` in `c` with a dot on each point, in the legend as `label` with a dot.
+fn dotted_line<'a, 'b: 'a>(
+    chart: &mut Chart<'a, 'b>,
+    pts: &[(f64, f64)],
+    label: String,
+    c: RGBColor,
+) -> Result<(), RenderError> {
+    chart
+        .draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))
+        .map_err(perr)?;
+    chart
+        .draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled())))
+        .map_err(perr)?
+        .label(label)
+        .legend(dot_key(c));
+    Ok(())
+}
+
+/// A legend key for a line: 18 px of it, drawn in `style`.
+fn line_key(style: impl Into<ShapeStyle>) -> impl Fn((i32, i32)) -> PathElement<(i32, i32)> {
+    let style = style.into();
+    move |(x, y)| PathElement::new([(x, y), (x + 18, y)], style)
+}
+
+/// A legend key for a band or a span: a 14 × 10 px box in `style`.
+fn box_key(style: ShapeStyle) -> impl Fn((i32, i32)) -> Rectangle<(i32, i32)> {
+    move |(x, y)| Rectangle::new([(x, y - 5), (x + 14, y + 5)], style)
+}
+
 /// The x axis is log2(L) on a linear coordinate, so that ticks fall on 1k, 2k, 4k, … (a
 /// plotters log axis puts them at 2.9k, 4.9k, …). Callers pass L through this.
 fn lx(l: f64) -> f64 {
@@ -226,17 +276,11 @@ fn metric_plot(report: &Report, metric: Metric) -> Result<Option<Plot>, RenderEr
                         + PathElement::new([(16, -6), (16, 6)], grey.stroke_width(3))
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(match metric {
-                Metric::TtftMs | Metric::MsPerStep => SeriesLabelPosition::UpperLeft,
-                _ => SeriesLabelPosition::UpperRight,
-            })
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(perr)?;
+        let at = match metric {
+            Metric::TtftMs | Metric::MsPerStep => SeriesLabelPosition::UpperLeft,
+            _ => SeriesLabelPosition::UpperRight,
+        };
+        legend(&mut chart, at)?;
         root.present().map_err(perr)?;
     }
     Ok(Some(Plot {
@@ -298,7 +342,7 @@ fn draw_series(chart: &mut Chart, s: &Series, c: RGBColor) -> Result<(), RenderE
             .draw_series(LineSeries::new(measured, c.mix(0.7).stroke_width(2)))
             .map_err(perr)?
             .label(format!("{} fit", s.label))
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], c.stroke_width(2)));
+            .legend(line_key(c.stroke_width(2)));
     }
     if extrap.len() > 1 && s.curve.iter().any(|p| p.2) {
         chart
@@ -333,7 +377,7 @@ fn draw_series(chart: &mut Chart, s: &Series, c: RGBColor) -> Result<(), RenderE
         )
         .map_err(perr)?
         .label(format!("{} median (min–max)", s.label))
-        .legend(move |(x, y)| Circle::new((x + 9, y), 4, c.filled()));
+        .legend(dot_key(c));
     Ok(())
 }
 
@@ -378,22 +422,9 @@ fn acceptance_plot(report: &Report) -> Result<Option<Plot>, RenderError> {
                     PathElement::new([(l, a.accept_length.min), (l, a.accept_length.max)], c)
                 }))
                 .map_err(perr)?;
-            chart
-                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-                .map_err(perr)?;
-            chart
-                .draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled())))
-                .map_err(perr)?
-                .label(r.label.clone())
-                .legend(move |(x, y)| Circle::new((x + 9, y), 4, c.filled()));
+            dotted_line(&mut chart, &pts, r.label.clone(), c)?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(perr)?;
+        legend(&mut chart, SeriesLabelPosition::MiddleRight)?;
         root.present().map_err(perr)?;
     }
     Ok(Some(Plot {
@@ -512,16 +543,10 @@ pub fn compare_plot(cmp: &Comparison) -> Result<String, RenderError> {
                     }))
                     .map_err(perr)?
                     .label(label)
-                    .legend(move |(x, y)| Circle::new((x + 9, y), 4, c.filled()));
+                    .legend(dot_key(c));
             }
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(perr)?;
+        legend(&mut chart, SeriesLabelPosition::MiddleRight)?;
         root.present().map_err(perr)?;
     }
     Ok(svg)

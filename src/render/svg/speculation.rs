@@ -3,7 +3,7 @@
 
 use plotters::prelude::*;
 
-use super::{color, frame, lx, perr, Plot, SIZE};
+use super::{box_key, color, dot_key, dotted_line, frame, legend, line_key, lx, perr, Plot, SIZE};
 use crate::compare::Comparison;
 use crate::render::RenderError;
 use crate::stats::speculation::{LStar, MeanInterval, SpecAnalysis, Speculation};
@@ -128,9 +128,7 @@ pub fn speedup_plot(a: &SpecAnalysis) -> Result<Plot, RenderError> {
                 )])
                 .map_err(perr)?
                 .label("L*: stops paying in this span")
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], red.mix(0.3).filled())
-                });
+                .legend(box_key(red.mix(0.3).filled()));
         }
         chart
             .draw_series(DashedLineSeries::new(
@@ -141,7 +139,7 @@ pub fn speedup_plot(a: &SpecAnalysis) -> Result<Plot, RenderError> {
             ))
             .map_err(perr)?
             .label("×1: no change")
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 18, y)], BLACK.mix(0.6)));
+            .legend(line_key(BLACK.mix(0.6)));
         // The interval band: lows forward, highs back.
         let band: Vec<(f64, f64)> = pts
             .iter()
@@ -157,9 +155,7 @@ pub fn speedup_plot(a: &SpecAnalysis) -> Result<Plot, RenderError> {
                 .draw_series([Polygon::new(band, blue.mix(0.15).filled())])
                 .map_err(perr)?
                 .label(format!("{:.0}% interval", a.level * 100.0))
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], blue.mix(0.3).filled())
-                });
+                .legend(box_key(blue.mix(0.3).filled()));
         }
         let measured: Vec<(f64, f64)> = curve
             .iter()
@@ -172,7 +168,7 @@ pub fn speedup_plot(a: &SpecAnalysis) -> Result<Plot, RenderError> {
                 .draw_series(LineSeries::new(measured.clone(), grey.stroke_width(1)))
                 .map_err(perr)?
                 .label("fit: linear ms/token per side")
-                .legend(move |(x, y)| PathElement::new([(x, y), (x + 18, y)], grey));
+                .legend(line_key(grey));
         }
         let extrap: Vec<(f64, f64)> = curve
             .iter()
@@ -202,15 +198,8 @@ pub fn speedup_plot(a: &SpecAnalysis) -> Result<Plot, RenderError> {
             )
             .map_err(perr)?
             .label(format!("{} vs {}", a.speculative, a.plain))
-            .legend(move |(x, y)| Circle::new((x + 9, y), 4, blue.filled()));
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(perr)?;
+            .legend(dot_key(blue));
+        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         root.present().map_err(perr)?;
     }
     Ok(Plot {
@@ -263,23 +252,9 @@ pub fn acceptance_plot(series: &[AcceptanceSeries]) -> Result<Plot, RenderError>
                     ))
                 }))
                 .map_err(perr)?;
-            chart
-                .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
-                .map_err(perr)?;
-            chart
-                .draw_series(pts.iter().map(|p| Circle::new(*p, 4, c.filled())))
-                .map_err(perr)?
-                .label(s.label.clone())
-                .legend(move |(x, y)| Circle::new((x + 9, y), 4, c.filled()));
+            dotted_line(&mut chart, &pts, s.label.clone(), c)?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(perr)?;
+        legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         root.present().map_err(perr)?;
     }
     Ok(Plot {

@@ -5,7 +5,7 @@
 
 use plotters::prelude::*;
 
-use super::{color, frame, lx, perr, Plot, SIZE};
+use super::{color, frame, legend, line_key, lx, perr, Plot, SIZE};
 use crate::render::RenderError;
 use crate::report::Report;
 use crate::stats::warm::AppendCell;
@@ -89,9 +89,7 @@ fn append_plot(label: &str, cells: &[AppendCell]) -> Result<Plot, RenderError> {
                     ))
                     .map_err(perr)?
                     .label(format!("N = {n}: append to cached L"))
-                    .legend(move |(x, y)| {
-                        PathElement::new([(x, y), (x + 18, y)], c.stroke_width(2))
-                    });
+                    .legend(line_key(c.stroke_width(2)));
                 chart
                     .draw_series(warm.iter().map(|(l, s)| {
                         PathElement::new([(lx(*l), s.min), (lx(*l), s.max)], c.stroke_width(1))
@@ -127,14 +125,7 @@ fn append_plot(label: &str, cells: &[AppendCell]) -> Result<Plot, RenderError> {
                     .map_err(perr)?;
             }
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(RGBColor(200, 200, 200))
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(perr)?;
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         root.present().map_err(perr)?;
     }
     Ok(Plot {
