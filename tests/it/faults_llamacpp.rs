@@ -209,23 +209,26 @@ fn a_second_ctrl_c_exits_at_once_where_a_single_one_cannot_finish() {
     assert_eq!(code, 130, "{stderr}");
 }
 
-#[test]
-fn a_server_shutting_down_mid_request_stops_the_sweep_before_the_server_is_gone() {
-    let _g = serial();
+/// How one SIGTERM of a busy llama-server ended the sweep's request.
+#[derive(Debug, PartialEq)]
+enum ShutdownEnding {
+    /// The sweep's own watch saw that nothing listened any more and ended the request.
+    Watched,
+    /// The server closed the stream itself before the watch looked (the stream's EOF).
+    ClosedByServer,
+}
+
+/// One sweep whose 16k request is in flight when llama-server gets SIGTERM; asserts what
+/// holds however the server shuts down, and says who ended the request.
+fn shut_down_mid_request() -> ShutdownEnding {
     let mut srv = RefServer::start(32768, &[]);
     let running = spawn_sweep(&srv.url(), &["--contexts", "1k,16k", "--reps", "1"]);
     wait_for_samples(&running.out, 1, Duration::from_secs(60));
     srv.wait_processing(Duration::from_secs(60));
-    // On SIGTERM llama-server stops listening but holds the request open, silent, for its
-    // 30 s shutdown timeout: the sweep must notice before the server finally exits.
     signal(srv.pid(), "-TERM");
     let (code, stdout, stderr) = finish(running.child);
     let server_exited = srv.exited();
     assert_eq!(code, 1, "{stderr}");
-    assert!(
-        !server_exited,
-        "the sweep waited for the server to exit: {stderr}"
-    );
     assert!(stderr.contains("connection lost"), "{stderr}");
     assert!(
         stderr.contains("stopped early") && stderr.contains("--resume"),
@@ -237,7 +240,44 @@ fn a_server_shutting_down_mid_request_stops_the_sweep_before_the_server_is_gone(
     );
     let s = read_results(&running.out, false).unwrap().samples;
     assert_eq!(s.len(), 2, "{s:?}");
-    assert_eq!(s[1].error.as_ref().unwrap().kind, "transport");
+    let e = s[1].error.as_ref().unwrap();
+    assert_eq!(e.kind, "transport");
+    if e.message.contains("stopped accepting connections") {
+        return ShutdownEnding::Watched;
+    }
+    // Otherwise the stream ended under the request: the server closed it on its way out,
+    // and is gone.
+    assert!(
+        e.message.contains("unexpected EOF") && server_exited,
+        "neither the watch nor the server ended the request: {e:?}; {stderr}"
+    );
+    ShutdownEnding::ClosedByServer
+}
+
+#[test]
+fn a_server_shutting_down_mid_request_stops_the_sweep_before_the_server_is_gone() {
+    let _g = serial();
+    // On SIGTERM llama-server stops listening at once, then ends in one of two ways, a race
+    // between its threads that host load tips either way (measured: either one on an idle
+    // host): its HTTP thread takes the last result after the listener closed, and the server
+    // closes the stream and exits within ~0.1 s; or that thread was already waiting for the
+    // next one, and the server holds the request open, silent, until its 30 s SSE ping, then
+    // exits. Only the hold needs the sweep's watch (a TCP connect each second): it must end
+    // the request, not the server's exit. So each attempt asserts what holds both ways, and
+    // an attempt the server ended itself is made again, until the watch has ended one.
+    const ATTEMPTS: usize = 8;
+    let mut endings = Vec::new();
+    while endings.len() < ATTEMPTS {
+        let e = shut_down_mid_request();
+        eprintln!("shutdown {}: {e:?}", endings.len() + 1);
+        if e == ShutdownEnding::Watched {
+            return;
+        }
+        endings.push(e);
+    }
+    panic!(
+        "in {ATTEMPTS} shutdowns the sweep's watch never ended the request (each time the stream's end did: {endings:?})"
+    );
 }
 
 const KEY: &str = "sk-ctxbench-SECRET-4f7a9c1e";
