@@ -329,7 +329,8 @@ pub struct SweepArgs {
     /// Requests sent together at each context, e.g. `1,2,4,8`: the capacity map (context ×
     /// concurrency). Each cell sends c cold requests of exactly the context length, each
     /// with its own nonce, released together; a repetition repeats the whole wave. The
-    /// default, 1, measures one request at a time.
+    /// default, 1, measures one request at a time. With --mode append: c sessions at once,
+    /// each appending to its own cached prefix (on llama-server give each a slot: -np c).
     #[arg(long, value_name = "LIST", default_value = "1")]
     pub concurrency: String,
 

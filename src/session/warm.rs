@@ -42,7 +42,16 @@ pub fn check(w: &WarmConfig, plan: &SweepPlan, profile: &ServerProfile) -> Resul
             "--mode {mode} proves every sample's reuse from the server's cached-token count, and this server reports none{hint}"
         ));
     }
-    let _ = plan;
+    if plan.concurrency != [1] && w.mode != WarmMode::Append {
+        return bad(format!(
+            "--mode {mode} follows one session; --concurrency {} (several sessions, each with its own prefix) is for --mode append",
+            plan.concurrency
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
+    }
     Ok(())
 }
 
@@ -50,9 +59,19 @@ pub fn check(w: &WarmConfig, plan: &SweepPlan, profile: &ServerProfile) -> Resul
 pub async fn run(
     ctx: RunCtx<'_>,
     contexts: &[u64],
-    w: &WarmConfig,
+    (w, levels): (&WarmConfig, &[u32]),
     profile: &ServerProfile,
 ) -> Result<Tally, RecordError> {
+    // More sessions than slots: a prime evicts another session's prefix unless a host
+    // cache (llama.cpp --cache-ram) keeps it. That is a finding, so it is measured, and
+    // each evicted append is a flagged miss.
+    if let (Some(&c), Some(slots)) = (levels.iter().max(), profile.total_slots) {
+        if u64::from(c) > slots {
+            ctx.observer.warn(&format!(
+                "--concurrency {c} sessions but the server has {slots} slot(s): a session's prefix may be evicted by another's prime (each such append is flagged cache_miss); start llama-server with -np {c} to give each its own slot"
+            ));
+        }
+    }
     let fam = profile.detected.and_then(family);
     let allowance = move |l: u64| {
         fam.map_or(
@@ -67,6 +86,7 @@ pub async fn run(
         config: w,
         allowance: &allowance,
         max_context: profile.max_context,
+        concurrency: levels,
     };
     match w.mode {
         WarmMode::Append => bench::append::run(ctx, contexts, &settings).await,
