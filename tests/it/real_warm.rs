@@ -1,7 +1,8 @@
 //! Warm context at depth (issue 22) on real SGLang and vLLM (CPU, tiny model): the append
 //! grid's reuse proven from each server's own cached-token count, with each family's stated
-//! allowance (SGLang's radix cache per token; vLLM whole blocks of 16). Counts only: nothing
-//! here depends on speed.
+//! allowance (SGLang's radix cache per token; vLLM whole blocks of 128 on CPU), one session
+//! and two at once (each its own prefix, both in the shared prefix cache). Counts only:
+//! nothing here depends on speed.
 
 use crate::common;
 
@@ -28,6 +29,8 @@ fn check_appends(r: &Results, expect: impl Fn(u64) -> u64) -> usize {
     for s in r.samples.iter().filter(|s| s.phase == Phase::Prime) {
         assert!(s.cache_verified && !s.contaminated, "{s:?}");
     }
+    let two = appends.iter().filter(|s| s.concurrency == Some(2)).count();
+    assert_eq!(two, 2 * appends.len() / 3, "two sessions at once at each L");
     appends.len()
 }
 
@@ -43,15 +46,18 @@ fn real_sglang_radix_cache_serves_the_whole_prefix_of_an_append() {
             "1000,2000",
             "--append",
             "100",
+            "--concurrency",
+            "1,2",
             "--reps",
             "1",
-            "--output-tokens",
-            "4",
+            "--wave-output-tokens",
+            "8",
         ],
     )
     .ok();
     let res = r.results();
-    assert_eq!(check_appends(&res, |l| l), 2);
+    // 2 L × (one session + two at once), every session its own prefix.
+    assert_eq!(check_appends(&res, |l| l), 6);
     let rule = &res
         .samples
         .iter()
@@ -78,15 +84,17 @@ fn real_vllm_prefix_cache_serves_whole_blocks_of_an_append() {
             "1000,2000",
             "--append",
             "100",
+            "--concurrency",
+            "1,2",
             "--reps",
             "1",
-            "--output-tokens",
-            "4",
+            "--wave-output-tokens",
+            "8",
         ],
     )
     .ok();
     let res = r.results();
-    assert_eq!(check_appends(&res, |l| l / 128 * 128), 2);
+    assert_eq!(check_appends(&res, |l| l / 128 * 128), 6);
     let w = res.samples.iter().find_map(|s| s.warm.clone()).unwrap();
     assert!(w.allowance_rule.contains("128"), "{}", w.allowance_rule);
 }
