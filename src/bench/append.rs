@@ -28,6 +28,11 @@ pub struct WarmSettings<'a> {
     pub max_context: Option<u64>,
     /// `--concurrency`: sessions at once (`append` only; `[1]`: one session).
     pub concurrency: &'a [u32],
+    /// The protocol spoken (`tiers` reaches each tier its own way per server).
+    pub backend: crate::client::BackendKind,
+    /// The server's KV pool in tokens, when it says (`tiers` on SGLang: the filler that
+    /// evicts a prefix from device memory).
+    pub kv_pool_tokens: Option<u64>,
 }
 
 /// Tokens the prime generates: it only has to fill the cache.

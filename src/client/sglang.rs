@@ -291,6 +291,11 @@ impl EventReader for GenerateReader {
             prompt_tokens: get_u64(meta, "prompt_tokens"),
             completion_tokens: completion.or(self.got.counts.completion_tokens),
             cached_tokens: get_u64(meta, "cached_tokens"),
+            // `{"device": D, "host": H}` (0.5.23; null with nothing cached): H tokens were
+            // loaded back from HiCache's host memory.
+            cached_host_tokens: meta
+                .get("cached_tokens_details")
+                .and_then(|d| get_u64(d, "host")),
         };
         let finish = meta.get("finish_reason").filter(|f| !f.is_null());
         let is_final = finish.is_some();

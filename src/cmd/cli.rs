@@ -300,7 +300,8 @@ pub struct SweepArgs {
     /// it the cold prefill of L + N), `conversation` (one conversation growing by
     /// --turn-tokens and its generated answer per turn, up to the server's maximum),
     /// `tiers` (llama-server with -np 1: live cache, --cache-ram host memory, slot
-    /// save/restore from --slot-save-path, and cold recompute at each L). Every warm sample
+    /// save/restore from --slot-save-path, and cold recompute at each L; SGLang: live cache,
+    /// HiCache host memory after evicting the prefix from the device pool, cold). Every warm sample
     /// proves its reuse from the server's cached-token count; a miss is flagged cache_miss
     /// and kept out of the summaries.
     #[arg(long, value_enum, value_name = "append|conversation|tiers")]

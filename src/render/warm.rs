@@ -242,13 +242,17 @@ fn tiers(w: &WarmReport, mut notes: Vec<String>) -> Part {
             ),
         ]);
     }
-    notes.push("tiers: cold = recompute of L + N; live = the slot's own cache; ram = the host-memory prompt cache (--cache-ram; the only slot held another prompt, GET /slots); disk = slot saved, erased, restored (the restore request's time is included); each sample's evidence is in its warm.evidence".to_owned());
+    notes.push("tiers: cold = recompute of L + N; live = the server's live cache (the prime was its last request); ram = host memory (llama.cpp --cache-ram: the only slot held another prompt, GET /slots; SGLang HiCache: filler evicted the prefix from the device pool and the append's cached_tokens_details counted host tokens); disk = llama.cpp slot saved, erased, restored (the restore request's time is included); each sample's evidence is in its warm.evidence".to_owned());
+    let disk_measured = w.tiers.iter().any(|r| r.disk_ms.is_some());
     notes.push(match w.restore_beats_cold_from {
         Some(l) => format!(
             "restoring from disk beats recomputing from L = {} on (at every measured L from there)",
             fmt_ctx(l)
         ),
-        None => "restoring from disk never beat recomputing at the measured lengths (or no disk tier: start llama-server with --slot-save-path)".to_owned(),
+        None if disk_measured => {
+            "restoring from disk never beat recomputing at the measured lengths".to_owned()
+        }
+        None => "no disk tier measured (llama-server with --slot-save-path has one)".to_owned(),
     });
     Part {
         heading: "Cache tiers",

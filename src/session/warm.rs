@@ -19,11 +19,19 @@ pub fn check(w: &WarmConfig, plan: &SweepPlan, profile: &ServerProfile) -> Resul
             profile.server_kind
         ));
     }
-    if w.mode == WarmMode::Tiers && profile.backend != crate::client::BackendKind::Llamacpp {
+    let tiered = [
+        crate::client::BackendKind::Llamacpp,
+        crate::client::BackendKind::Sglang,
+    ];
+    if w.mode == WarmMode::Tiers && !tiered.contains(&profile.backend) {
         return bad(format!(
-            "--mode tiers is for llama.cpp's llama-server so far (slot save/restore, --cache-ram); this server is {} ({}): use --mode append",
+            "--mode tiers drives llama.cpp's llama-server (slot save/restore, --cache-ram) and SGLang's native /generate (HiCache host memory, proven per request by meta_info.cached_tokens_details); this server is {} ({}): use --mode append{}",
             profile.server_kind,
-            profile.backend.as_str()
+            profile.backend.as_str(),
+            match profile.detected {
+                Some(crate::client::BackendKind::Sglang) => " (or --backend sglang)",
+                _ => "",
+            }
         ));
     }
     if w.mode == WarmMode::Tiers && profile.total_slots.is_some_and(|s| s > 1) {
@@ -87,6 +95,8 @@ pub async fn run(
         allowance: &allowance,
         max_context: profile.max_context,
         concurrency: levels,
+        backend: profile.backend,
+        kv_pool_tokens: profile.kv_pool_tokens,
     };
     match w.mode {
         WarmMode::Append => bench::append::run(ctx, contexts, &settings).await,

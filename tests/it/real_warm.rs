@@ -8,7 +8,8 @@ use crate::common;
 
 use common::real::{Family, RealServer};
 use common::sweep;
-use ctxbench::record::{Flag, Phase, Results};
+use ctxbench::record::{Flag, Phase, Results, Sample};
+use ctxbench::warm::Tier;
 
 /// Every append sample's cached count, checked against `expect(L)`; returns how many.
 fn check_appends(r: &Results, expect: impl Fn(u64) -> u64) -> usize {
@@ -97,4 +98,55 @@ fn real_vllm_prefix_cache_serves_whole_blocks_of_an_append() {
     assert_eq!(check_appends(&res, |l| l / 128 * 128), 6);
     let w = res.samples.iter().find_map(|s| s.warm.clone()).unwrap();
     assert!(w.allowance_rule.contains("128"), "{}", w.allowance_rule);
+}
+
+#[test]
+fn real_sglang_tiers_evict_the_prefix_from_device_memory_and_without_hicache_recompute_it() {
+    // A device pool of 4096 tokens, so the filler that evicts a prefix is small. HiCache
+    // itself does not run on CPU (its host pool calls CUDA's cudaHostRegister), so the ram
+    // tier is the negative control here: evicted, recomputed, flagged.
+    let srv = RealServer::start(Family::Sglang, &["--max-total-tokens", "4096"]);
+    let r = sweep(
+        &srv.url(),
+        &[
+            "--mode",
+            "tiers",
+            "--contexts",
+            "1000,2000",
+            "--append",
+            "100",
+            "--reps",
+            "1",
+            "--output-tokens",
+            "4",
+        ],
+    )
+    .ok();
+    let res = r.results();
+    let tier = |t: Tier| -> Vec<&Sample> {
+        res.samples
+            .iter()
+            .filter(|s| s.phase == Phase::Tier)
+            .filter(|s| s.warm.as_ref().and_then(|w| w.tier) == Some(t))
+            .collect()
+    };
+    let (live, ram) = (tier(Tier::Live), tier(Tier::Ram));
+    assert_eq!((live.len(), ram.len()), (2, 2), "{:?}", res.samples);
+    for s in &live {
+        // SGLang's own split: every cached token on the device, none from host memory.
+        let w = s.warm.as_ref().unwrap();
+        assert_eq!(s.cached_tokens, Some(w.prefix_tokens), "{s:?}");
+        assert_eq!(s.cached_host_tokens, Some(0), "{s:?}");
+        assert!(ctxbench::warm::usable(s));
+    }
+    for s in &ram {
+        let w = s.warm.as_ref().unwrap();
+        let ev = w.evidence.as_deref().unwrap();
+        assert!(ev.contains("device KV pool of 4096 tokens"), "{ev}");
+        // Evicted from the device and no host tier: recomputed from scratch.
+        assert!(s.cached_tokens.unwrap() < w.least_cached(), "{s:?}");
+        assert!(s.has(&Flag::CacheMiss), "{s:?}");
+        assert!(ev.contains("--enable-hierarchical-cache"), "{ev}");
+    }
+    assert!(r.stdout.contains("Cache tiers"), "{}", r.stdout);
 }
