@@ -98,6 +98,18 @@ impl super::Family for Family {
             p.max_context = Some(n);
             p.max_context_source = Some("sglang /server_info max_req_input_len".into());
         }
+        // A small KV pool (--max-total-tokens) caps the prompt below the model's context:
+        // real SGLang 0.5.23 with a pool of 4096 refused a 4096-token prompt (limit 4090)
+        // while /model_info said 65536. A few tokens under the context is its usual margin.
+        if let (Some(c), Some(n)) = (p.max_context, get_u64(&info, "max_req_input_len")) {
+            if n + 16 < c {
+                p.max_context = Some(n);
+                p.max_context_source = Some(format!(
+                    "sglang /server_info max_req_input_len (the longest prompt it takes: its KV pool of {} tokens, below the context of {c})",
+                    p.kv_pool_tokens.map_or("?".to_owned(), |k| k.to_string())
+                ));
+            }
+        }
         if info.get("enable_metrics").and_then(Value::as_bool) == Some(false) {
             p.notes.push(
                 "/metrics and meta_info timings are off: start SGLang with --enable-metrics".into(),

@@ -123,6 +123,13 @@ fn real_sglang_tiers_evict_the_prefix_from_device_memory_and_without_hicache_rec
     )
     .ok();
     let res = r.results();
+    // The pool, not the model's 65536, caps the prompt: SGLang takes at most 4090 tokens.
+    assert_eq!(
+        res.header.server.max_context,
+        Some(4090),
+        "{:?}",
+        res.header.server
+    );
     let tier = |t: Tier| -> Vec<&Sample> {
         res.samples
             .iter()
