@@ -1112,6 +1112,7 @@ pub(crate) mod tests {
 mod loop_tests;
 
 pub mod append;
+mod append_wave;
 pub mod conversation;
 pub mod tiers;
 pub mod wave;

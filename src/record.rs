@@ -746,6 +746,10 @@ pub struct Counts {
     pub completion_tokens: Option<u64>,
     /// Prompt tokens served from a prefix cache; `None` when the server does not say.
     pub cached_tokens: Option<u64>,
+    /// Of those, loaded back from host memory (SGLang HiCache's
+    /// `cached_tokens_details.host`); `None` when the server does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_host_tokens: Option<u64>,
 }
 
 /// What the server reported about its own timing for one request (units in the names).
@@ -883,6 +887,10 @@ pub struct Sample {
     pub length_ok: Option<bool>,
     /// Prompt tokens the server reported served from its cache (`null`: not reported).
     pub cached_tokens: Option<u64>,
+    /// Of `cached_tokens`, loaded back from the server's host-memory tier (SGLang HiCache's
+    /// `meta_info.cached_tokens_details.host`); absent when the server does not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_host_tokens: Option<u64>,
     /// The server reported a cached-token count, so cold prefill is proven.
     pub cache_verified: bool,
     /// Tokens the server saw up to the end of the nonce (BOS or a chat template's prefix,

@@ -77,6 +77,7 @@ fn blank_sample(target: &Target<'_>, context: u64, rep: u32, sent: u64, at: Stri
         prompt_tokens: None,
         length_ok: None,
         cached_tokens: None,
+        cached_host_tokens: None,
         cache_verified: false,
         nonce_end: target.nonce_end,
         contaminated: false,
@@ -268,6 +269,7 @@ pub fn make_sample(
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     s.prompt_tokens = out.counts.prompt_tokens;
     s.cached_tokens = out.counts.cached_tokens;
+    s.cached_host_tokens = out.counts.cached_host_tokens;
     judge_cache(&mut s);
     s.length_ok = s
         .prompt_tokens
@@ -550,6 +552,7 @@ mod tests {
                 prompt_tokens: Some(prompt),
                 completion_tokens: Some(n),
                 cached_tokens: cached,
+                cached_host_tokens: None,
             },
             timings: Some(ServerTimings {
                 source: "t".into(),
@@ -628,6 +631,7 @@ mod tests {
                 prompt_tokens: Some(2048),
                 completion_tokens: Some(n),
                 cached_tokens: Some(cached),
+                cached_host_tokens: None,
             },
             timings: None,
             spec: None,

@@ -26,6 +26,13 @@ pub struct WarmSettings<'a> {
     pub allowance: &'a (dyn Fn(u64) -> (u64, &'static str) + Sync),
     /// The server's maximum context (per slot), when known.
     pub max_context: Option<u64>,
+    /// `--concurrency`: sessions at once (`append` only; `[1]`: one session).
+    pub concurrency: &'a [u32],
+    /// The protocol spoken (`tiers` reaches each tier its own way per server).
+    pub backend: crate::client::BackendKind,
+    /// The server's KV pool in tokens, when it says (`tiers` on SGLang: the filler that
+    /// evicts a prefix from device memory).
+    pub kv_pool_tokens: Option<u64>,
 }
 
 /// Tokens the prime generates: it only has to fill the cache.
@@ -98,12 +105,17 @@ pub async fn run(
     let settings = ctx.settings;
     let mut tally = Tally::default();
     let reps = settings.policy.min_reps.max(1);
-    let cells: Vec<(u64, u64)> = contexts
+    let levels: &[u32] = match warm.concurrency {
+        [] => &[1],
+        l => l,
+    };
+    let cells: Vec<(u64, u64, u32)> = contexts
         .iter()
         .flat_map(|&l| warm.config.appends.iter().map(move |&n| (l, n)))
         .filter(|&(l, n)| fits(warm.max_context, l + n, settings.output_tokens))
+        .flat_map(|(l, n)| levels.iter().map(move |&c| (l, n, c)))
         .collect();
-    let skipped = contexts.len() * warm.config.appends.len() - cells.len();
+    let skipped = contexts.len() * warm.config.appends.len() * levels.len() - cells.len();
     if skipped > 0 {
         ctx.observer.warn(&format!(
             "{skipped} cell(s) of L × N left out: L + N + {} output tokens exceeds the server's context of {} tokens",
@@ -111,21 +123,23 @@ pub async fn run(
             warm.max_context.unwrap_or(0)
         ));
     }
-    ctx.observer.start(cells.len() * reps as usize * 3, 0);
+    let planned: usize = cells.iter().map(|&(_, _, c)| 3 * c as usize).sum();
+    ctx.observer.start(planned * reps as usize, 0);
     let mut window = 0u64;
-    let mut cold_reps: HashMap<u64, u32> = HashMap::new();
-    'cells: for &(l, n) in &cells {
+    // Cold repetitions (waves) are numbered per cold cell (L + N, c): two cells of the same
+    // total share its cold column.
+    let mut cold_reps: HashMap<(u64, u32), u32> = HashMap::new();
+    'cells: for &(l, n, c) in &cells {
         for rep in 0..reps {
-            let cold_rep = cold_reps.entry(l + n).or_insert(0);
-            let step = cell(
-                &mut ctx,
-                warm,
-                (l, n, rep),
-                *cold_rep,
-                &mut window,
-                &mut tally,
-            )
-            .await?;
+            let cold_rep = cold_reps.entry((l + n, c)).or_insert(0);
+            let at = (l, n, rep);
+            let step = match c {
+                1 => cell(&mut ctx, warm, at, *cold_rep, &mut window, &mut tally).await?,
+                _ => {
+                    let at = (l, n, c, *cold_rep);
+                    super::append_wave::cell(&mut ctx, warm, at, &mut window, &mut tally).await?
+                }
+            };
             *cold_rep += 1;
             if step.ends(&mut tally) {
                 break 'cells;
@@ -173,24 +187,10 @@ async fn cell(
     // 2. The prime: a new prefix of L tokens (fresh nonce at token 0), cold, into the cache.
     let full = ctx.builder.build(total, *window);
     *window += 1;
-    let cut = full.len().saturating_sub(n as usize);
-    let prime_req = request(
-        full[..cut].to_vec(),
-        PRIME_TOKENS,
-        false,
-        settings.timeouts_for(l),
-    );
-    ctx.observer.sample_started(l, rep);
     let flushed = flush(backend, settings).await;
-    let at = now();
-    let Some(r) = send(backend, &prime_req, ctx.interrupt).await else {
+    let Some(prime) = prime(ctx, &full, (l, n, rep), flushed).await else {
         return Ok(Step::Interrupted);
     };
-    let mut target = settings.target(l);
-    target.output_tokens = PRIME_TOKENS;
-    let mut prime = make_sample(&target, l, rep, cut as u64, at, r);
-    prime.phase = Phase::Prime;
-    note_flush(&mut prime, flushed);
     let primed = prime.status == crate::record::Status::Ok;
     let prefix = prime.prompt_tokens.unwrap_or(l);
     if let Some(r) = record(ctx.writer, tally, ctx.observer, settings, &prime)? {
@@ -230,6 +230,33 @@ async fn cell(
         return Ok(Step::Stopped(r));
     }
     Ok(Step::Go)
+}
+
+/// Sends the prime of a prefix of L tokens (`full` less its last `n`), after a flush
+/// whose outcome is `flushed`: its sample, or `None` when interrupted.
+pub(crate) async fn prime(
+    ctx: &mut RunCtx<'_>,
+    full: &[u32],
+    (l, n, rep): (u64, u64, u32),
+    flushed: Option<Result<String, ClientError>>,
+) -> Option<Sample> {
+    let settings = ctx.settings;
+    let cut = full.len().saturating_sub(n as usize);
+    let req = request(
+        full[..cut].to_vec(),
+        PRIME_TOKENS,
+        false,
+        settings.timeouts_for(l),
+    );
+    ctx.observer.sample_started(l, rep);
+    let at = now();
+    let r = send(ctx.backend, &req, ctx.interrupt).await?;
+    let mut target = settings.target(l);
+    target.output_tokens = PRIME_TOKENS;
+    let mut prime = make_sample(&target, l, rep, cut as u64, at, r);
+    prime.phase = Phase::Prime;
+    note_flush(&mut prime, flushed);
+    Some(prime)
 }
 
 /// Sends a warm request (no flush: the cache is the point) with the metrics scraped around

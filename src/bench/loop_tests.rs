@@ -189,6 +189,7 @@ impl Backend for Fake {
                         completion_tokens: Some(n),
                         // A warm request reuses the prefix it asked to reuse.
                         cached_tokens: Some(if warm { len - 1 } else { 0 }),
+                        cached_host_tokens: None,
                     },
                     timings: None,
                     flags: Vec::new(),

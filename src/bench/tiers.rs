@@ -1,20 +1,26 @@
-//! `--mode tiers` (llama-server, one slot): at each prefix length L, the TTFT of L + N new
-//! tokens served from each cache tier, each sample's tier proven from the server's answers,
-//! never from the order of requests:
-//! - cold: the cold sweep's request (fresh nonce, `cache_prompt: false`, flush), cached 0;
-//! - live: a prime of L then the append; the prime was the only slot's last request;
-//! - ram: a prime of L, then another prompt that takes the only slot (`GET /slots` shows it
-//!   holding that other prompt), then the append: a cached count of L can only come from the
-//!   host-memory prompt cache (`--cache-ram`); with it off, the sample is a `cache_miss`;
-//! - disk: a prime of L, the slot saved (`n_saved`), erased (`n_erased`) and restored
-//!   (`n_restored`, timed by the client and included in the tier's TTFT), then the append.
+//! `--mode tiers` (llama-server with one slot, or SGLang's native `/generate`): at each prefix
+//! length L, the TTFT of L + N new tokens served from each cache tier, each sample's tier
+//! proven from the server's answers, never from the order of requests:
+//! - cold: the cold sweep's request (fresh nonce, cache switch, flush), cached 0;
+//! - live: a prime of L then the append; the prime was the server's last request;
+//! - ram (host memory): a prime of L, then the prefix is pushed out of the live cache, then
+//!   the append. llama.cpp: another prompt takes the only slot (`GET /slots` shows it holding
+//!   that prompt), so a cached count of L can only come from the host-memory prompt cache
+//!   (`--cache-ram`). SGLang: new prompts of as many tokens as the device KV pool holds
+//!   evict it from device memory, and the append's `cached_tokens_details` says how many
+//!   cached tokens HiCache loaded back from host memory: the tier is what that split says
+//!   (host > 0: ram; all on the device: live, the filler did not evict it). Without a host
+//!   tier (`--cache-ram 0`, SGLang without `--enable-hierarchical-cache`) the sample is a
+//!   `cache_miss`;
+//! - disk (llama.cpp): a prime of L, the slot saved (`n_saved`), erased (`n_erased`) and
+//!   restored (`n_restored`, timed by the client and included in the tier's TTFT), then the
+//!   append.
 
 use super::append::{measure_warm, request, send, Step, WarmSettings, PRIME_TOKENS};
-use super::{flush, measure_cold, note_flush, now, record, ColdRequest, RunCtx, Tally};
-use crate::client::slots;
+use super::{flush, measure_cold, record, ColdRequest, RunCtx, Tally};
+use crate::client::{slots, BackendKind};
 use crate::error::RecordError;
-use crate::record::{Phase, Sample, Status};
-use crate::sample::make_sample;
+use crate::record::{Flag, Phase, Sample, Status};
 use crate::warm::{Tier, WarmInfo};
 
 /// Tokens of the prompt that displaces the prefix from the slot.
@@ -38,12 +44,22 @@ pub async fn run(
                 .is_none_or(|m| l + n + u64::from(settings.output_tokens) <= m)
         })
         .collect();
-    ctx.observer.start(ls.len() * reps as usize * 4, 0);
-    let mut disk = true;
+    let sglang = warm.backend == BackendKind::Sglang;
+    let mut ladder = vec![Tier::Cold, Tier::Live];
+    match (sglang, warm.kv_pool_tokens) {
+        (false, _) => ladder.extend([Tier::Ram, Tier::Disk]),
+        (true, Some(_)) => ladder.push(Tier::Ram),
+        (true, None) => ctx.observer.warn(
+            "tiers: SGLang did not report its KV pool (max_total_num_tokens in /server_info), so the prefix cannot be evicted from device memory on purpose: no host-memory tier; measured: cold, live",
+        ),
+    }
+    ctx.observer
+        .start(ls.len() * reps as usize * ladder.len(), 0);
+    let mut disk = !sglang;
     let mut window = 0u64;
     'points: for &l in &ls {
         for rep in 0..reps {
-            for tier in [Tier::Cold, Tier::Live, Tier::Ram, Tier::Disk] {
+            for &tier in &ladder {
                 if tier == Tier::Disk && !disk {
                     continue;
                 }
@@ -67,32 +83,19 @@ pub async fn run(
     Ok(tally)
 }
 
-/// Primes a new prefix of `cut` tokens of `full` (cold, flushed first) and records it.
+/// Primes a new prefix of L tokens (`full` less its last `n`; cold, flushed first) and
+/// records it.
 async fn prime(
     ctx: &mut RunCtx<'_>,
     full: &[u32],
-    cut: usize,
-    (l, rep): (u64, u32),
+    (l, n, rep): (u64, u64, u32),
     tally: &mut Tally,
 ) -> Result<Result<Sample, Step>, RecordError> {
-    let settings = ctx.settings;
-    let req = request(
-        full[..cut].to_vec(),
-        PRIME_TOKENS,
-        false,
-        settings.timeouts_for(l),
-    );
-    let flushed = flush(ctx.backend, settings).await;
-    let at = now();
-    let Some(r) = send(ctx.backend, &req, ctx.interrupt).await else {
+    let flushed = flush(ctx.backend, ctx.settings).await;
+    let Some(s) = super::append::prime(ctx, full, (l, n, rep), flushed).await else {
         return Ok(Err(Step::Interrupted));
     };
-    let mut target = settings.target(l);
-    target.output_tokens = PRIME_TOKENS;
-    let mut s = make_sample(&target, l, rep, cut as u64, at, r);
-    s.phase = Phase::Prime;
-    note_flush(&mut s, flushed);
-    if let Some(r) = record(ctx.writer, tally, ctx.observer, settings, &s)? {
+    if let Some(r) = record(ctx.writer, tally, ctx.observer, ctx.settings, &s)? {
         return Ok(Err(Step::Stopped(r)));
     }
     Ok(Ok(s))
@@ -139,8 +142,7 @@ async fn one(
     }
     let full = ctx.builder.build(total, *window);
     *window += 1;
-    let cut = full.len().saturating_sub(n as usize);
-    let p = match prime(ctx, &full, cut, (l, rep), tally).await? {
+    let p = match prime(ctx, &full, (l, n, rep), tally).await? {
         Ok(p) => p,
         Err(step) => return Ok(step),
     };
@@ -152,12 +154,30 @@ async fn one(
     let (evidence, restore_ms) = match tier {
         Tier::Live => (
             format!(
-                "the prime ({} tokens computed, cache_n {}) was the only slot's last request",
+                "the prime ({} tokens computed, cached {}) was the server's last request",
                 p.server.as_ref().and_then(|t| t.prompt_n).unwrap_or(0),
                 p.cached_tokens.unwrap_or(0)
             ),
             None,
         ),
+        Tier::Ram if warm.backend == BackendKind::Sglang => {
+            let pool = warm.kv_pool_tokens.unwrap_or(0);
+            match evict_device(ctx, warm, pool, window).await {
+                Some(Ok(sent)) => (
+                    format!(
+                        "then {sent} new tokens through a device KV pool of {pool} tokens evicted it from device memory"
+                    ),
+                    None,
+                ),
+                Some(Err(e)) => {
+                    ctx.observer.warn(&format!(
+                        "tiers at {l}: the request that evicts the prefix failed: {e}; the ram sample is not taken"
+                    ));
+                    return Ok(Step::Go);
+                }
+                None => return Ok(Step::Interrupted),
+            }
+        }
         Tier::Ram => {
             // Another prompt takes the only slot: the prefix leaves the live cache.
             let other = ctx.builder.build(DISPLACE_TOKENS, *window);
@@ -249,13 +269,156 @@ async fn one(
         restore_ms,
         ..Default::default()
     };
-    let Some((s, _)) = measure_warm(ctx, warm, &req, (total, rep), info, Phase::Tier).await else {
+    let Some((mut s, _)) = measure_warm(ctx, warm, &req, (total, rep), info, Phase::Tier).await
+    else {
         return Ok(Step::Interrupted);
     };
+    if warm.backend == BackendKind::Sglang {
+        attribute_host_split(&mut s);
+    }
     Ok(
         match record(ctx.writer, tally, ctx.observer, settings, &s)? {
             Some(r) => Step::Stopped(r),
             None => Step::Go,
         },
     )
+}
+
+/// Sends new prompts (each with its own nonce, at most the server's context) until `pool`
+/// tokens went through the device KV pool, so its least recently used prefix (the prime) is
+/// evicted from device memory. Returns the tokens sent (or why it could not), `None` when
+/// interrupted.
+async fn evict_device(
+    ctx: &mut RunCtx<'_>,
+    warm: &WarmSettings<'_>,
+    pool: u64,
+    window: &mut u64,
+) -> Option<Result<u64, String>> {
+    let settings = ctx.settings;
+    // Half the pool per request: a request as large as the pool is refused (SGLang 0.5.23
+    // with --max-total-tokens 4096 takes at most 4090 input tokens).
+    let room = warm.max_context.unwrap_or(pool).saturating_sub(64).max(64);
+    let chunk = (pool / 2).clamp(64, room);
+    let mut sent = 0u64;
+    // A little more than the pool: what the radix cache keeps for running requests.
+    let goal = pool + pool / 8;
+    while sent < goal {
+        let filler = ctx.builder.build(chunk, *window);
+        *window += 1;
+        let req = request(filler, 1, false, settings.timeouts_for(chunk));
+        let computed = match send(ctx.backend, &req, ctx.interrupt).await? {
+            Ok(o) => o.counts.prompt_tokens,
+            Err(e) => return Some(Err(e.to_string())),
+        };
+        // A refused prompt can still end in a clean stream (SGLang: an error event, then a
+        // finish): only a prompt the server counted whole went through its pool.
+        if computed.is_some_and(|c| c + 16 < chunk) {
+            return Some(Err(format!(
+                "the server counted {} of the filler's {chunk} prompt tokens",
+                computed.unwrap_or(0)
+            )));
+        }
+        sent += chunk;
+    }
+    Some(Ok(sent))
+}
+
+/// Sets an SGLang tier sample's tier from what the server said it served it from
+/// (`cached_tokens_details`): host tokens > 0 is the host tier; all from the device is the
+/// live tier, whatever was planned; no split on a hit leaves the tier unproven (`None`,
+/// kept out of the tier table).
+fn attribute_host_split(s: &mut Sample) {
+    let (Some(w), true) = (s.warm.as_mut(), s.status == Status::Ok) else {
+        return;
+    };
+    let cached = s.cached_tokens.unwrap_or(0);
+    let missed = s.flags.contains(&Flag::CacheMiss);
+    let said = match s.cached_host_tokens {
+        Some(h) if h > 0 && !missed => {
+            w.tier = Some(Tier::Ram);
+            format!("the append's cached_tokens_details: {h} of {cached} cached tokens loaded back from host memory")
+        }
+        Some(_) if !missed => {
+            let planned = w.tier;
+            w.tier = Some(Tier::Live);
+            match planned {
+                Some(Tier::Ram) => format!("the append's cached_tokens_details: all {cached} cached tokens on the device, none from host memory: the filler did not evict the prefix, so the sample counts as live"),
+                _ => format!("the append's cached_tokens_details: all {cached} cached tokens on the device"),
+            }
+        }
+        None if !missed => {
+            w.tier = None;
+            "the server did not split its cached tokens by tier (no cached_tokens_details): tier not proven".to_owned()
+        }
+        _ => format!(
+            "the append's cached count {cached} is short of the prefix: recomputed, no tier served it (no host-memory tier: SGLang needs --enable-hierarchical-cache)"
+        ),
+    };
+    let ev = w.evidence.take().unwrap_or_default();
+    w.evidence = Some(match ev.is_empty() {
+        true => said,
+        false => format!("{ev}; {said}"),
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tier_sample(planned: Tier, cached: u64, host: Option<u64>) -> Sample {
+        let mut s = Sample {
+            cached_tokens: Some(cached),
+            cached_host_tokens: host,
+            warm: Some(WarmInfo {
+                prefix_tokens: 1000,
+                new_tokens: 100,
+                expected_cached: 1000,
+                allowance: 1,
+                tier: Some(planned),
+                evidence: Some("filler".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        crate::warm::judge(&mut s);
+        attribute_host_split(&mut s);
+        s
+    }
+
+    fn tier_of(s: &Sample) -> Option<Tier> {
+        s.warm.as_ref().and_then(|w| w.tier)
+    }
+
+    #[test]
+    fn an_sglang_tier_is_what_the_servers_host_split_says_not_what_was_planned() {
+        // Loaded back from host memory: the host tier, also when live was planned.
+        assert_eq!(
+            tier_of(&tier_sample(Tier::Ram, 1000, Some(1000))),
+            Some(Tier::Ram)
+        );
+        assert_eq!(
+            tier_of(&tier_sample(Tier::Live, 1000, Some(600))),
+            Some(Tier::Ram)
+        );
+        // All on the device after the filler: it did not evict the prefix, so it is live.
+        let s = tier_sample(Tier::Ram, 1000, Some(0));
+        assert_eq!(tier_of(&s), Some(Tier::Live));
+        let ev = s.warm.unwrap().evidence.unwrap();
+        assert!(
+            ev.starts_with("filler; ") && ev.contains("did not evict"),
+            "{ev}"
+        );
+        // A hit without a split proves no tier: kept out of the table.
+        assert_eq!(tier_of(&tier_sample(Tier::Ram, 1000, None)), None);
+        // Recomputed: the planned tier stays, flagged a miss, the evidence says why.
+        let s = tier_sample(Tier::Ram, 0, None);
+        assert_eq!(tier_of(&s), Some(Tier::Ram));
+        assert!(s.has(&Flag::CacheMiss));
+        assert!(s
+            .warm
+            .unwrap()
+            .evidence
+            .unwrap()
+            .contains("no tier served it"));
+    }
 }

@@ -308,20 +308,20 @@ pub fn predicted_grid_s(
     )
 }
 
-/// One wave: c prompts, each with its own nonce, all prepared (text built, lengths
-/// calibrated) before the flush and t0, then released together; the cache flushed once
-/// before it. `None` when interrupted (nothing of it is recorded). A request whose prompt
 /// One wave to measure: its point, its size, its index and its prompts' first window.
-struct WaveRequest {
-    context: u64,
-    c: u32,
-    wave: u32,
-    nonce: u64,
-    timeouts: crate::client::Timeouts,
+pub(super) struct WaveRequest {
+    pub context: u64,
+    pub c: u32,
+    pub wave: u32,
+    pub nonce: u64,
+    pub timeouts: crate::client::Timeouts,
 }
 
+/// One cold wave: c prompts, each with its own nonce, all prepared (text built, lengths
+/// calibrated) before the flush and t0, then released together; the cache flushed once
+/// before it. `None` when interrupted (nothing of it is recorded). A request whose prompt
 /// cannot be prepared is a failed sample; the others are released without it.
-async fn measure_wave(
+pub(super) async fn measure_wave(
     backend: &dyn Backend,
     builder: &mut PromptBuilder,
     settings: &BenchSettings,
@@ -345,15 +345,7 @@ async fn measure_wave(
             timeouts,
         })
         .collect();
-    let prepared: Vec<Result<(), ClientError>> = tokio::select! {
-        r = prepare_all(backend, &mut reqs) => r,
-        e = watch_server(backend) => {
-            let mut v = vec![Err(e)];
-            v.extend((1..c).map(|_| Err(gone_error(backend))));
-            v
-        }
-        _ = interrupt.wait_for(|v| *v) => return None,
-    };
+    let prepared = prepare_wave(backend, interrupt, &mut reqs).await?;
     // Nothing to flush for when no request can be sent (the server went away).
     let flushed = match prepared.iter().any(Result::is_ok) {
         true => flush(backend, settings).await,
@@ -361,6 +353,62 @@ async fn measure_wave(
     };
     // /metrics around the wave: where a server that flags no request counts preemptions.
     let before = super::scrape(settings).await;
+    let mut samples = release(
+        backend,
+        settings,
+        interrupt,
+        (&reqs, prepared),
+        (context, wave),
+    )
+    .await?;
+    let deltas = wave_deltas(settings, &mut samples, before).await;
+    if let Some(d) = &deltas {
+        // The wave's prefix-cache counters: no hit among c prompts proves each cold; a hit
+        // cannot be placed, so every request of the wave is contaminated (a false alarm at
+        // worst, never a missed hit). Speculative and other deltas stay unattributed.
+        for s in samples
+            .iter_mut()
+            .filter(|s| s.status == Status::Ok && s.phase == Phase::Cold)
+        {
+            crate::sample::apply_cache_evidence(s, d);
+        }
+    }
+    if let Some(s) = samples.first_mut() {
+        note_flush(s, flushed);
+    }
+    check_wave_idle(settings, &mut samples, waited, deltas.as_ref()).await;
+    Some(samples)
+}
+
+/// Prepares a wave's requests, stopping for an interrupt (`None`); a server gone away
+/// fails every request.
+pub(super) async fn prepare_wave(
+    backend: &dyn Backend,
+    interrupt: &mut tokio::sync::watch::Receiver<bool>,
+    reqs: &mut [GenRequest],
+) -> Option<Vec<Result<(), ClientError>>> {
+    let c = reqs.len();
+    tokio::select! {
+        r = prepare_all(backend, reqs) => Some(r),
+        e = watch_server(backend) => {
+            let mut v = vec![Err(e)];
+            v.extend((1..c).map(|_| Err(gone_error(backend))));
+            Some(v)
+        }
+        _ = interrupt.wait_for(|v| *v) => None,
+    }
+}
+
+/// Releases prepared requests together from one t0 and makes their samples (rep = wave,
+/// wave statistics applied). `None` when interrupted.
+pub(super) async fn release(
+    backend: &dyn Backend,
+    settings: &BenchSettings,
+    interrupt: &mut tokio::sync::watch::Receiver<bool>,
+    (reqs, prepared): (&[GenRequest], Vec<Result<(), ClientError>>),
+    (context, wave): (u64, u32),
+) -> Option<Vec<Sample>> {
+    let c = reqs.len();
     let at = now();
     // One t0 for the wave: every prepared request is first polled (and written) right
     // after it; one that could not be prepared keeps its error and sends nothing.
@@ -387,7 +435,7 @@ async fn measure_wave(
         .collect();
     let mut samples: Vec<Sample> = results
         .into_iter()
-        .zip(&reqs)
+        .zip(reqs)
         .map(|(r, req)| {
             make_sample(
                 &settings.target(context),
@@ -399,32 +447,26 @@ async fn measure_wave(
             )
         })
         .collect();
-    apply_wave(&mut samples, analyse_wave(context, &times), c, wave);
-    let mut deltas = None;
-    if let (Some(b), Some(a)) = (before, super::scrape(settings).await) {
-        let d = crate::metrics::deltas(&b, &a, &crate::client::kept_metric_names());
-        flag_preemptions(&mut samples, &d);
-        // The wave's prefix-cache counters: no hit among c prompts proves each cold; a hit
-        // cannot be placed, so every request of the wave is contaminated (a false alarm at
-        // worst, never a missed hit). Speculative and other deltas stay unattributed.
-        for s in samples
-            .iter_mut()
-            .filter(|s| s.status == Status::Ok && s.phase == Phase::Cold)
-        {
-            crate::sample::apply_cache_evidence(s, &d);
-        }
-        deltas = Some(d);
-    }
-    if let Some(s) = samples.first_mut() {
-        note_flush(s, flushed);
-    }
-    check_wave_idle(settings, &mut samples, waited, deltas.as_ref()).await;
+    apply_wave(&mut samples, analyse_wave(context, &times), c as u32, wave);
     Some(samples)
+}
+
+/// The /metrics deltas across a wave (`None` without a scraper), with its preemptions
+/// flagged on every completed request.
+pub(super) async fn wave_deltas(
+    settings: &BenchSettings,
+    samples: &mut [Sample],
+    before: Option<crate::metrics::Snapshot>,
+) -> Option<std::collections::BTreeMap<String, f64>> {
+    let (b, a) = (before?, super::scrape(settings).await?);
+    let d = crate::metrics::deltas(&b, &a, &crate::client::kept_metric_names());
+    flag_preemptions(samples, &d);
+    Some(d)
 }
 
 /// The idle check after a wave: the c requests are one measurement, so the counters and
 /// slots must account for all of them together; foreign work flags every request of it.
-async fn check_wave_idle(
+pub(super) async fn check_wave_idle(
     settings: &BenchSettings,
     samples: &mut [Sample],
     waited: Option<crate::idle::Waited>,

@@ -155,6 +155,7 @@ impl EventReader for CompletionReader {
                 completion_tokens: predicted
                     .or_else(|| timings.as_ref().and_then(|t| t.predicted_n)),
                 cached_tokens: cached,
+                cached_host_tokens: None,
             };
             self.got.spec = timings.as_ref().and_then(super::llamacpp_spec);
             self.got.timings = timings;

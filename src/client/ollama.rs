@@ -240,6 +240,7 @@ impl GenerateReader {
             prompt_tokens: prompt,
             completion_tokens: eval,
             cached_tokens: None,
+            cached_host_tokens: None,
         };
         let per_s = |n: Option<u64>, ms: Option<f64>| match (n, ms) {
             (Some(n), Some(ms)) if ms > 0.0 => Some(n as f64 / (ms / 1000.0)),

@@ -893,6 +893,7 @@ impl EventReader for CompletionsReader {
                     .and_then(|d| get_u64(d, "cached_tokens"))
                     .or_else(|| timings.as_ref().and_then(|t| t.cache_n))
                     .or(self.missing_cached_is_zero.then_some(0)),
+                cached_host_tokens: None,
             };
             self.got.spec =
                 usage_spec(u).or_else(|| timings.as_ref().and_then(super::llamacpp_spec));
@@ -1152,7 +1153,8 @@ mod tests {
             Counts {
                 prompt_tokens: Some(100),
                 completion_tokens: Some(2),
-                cached_tokens: Some(64)
+                cached_tokens: Some(64),
+                cached_host_tokens: None,
             }
         );
         assert!(r.on_event(&ev("[DONE]")).unwrap().ends_stream);

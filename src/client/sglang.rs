@@ -98,6 +98,18 @@ impl super::Family for Family {
             p.max_context = Some(n);
             p.max_context_source = Some("sglang /server_info max_req_input_len".into());
         }
+        // A small KV pool (--max-total-tokens) caps the prompt below the model's context:
+        // real SGLang 0.5.23 with a pool of 4096 refused a 4096-token prompt (limit 4090)
+        // while /model_info said 65536. A few tokens under the context is its usual margin.
+        if let (Some(c), Some(n)) = (p.max_context, get_u64(&info, "max_req_input_len")) {
+            if n + 16 < c {
+                p.max_context = Some(n);
+                p.max_context_source = Some(format!(
+                    "sglang /server_info max_req_input_len (the longest prompt it takes: its KV pool of {} tokens, below the context of {c})",
+                    p.kv_pool_tokens.map_or("?".to_owned(), |k| k.to_string())
+                ));
+            }
+        }
         if info.get("enable_metrics").and_then(Value::as_bool) == Some(false) {
             p.notes.push(
                 "/metrics and meta_info timings are off: start SGLang with --enable-metrics".into(),
@@ -291,6 +303,11 @@ impl EventReader for GenerateReader {
             prompt_tokens: get_u64(meta, "prompt_tokens"),
             completion_tokens: completion.or(self.got.counts.completion_tokens),
             cached_tokens: get_u64(meta, "cached_tokens"),
+            // `{"device": D, "host": H}` (0.5.23; null with nothing cached): H tokens were
+            // loaded back from HiCache's host memory.
+            cached_host_tokens: meta
+                .get("cached_tokens_details")
+                .and_then(|d| get_u64(d, "host")),
         };
         let finish = meta.get("finish_reason").filter(|f| !f.is_null());
         let is_final = finish.is_some();

@@ -225,6 +225,7 @@ impl EventReader for StreamReader {
                 prompt_tokens: get_u64(d, "input_length"),
                 completion_tokens: get_u64(d, "generated_tokens"),
                 cached_tokens: None,
+                cached_host_tokens: None,
             };
             self.got.finish_reason = d
                 .get("finish_reason")
@@ -307,6 +308,7 @@ impl Backend for Tgi {
                     .map(|x| x as u64)
                     .or_else(|| get_u64(&d, "generated_tokens")),
                 cached_tokens: None,
+                cached_host_tokens: None,
             },
             timings: Some(ServerTimings {
                 source: "tgi.headers".to_owned(),

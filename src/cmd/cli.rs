@@ -301,7 +301,8 @@ pub struct SweepArgs {
     /// it the cold prefill of L + N), `conversation` (one conversation growing by
     /// --turn-tokens and its generated answer per turn, up to the server's maximum),
     /// `tiers` (llama-server with -np 1: live cache, --cache-ram host memory, slot
-    /// save/restore from --slot-save-path, and cold recompute at each L). Every warm sample
+    /// save/restore from --slot-save-path, and cold recompute at each L; SGLang: live cache,
+    /// HiCache host memory after evicting the prefix from the device pool, cold). Every warm sample
     /// proves its reuse from the server's cached-token count; a miss is flagged cache_miss
     /// and kept out of the summaries.
     #[arg(long, value_enum, value_name = "append|conversation|tiers")]
@@ -330,7 +331,8 @@ pub struct SweepArgs {
     /// Requests sent together at each context, e.g. `1,2,4,8`: the capacity map (context ×
     /// concurrency). Each cell sends c cold requests of exactly the context length, each
     /// with its own nonce, released together; a repetition repeats the whole wave. The
-    /// default, 1, measures one request at a time.
+    /// default, 1, measures one request at a time. With --mode append: c sessions at once,
+    /// each appending to its own cached prefix (on llama-server give each a slot: -np c).
     #[arg(long, value_name = "LIST", default_value = "1")]
     pub concurrency: String,
 

@@ -22,9 +22,9 @@ pub fn warm_config(
     };
     let m = mode.as_str();
     // What the warm loops do not do (yet), refused with what to do instead.
-    if concurrency != [1] {
+    if concurrency != [1] && mode != WarmMode::Append {
         return bad(format!(
-            "--mode {m} measures one session at a time so far; --concurrency {} (several sessions, each with its own prefix) is not supported yet: measure concurrency with the cold sweep",
+            "--mode {m} follows one session; --concurrency {} (several sessions at once, each with its own prefix) is for --mode append",
             args.concurrency
         ));
     }

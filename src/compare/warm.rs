@@ -38,6 +38,8 @@ pub struct WarmRow {
     /// `tiers`: the tier (`live`, `ram`, `disk`, `cold`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier: Option<String>,
+    /// Sessions appending at once (`--concurrency`; 1: one session).
+    pub concurrency: u32,
     /// Median TTFT_inc of A (median of run medians with several runs), ms.
     pub a: Option<f64>,
     /// Same for B.
@@ -63,13 +65,17 @@ pub struct WarmRow {
 }
 
 impl WarmRow {
-    /// The cell as written in tables: `4k + 128`, or `4k + 128 ram` for a tier.
+    /// The cell as written in tables: `4k + 128`, `4k + 128 ×2` for two sessions at once,
+    /// or `4k + 128 ram` for a tier.
     pub fn label(&self) -> String {
-        let base = format!(
+        let mut base = format!(
             "{} + {}",
             crate::units::fmt_ctx(self.prefix_tokens),
             crate::units::fmt_ctx(self.new_tokens)
         );
+        if self.concurrency > 1 {
+            base.push_str(&format!(" ×{}", self.concurrency));
+        }
         match &self.tier {
             Some(t) => format!("{base} {t}"),
             None => base,
@@ -102,7 +108,8 @@ impl WarmRow {
     }
 }
 
-type Key = (u64, u64, Option<String>);
+/// (L, N, sessions at once, tier).
+type Key = (u64, u64, u32, Option<String>);
 
 fn mode_of(g: &[Loaded]) -> Option<WarmMode> {
     g.first()
@@ -116,7 +123,12 @@ fn key(s: &Sample) -> Option<Key> {
         Phase::Tier => Some(w.tier?.as_str().to_owned()),
         _ => return None,
     };
-    Some((w.prefix_tokens, w.new_tokens, tier))
+    Some((
+        w.prefix_tokens,
+        w.new_tokens,
+        s.concurrency.unwrap_or(1),
+        tier,
+    ))
 }
 
 /// Counted: completed, of the right length, not overlapped (hit or miss alike).
@@ -198,7 +210,8 @@ pub fn compare(a: &[Loaded], b: &[Loaded], s: &Settings) -> Option<WarmCompariso
         out.rows.push(WarmRow {
             prefix_tokens: k.0,
             new_tokens: k.1,
-            tier: k.2.clone(),
+            concurrency: k.2,
+            tier: k.3.clone(),
             a: center(&va),
             b: center(&vb),
             ratio: cell.ratio,

@@ -60,9 +60,13 @@ pub fn parts(w: &WarmReport) -> Vec<Part> {
 }
 
 fn append(w: &WarmReport, mut notes: Vec<String>) -> Part {
-    let mut t = Table::new([
-        ("L (cached)", Align::Left),
-        ("N (new)", Align::Right),
+    // The sessions column appears only when several sessions appended at once.
+    let several = w.append.iter().any(|c| c.concurrency > 1);
+    let mut cols = vec![("L (cached)", Align::Left), ("N (new)", Align::Right)];
+    if several {
+        cols.push(("sessions", Align::Right));
+    }
+    cols.extend([
         ("n", Align::Right),
         ("miss", Align::Right),
         ("TTFT_inc ms", Align::Right),
@@ -70,10 +74,16 @@ fn append(w: &WarmReport, mut notes: Vec<String>) -> Part {
         ("speedup", Align::Right),
         ("decode tok/s", Align::Right),
     ]);
+    let mut t = Table::new(cols);
     for c in &w.append {
-        t.row([
+        let mut row = vec![
             Text::from(fmt_ctx(c.prefix_tokens)),
             Text::from(fmt_ctx(c.new_tokens)),
+        ];
+        if several {
+            row.push(Text::from(c.concurrency.to_string()));
+        }
+        row.extend([
             Text::from(format!("{}/{}", c.usable, c.samples)),
             Text::from(c.misses.to_string()),
             Text::from(med_range(&c.ttft_ms)),
@@ -81,44 +91,60 @@ fn append(w: &WarmReport, mut notes: Vec<String>) -> Part {
             Text::from(c.speedup.map_or("–".to_owned(), |s| format!("{s:.1}×"))),
             Text::from(med_range(&c.decode_tokens_per_s)),
         ]);
+        t.row(row);
     }
-    match &w.fit {
-        Some(f) => notes.push(format!(
-            "fit: TTFT_inc(L, N) ≈ {} + {}·N + {}·L·N ms   R² {:.3}   {} cells (a: fixed cost; b: per new token; c: a new token's attention over the cached prefix)",
+    let at = |c: u32| match several {
+        true => format!(" at {c} session(s)"),
+        false => String::new(),
+    };
+    for f in &w.fits {
+        notes.push(format!(
+            "fit{}: TTFT_inc(L, N) ≈ {} + {}·N + {}·L·N ms   R² {:.3}   {} cells (a: fixed cost; b: per new token; c: a new token's attention over the cached prefix)",
+            at(f.concurrency),
             num(f.coef[0]),
             sci(f.coef[1]),
             sci(f.coef[2]),
             f.r2,
             f.cells
-        )),
-        None => notes.push("fit: needs at least three cells with usable samples".to_owned()),
-    }
-    if let Some(target) = w.config.ttft_target_ms {
-        let items: Vec<String> = w
-            .budget
-            .iter()
-            .map(|b| {
-                format!(
-                    "L {}: {}, {} by the fit",
-                    fmt_ctx(b.prefix_tokens),
-                    b.measured_n.map_or("no measured N".to_owned(), |n| format!(
-                        "N ≤ {} measured",
-                        fmt_ctx(n)
-                    )),
-                    b.fit_n
-                        .map_or("none".to_owned(), |n| format!("N ≤ {:.0}", n.floor()))
-                )
-            })
-            .collect();
-        notes.push(format!(
-            "turn budget under {} ms TTFT (largest N at each L): {}",
-            num(target),
-            items.join("; ")
         ));
     }
+    if w.fits.is_empty() {
+        notes.push("fit: needs at least three cells with usable samples".to_owned());
+    }
+    if let Some(target) = w.config.ttft_target_ms {
+        for c in crate::stats::warm::levels(&w.append) {
+            let items: Vec<String> = w
+                .budget
+                .iter()
+                .filter(|b| b.concurrency == c)
+                .map(|b| {
+                    format!(
+                        "L {}: {}, {} by the fit",
+                        fmt_ctx(b.prefix_tokens),
+                        b.measured_n.map_or("no measured N".to_owned(), |n| format!(
+                            "N ≤ {} measured",
+                            fmt_ctx(n)
+                        )),
+                        b.fit_n
+                            .map_or("none".to_owned(), |n| format!("N ≤ {:.0}", n.floor()))
+                    )
+                })
+                .collect();
+            notes.push(format!(
+                "turn budget under {} ms TTFT{} (largest N at each L): {}",
+                num(target),
+                at(c),
+                items.join("; ")
+            ));
+        }
+    }
+    let title = match several {
+        true => "Append N new tokens to a cached prefix of L, with that many sessions appending at once, each to its own prefix (medians (min–max) of every session's proven hits; the cold column is this run's cold wave of as many prompts of L + N)",
+        false => "Append N new tokens to a cached prefix of L (medians (min–max) of proven hits; the cold column is this run's cold prefill of L + N)",
+    };
     Part {
         heading: "Warm context at depth: append",
-        title: "Append N new tokens to a cached prefix of L (medians (min–max) of proven hits; the cold column is this run's cold prefill of L + N)".to_owned(),
+        title: title.to_owned(),
         table: Some(t),
         notes,
     }
@@ -216,13 +242,17 @@ fn tiers(w: &WarmReport, mut notes: Vec<String>) -> Part {
             ),
         ]);
     }
-    notes.push("tiers: cold = recompute of L + N; live = the slot's own cache; ram = the host-memory prompt cache (--cache-ram; the only slot held another prompt, GET /slots); disk = slot saved, erased, restored (the restore request's time is included); each sample's evidence is in its warm.evidence".to_owned());
+    notes.push("tiers: cold = recompute of L + N; live = the server's live cache (the prime was its last request); ram = host memory (llama.cpp --cache-ram: the only slot held another prompt, GET /slots; SGLang HiCache: filler evicted the prefix from the device pool and the append's cached_tokens_details counted host tokens); disk = llama.cpp slot saved, erased, restored (the restore request's time is included); each sample's evidence is in its warm.evidence".to_owned());
+    let disk_measured = w.tiers.iter().any(|r| r.disk_ms.is_some());
     notes.push(match w.restore_beats_cold_from {
         Some(l) => format!(
             "restoring from disk beats recomputing from L = {} on (at every measured L from there)",
             fmt_ctx(l)
         ),
-        None => "restoring from disk never beat recomputing at the measured lengths (or no disk tier: start llama-server with --slot-save-path)".to_owned(),
+        None if disk_measured => {
+            "restoring from disk never beat recomputing at the measured lengths".to_owned()
+        }
+        None => "no disk tier measured (llama-server with --slot-save-path has one)".to_owned(),
     });
     Part {
         heading: "Cache tiers",

@@ -473,7 +473,9 @@ impl Session {
             interrupt,
         };
         let mut tally = match (&self.plan.warm, grid) {
-            (Some(w), _) => crate::session::warm::run(ctx, &p.contexts, w, &self.profile).await?,
+            (Some(w), _) => {
+                crate::session::warm::run(ctx, &p.contexts, (w, &levels), &self.profile).await?
+            }
             (None, false) => bench::run(ctx, &p.contexts, prior).await?,
             (None, true) => {
                 bench::wave::run_grid(ctx, &p.contexts, &levels, &limits, prior).await?

@@ -19,11 +19,19 @@ pub fn check(w: &WarmConfig, plan: &SweepPlan, profile: &ServerProfile) -> Resul
             profile.server_kind
         ));
     }
-    if w.mode == WarmMode::Tiers && profile.backend != crate::client::BackendKind::Llamacpp {
+    let tiered = [
+        crate::client::BackendKind::Llamacpp,
+        crate::client::BackendKind::Sglang,
+    ];
+    if w.mode == WarmMode::Tiers && !tiered.contains(&profile.backend) {
         return bad(format!(
-            "--mode tiers is for llama.cpp's llama-server so far (slot save/restore, --cache-ram); this server is {} ({}): use --mode append",
+            "--mode tiers drives llama.cpp's llama-server (slot save/restore, --cache-ram) and SGLang's native /generate (HiCache host memory, proven per request by meta_info.cached_tokens_details); this server is {} ({}): use --mode append{}",
             profile.server_kind,
-            profile.backend.as_str()
+            profile.backend.as_str(),
+            match profile.detected {
+                Some(crate::client::BackendKind::Sglang) => " (or --backend sglang)",
+                _ => "",
+            }
         ));
     }
     if w.mode == WarmMode::Tiers && profile.total_slots.is_some_and(|s| s > 1) {
@@ -42,7 +50,16 @@ pub fn check(w: &WarmConfig, plan: &SweepPlan, profile: &ServerProfile) -> Resul
             "--mode {mode} proves every sample's reuse from the server's cached-token count, and this server reports none{hint}"
         ));
     }
-    let _ = plan;
+    if plan.concurrency != [1] && w.mode != WarmMode::Append {
+        return bad(format!(
+            "--mode {mode} follows one session; --concurrency {} (several sessions, each with its own prefix) is for --mode append",
+            plan.concurrency
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
+    }
     Ok(())
 }
 
@@ -50,9 +67,19 @@ pub fn check(w: &WarmConfig, plan: &SweepPlan, profile: &ServerProfile) -> Resul
 pub async fn run(
     ctx: RunCtx<'_>,
     contexts: &[u64],
-    w: &WarmConfig,
+    (w, levels): (&WarmConfig, &[u32]),
     profile: &ServerProfile,
 ) -> Result<Tally, RecordError> {
+    // More sessions than slots: a prime evicts another session's prefix unless a host
+    // cache (llama.cpp --cache-ram) keeps it. That is a finding, so it is measured, and
+    // each evicted append is a flagged miss.
+    if let (Some(&c), Some(slots)) = (levels.iter().max(), profile.total_slots) {
+        if u64::from(c) > slots {
+            ctx.observer.warn(&format!(
+                "--concurrency {c} sessions but the server has {slots} slot(s): a session's prefix may be evicted by another's prime (each such append is flagged cache_miss); start llama-server with -np {c} to give each its own slot"
+            ));
+        }
+    }
     let fam = profile.detected.and_then(family);
     let allowance = move |l: u64| {
         fam.map_or(
@@ -67,6 +94,9 @@ pub async fn run(
         config: w,
         allowance: &allowance,
         max_context: profile.max_context,
+        concurrency: levels,
+        backend: profile.backend,
+        kv_pool_tokens: profile.kv_pool_tokens,
     };
     match w.mode {
         WarmMode::Append => bench::append::run(ctx, contexts, &settings).await,

@@ -17,6 +17,8 @@ pub struct AppendCell {
     pub prefix_tokens: u64,
     /// Appended tokens (N).
     pub new_tokens: u64,
+    /// Sessions appending at once (`--concurrency`; 1: one session).
+    pub concurrency: u32,
     /// Append samples recorded (failures included).
     pub samples: usize,
     /// Of those, reuse proven and summarised.
@@ -29,7 +31,7 @@ pub struct AppendCell {
     pub ttft_ms: Option<Spread>,
     /// Decode rate of the append, tokens/s.
     pub decode_tokens_per_s: Option<Spread>,
-    /// Cold TTFT of L + N (usable cold samples of this run), ms.
+    /// Cold TTFT of L + N (usable cold samples of this run at the same concurrency), ms.
     pub cold_ttft_ms: Option<Spread>,
     /// Cold median ÷ append median: how many times faster the cache made the turn.
     pub speedup: Option<f64>,
@@ -39,6 +41,8 @@ pub struct AppendCell {
 /// attention over the cached prefix.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AppendFit {
+    /// The concurrency whose cells were fitted.
+    pub concurrency: u32,
     /// a (ms), b (ms per new token), c (ms per new token per prefix token); all ≥ 0.
     pub coef: [f64; 3],
     /// R² of the cell medians.
@@ -57,6 +61,8 @@ impl AppendFit {
 /// The turn budget at one L: the largest N that stays under the TTFT target.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Budget {
+    /// Sessions at once.
+    pub concurrency: u32,
     /// Cached prefix (L).
     pub prefix_tokens: u64,
     /// The largest measured N whose median TTFT is under the target (`None`: none is).
@@ -120,13 +126,13 @@ pub struct WarmReport {
     pub unverified: usize,
     /// Warm samples sent with the cache switch off (`--negative-control`).
     pub bypassed: usize,
-    /// `append`: the grid, L then N ascending.
+    /// `append`: the grid, concurrency then L then N ascending.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub append: Vec<AppendCell>,
-    /// `append`: the fit of the cell medians.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fit: Option<AppendFit>,
-    /// `append` with `--ttft-target`: the turn budget per L.
+    /// `append`: the fit of the cell medians, one per concurrency level with enough cells.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fits: Vec<AppendFit>,
+    /// `append` with `--ttft-target`: the turn budget per concurrency and L.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub budget: Vec<Budget>,
     /// `conversation`: the turns in order.
@@ -168,7 +174,7 @@ pub fn summarize(config: Option<&WarmConfig>, samples: &[Sample]) -> Option<Warm
             .filter(|s| s.warm.as_ref().is_some_and(|w| w.bypass))
             .count(),
         append: Vec::new(),
-        fit: None,
+        fits: Vec::new(),
         budget: Vec::new(),
         turns: Vec::new(),
         tiers: Vec::new(),
@@ -178,9 +184,18 @@ pub fn summarize(config: Option<&WarmConfig>, samples: &[Sample]) -> Option<Warm
     match r.config.mode {
         WarmMode::Append => {
             r.append = append_cells(samples);
-            r.fit = append_fit(&r.append);
-            if let Some(t) = r.config.ttft_target_ms {
-                r.budget = budget(&r.append, r.fit.as_ref(), t);
+            for c in levels(&r.append) {
+                let cells: Vec<AppendCell> = r
+                    .append
+                    .iter()
+                    .filter(|x| x.concurrency == c)
+                    .cloned()
+                    .collect();
+                let fit = append_fit(&cells);
+                if let Some(t) = r.config.ttft_target_ms {
+                    r.budget.extend(budget(&cells, fit.as_ref(), t));
+                }
+                r.fits.extend(fit);
             }
         }
         WarmMode::Conversation => r.turns = turns(samples),
@@ -192,11 +207,20 @@ pub fn summarize(config: Option<&WarmConfig>, samples: &[Sample]) -> Option<Warm
     Some(r)
 }
 
-fn cold_at(samples: &[Sample], context: u64) -> Option<Spread> {
+/// The concurrency levels of the append cells, ascending.
+pub fn levels(cells: &[AppendCell]) -> Vec<u32> {
+    let mut v: Vec<u32> = cells.iter().map(|c| c.concurrency).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn cold_at(samples: &[Sample], context: u64, c: u32) -> Option<Spread> {
     Spread::of(
         samples
             .iter()
             .filter(|s| s.usable() && s.context_tokens == context)
+            .filter(|s| s.concurrency.unwrap_or(1) == c)
             .filter_map(|s| s.ttft_ms),
     )
 }
@@ -208,34 +232,32 @@ fn decode_of(s: &Sample) -> Option<f64> {
     }
 }
 
-/// The append grid from the samples, L then N ascending.
+/// The append grid from the samples, concurrency then L then N ascending.
 pub fn append_cells(samples: &[Sample]) -> Vec<AppendCell> {
     let appends: Vec<&Sample> = samples
         .iter()
         .filter(|s| s.phase == Phase::Append)
         .collect();
-    let mut keys: Vec<(u64, u64)> = appends
-        .iter()
-        .filter_map(|s| s.warm.as_ref().map(|w| (w.prefix_tokens, w.new_tokens)))
-        .collect();
+    let key = |s: &Sample| {
+        let w = s.warm.as_ref()?;
+        Some((s.concurrency.unwrap_or(1), w.prefix_tokens, w.new_tokens))
+    };
+    let mut keys: Vec<(u32, u64, u64)> = appends.iter().filter_map(|s| key(s)).collect();
     keys.sort_unstable();
     keys.dedup();
     keys.into_iter()
-        .map(|(l, n)| {
+        .map(|(c, l, n)| {
             let here: Vec<&&Sample> = appends
                 .iter()
-                .filter(|s| {
-                    s.warm
-                        .as_ref()
-                        .is_some_and(|w| w.prefix_tokens == l && w.new_tokens == n)
-                })
+                .filter(|s| key(s) == Some((c, l, n)))
                 .collect();
             let ok: Vec<&&Sample> = here.iter().copied().filter(|s| warm::usable(s)).collect();
             let ttft = Spread::of(ok.iter().filter_map(|s| s.ttft_ms));
-            let cold = cold_at(samples, l + n);
+            let cold = cold_at(samples, l + n, c);
             AppendCell {
                 prefix_tokens: l,
                 new_tokens: n,
+                concurrency: c,
                 samples: here.len(),
                 usable: ok.len(),
                 misses: here.iter().filter(|s| s.has(&Flag::CacheMiss)).count(),
@@ -255,9 +277,10 @@ pub fn append_cells(samples: &[Sample]) -> Vec<AppendCell> {
         .collect()
 }
 
-/// Fits TTFT_inc(L, N) ≈ a + b·N + c·L·N to the cell medians; `None` with fewer than three
-/// cells or a single L and N (the terms cannot be told apart).
+/// Fits TTFT_inc(L, N) ≈ a + b·N + c·L·N to the cell medians (of one concurrency level);
+/// `None` with fewer than three cells or a single L and N (the terms cannot be told apart).
 pub fn append_fit(cells: &[AppendCell]) -> Option<AppendFit> {
+    let concurrency = cells.first().map_or(1, |c| c.concurrency);
     let pts: Vec<(f64, f64, f64)> = cells
         .iter()
         .filter_map(|c| {
@@ -277,6 +300,7 @@ pub fn append_fit(cells: &[AppendCell]) -> Option<AppendFit> {
         .collect();
     let c = nnls3(&rows)?;
     let fit = AppendFit {
+        concurrency,
         coef: [c[0], c[1] / sn, c[2] / sln],
         r2: 0.0,
         cells: pts.len(),
@@ -295,8 +319,10 @@ pub fn append_fit(cells: &[AppendCell]) -> Option<AppendFit> {
     Some(AppendFit { r2, ..fit })
 }
 
-/// The turn budget at each L: the largest measured N under `target_ms`, and the fit's N.
+/// The turn budget at each L (cells of one concurrency level): the largest measured N under
+/// `target_ms`, and the fit's N.
 pub fn budget(cells: &[AppendCell], fit: Option<&AppendFit>, target_ms: f64) -> Vec<Budget> {
+    let concurrency = cells.first().map_or(1, |c| c.concurrency);
     let mut ls: Vec<u64> = cells.iter().map(|c| c.prefix_tokens).collect();
     ls.dedup();
     ls.into_iter()
@@ -313,6 +339,7 @@ pub fn budget(cells: &[AppendCell], fit: Option<&AppendFit>, target_ms: f64) -> 
                     .then(|| (target_ms - f.coef[0]) / per_token)
             });
             Budget {
+                concurrency,
                 prefix_tokens: l,
                 measured_n,
                 fit_n,
@@ -389,7 +416,7 @@ pub fn tier_rows(samples: &[Sample]) -> Vec<TierRow> {
             TierRow {
                 prefix_tokens: l,
                 new_tokens: n,
-                cold_ms: cold_at(samples, l + n),
+                cold_ms: cold_at(samples, l + n, 1),
                 live_ms: ms(Tier::Live),
                 ram_ms: ms(Tier::Ram),
                 disk_ms: ms(Tier::Disk),
@@ -479,6 +506,49 @@ mod tests {
         assert!((b[0].fit_n.unwrap() - 950.0).abs() < 1e-3);
         // At L = 16000 even N = 100 is 10 + 10 + 160 = 180: under.
         assert_eq!(b[2].measured_n, Some(100));
+    }
+
+    #[test]
+    fn sessions_at_once_are_their_own_cells_beside_the_cold_wave_of_the_same_size() {
+        let at = |mut s: Sample, c: u32| {
+            s.concurrency = (c > 1).then_some(c);
+            s
+        };
+        let mut samples = Vec::new();
+        for l in [1000u64, 4000] {
+            for n in [100u64, 1000] {
+                let one = 10.0 + 0.1 * n as f64;
+                samples.push(at(append(l, n, l, one), 1));
+                samples.push(at(append(l, n, l, 2.0 * one), 2));
+                samples.push(at(append(l, n, l, 2.0 * one), 2));
+                samples.push(at(cold(l + n, 5.0 * one), 1));
+                samples.push(at(cold(l + n, 30.0 * one), 2));
+            }
+        }
+        let config = WarmConfig {
+            mode: WarmMode::Append,
+            appends: vec![100, 1000],
+            turn_tokens: None,
+            ttft_target_ms: Some(100.0),
+            negative_control: false,
+        };
+        let r = summarize(Some(&config), &samples).unwrap();
+        assert_eq!(r.append.len(), 8);
+        let (one, two): (Vec<_>, Vec<_>) = r.append.iter().partition(|c| c.concurrency == 1);
+        assert_eq!((one.len(), two.len()), (4, 4));
+        // Each level beside its own cold column: 5× at one session, 15× at two.
+        assert!(one.iter().all(|c| (c.speedup.unwrap() - 5.0).abs() < 1e-9));
+        assert!(two.iter().all(|c| (c.speedup.unwrap() - 15.0).abs() < 1e-9));
+        assert!(two.iter().all(|c| c.usable == 2));
+        assert_eq!(
+            r.fits.iter().map(|f| f.concurrency).collect::<Vec<_>>(),
+            [1, 2]
+        );
+        assert!((r.fits[1].coef[1] - 0.2).abs() < 1e-6, "{:?}", r.fits[1]);
+        // Under 100 ms: N = 100 takes 20 ms (one session), 40 ms (two); N = 1000 neither.
+        assert_eq!(r.budget.len(), 4);
+        assert!(r.budget.iter().all(|b| b.measured_n == Some(100)));
+        assert_eq!(r.budget[2].concurrency, 2);
     }
 
     #[test]

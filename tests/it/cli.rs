@@ -700,8 +700,8 @@ fn warm_modes_refuse_what_they_cannot_do_yet_before_any_request() {
     let url = unreachable_url();
     for (args, named) in [
         (
-            &["--mode", "append", "--concurrency", "1,2"][..],
-            "--concurrency",
+            &["--mode", "conversation", "--concurrency", "1,2"][..],
+            "is for --mode append",
         ),
         (
             &["--mode", "append", "--method", "two-point"][..],

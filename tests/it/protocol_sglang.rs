@@ -7,6 +7,7 @@ use crate::scripted;
 
 use common::{argv, sweep};
 use ctxbench::record::Status;
+use ctxbench::warm::Tier;
 use scripted::{
     assert_flush_busy_at_the_probe_keeps_flushing,
     assert_flush_refused_mid_run_flags_every_later_sample, Config, Flavor, Scripted,
@@ -234,4 +235,76 @@ fn scripted_sglang_flush_busy_at_the_probe_keeps_flushing_on_with_flush_auto() {
 #[test]
 fn scripted_sglang_flush_busy_at_the_probe_does_not_stop_flush_always() {
     assert_flush_busy_at_the_probe_keeps_flushing(Flavor::Sglang, "always");
+}
+
+/// `--mode tiers` on a scripted SGLang with a device pool of 4096 tokens; its tier samples.
+fn tiers_on(hicache: bool) -> (common::SweepRun, Vec<ctxbench::record::Sample>) {
+    let mut cfg = Config::new(Flavor::Sglang);
+    cfg.device_pool = Some(4096);
+    cfg.hicache = hicache;
+    let srv = Scripted::start(cfg);
+    let run = sweep(
+        &srv.url(),
+        &argv("--mode tiers --contexts 1000,2000 --append 100 --reps 1 --output-tokens 4"),
+    )
+    .ok();
+    let tiers = run
+        .results()
+        .samples
+        .into_iter()
+        .filter(|s| s.phase == ctxbench::record::Phase::Tier)
+        .collect();
+    (run, tiers)
+}
+
+#[test]
+fn scripted_sglang_hicache_host_tier_is_proven_by_each_appends_host_split() {
+    // HiCache cannot run on this CPU (SGLang's host pool needs CUDA's cudaHostRegister): the
+    // scripted server moves the least recently used prompts beyond its device pool to host
+    // memory and reports hits on them as `cached_tokens_details.host`.
+    let (run, tiers) = tiers_on(true);
+    let of = |t: Tier| -> Vec<&ctxbench::record::Sample> {
+        tiers
+            .iter()
+            .filter(|s| s.warm.as_ref().and_then(|w| w.tier) == Some(t))
+            .collect()
+    };
+    let (live, ram) = (of(Tier::Live), of(Tier::Ram));
+    assert_eq!((live.len(), ram.len()), (2, 2), "{tiers:?}");
+    for s in &live {
+        let w = s.warm.as_ref().unwrap();
+        assert_eq!(s.cached_tokens, Some(w.prefix_tokens), "{s:?}");
+        assert_eq!(s.cached_host_tokens, Some(0), "{s:?}");
+    }
+    for s in &ram {
+        let w = s.warm.as_ref().unwrap();
+        // The filler pushed the prefix out of the device pool; HiCache loaded it all back.
+        assert_eq!(s.cached_tokens, Some(w.prefix_tokens), "{s:?}");
+        assert_eq!(s.cached_host_tokens, Some(w.prefix_tokens), "{s:?}");
+        let ev = w.evidence.as_deref().unwrap();
+        assert!(
+            ev.contains("through a device KV pool of 4096 tokens"),
+            "{ev}"
+        );
+        assert!(ev.contains("loaded back from host memory"), "{ev}");
+        assert!(ctxbench::warm::usable(s), "{s:?}");
+    }
+    let md = std::fs::read_to_string(run.out.with_extension("md")).unwrap();
+    assert!(md.contains("ram"), "{md}");
+}
+
+#[test]
+fn scripted_sglang_tiers_without_hicache_recompute_an_evicted_prefix_and_flag_it() {
+    let (_run, tiers) = tiers_on(false);
+    let ram: Vec<_> = tiers
+        .iter()
+        .filter(|s| s.warm.as_ref().and_then(|w| w.tier) == Some(Tier::Ram))
+        .collect();
+    assert_eq!(ram.len(), 2, "{tiers:?}");
+    for s in ram {
+        assert!(s.has(&ctxbench::record::Flag::CacheMiss), "{s:?}");
+        assert!(!ctxbench::warm::usable(s));
+        let ev = s.warm.as_ref().and_then(|w| w.evidence.as_deref()).unwrap();
+        assert!(ev.contains("--enable-hierarchical-cache"), "{ev}");
+    }
 }

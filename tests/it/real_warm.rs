@@ -1,13 +1,15 @@
 //! Warm context at depth (issue 22) on real SGLang and vLLM (CPU, tiny model): the append
 //! grid's reuse proven from each server's own cached-token count, with each family's stated
-//! allowance (SGLang's radix cache per token; vLLM whole blocks of 16). Counts only: nothing
-//! here depends on speed.
+//! allowance (SGLang's radix cache per token; vLLM whole blocks of 128 on CPU), one session
+//! and two at once (each its own prefix, both in the shared prefix cache). Counts only:
+//! nothing here depends on speed.
 
 use crate::common;
 
 use common::real::{Family, RealServer};
 use common::sweep;
-use ctxbench::record::{Flag, Phase, Results};
+use ctxbench::record::{Flag, Phase, Results, Sample};
+use ctxbench::warm::Tier;
 
 /// Every append sample's cached count, checked against `expect(L)`; returns how many.
 fn check_appends(r: &Results, expect: impl Fn(u64) -> u64) -> usize {
@@ -28,6 +30,8 @@ fn check_appends(r: &Results, expect: impl Fn(u64) -> u64) -> usize {
     for s in r.samples.iter().filter(|s| s.phase == Phase::Prime) {
         assert!(s.cache_verified && !s.contaminated, "{s:?}");
     }
+    let two = appends.iter().filter(|s| s.concurrency == Some(2)).count();
+    assert_eq!(two, 2 * appends.len() / 3, "two sessions at once at each L");
     appends.len()
 }
 
@@ -43,15 +47,18 @@ fn real_sglang_radix_cache_serves_the_whole_prefix_of_an_append() {
             "1000,2000",
             "--append",
             "100",
+            "--concurrency",
+            "1,2",
             "--reps",
             "1",
-            "--output-tokens",
-            "4",
+            "--wave-output-tokens",
+            "8",
         ],
     )
     .ok();
     let res = r.results();
-    assert_eq!(check_appends(&res, |l| l), 2);
+    // 2 L × (one session + two at once), every session its own prefix.
+    assert_eq!(check_appends(&res, |l| l), 6);
     let rule = &res
         .samples
         .iter()
@@ -78,6 +85,36 @@ fn real_vllm_prefix_cache_serves_whole_blocks_of_an_append() {
             "1000,2000",
             "--append",
             "100",
+            "--concurrency",
+            "1,2",
+            "--reps",
+            "1",
+            "--wave-output-tokens",
+            "8",
+        ],
+    )
+    .ok();
+    let res = r.results();
+    assert_eq!(check_appends(&res, |l| l / 128 * 128), 6);
+    let w = res.samples.iter().find_map(|s| s.warm.clone()).unwrap();
+    assert!(w.allowance_rule.contains("128"), "{}", w.allowance_rule);
+}
+
+#[test]
+fn real_sglang_tiers_evict_the_prefix_from_device_memory_and_without_hicache_recompute_it() {
+    // A device pool of 4096 tokens, so the filler that evicts a prefix is small. HiCache
+    // itself does not run on CPU (its host pool calls CUDA's cudaHostRegister), so the ram
+    // tier is the negative control here: evicted, recomputed, flagged.
+    let srv = RealServer::start(Family::Sglang, &["--max-total-tokens", "4096"]);
+    let r = sweep(
+        &srv.url(),
+        &[
+            "--mode",
+            "tiers",
+            "--contexts",
+            "1000,2000",
+            "--append",
+            "100",
             "--reps",
             "1",
             "--output-tokens",
@@ -86,7 +123,37 @@ fn real_vllm_prefix_cache_serves_whole_blocks_of_an_append() {
     )
     .ok();
     let res = r.results();
-    assert_eq!(check_appends(&res, |l| l / 128 * 128), 2);
-    let w = res.samples.iter().find_map(|s| s.warm.clone()).unwrap();
-    assert!(w.allowance_rule.contains("128"), "{}", w.allowance_rule);
+    // The pool, not the model's 65536, caps the prompt: SGLang takes at most 4090 tokens.
+    assert_eq!(
+        res.header.server.max_context,
+        Some(4090),
+        "{:?}",
+        res.header.server
+    );
+    let tier = |t: Tier| -> Vec<&Sample> {
+        res.samples
+            .iter()
+            .filter(|s| s.phase == Phase::Tier)
+            .filter(|s| s.warm.as_ref().and_then(|w| w.tier) == Some(t))
+            .collect()
+    };
+    let (live, ram) = (tier(Tier::Live), tier(Tier::Ram));
+    assert_eq!((live.len(), ram.len()), (2, 2), "{:?}", res.samples);
+    for s in &live {
+        // SGLang's own split: every cached token on the device, none from host memory.
+        let w = s.warm.as_ref().unwrap();
+        assert_eq!(s.cached_tokens, Some(w.prefix_tokens), "{s:?}");
+        assert_eq!(s.cached_host_tokens, Some(0), "{s:?}");
+        assert!(ctxbench::warm::usable(s));
+    }
+    for s in &ram {
+        let w = s.warm.as_ref().unwrap();
+        let ev = w.evidence.as_deref().unwrap();
+        assert!(ev.contains("device KV pool of 4096 tokens"), "{ev}");
+        // Evicted from the device and no host tier: recomputed from scratch.
+        assert!(s.cached_tokens.unwrap() < w.least_cached(), "{s:?}");
+        assert!(s.has(&Flag::CacheMiss), "{s:?}");
+        assert!(ev.contains("--enable-hierarchical-cache"), "{ev}");
+    }
+    assert!(r.stdout.contains("Cache tiers"), "{}", r.stdout);
 }

@@ -90,9 +90,157 @@ fn append_at_depth_reuses_exactly_the_cached_prefix_beside_the_cold_prefill() {
         assert!(c["cold_ttft_ms"]["median"].as_f64().is_some(), "{c}");
         assert!(c["speedup"].as_f64().is_some(), "{c}");
     }
-    assert!(j["runs"][0]["warm"]["fit"]["coef"].is_array());
+    assert!(j["runs"][0]["warm"]["fits"][0]["coef"].is_array());
     let md = std::fs::read_to_string(r.out.with_extension("md")).unwrap();
     assert!(md.contains("cold TTFT(L+N)"), "{md}");
+}
+
+/// The append samples of the waves of `c` sessions, by (length, wave).
+fn waves(r: &Results, c: u32) -> std::collections::BTreeMap<(u64, u32), Vec<&Sample>> {
+    let mut by: std::collections::BTreeMap<(u64, u32), Vec<&Sample>> = Default::default();
+    for s in phase(r, Phase::Append) {
+        if s.concurrency == Some(c) {
+            by.entry((s.context_tokens, s.wave.unwrap()))
+                .or_default()
+                .push(s);
+        }
+    }
+    by
+}
+
+#[test]
+fn two_sessions_appending_at_once_each_reuse_their_own_prefix() {
+    let _g = serial();
+    // Two slots of 4096: each session's prefix has a slot of its own.
+    let (srv, _slots) = server(8192, &["-np", "2"]);
+    let r = sweep(
+        &srv.url(),
+        &[
+            "--mode",
+            "append",
+            "--contexts",
+            "512,1024",
+            "--append",
+            "64",
+            "--concurrency",
+            "1,2",
+            "--reps",
+            "1",
+            "--wave-output-tokens",
+            "8",
+            "--ttft-target",
+            "60000",
+        ],
+    )
+    .ok();
+    let res = r.results();
+    let two = waves(&res, 2);
+    assert_eq!(two.len(), 2, "one wave per L: {two:?}");
+    let mut prefixes = Vec::new();
+    for wave in two.values() {
+        assert_eq!(wave.len(), 2, "both sessions of the wave");
+        for s in wave {
+            let w = s.warm.as_ref().unwrap();
+            // Each session found its own prefix whole and computed only its N new tokens.
+            assert_eq!(s.cached_tokens, Some(w.prefix_tokens), "{s:?}");
+            let computed = s.server.as_ref().and_then(|t| t.prompt_n);
+            assert_eq!(computed, Some(w.new_tokens), "{s:?}");
+            assert!(ctxbench::warm::usable(s), "{s:?}");
+            assert!(s.wave_stats.is_some(), "timed as a wave: {s:?}");
+            prefixes.push(s.prompt_tokens);
+        }
+    }
+    // The primes of the two sessions were each new to the cache (their own nonces).
+    let primes: Vec<&Sample> = phase(&res, Phase::Prime)
+        .into_iter()
+        .filter(|s| s.concurrency == Some(2))
+        .collect();
+    assert_eq!(primes.len(), 4);
+    assert!(
+        primes.iter().all(|s| s.cached_tokens == Some(0)),
+        "{primes:?}"
+    );
+    // The cold column at two sessions is a cold wave of two prompts of L + N.
+    let cold: Vec<&Sample> = phase(&res, Phase::Cold)
+        .into_iter()
+        .filter(|s| s.concurrency == Some(2))
+        .collect();
+    assert_eq!(cold.len(), 4);
+    assert!(cold
+        .iter()
+        .all(|s| s.usable() && s.cached_tokens == Some(0)));
+    // One session at a time is measured as before, beside.
+    assert_eq!(waves(&res, 1).len(), 0);
+    assert_eq!(
+        phase(&res, Phase::Append)
+            .iter()
+            .filter(|s| s.concurrency.is_none())
+            .count(),
+        2
+    );
+    let j = json_report(&r.out);
+    let w = &j["runs"][0]["warm"];
+    let cells = w["append"].as_array().unwrap();
+    assert_eq!(cells.len(), 4, "{w}");
+    for c in cells.iter().filter(|c| c["concurrency"] == 2) {
+        assert_eq!(
+            (c["usable"].as_u64(), c["samples"].as_u64()),
+            (Some(2), Some(2)),
+            "{c}"
+        );
+        assert!(c["cold_ttft_ms"]["median"].as_f64().is_some(), "{c}");
+    }
+    let budgets = w["budget"].as_array().unwrap();
+    assert!(budgets.iter().any(|b| b["concurrency"] == 2), "{w}");
+    assert!(r.stdout.contains("sessions"), "{}", r.stdout);
+    assert!(r.stdout.contains("at 2 session(s)"), "{}", r.stdout);
+}
+
+#[test]
+fn sessions_sharing_one_slot_evict_each_other_and_their_appends_are_flagged_misses() {
+    let _g = serial();
+    // One slot and no host-memory cache: a session's prime evicts the other's prefix.
+    let (srv, _slots) = server(4096, &["--cache-ram", "0"]);
+    let r = sweep(
+        &srv.url(),
+        &[
+            "--mode",
+            "append",
+            "--contexts",
+            "512",
+            "--append",
+            "64",
+            "--concurrency",
+            "2",
+            "--reps",
+            "2",
+            "--wave-output-tokens",
+            "8",
+        ],
+    )
+    .ok();
+    assert!(
+        r.stderr.contains("1 slot(s)") && r.stderr.contains("-np 2"),
+        "{}",
+        r.stderr
+    );
+    let res = r.results();
+    let two = waves(&res, 2);
+    assert_eq!(two.len(), 2);
+    for wave in two.values() {
+        // Whichever append the slot serves first recomputes its prefix: at least one miss.
+        let misses: Vec<&&Sample> = wave.iter().filter(|s| s.has(&Flag::CacheMiss)).collect();
+        assert!(!misses.is_empty(), "{wave:?}");
+        for s in misses {
+            let w = s.warm.as_ref().unwrap();
+            assert!(s.cached_tokens.unwrap() < w.least_cached(), "{s:?}");
+            assert!(!ctxbench::warm::usable(s));
+        }
+    }
+    let j = json_report(&r.out);
+    let c = &j["runs"][0]["warm"]["append"][0];
+    assert!(c["misses"].as_u64().unwrap() >= 2, "{c}");
+    assert!(c["usable"].as_u64() < c["samples"].as_u64(), "{c}");
 }
 
 #[test]

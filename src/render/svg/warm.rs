@@ -38,14 +38,24 @@ pub fn warm_plots(report: &Report) -> Result<Vec<Plot>, RenderError> {
 
 type Line = Vec<(f64, Spread)>;
 
-/// Per N: the warm line and the cold line, (L, spread) in L order.
-fn lines(cells: &[AppendCell]) -> Vec<(u64, Line, Line)> {
-    let mut ns: Vec<u64> = cells.iter().map(|c| c.new_tokens).collect();
+/// Per N (and sessions at once, when several): the legend's name for it, the warm line and
+/// the cold line, (L, spread) in L order.
+fn lines(cells: &[AppendCell]) -> Vec<(String, Line, Line)> {
+    let mut ns: Vec<(u32, u64)> = cells
+        .iter()
+        .map(|c| (c.concurrency, c.new_tokens))
+        .collect();
     ns.sort_unstable();
     ns.dedup();
     ns.into_iter()
-        .map(|n| {
-            let here = cells.iter().filter(|c| c.new_tokens == n);
+        .map(|(k, n)| {
+            let here = cells
+                .iter()
+                .filter(move |c| (c.concurrency, c.new_tokens) == (k, n));
+            let name = match k {
+                1 => format!("N = {}", crate::units::fmt_ctx(n)),
+                k => format!("N = {} ×{k} sessions", crate::units::fmt_ctx(n)),
+            };
             let warm = here
                 .clone()
                 .filter_map(|c| Some((c.prefix_tokens as f64, c.ttft_ms?)))
@@ -53,7 +63,7 @@ fn lines(cells: &[AppendCell]) -> Vec<(u64, Line, Line)> {
             let cold = here
                 .filter_map(|c| Some((c.prefix_tokens as f64, c.cold_ttft_ms?)))
                 .collect();
-            (n, warm, cold)
+            (name, warm, cold)
         })
         .collect()
 }
@@ -80,7 +90,6 @@ fn append_plot(label: &str, cells: &[AppendCell]) -> Result<Plot, RenderError> {
         let mut chart = frame(&root, title, (xmin, xmax), (0.0, ymax), "ms", false)?;
         for (i, (n, warm, cold)) in all.iter().enumerate() {
             let c = color(i);
-            let n = crate::units::fmt_ctx(*n);
             if !warm.is_empty() {
                 chart
                     .draw_series(LineSeries::new(
@@ -88,7 +97,7 @@ fn append_plot(label: &str, cells: &[AppendCell]) -> Result<Plot, RenderError> {
                         c.stroke_width(2),
                     ))
                     .map_err(perr)?
-                    .label(format!("N = {n}: append to cached L"))
+                    .label(format!("{n}: append to cached L"))
                     .legend(line_key(c.stroke_width(2)));
                 chart
                     .draw_series(warm.iter().map(|(l, s)| {
@@ -111,7 +120,7 @@ fn append_plot(label: &str, cells: &[AppendCell]) -> Result<Plot, RenderError> {
                         c.mix(0.8).stroke_width(2),
                     ))
                     .map_err(perr)?
-                    .label(format!("N = {n}: cold L + N"))
+                    .label(format!("{n}: cold L + N"))
                     .legend(move |(x, y)| {
                         EmptyElement::at((x, y))
                             + PathElement::new([(0, 0), (7, 0)], c.stroke_width(2))
@@ -150,6 +159,7 @@ mod tests {
         AppendCell {
             prefix_tokens: l,
             new_tokens: n,
+            concurrency: 1,
             samples: 3,
             usable: 3,
             misses: 0,

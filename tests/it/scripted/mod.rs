@@ -67,6 +67,13 @@ pub struct Config {
     /// the shared 5 ms prefill, a loaded host's scheduling delay of 40 ms on one sample made
     /// the others look like cache hits. At 150 ms more, a hiccup would have to exceed 450 ms.
     pub extra_prefill: Duration,
+    /// SGLang's device KV pool (`max_total_num_tokens`), enforced: the least recently used
+    /// prompts beyond it are evicted. `None`: 500k tokens reported, never evicted.
+    pub device_pool: Option<u64>,
+    /// SGLang `--enable-hierarchical-cache`: evicted prompts move to host memory, and a hit
+    /// on them is reported as `cached_tokens_details.host` (no real SGLang here runs
+    /// HiCache: on CPU its host pool needs CUDA's cudaHostRegister).
+    pub hicache: bool,
 }
 
 impl Config {
@@ -89,6 +96,8 @@ impl Config {
                 Flavor::Ollama => Duration::from_millis(150),
                 _ => Duration::ZERO,
             },
+            device_pool: None,
+            hicache: false,
         }
     }
 }
@@ -105,6 +114,8 @@ pub struct Log {
     /// Requests being answered right now (a flush is refused while this is above 0).
     running: usize,
     seen: Vec<Vec<u64>>,
+    /// Prompts evicted from the device pool to host memory (HiCache).
+    host: Vec<Vec<u64>>,
     prompt_tokens_total: u64,
     generation_tokens_total: u64,
     cached_tokens_total: u64,
@@ -365,7 +376,7 @@ async fn server_info(State(s): State<Arc<Srv>>) -> Json<Value> {
         "enable_metrics": s.cfg.enable_metrics,
         "enable_cache_report": s.cfg.cache_report,
         "speculative_algorithm": if s.cfg.spec_draft > 0 { json!("EAGLE") } else { Value::Null },
-        "max_total_num_tokens": 500_000,
+        "max_total_num_tokens": s.cfg.device_pool.unwrap_or(500_000),
         "max_req_input_len": s.cfg.advertised_context - 5,
         "internal_states": [{"last_gen_throughput": 0.0}],
         "version": "0.5.6-scripted"
@@ -407,6 +418,7 @@ async fn flush(State(s): State<Arc<Srv>>) -> Response {
     } else {
         log.flushes += 1;
         log.seen.clear();
+        log.host.clear();
     }
     match (s.cfg.flavor, busy) {
         // SGLang's answer is plain text without a content-type header.
@@ -455,26 +467,37 @@ async fn metrics(State(s): State<Arc<Srv>>) -> Response {
         .into_response()
 }
 
-/// Registers a prompt with the prefix cache; returns tokens served from it. vLLM caches in
-/// blocks of 16.
-fn admit(s: &Srv, ids: &[u64], gen: u64) -> u64 {
+/// Registers a prompt with the prefix cache; returns tokens served from it and, of those,
+/// loaded back from host memory. vLLM caches in blocks of 16.
+fn admit(s: &Srv, ids: &[u64], gen: u64) -> (u64, u64) {
     let mut l = s.log.lock().unwrap();
-    let lcp = l
-        .seen
-        .iter()
-        .map(|p| p.iter().zip(ids).take_while(|(a, b)| a == b).count() as u64)
-        .max()
-        .unwrap_or(0);
+    let lcp = |pool: &[Vec<u64>]| {
+        pool.iter()
+            .map(|p| p.iter().zip(ids).take_while(|(a, b)| a == b).count() as u64)
+            .max()
+            .unwrap_or(0)
+    };
+    let (device, host) = (lcp(&l.seen), lcp(&l.host));
     let cached = match s.cfg.flavor {
-        Flavor::Vllm => lcp / 16 * 16,
-        _ => lcp,
+        Flavor::Vllm => device / 16 * 16,
+        _ => device.max(host),
     }
     .min(ids.len() as u64 - 1);
+    let from_host = cached.saturating_sub(device);
     l.seen.push(ids.to_vec());
+    if let Some(pool) = s.cfg.device_pool {
+        // Least recently used first out: to host memory with HiCache, else gone.
+        while l.seen.iter().map(|p| p.len() as u64).sum::<u64>() > pool && l.seen.len() > 1 {
+            let out = l.seen.remove(0);
+            if s.cfg.hicache {
+                l.host.push(out);
+            }
+        }
+    }
     l.prompt_tokens_total += ids.len() as u64 - cached;
     l.cached_tokens_total += cached;
     l.generation_tokens_total += gen;
-    cached
+    (cached, from_host)
 }
 
 /// Verify steps for `n` generated tokens: the first token comes from prefill, each step
@@ -556,7 +579,7 @@ async fn generate(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Respons
             (StatusCode::BAD_REQUEST, Json(err)).into_response()
         };
     }
-    let cached = admit(&s, &ids, max_new);
+    let (cached, from_host) = admit(&s, &ids, max_new);
     let steps = spec_steps(&s.cfg, max_new);
     let mut events = Vec::new();
     let bounds = chunks(&s.cfg, max_new);
@@ -577,7 +600,7 @@ async fn generate(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Respons
             "prompt_tokens": ids.len(), "completion_tokens": n, "cached_tokens": cached,
             "reasoning_tokens": 0, "num_retractions": 0, "weight_version": "default",
             "storage_prefetch_wait": 0.0, "storage_staging_wait": 0.0,
-            "cached_tokens_details": {"device": cached, "host": 0}, "dp_rank": null
+            "cached_tokens_details": {"device": cached - from_host, "host": from_host}, "dp_rank": null
         });
         if i == 0 && stream {
             meta["response_sent_to_client_ts"] = json!(entry + prefill_s);
@@ -687,7 +710,7 @@ async fn completions(State(s): State<Arc<Srv>>, Json(body): Json<Value>) -> Resp
     }
     // Queue time: from arrival to scheduling (this fake schedules at once).
     let queue_ms = arrived.elapsed().as_secs_f64() * 1000.0;
-    let cached = admit(&s, &ids, max_tokens);
+    let (cached, _) = admit(&s, &ids, max_tokens);
     if s.cfg.spec_draft > 0 {
         let steps = spec_steps(&s.cfg, max_tokens);
         let mut l = s.log.lock().unwrap();
