@@ -196,11 +196,24 @@ fn info(group: &[Loaded]) -> RunInfo {
     }
 }
 
+/// The cold points a run measured: its context ladder, or for a warm run the lengths of its
+/// cold column (L + N: append at every N, tiers at the first).
 fn contexts(r: &Results) -> Vec<u64> {
-    let mut c: Vec<u64> = if r.header.config.contexts.is_empty() {
-        r.samples.iter().map(|s| s.context_tokens).collect()
-    } else {
-        r.header.config.contexts.clone()
+    let ladder = &r.header.config.contexts;
+    let mut c: Vec<u64> = match (&r.header.config.warm, ladder.is_empty()) {
+        (_, true) => r.samples.iter().map(|s| s.context_tokens).collect(),
+        (None, false) => ladder.clone(),
+        (Some(w), false) => {
+            let ns: Vec<u64> = match w.mode {
+                crate::warm::WarmMode::Append => w.appends.clone(),
+                crate::warm::WarmMode::Tiers => vec![w.appends.first().copied().unwrap_or(128)],
+                crate::warm::WarmMode::Conversation => Vec::new(),
+            };
+            ladder
+                .iter()
+                .flat_map(|l| ns.iter().map(move |n| l + n))
+                .collect()
+        }
     };
     c.sort_unstable();
     c.dedup();

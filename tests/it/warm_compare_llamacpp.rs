@@ -78,14 +78,19 @@ fn compare_calls_the_negative_control_slower_per_cell_with_every_b_sample_flagge
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("gate FAILED"), "{err}");
     assert!(err.contains(": TTFT_inc at 4k + 128: "), "{err}");
-    // The other way round the warm cell is the faster one. (The cold column of an append
-    // run is at L + N, and has no verdict here, so nothing host load moves decides this.)
+    // The other way round the warm cell is the faster one and never fails the gate. The cold
+    // column (L + N) is the same work on both sides: host load between the two runs may
+    // still move it past 5%, so only a named warm cell would be wrong here.
     let (code, _, err) = run(&["compare", pb, pa, "--fail-if-slower", "5%"]);
-    assert_eq!(code, 0, "{err}");
-    assert!(
-        err.contains("no metric is significantly slower than the baseline by more than 5.0% (cold cells and 1 warm cell(s))"),
-        "{err}"
-    );
+    assert!(!err.contains("TTFT_inc at"), "{err}");
+    match code {
+        0 => assert!(
+            err.contains("no metric is significantly slower than the baseline by more than 5.0% (cold cells and 1 warm cell(s))"),
+            "{err}"
+        ),
+        3 => assert!(err.contains("gate FAILED"), "{err}"),
+        _ => panic!("exit {code}: {err}"),
+    }
 }
 
 #[test]
