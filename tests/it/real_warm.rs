@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::real::{Family, RealServer};
-use common::sweep;
+use common::{argv, sweep};
 use ctxbench::record::{Flag, Phase, Results, Sample};
 use ctxbench::warm::Tier;
 
@@ -40,20 +40,7 @@ fn real_sglang_radix_cache_serves_the_whole_prefix_of_an_append() {
     let srv = RealServer::start(Family::Sglang, &[]);
     let r = sweep(
         &srv.url(),
-        &[
-            "--mode",
-            "append",
-            "--contexts",
-            "1000,2000",
-            "--append",
-            "100",
-            "--concurrency",
-            "1,2",
-            "--reps",
-            "1",
-            "--wave-output-tokens",
-            "8",
-        ],
+        &argv("--mode append --contexts 1000,2000 --append 100 --concurrency 1,2 --reps 1 --wave-output-tokens 8"),
     )
     .ok();
     let res = r.results();
@@ -78,20 +65,7 @@ fn real_vllm_prefix_cache_serves_whole_blocks_of_an_append() {
     // reused (recorded on vLLM 0.32.0), within the stated allowance of L mod 128.
     let r = sweep(
         &srv.url(),
-        &[
-            "--mode",
-            "append",
-            "--contexts",
-            "1000,2000",
-            "--append",
-            "100",
-            "--concurrency",
-            "1,2",
-            "--reps",
-            "1",
-            "--wave-output-tokens",
-            "8",
-        ],
+        &argv("--mode append --contexts 1000,2000 --append 100 --concurrency 1,2 --reps 1 --wave-output-tokens 8"),
     )
     .ok();
     let res = r.results();
@@ -108,18 +82,7 @@ fn real_sglang_tiers_evict_the_prefix_from_device_memory_and_without_hicache_rec
     let srv = RealServer::start(Family::Sglang, &["--max-total-tokens", "4096"]);
     let r = sweep(
         &srv.url(),
-        &[
-            "--mode",
-            "tiers",
-            "--contexts",
-            "1000,2000",
-            "--append",
-            "100",
-            "--reps",
-            "1",
-            "--output-tokens",
-            "4",
-        ],
+        &argv("--mode tiers --contexts 1000,2000 --append 100 --reps 1 --output-tokens 4"),
     )
     .ok();
     let res = r.results();

@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::{run, serial, sweep, RefServer};
+use common::{argv, run, serial, sweep, RefServer};
 use ctxbench::record::{Flag, Phase, Results, Sample, Status};
 use ctxbench::warm::Tier;
 use serde_json::Value;
@@ -36,20 +36,7 @@ fn append_at_depth_reuses_exactly_the_cached_prefix_beside_the_cold_prefill() {
     let (srv, _slots) = server(4096, &[]);
     let r = sweep(
         &srv.url(),
-        &[
-            "--mode",
-            "append",
-            "--contexts",
-            "512,1024",
-            "--append",
-            "64,256",
-            "--reps",
-            "1",
-            "--output-tokens",
-            "4",
-            "--ttft-target",
-            "60000",
-        ],
+        &argv("--mode append --contexts 512,1024 --append 64,256 --reps 1 --output-tokens 4 --ttft-target 60000"),
     )
     .ok();
     let res = r.results();
@@ -115,22 +102,7 @@ fn two_sessions_appending_at_once_each_reuse_their_own_prefix() {
     let (srv, _slots) = server(8192, &["-np", "2"]);
     let r = sweep(
         &srv.url(),
-        &[
-            "--mode",
-            "append",
-            "--contexts",
-            "512,1024",
-            "--append",
-            "64",
-            "--concurrency",
-            "1,2",
-            "--reps",
-            "1",
-            "--wave-output-tokens",
-            "8",
-            "--ttft-target",
-            "60000",
-        ],
+        &argv("--mode append --contexts 512,1024 --append 64 --concurrency 1,2 --reps 1 --wave-output-tokens 8 --ttft-target 60000"),
     )
     .ok();
     let res = r.results();
@@ -203,20 +175,7 @@ fn sessions_sharing_one_slot_evict_each_other_and_their_appends_are_flagged_miss
     let (srv, _slots) = server(4096, &["--cache-ram", "0"]);
     let r = sweep(
         &srv.url(),
-        &[
-            "--mode",
-            "append",
-            "--contexts",
-            "512",
-            "--append",
-            "64",
-            "--concurrency",
-            "2",
-            "--reps",
-            "2",
-            "--wave-output-tokens",
-            "8",
-        ],
+        &argv("--mode append --contexts 512 --append 64 --concurrency 2 --reps 2 --wave-output-tokens 8"),
     )
     .ok();
     assert!(
@@ -249,19 +208,7 @@ fn the_negative_control_recomputes_the_prefix_and_every_sample_is_flagged() {
     let (srv, _slots) = server(4096, &[]);
     let r = sweep(
         &srv.url(),
-        &[
-            "--mode",
-            "append",
-            "--contexts",
-            "512,1024",
-            "--append",
-            "64",
-            "--reps",
-            "1",
-            "--output-tokens",
-            "4",
-            "--negative-control",
-        ],
+        &argv("--mode append --contexts 512,1024 --append 64 --reps 1 --output-tokens 4 --negative-control"),
     )
     .ok();
     let res = r.results();
@@ -292,14 +239,7 @@ fn a_conversation_grows_to_the_servers_maximum_reusing_its_whole_history() {
     let (srv, _slots) = server(1024, &[]);
     let r = sweep(
         &srv.url(),
-        &[
-            "--mode",
-            "conversation",
-            "--turn-tokens",
-            "128",
-            "--output-tokens",
-            "8",
-        ],
+        &argv("--mode conversation --turn-tokens 128 --output-tokens 8"),
     )
     .ok();
     let res = r.results();
@@ -331,15 +271,7 @@ fn a_conversation_whose_cache_is_refused_names_each_lost_turn_and_its_length() {
     let (srv, _slots) = server(1024, &[]);
     let r = sweep(
         &srv.url(),
-        &[
-            "--mode",
-            "conversation",
-            "--turn-tokens",
-            "256",
-            "--output-tokens",
-            "4",
-            "--negative-control",
-        ],
+        &argv("--mode conversation --turn-tokens 256 --output-tokens 4 --negative-control"),
     )
     .ok();
     let res = r.results();
@@ -370,18 +302,7 @@ fn each_cache_tier_is_proven_from_the_servers_answers() {
     let (srv, _slots) = server(4096, &[]);
     let r = sweep(
         &srv.url(),
-        &[
-            "--mode",
-            "tiers",
-            "--contexts",
-            "512,1024",
-            "--append",
-            "64",
-            "--reps",
-            "1",
-            "--output-tokens",
-            "4",
-        ],
+        &argv("--mode tiers --contexts 512,1024 --append 64 --reps 1 --output-tokens 4"),
     )
     .ok();
     let res = r.results();
@@ -422,18 +343,7 @@ fn without_a_host_memory_cache_the_ram_tier_is_a_flagged_miss() {
     let (srv, _slots) = server(4096, &["--cache-ram", "0"]);
     let r = sweep(
         &srv.url(),
-        &[
-            "--mode",
-            "tiers",
-            "--contexts",
-            "512",
-            "--append",
-            "64",
-            "--reps",
-            "1",
-            "--output-tokens",
-            "4",
-        ],
+        &argv("--mode tiers --contexts 512 --append 64 --reps 1 --output-tokens 4"),
     )
     .ok();
     let res = r.results();
