@@ -162,27 +162,10 @@ async fn cell(
     let (backend, settings) = (ctx.backend, ctx.settings);
     let total = l + n;
     // 1. The cold prefill of L + N, exactly as the cold sweep measures it.
-    ctx.observer.sample_started(total, rep);
-    let cold = ColdRequest {
-        context: total,
-        rep: cold_rep,
-        window: *window,
-        timeouts: settings.timeouts_for(total),
-    };
-    *window += 1;
-    let Some((cold, _)) = measure_cold(
-        backend,
-        ctx.builder,
-        settings,
-        (&mut *ctx.observer, &mut *ctx.interrupt),
-        cold,
-    )
-    .await
-    else {
-        return Ok(Step::Interrupted);
-    };
-    if let Some(r) = record(ctx.writer, tally, ctx.observer, settings, &cold)? {
-        return Ok(Step::Stopped(r));
+    if let step @ (Step::Interrupted | Step::Stopped(_)) =
+        cold(ctx, total, cold_rep, window, tally).await?
+    {
+        return Ok(step);
     }
     // 2. The prime: a new prefix of L tokens (fresh nonce at token 0), cold, into the cache.
     let full = ctx.builder.build(total, *window);
@@ -230,6 +213,43 @@ async fn cell(
         return Ok(Step::Stopped(r));
     }
     Ok(Step::Go)
+}
+
+/// The cold prefill of `total` as the cold sweep measures it (its own window), recorded:
+/// the cold column beside a warm sample.
+pub(crate) async fn cold(
+    ctx: &mut RunCtx<'_>,
+    total: u64,
+    rep: u32,
+    window: &mut u64,
+    tally: &mut Tally,
+) -> Result<Step, RecordError> {
+    let settings = ctx.settings;
+    ctx.observer.sample_started(total, rep);
+    let req = ColdRequest {
+        context: total,
+        rep,
+        window: *window,
+        timeouts: settings.timeouts_for(total),
+    };
+    *window += 1;
+    let Some((s, _)) = measure_cold(
+        ctx.backend,
+        ctx.builder,
+        settings,
+        (&mut *ctx.observer, &mut *ctx.interrupt),
+        req,
+    )
+    .await
+    else {
+        return Ok(Step::Interrupted);
+    };
+    Ok(
+        match record(ctx.writer, tally, ctx.observer, settings, &s)? {
+            Some(r) => Step::Stopped(r),
+            None => Step::Go,
+        },
+    )
 }
 
 /// Sends the prime of a prefix of L tokens (`full` less its last `n`), after a flush

@@ -17,7 +17,7 @@
 //!   append.
 
 use super::append::{measure_warm, request, send, Step, WarmSettings, PRIME_TOKENS};
-use super::{flush, measure_cold, record, ColdRequest, RunCtx, Tally};
+use super::{flush, record, RunCtx, Tally};
 use crate::client::{slots, BackendKind};
 use crate::error::RecordError;
 use crate::record::{Flag, Phase, Sample, Status};
@@ -113,33 +113,10 @@ async fn one(
 ) -> Result<Step, RecordError> {
     let (backend, settings) = (ctx.backend, ctx.settings);
     let total = l + n;
-    ctx.observer.sample_started(total, rep);
     if tier == Tier::Cold {
-        let cold = ColdRequest {
-            context: total,
-            rep,
-            window: *window,
-            timeouts: settings.timeouts_for(total),
-        };
-        *window += 1;
-        let Some((s, _)) = measure_cold(
-            backend,
-            ctx.builder,
-            settings,
-            (&mut *ctx.observer, &mut *ctx.interrupt),
-            cold,
-        )
-        .await
-        else {
-            return Ok(Step::Interrupted);
-        };
-        return Ok(
-            match record(ctx.writer, tally, ctx.observer, settings, &s)? {
-                Some(r) => Step::Stopped(r),
-                None => Step::Go,
-            },
-        );
+        return super::append::cold(ctx, total, rep, window, tally).await;
     }
+    ctx.observer.sample_started(total, rep);
     let full = ctx.builder.build(total, *window);
     *window += 1;
     let p = match prime(ctx, &full, (l, n, rep), tally).await? {

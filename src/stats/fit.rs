@@ -155,32 +155,7 @@ fn fit_groups(model: Model, g: &[(u64, Vec<f64>)]) -> Option<Fit> {
             ([1.0, x, x * x], m, 1.0 / (w * w))
         })
         .collect();
-    let mut best: Option<(f64, [f64; 3])> = None;
-    for mask in 1u32..(1 << k) {
-        let cols: Vec<usize> = (0..k).filter(|j| mask & (1 << j) != 0).collect();
-        let Some(sol) = weighted_ls(&rows, &cols) else {
-            continue;
-        };
-        if sol.iter().any(|c| *c < 0.0) {
-            continue;
-        }
-        let mut c = [0.0; 3];
-        for (j, v) in cols.iter().zip(&sol) {
-            c[*j] = *v;
-        }
-        let sse: f64 = rows
-            .iter()
-            .map(|(b, y, w)| {
-                let p: f64 = (0..k).map(|j| c[j] * b[j]).sum();
-                w * (y - p) * (y - p)
-            })
-            .sum();
-        if best.is_none_or(|(s, _)| sse < s) {
-            best = Some((sse, c));
-        }
-    }
-    // The all-zero model is always feasible; it wins only for data that is all ≤ 0.
-    let c = best.map(|b| b.1).unwrap_or([0.0; 3]);
+    let c = nonneg_subset_ls(&rows, k);
     let coef: Vec<f64> = (0..k).map(|j| c[j] / scale.powi(j as i32)).collect();
     let mut f = Fit {
         model,
@@ -238,10 +213,18 @@ pub fn nnls3(rows: &[([f64; 3], f64)]) -> Option<[f64; 3]> {
             (b, y, 1.0 / (w * w))
         })
         .collect();
+    Some(nonneg_subset_ls(&rows, 3))
+}
+
+/// Weighted least squares with every coefficient ≥ 0 on the first `k` (≤ 3) columns: the
+/// best of the unconstrained solutions on each subset of columns that comes out
+/// non-negative. The all-zero model is always feasible; it wins only for data that is all
+/// ≤ 0.
+fn nonneg_subset_ls(rows: &[([f64; 3], f64, f64)], k: usize) -> [f64; 3] {
     let mut best: Option<(f64, [f64; 3])> = None;
-    for mask in 1u32..8 {
-        let cols: Vec<usize> = (0..3).filter(|j| mask & (1 << j) != 0).collect();
-        let Some(sol) = weighted_ls(&rows, &cols) else {
+    for mask in 1u32..(1 << k) {
+        let cols: Vec<usize> = (0..k).filter(|j| mask & (1 << j) != 0).collect();
+        let Some(sol) = weighted_ls(rows, &cols) else {
             continue;
         };
         if sol.iter().any(|c| *c < 0.0) {
@@ -254,7 +237,7 @@ pub fn nnls3(rows: &[([f64; 3], f64)]) -> Option<[f64; 3]> {
         let sse: f64 = rows
             .iter()
             .map(|(b, y, w)| {
-                let p: f64 = (0..3).map(|j| c[j] * b[j]).sum();
+                let p: f64 = (0..k).map(|j| c[j] * b[j]).sum();
                 w * (y - p) * (y - p)
             })
             .sum();
@@ -262,7 +245,7 @@ pub fn nnls3(rows: &[([f64; 3], f64)]) -> Option<[f64; 3]> {
             best = Some((sse, c));
         }
     }
-    Some(best.map_or([0.0; 3], |b| b.1))
+    best.map_or([0.0; 3], |b| b.1)
 }
 
 /// Solves the weighted normal equations on the given columns; `None` when singular.
