@@ -1,46 +1,22 @@
 //! ctxbench: benchmark the long-context performance of LLM inference servers.
 //!
-//! Data flows one way: `probe → plan → bench → record → stats → render`. The binary parses
-//! and validates the command line into a [`session::SweepPlan`] and drives a
-//! [`session::Session`]; reports are built from results files alone.
+//! Data flows one way: `probe → plan → bench → record → stats → render`, and each layer is a
+//! crate of this workspace (docs/architecture.md): `ctxbench-schema` (the results file),
+//! `ctxbench-stats` and `ctxbench-render` (reports from files alone, no async, no HTTP),
+//! `ctxbench-client` (the servers' protocols), `ctxbench-session` (the measuring session) and
+//! this crate, the binary. This library re-exports the layers' modules under one name, for the
+//! binary and the integration tests.
 
 #![warn(missing_docs)]
 
-pub mod adaptive;
-pub mod bench;
-pub mod capacity;
-pub mod client;
-pub mod compare;
-pub mod corpus;
-pub mod costmodel;
-pub mod error;
-pub mod fingerprint;
-pub mod idle;
-pub mod integrity;
-pub mod launch;
-pub mod metrics;
-pub mod needle;
-pub mod plan;
-pub mod price;
-pub mod probe;
-pub mod prompt;
-pub mod record;
-pub mod render;
-pub mod report;
-pub mod sample;
-pub mod session;
-pub mod stats;
-pub mod units;
-pub mod warm;
+pub use ctxbench_client::{client, metrics, probe};
+pub use ctxbench_render::render;
+pub use ctxbench_schema::{error, fingerprint, record, units, warm};
+pub use ctxbench_session::{
+    adaptive, bench, corpus, costmodel, idle, launch, needle, plan, prompt, sample, session,
+    COMMIT, VERSION,
+};
+pub use ctxbench_stats::{capacity, compare, integrity, price, report, stats};
 
-/// The git commit ctxbench was built from (`abc1234`, `abc1234-dirty`, or `unknown` outside
-/// a git checkout), set by build.rs.
-pub const COMMIT: &str = env!("CTXBENCH_COMMIT");
-
-/// What `ctxbench --version` prints after the name: `0.1.0 (abc1234)`.
-pub const VERSION: &str = concat!(
-    env!("CARGO_PKG_VERSION"),
-    " (",
-    env!("CTXBENCH_COMMIT"),
-    ")"
-);
+#[cfg(test)]
+mod snapshot_tests;

@@ -10,7 +10,6 @@ use anyhow::Result;
 
 use crate::cmd::cli::SweepArgs;
 use crate::cmd::{sweep, Ending};
-use ctxbench::corpus::CorpusSpec;
 use ctxbench::error::UsageError;
 
 /// The corpora of a comma list, in order; one element for a single corpus.
@@ -56,7 +55,7 @@ pub async fn run(
     let mut plans = Vec::new();
     let mut shorts: Vec<String> = Vec::new();
     for c in &corpora {
-        let spec = CorpusSpec::parse(c).map_err(UsageError::Invalid)?;
+        let spec = ctxbench::corpus::parse_spec(c).map_err(UsageError::Invalid)?;
         let short = spec.short_name();
         if shorts.contains(&short) {
             return Err(UsageError::Invalid(format!(

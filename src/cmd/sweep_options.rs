@@ -140,7 +140,7 @@ impl SweepOptions {
                 args.corpus
             ));
         }
-        let corpus = CorpusSpec::parse(&args.corpus).map_err(UsageError::Invalid)?;
+        let corpus = ctxbench::corpus::parse_spec(&args.corpus).map_err(UsageError::Invalid)?;
         if let CorpusSpec::Path(p) | CorpusSpec::Natural(p) = &corpus {
             // An empty or unreadable corpus is the user's to fix: said before any request.
             ctxbench::corpus::check_path(p).map_err(|e| UsageError::Invalid(e.to_string()))?;

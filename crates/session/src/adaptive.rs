@@ -1,0 +1,254 @@
+//! Adaptive repetitions: keep measuring a point until the median is known precisely enough,
+//! or its budget is spent. Pure decisions, no I/O.
+
+/// Confidence level of the median's interval.
+pub const CONFIDENCE: f64 = 0.95;
+
+/// Distribution-free confidence interval of the median from order statistics: the interval
+/// [x(k), x(n−k+1)] covers the median with probability ≥ `CONFIDENCE` (binomial argument).
+/// `None` when n is too small for any such interval (n < 6 at 95%).
+pub fn median_ci(values: &[f64]) -> Option<(f64, f64)> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    let n = v.len();
+    if n == 0 {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    // Largest k with P(Binom(n, 1/2) < k) ≤ α/2.
+    let alpha_half = (1.0 - CONFIDENCE) / 2.0;
+    let mut cdf = 0.0;
+    let mut k = 0usize;
+    for i in 0..n {
+        let p = binom_pmf(n, i);
+        if cdf + p > alpha_half {
+            break;
+        }
+        cdf += p;
+        k = i + 1;
+    }
+    if k == 0 {
+        return None;
+    }
+    Some((v[k - 1], v[n - k]))
+}
+
+fn binom_pmf(n: usize, i: usize) -> f64 {
+    // ln C(n, i) − n ln 2, summed in logs to stay finite for large n.
+    let ln_c: f64 = (0..i)
+        .map(|j| ((n - j) as f64).ln() - ((j + 1) as f64).ln())
+        .sum();
+    (ln_c - n as f64 * std::f64::consts::LN_2).exp()
+}
+
+/// Fewest values whose median has a distribution-free CI at the loop's confidence (6 at
+/// 95%): with fewer, progress lines say "n/a" and why.
+pub fn min_values_for_ci() -> usize {
+    (1..64)
+        .find(|&n| median_ci(&vec![1.0; n]).is_some())
+        .unwrap_or(64)
+}
+
+/// Relative half-width of the median's CI: (hi − lo) / 2 / median.
+pub fn relative_half_width(values: &[f64]) -> Option<f64> {
+    let (lo, hi) = median_ci(values)?;
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let med = crate::stats::quantile(&v, 0.5);
+    (med.abs() > 0.0).then(|| (hi - lo) / 2.0 / med.abs())
+}
+
+pub use crate::record::{RepPolicy, StopReason};
+
+/// State of one point, as the loop sees it.
+#[derive(Debug, Clone, Default)]
+pub struct PointProgress {
+    /// Repetitions taken so far (usable or not).
+    pub reps: u32,
+    /// TTFTs of usable samples (ms).
+    pub ttft_ms: Vec<f64>,
+    /// Decode rates of usable samples (tok/s).
+    pub decode: Vec<f64>,
+    /// Seconds spent on this point's repetitions beyond `min_reps` (what the point budget
+    /// limits: the minimum is always taken, whatever it costs).
+    pub beyond_min_s: f64,
+}
+
+impl PointProgress {
+    /// Counts one repetition that took `secs`; only time beyond the first `min_reps`
+    /// repetitions counts against the point budget.
+    pub fn add_rep(&mut self, secs: f64, min_reps: u32) {
+        if self.reps >= min_reps {
+            self.beyond_min_s += secs;
+        }
+        self.reps += 1;
+    }
+}
+
+/// The repetition decision of a [`RepPolicy`] (the policy is the results file's; the
+/// decision, which reads the measurements, is the loop's).
+pub trait Decide {
+    /// Whether to take another repetition; `Err(reason)` to stop. `run_elapsed_s` is the
+    /// run's time so far; `next_cost_s` the predicted cost of one more repetition.
+    fn next(
+        &self,
+        p: &PointProgress,
+        run_elapsed_s: f64,
+        next_cost_s: Option<f64>,
+    ) -> Result<(), StopReason>;
+}
+
+impl Decide for RepPolicy {
+    fn next(
+        &self,
+        p: &PointProgress,
+        run_elapsed_s: f64,
+        next_cost_s: Option<f64>,
+    ) -> Result<(), StopReason> {
+        let Some(target) = self.precision else {
+            return if p.reps < self.max_reps {
+                Ok(())
+            } else {
+                Err(StopReason::FixedReps)
+            };
+        };
+        if p.reps < self.min_reps {
+            return Ok(());
+        }
+        let precise = |v: &[f64]| relative_half_width(v).is_some_and(|w| w <= target);
+        if precise(&p.ttft_ms) && precise(&p.decode) {
+            return Err(StopReason::PrecisionReached);
+        }
+        if p.reps >= self.max_reps {
+            return Err(StopReason::MaxReps);
+        }
+        let cost = next_cost_s.unwrap_or(0.0);
+        if let Some(b) = self.run_budget_s {
+            if run_elapsed_s + cost > b {
+                return Err(StopReason::RunBudget);
+            }
+        }
+        if let Some(b) = self.point_budget_s {
+            if p.beyond_min_s + cost > b {
+                return Err(StopReason::PointBudget);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_ci_needs_six_samples_at_95_percent() {
+        assert!(median_ci(&[1.0, 2.0, 3.0, 4.0, 5.0]).is_none());
+        let (lo, hi) = median_ci(&[6.0, 1.0, 5.0, 2.0, 4.0, 3.0]).unwrap();
+        assert_eq!((lo, hi), (1.0, 6.0));
+        // n = 20: k = 6 (P(B < 6) = 0.0207 ≤ 0.025), so [x(6), x(15)].
+        let v: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(median_ci(&v).unwrap(), (6.0, 15.0));
+    }
+
+    #[test]
+    fn fixed_reps_without_precision() {
+        let pol = RepPolicy {
+            precision: None,
+            min_reps: 3,
+            max_reps: 3,
+            point_budget_s: None,
+            run_budget_s: None,
+        };
+        let mut p = PointProgress::default();
+        for _ in 0..3 {
+            assert!(pol.next(&p, 0.0, None).is_ok());
+            p.reps += 1;
+        }
+        assert_eq!(pol.next(&p, 0.0, None), Err(StopReason::FixedReps));
+    }
+
+    fn policy() -> RepPolicy {
+        RepPolicy {
+            precision: Some(0.05),
+            min_reps: 3,
+            max_reps: 30,
+            point_budget_s: Some(60.0),
+            run_budget_s: Some(600.0),
+        }
+    }
+
+    #[test]
+    fn tight_data_stops_on_precision_noisy_data_on_max_or_budget() {
+        let tight = PointProgress {
+            reps: 8,
+            ttft_ms: vec![100.0, 101.0, 99.0, 100.5, 100.2, 99.8, 100.1, 100.0],
+            decode: vec![50.0; 8],
+            beyond_min_s: 1.0,
+        };
+        assert_eq!(
+            policy().next(&tight, 1.0, Some(0.1)),
+            Err(StopReason::PrecisionReached)
+        );
+        let noisy = PointProgress {
+            reps: 8,
+            ttft_ms: vec![50.0, 150.0, 80.0, 120.0, 60.0, 140.0, 100.0, 90.0],
+            decode: vec![50.0; 8],
+            beyond_min_s: 1.0,
+        };
+        assert!(policy().next(&noisy, 1.0, Some(0.1)).is_ok());
+        assert_eq!(
+            policy().next(&noisy, 1.0, Some(60.0)),
+            Err(StopReason::PointBudget)
+        );
+        assert_eq!(
+            policy().next(&noisy, 599.0, Some(2.0)),
+            Err(StopReason::RunBudget)
+        );
+        let mut maxed = noisy.clone();
+        maxed.reps = 30;
+        assert_eq!(
+            policy().next(&maxed, 1.0, Some(0.1)),
+            Err(StopReason::MaxReps)
+        );
+    }
+
+    #[test]
+    fn a_tight_ttft_does_not_stop_a_point_whose_decode_rate_is_noisy() {
+        let p = PointProgress {
+            reps: 8,
+            ttft_ms: vec![100.0; 8],
+            decode: vec![30.0, 70.0, 40.0, 60.0, 35.0, 65.0, 50.0, 45.0],
+            beyond_min_s: 1.0,
+        };
+        assert!(relative_half_width(&p.ttft_ms).unwrap() <= 0.05);
+        assert!(policy().next(&p, 1.0, Some(0.1)).is_ok());
+        // And the converse: tight decode, noisy TTFT.
+        let q = PointProgress {
+            ttft_ms: p.decode.clone(),
+            decode: p.ttft_ms.clone(),
+            ..p
+        };
+        assert!(policy().next(&q, 1.0, Some(0.1)).is_ok());
+    }
+
+    #[test]
+    fn min_reps_are_always_taken() {
+        let p = PointProgress {
+            reps: 2,
+            beyond_min_s: 1e9,
+            ..Default::default()
+        };
+        assert!(policy().next(&p, 1e9, Some(1e9)).is_ok());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn ci_brackets_the_median(v in proptest::collection::vec(0.0f64..1e6, 6..80)) {
+            let (lo, hi) = median_ci(&v).unwrap();
+            let mut s = v.clone();
+            s.sort_by(f64::total_cmp);
+            let m = crate::stats::quantile(&s, 0.5);
+            proptest::prop_assert!(lo <= m && m <= hi);
+        }
+    }
+}

@@ -1,0 +1,34 @@
+//! The measuring session of ctxbench: the plan, the corpus and prompts, the measuring
+//! protocol every request goes through (idle before, flush, metrics, request, judge,
+//! metrics, idle after, record), the concurrency waves and warm modes, and managed servers.
+
+#![warn(missing_docs)]
+
+// The layers below, under the names the code has always used.
+pub(crate) use ctxbench_client::{client, metrics, probe};
+pub(crate) use ctxbench_schema::{error, fingerprint, record, units, warm};
+pub(crate) use ctxbench_stats::{capacity, stats};
+
+pub mod adaptive;
+pub mod bench;
+pub mod corpus;
+pub mod costmodel;
+pub mod idle;
+pub mod launch;
+pub mod needle;
+pub mod plan;
+pub mod prompt;
+pub mod sample;
+pub mod session;
+
+/// The git commit ctxbench was built from (`abc1234`, `abc1234-dirty`, or `unknown` outside
+/// a git checkout), set by build.rs.
+pub const COMMIT: &str = env!("CTXBENCH_COMMIT");
+
+/// What `ctxbench --version` prints after the name: `0.1.0 (abc1234)`.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("CTXBENCH_COMMIT"),
+    ")"
+);

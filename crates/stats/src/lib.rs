@@ -1,0 +1,15 @@
+//! What ctxbench's results mean: summaries, fits, significance, the comparison of runs, the
+//! capacity map, integrity checks and the report model. Built from results files alone: this
+//! crate depends on no async runtime and no HTTP client, so it cannot reach a server.
+
+#![warn(missing_docs)]
+
+// The layer below, under the names the code has always used.
+pub(crate) use ctxbench_schema::{error, fingerprint, record, units, warm};
+
+pub mod capacity;
+pub mod compare;
+pub mod integrity;
+pub mod price;
+pub mod report;
+pub mod stats;

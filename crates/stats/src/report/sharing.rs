@@ -1,0 +1,81 @@
+//! What the report says about sharing the server: the idle guard's waits and the samples it
+//! flagged (`foreign_load`, `idle_wait_expired`, `held_back_stream`), read from the samples.
+
+use super::{warn, Warning};
+use crate::record::{Flag, Sample, ServerInfo};
+
+/// What a run's samples say about sharing the server.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Summary {
+    /// Samples whose idle state was checked (they carry `idle_wait_ms`).
+    pub checked: usize,
+    /// Of those, samples that had to wait for the server to be idle.
+    pub waited: usize,
+    /// The longest wait, ms.
+    pub longest_wait_ms: f64,
+    /// All waits together, ms.
+    pub total_wait_ms: f64,
+    /// Samples flagged `foreign_load`.
+    pub foreign: usize,
+    /// Of those, measured because `--idle-wait` ran out.
+    pub expired: usize,
+    /// Samples flagged `held_back_stream`.
+    pub held_back: usize,
+}
+
+/// Counts the waits and flags of `samples`.
+pub fn summarize(samples: &[Sample]) -> Summary {
+    let mut s = Summary::default();
+    for x in samples {
+        if let Some(w) = x.idle_wait_ms {
+            s.checked += 1;
+            s.total_wait_ms += w;
+            s.longest_wait_ms = s.longest_wait_ms.max(w);
+            s.waited += usize::from(w > 0.0);
+        }
+        s.foreign += usize::from(x.has(&Flag::ForeignLoad));
+        s.expired += usize::from(x.has(&Flag::IdleWaitExpired));
+        s.held_back += usize::from(x.has(&Flag::HeldBackStream));
+    }
+    s
+}
+
+/// What the report says about sharing the server: how many samples waited and how long,
+/// how many another client's work overlapped, held-back streams, and a server whose idle
+/// state could not be checked.
+pub fn report_warnings(server: &ServerInfo, samples: &[Sample]) -> Vec<Warning> {
+    let s = summarize(samples);
+    let mut w = Vec::new();
+    if s.waited > 0 || s.foreign > 0 {
+        w.push(warn(
+            "shared_server",
+            format!(
+                "shared server: {} of {} sample(s) waited for the server to be idle (longest {:.1} s, {:.1} s in all); {} sample(s) overlapped another client's work (foreign_load{}), excluded from the table and the fits and taken again",
+                s.waited,
+                s.checked,
+                s.longest_wait_ms / 1000.0,
+                s.total_wait_ms / 1000.0,
+                s.foreign,
+                match s.expired {
+                    0 => String::new(),
+                    n => format!(", {n} measured when --idle-wait ran out"),
+                }
+            ),
+        ));
+    }
+    if let Some(d) = server.idle_check.as_deref() {
+        if d.starts_with("the idle state could not be checked") || d.starts_with("not checked") {
+            w.push(warn("idle_unchecked", d.to_owned()));
+        }
+    }
+    if s.held_back > 0 {
+        w.push(warn(
+            "held_back_stream",
+            format!(
+                "{} sample(s) received every token in one burst at the end of the stream (the server or a proxy held it back): no TTFT or decode rate for them, only the end-to-end time",
+                s.held_back
+            ),
+        ));
+    }
+    w
+}
