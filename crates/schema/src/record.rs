@@ -3,6 +3,8 @@
 //! `resume` markers and an `end` line. Written and read only through this module.
 //! Schema: `docs/results-schema.md`.
 
+pub mod warm_plan;
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -529,7 +531,7 @@ pub struct RunConfig {
     pub concurrency: Vec<u32>,
     /// `--mode append|conversation|tiers`: the warm measurement (absent: the cold sweep).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub warm: Option<crate::warm::WarmConfig>,
+    pub warm: Option<warm_plan::WarmConfig>,
     /// `--prompts K`: distinct prompts (corpus windows) per context, each repeated; `reps`
     /// then counts samples per point (K × repetitions per prompt). Absent: every
     /// repetition reads its own window.
@@ -977,7 +979,7 @@ pub struct Sample {
     pub foreign_load: Option<String>,
     /// Warm modes: the cached prefix, the new tokens and how the reuse was proven.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub warm: Option<crate::warm::WarmInfo>,
+    pub warm: Option<warm_plan::WarmInfo>,
     /// `--prompts K`: which of the point's K prompts this sample sent (`rep mod K`); the
     /// same index is the same body text (the nonce differs).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -617,7 +617,7 @@ pub async fn run(
                 req.cache_bypass = false;
                 for _ in 0..settings.decode_samples {
                     let waited = tokio::select! {
-                        w = crate::idle::before_sample(settings.idle.as_ref(), ctx.observer, context, rep) => w,
+                        w = crate::bench::guard::before_sample(settings.idle.as_ref(), ctx.observer, context, rep) => w,
                         _ = ctx.interrupt.wait_for(|v| *v) => break,
                     };
                     let before = scrape(settings).await;
@@ -640,7 +640,8 @@ pub async fn run(
                         }
                     }
                     finish_metrics(settings, Some(&mut w), before.as_ref()).await;
-                    crate::idle::after_sample(settings.idle.as_ref(), &mut w, waited, 1).await;
+                    crate::bench::guard::after_sample(settings.idle.as_ref(), &mut w, waited, 1)
+                        .await;
                     stop = record(ctx.writer, &mut tally, ctx.observer, settings, &w)?;
                     if stop.is_some() {
                         break;
@@ -895,7 +896,7 @@ async fn measure_cold(
                 return Some((s, None));
             }
             let waited = tokio::select! {
-                w = crate::idle::before_sample(settings.idle.as_ref(), observer, context, rep) => w,
+                w = crate::bench::guard::before_sample(settings.idle.as_ref(), observer, context, rep) => w,
                 _ = interrupt.wait_for(|v| *v) => return None,
             };
             let before = scrape(settings).await;
@@ -914,7 +915,7 @@ async fn measure_cold(
                     let mut s = make_two_point_sample(&settings.target(context), context, rep, sent, at, pair);
                     note_flush(&mut s, flushed);
                     finish_metrics(settings, Some(&mut s), before.as_ref()).await;
-                    crate::idle::after_sample(settings.idle.as_ref(), &mut s, waited, 2).await;
+                    crate::bench::guard::after_sample(settings.idle.as_ref(), &mut s, waited, 2).await;
                     Some((s, None))
                 }
                 e = watch_server(backend) => {
@@ -940,7 +941,7 @@ async fn measure_cold(
                 return Some((s, None));
             }
             let waited = tokio::select! {
-                w = crate::idle::before_sample(settings.idle.as_ref(), observer, context, rep) => w,
+                w = crate::bench::guard::before_sample(settings.idle.as_ref(), observer, context, rep) => w,
                 _ = interrupt.wait_for(|v| *v) => return None,
             };
             let before = scrape(settings).await;
@@ -953,7 +954,7 @@ async fn measure_cold(
             let mut s = make_sample(&settings.target(context), context, rep, sent, at, result);
             note_flush(&mut s, flushed);
             finish_metrics(settings, Some(&mut s), before.as_ref()).await;
-            crate::idle::after_sample(settings.idle.as_ref(), &mut s, waited, 1).await;
+            crate::bench::guard::after_sample(settings.idle.as_ref(), &mut s, waited, 1).await;
             Some((s, Some(req)))
         }
     }
@@ -1114,5 +1115,6 @@ mod loop_tests;
 pub mod append;
 mod append_wave;
 pub mod conversation;
+pub mod guard;
 pub mod tiers;
 pub mod wave;

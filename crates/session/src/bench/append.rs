@@ -294,7 +294,7 @@ pub(crate) async fn measure_warm(
     // The same idle check as a cold sample's: another client's request between the prime
     // and this one would both slow it and may evict the prefix (then it is a flagged miss).
     let waited = tokio::select! {
-        w = crate::idle::before_sample(settings.idle.as_ref(), ctx.observer, context, rep) => w,
+        w = crate::bench::guard::before_sample(settings.idle.as_ref(), ctx.observer, context, rep) => w,
         _ = ctx.interrupt.wait_for(|v| *v) => return None,
     };
     let before = scrape(settings).await;
@@ -316,7 +316,7 @@ pub(crate) async fn measure_warm(
     s.warm = Some(info);
     warm::judge(&mut s);
     finish_metrics(settings, Some(&mut s), before.as_ref()).await;
-    crate::idle::after_sample(settings.idle.as_ref(), &mut s, waited, 1).await;
+    crate::bench::guard::after_sample(settings.idle.as_ref(), &mut s, waited, 1).await;
     Some((s, generated))
 }
 

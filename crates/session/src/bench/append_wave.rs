@@ -133,7 +133,7 @@ async fn wait_idle(
     rep: u32,
 ) -> Option<Option<crate::idle::Waited>> {
     tokio::select! {
-        w = crate::idle::before_sample(ctx.settings.idle.as_ref(), &mut *ctx.observer, context, rep) => Some(w),
+        w = crate::bench::guard::before_sample(ctx.settings.idle.as_ref(), &mut *ctx.observer, context, rep) => Some(w),
         _ = ctx.interrupt.wait_for(|v| *v) => None,
     }
 }

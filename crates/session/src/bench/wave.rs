@@ -185,7 +185,7 @@ pub async fn run_grid(
                 // A wave is one measurement: the server must be idle before all c of its
                 // requests go out, as before a single sample.
                 let waited = tokio::select! {
-                    w = crate::idle::before_sample(settings.idle.as_ref(), &mut *observer, context, wave) => w,
+                    w = crate::bench::guard::before_sample(settings.idle.as_ref(), &mut *observer, context, wave) => w,
                     _ = interrupt.wait_for(|v| *v) => {
                         tally.interrupted = true;
                         break 'cells;

@@ -1,0 +1,115 @@
+//! What the warm modes record in the results file (`--mode append`, `conversation`, `tiers`):
+//! the run's warm plan in the header and each warm sample's reuse. The rule that judges a
+//! sample by them is `crate::warm`'s.
+
+use serde::{Deserialize, Serialize};
+
+/// Which measurement a run makes (`--mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum WarmMode {
+    /// Append N new tokens to a cached prefix of L tokens (grid L × N), beside the cold
+    /// prefill of L + N.
+    Append,
+    /// One conversation growing turn by turn up to the server's maximum.
+    Conversation,
+    /// The TTFT at each L from each cache tier the server offers (llama.cpp).
+    Tiers,
+}
+
+impl WarmMode {
+    /// The name as on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WarmMode::Append => "append",
+            WarmMode::Conversation => "conversation",
+            WarmMode::Tiers => "tiers",
+        }
+    }
+}
+
+/// What the user chose for a warm run; recorded in the header (`config.warm`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WarmConfig {
+    /// The mode.
+    pub mode: WarmMode,
+    /// `append` and `tiers`: new tokens appended to each cached prefix (N).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub appends: Vec<u64>,
+    /// `conversation`: tokens of each new user turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_tokens: Option<u64>,
+    /// `--ttft-target`: the turn budget is the largest N under it at each L.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_target_ms: Option<f64>,
+    /// `--negative-control`: the warm requests ask the server not to reuse its cache
+    /// (llama.cpp `cache_prompt: false`): the savings must vanish and every sample be
+    /// flagged `cache_miss`.
+    #[serde(default)]
+    pub negative_control: bool,
+}
+
+/// A cache tier a `tiers` sample was served from (proven per sample, see `evidence`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// The slot's live KV cache (the prefix was the last thing the slot computed).
+    Live,
+    /// llama.cpp's host-memory prompt cache (`--cache-ram`): the only slot held another
+    /// prompt, yet the prefix was reused.
+    Ram,
+    /// A slot saved to disk and restored (`/slots/0?action=save|restore`).
+    Disk,
+    /// No reuse: recomputed from scratch (the cold reference).
+    Cold,
+}
+
+impl Tier {
+    /// The name as recorded.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Live => "live",
+            Tier::Ram => "ram",
+            Tier::Disk => "disk",
+            Tier::Cold => "cold",
+        }
+    }
+}
+
+/// What a warm sample reused and how that was proven (`sample.warm`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct WarmInfo {
+    /// The cached prefix, in tokens as the server counts them (L).
+    pub prefix_tokens: u64,
+    /// New tokens after the prefix (N).
+    pub new_tokens: u64,
+    /// The cached count that proves the reuse: the prefix.
+    pub expected_cached: u64,
+    /// Tokens of the prefix the server recomputes anyway (stated per server family):
+    /// a cached count of at least `expected_cached − allowance` is a hit.
+    pub allowance: u64,
+    /// Why the allowance is what it is (the family's rule).
+    pub allowance_rule: String,
+    /// `conversation`: the turn, from 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
+    /// `tiers`: the tier this sample was served from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<Tier>,
+    /// `tiers`: the server's answers that prove the tier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
+    /// `tiers` (disk): the client-timed restore request, included in `ttft_ms`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_ms: Option<f64>,
+    /// The request asked the server not to reuse its cache (`--negative-control`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub bypass: bool,
+}
+
+impl WarmInfo {
+    /// The least cached count that proves the reuse.
+    pub fn least_cached(&self) -> u64 {
+        self.expected_cached.saturating_sub(self.allowance)
+    }
+}
