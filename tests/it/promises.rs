@@ -115,26 +115,42 @@ fn tests_in(file: &Path) -> Vec<String> {
     names
 }
 
+/// Where library modules live: the binary's `src/` and every workspace crate's `src/`.
+fn source_roots() -> Vec<PathBuf> {
+    let mut roots = vec![root().join("src")];
+    let mut crates: Vec<PathBuf> = std::fs::read_dir(root().join("crates"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("src"))
+        .filter(|p| p.is_dir())
+        .collect();
+    crates.sort();
+    roots.extend(crates);
+    roots
+}
+
 /// The file a test's module path names: `it::m::name` → tests/it/m.rs, `a::b::name` →
-/// src/a/b.rs (or src/a/b/mod.rs, or src/a.rs for a `tests` module inside it).
+/// a/b.rs (or a/b/mod.rs) under src/ or one crate's src/ (module names are unique across
+/// the workspace: each crate's lib.rs re-exports the layers below under their own names).
 fn file_of(path: &str) -> Option<PathBuf> {
     let (module, _) = path.rsplit_once("::")?;
-    let (base, module) = match module.strip_prefix("it::") {
-        Some(m) => (root().join("tests/it"), m),
-        None => (root().join("src"), module),
+    let (bases, module) = match module.strip_prefix("it::") {
+        Some(m) => (vec![root().join("tests/it")], m),
+        None => (source_roots(), module),
     };
     let rel = module.replace("::", "/");
-    [format!("{rel}.rs"), format!("{rel}/mod.rs")]
+    bases
         .iter()
-        .map(|r| base.join(r))
+        .flat_map(|b| [b.join(format!("{rel}.rs")), b.join(format!("{rel}/mod.rs"))])
         .find(|p| p.is_file())
 }
 
-/// Every `#[test]` function name in tests/ and src/.
+/// Every `#[test]` function name in tests/, src/ and the crates' src/.
 fn test_functions() -> Vec<String> {
     let mut files = Vec::new();
     rust_files(&root().join("tests"), &mut files);
-    rust_files(&root().join("src"), &mut files);
+    for r in source_roots() {
+        rust_files(&r, &mut files);
+    }
     files.iter().flat_map(|f| tests_in(f)).collect()
 }
 
@@ -197,8 +213,10 @@ fn a_module_path_names_its_file() {
     // Guards the check above against a reader that resolves nothing (and so misses nothing).
     let f = file_of("it::promises::a_module_path_names_its_file").expect("this file");
     assert!(tests_in(&f).contains(&"a_module_path_names_its_file".to_owned()));
-    assert!(file_of("sample::x").is_some_and(|p| p.ends_with("src/sample.rs")));
-    assert!(file_of("client::openai::x").is_some_and(|p| p.ends_with("src/client/openai.rs")));
+    assert!(file_of("sample::x").is_some_and(|p| p.ends_with("crates/session/src/sample.rs")));
+    assert!(file_of("client::openai::x")
+        .is_some_and(|p| p.ends_with("crates/client/src/client/openai.rs")));
+    assert!(file_of("cmd::cli::x").is_some_and(|p| p == root().join("src/cmd/cli.rs")));
     assert!(file_of("it::no_such_module::x").is_none());
 }
 
