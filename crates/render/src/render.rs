@@ -11,8 +11,10 @@ use crate::report::{Report, RunReport};
 use crate::stats::{PointSummary, Spread};
 use doc::{Align, Table};
 
+pub mod capacity;
 pub mod csv;
 pub mod doc;
+pub mod fitwords;
 pub mod html;
 pub mod json;
 pub mod markdown;

@@ -10,8 +10,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::*;
+use crate::adaptive::RepPolicy;
 use crate::client::{BackendKind, Counts, GenOutcome, Http, OnceOutcome, StreamStats};
 use crate::corpus::Corpus;
+use crate::record::ResultsWriter;
 
 /// One scripted answer.
 #[derive(Clone)]

@@ -16,8 +16,9 @@
 //!   restored (`n_restored`, timed by the client and included in the tier's TTFT), then the
 //!   append.
 
-use super::append::{measure_warm, request, send, Step, WarmSettings, PRIME_TOKENS};
-use super::{flush, record, RunCtx, Tally};
+use super::protocol::{flush, record, send};
+use super::warm_steps::{measure_warm, request, WarmSettings, PRIME_TOKENS};
+use super::{RunCtx, Step, Tally};
 use crate::client::{slots, BackendKind};
 use crate::error::RecordError;
 use crate::record::{Flag, Phase, Sample, Status};
@@ -92,7 +93,7 @@ async fn prime(
     tally: &mut Tally,
 ) -> Result<Result<Sample, Step>, RecordError> {
     let flushed = flush(ctx.backend, ctx.settings).await;
-    let Some(s) = super::append::prime(ctx, full, (l, n, rep), flushed).await else {
+    let Some(s) = super::warm_steps::prime(ctx, full, (l, n, rep), flushed).await else {
         return Ok(Err(Step::Interrupted));
     };
     if let Some(r) = record(ctx.writer, tally, ctx.observer, ctx.settings, &s)? {
@@ -114,7 +115,7 @@ async fn one(
     let (backend, settings) = (ctx.backend, ctx.settings);
     let total = l + n;
     if tier == Tier::Cold {
-        return super::append::cold(ctx, total, rep, window, tally).await;
+        return super::warm_steps::cold(ctx, total, rep, window, tally).await;
     }
     ctx.observer.sample_started(total, rep);
     let full = ctx.builder.build(total, *window);

@@ -9,9 +9,10 @@ use std::time::Instant as StdInstant;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
-use super::{
-    flush, gone_error, note_flush, now, point_record, record, watch_server, BenchSettings, Tally,
+use super::protocol::{
+    before_sample, flush, gone_error, note_flush, now, record, scrape, watch_server,
 };
+use super::{point_record, BenchSettings, Tally};
 use crate::adaptive::{Decide, PointProgress};
 use crate::capacity::{analyse_wave, apply_wave, Fit, Limits, RequestTimes};
 use crate::client::{Backend, GenRequest};
@@ -185,7 +186,7 @@ pub async fn run_grid(
                 // A wave is one measurement: the server must be idle before all c of its
                 // requests go out, as before a single sample.
                 let waited = tokio::select! {
-                    w = crate::bench::guard::before_sample(settings.idle.as_ref(), &mut *observer, context, wave) => w,
+                    w = before_sample(settings.idle.as_ref(), &mut *observer, context, wave) => w,
                     _ = interrupt.wait_for(|v| *v) => {
                         tally.interrupted = true;
                         break 'cells;
@@ -352,7 +353,7 @@ pub(super) async fn measure_wave(
         false => None,
     };
     // /metrics around the wave: where a server that flags no request counts preemptions.
-    let before = super::scrape(settings).await;
+    let before = scrape(settings).await;
     let mut samples = release(
         backend,
         settings,
@@ -458,7 +459,7 @@ pub(super) async fn wave_deltas(
     samples: &mut [Sample],
     before: Option<crate::metrics::Snapshot>,
 ) -> Option<std::collections::BTreeMap<String, f64>> {
-    let (b, a) = (before?, super::scrape(settings).await?);
+    let (b, a) = (before?, scrape(settings).await?);
     let d = crate::metrics::deltas(&b, &a, &crate::client::kept_metric_names());
     flag_preemptions(samples, &d);
     Some(d)

@@ -1,7 +1,7 @@
 //! The warm modes in a session: what they need from the server (checked before anything is
 //! measured) and which loop runs.
 
-use crate::bench::append::WarmSettings;
+use crate::bench::warm_steps::WarmSettings;
 use crate::bench::{self, RunCtx, Tally};
 use crate::client::{family, ServerProfile};
 use crate::error::{RecordError, UsageError};
