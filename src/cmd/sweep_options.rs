@@ -168,6 +168,11 @@ impl SweepOptions {
             );
         }
         let concurrency = parse_concurrency(&args.concurrency)?;
+        if let (Some(n), [1]) = (args.wave_output_tokens, concurrency.as_slice()) {
+            return Err(UsageError::Invalid(format!(
+                "--wave-output-tokens {n} sets the output of concurrent waves: add --concurrency with a level above 1 (e.g. 1,2,4), or use --output-tokens for one request at a time"
+            )));
+        }
         if concurrency != [1] && (two_point.is_some() || args.decode_samples > 0) {
             return bad(format!(
                 "--concurrency {}: concurrent waves are streamed cold requests; drop --method two-point and --decode-samples, or measure them in a separate run",
@@ -218,7 +223,9 @@ impl SweepOptions {
     /// Output tokens per request: `--wave-output-tokens` in a grid, else `--output-tokens`.
     fn output_tokens(&self, args: &SweepArgs) -> u32 {
         match self.concurrency != [1] {
-            true => args.wave_output_tokens,
+            true => args
+                .wave_output_tokens
+                .unwrap_or(ctxbench::capacity::WAVE_OUTPUT_TOKENS),
             false => args.output_tokens,
         }
     }
