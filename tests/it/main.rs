@@ -7,6 +7,7 @@
 mod common;
 mod scripted;
 
+mod architecture;
 mod campaign_llamacpp;
 mod capacity_llamacpp;
 mod cli;
