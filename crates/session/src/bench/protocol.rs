@@ -11,7 +11,9 @@
 //! 5. [`record`]: write the line (synced) and count it.
 //!
 //! The modes differ in what they send and how they judge, not in a copy of this sequence.
-//! A concurrency wave (`bench::wave`) takes steps 1 and 4 once around its c requests.
+//! A concurrency wave (`bench::wave::measure_wave`) takes the same steps once around its c
+//! requests, from the same pieces (`before_sample`, `flush`, `scrape`, `note_flush`), with an
+//! after-step of its own: one scrape's deltas and one idle check judge the whole wave.
 
 use std::time::Duration;
 
