@@ -41,6 +41,16 @@ impl Scripted {
         n_ctx: u64,
         script: impl Fn(usize, &Value) -> Reply + Send + Sync + 'static,
     ) -> Scripted {
+        Scripted::start_with(n_ctx, NOT_FOUND, script)
+    }
+
+    /// Like [`Scripted::start`], answering every path it does not serve with HTTP 404 and
+    /// `not_found` (a fork serving its web UI's page there, say).
+    pub fn start_with(
+        n_ctx: u64,
+        not_found: NotFound,
+        script: impl Fn(usize, &Value) -> Reply + Send + Sync + 'static,
+    ) -> Scripted {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -51,7 +61,7 @@ impl Scripted {
             for conn in listener.incoming().flatten() {
                 let (rq, cl, script) = (rq.clone(), cl.clone(), script.clone());
                 thread::spawn(move || {
-                    let _ = serve(conn, n_ctx, &rq, &cl, &*script);
+                    let _ = serve(conn, n_ctx, not_found, &rq, &cl, &*script);
                 });
             }
         });
@@ -67,9 +77,23 @@ impl Scripted {
     }
 }
 
+/// The 404 answer to a path the server does not serve: its content type and body.
+#[derive(Debug, Clone, Copy)]
+pub struct NotFound {
+    pub content_type: &'static str,
+    pub body: &'static str,
+}
+
+/// llama-server's own answer to an unknown path.
+pub const NOT_FOUND: NotFound = NotFound {
+    content_type: "text/plain",
+    body: "not found",
+};
+
 fn serve(
     mut conn: TcpStream,
     n_ctx: u64,
+    not_found: NotFound,
     requests: &Mutex<Vec<(String, String)>>,
     calls: &AtomicUsize,
     script: &Script,
@@ -132,8 +156,8 @@ fn serve(
         }
         _ => Reply::Body {
             status: 404,
-            content_type: "text/plain",
-            body: "not found".into(),
+            content_type: not_found.content_type,
+            body: not_found.body.into(),
         },
     };
     write_reply(&mut conn, reply)
