@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::common;
-use crate::scripted::fork::{stale_progress_stream, WEB_UI_404};
+use crate::scripted::fork::{openai_answer, stale_progress_stream, WEB_UI, WEB_UI_WITHOUT_PROPS};
 
 use common::scripted::{good, Scripted};
 use ctxbench::record::{Check, Status};
@@ -33,10 +33,16 @@ fn scripted_fork_whose_stream_starts_with_a_stale_progress_event_has_no_ttft_fig
     for s in &r.samples {
         assert_eq!(s.status, Status::Ok, "{s:?}");
         assert!(s.flags.iter().any(|f| f == "impossible_timing"), "{s:?}");
-        assert!(s.ttft_ms.is_none() && s.decode_tokens_per_s.is_none(), "{s:?}");
+        assert!(
+            s.ttft_ms.is_none() && s.decode_tokens_per_s.is_none(),
+            "{s:?}"
+        );
         let ev = s.impossible.as_ref().expect("the evidence");
         let c = ev.get(&Check::Ttft).expect("the TTFT bound");
-        assert!(c.server >= 1500.0 && c.client < c.server - c.tolerance, "{c:?}");
+        assert!(
+            c.server >= 1500.0 && c.client < c.server - c.tolerance,
+            "{c:?}"
+        );
         assert!(
             ev.first_event
                 .as_deref()
@@ -48,7 +54,10 @@ fn scripted_fork_whose_stream_starts_with_a_stale_progress_event_has_no_ttft_fig
     // prints an impossible difference.
     let report = ctxbench::report::build(&[("r".to_owned(), run.out.display().to_string(), r)]);
     let p = &report.runs[0].points[0];
-    assert!(p.ttft_ms.is_none() && p.prefill_tokens_per_s.is_none(), "{p:?}");
+    assert!(
+        p.ttft_ms.is_none() && p.prefill_tokens_per_s.is_none(),
+        "{p:?}"
+    );
     assert_eq!((p.usable, p.impossible), (0, 2), "{p:?}");
     assert!(report.runs[0].ttft_fit.is_none());
     assert!(stdout.contains("2 impossible"), "{stdout}");
@@ -71,7 +80,7 @@ fn scripted_fork_whose_stream_starts_with_a_stale_progress_event_has_no_ttft_fig
 fn scripted_fork_whose_unknown_paths_answer_404_with_its_web_ui_is_measured_not_refused() {
     // /metrics, /slots, /health and the slot erase all meet the web UI's page, whose
     // settings mention an API key.
-    let srv = Scripted::start_with(4096, WEB_UI_404, |_, body| good(body));
+    let srv = Scripted::start_with(4096, WEB_UI, |_, body| good(body));
     let run = common::sweep(
         &srv.url(),
         &common::argv("--contexts 64 --reps 2 --output-tokens 8"),
@@ -85,8 +94,43 @@ fn scripted_fork_whose_unknown_paths_answer_404_with_its_web_ui_is_measured_not_
     // The probe did meet the page: the fork's 404s were asked and read as "not here".
     let asked = srv.requests.lock().unwrap();
     assert!(
-        asked.iter().any(|(line, _)| line.starts_with("GET /metrics")),
+        asked
+            .iter()
+            .any(|(line, _)| line.starts_with("GET /metrics")),
         "{asked:?}"
     );
     assert!(!r.header.server.metrics, "a 404 page is no /metrics");
+}
+
+#[test]
+fn scripted_fork_without_props_meets_its_web_ui_at_server_info_and_is_measured_as_openai() {
+    // Not llama.cpp (no /props): the probe asks SGLang's /server_info and the other
+    // families' paths, all answered by the web UI's page with 404.
+    let srv = Scripted::start_with(4096, WEB_UI_WITHOUT_PROPS, |_, body| openai_answer(body));
+    let run = common::sweep(
+        &srv.url(),
+        &common::argv("--contexts 64 --reps 2 --output-tokens 8"),
+    );
+    let stderr = &run.stderr;
+    assert!(!stderr.contains("API key"), "no key is involved: {stderr}");
+    assert_eq!(run.code, 0, "{stderr}");
+    let asked = srv.requests.lock().unwrap();
+    assert!(
+        asked
+            .iter()
+            .any(|(line, _)| line.starts_with("GET /server_info")),
+        "the probe tried /server_info: {asked:?}"
+    );
+    drop(asked);
+    let r = run.results();
+    assert_eq!(r.header.server.backend, "openai", "{:?}", r.header.server);
+    // Measured: every sample completed (its text prompt's length is the fork's business).
+    assert_eq!(r.samples.len(), 2);
+    assert!(
+        r.samples
+            .iter()
+            .all(|s| s.status == Status::Ok && s.ttft_ms.is_some()),
+        "{:?}",
+        r.samples
+    );
 }

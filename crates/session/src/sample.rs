@@ -447,7 +447,12 @@ pub fn impossible(
         .and_then(|t| t.predicted_ms)
         .map(|p| p + prompt_ms.unwrap_or(0.0));
     bound(Check::Ttft, st.ttft().map(ms), prompt_ms);
-    bound(Check::Decode, st.t_last_token.map(|t| ms(t.saturating_duration_since(st.t_sent))), busy_ms);
+    bound(
+        Check::Decode,
+        st.t_last_token
+            .map(|t| ms(t.saturating_duration_since(st.t_sent))),
+        busy_ms,
+    );
     if let Some(n) = server_tokens.filter(|n| st.token_events as u64 > *n) {
         checks.push(Contradiction {
             check: Check::Tokens,
@@ -1045,8 +1050,9 @@ mod tests {
         let t0 = o.stream.t_sent;
         o.stream.t_first_token = Some(t0 + Duration::from_millis(5));
         o.stream.t_last_token = Some(t0 + Duration::from_millis(5800));
-        o.stream.first_token_event =
-            Some(r#"{"content":"The","tokens_predicted":1,"prompt_progress":{"processed":0}}"#.into());
+        o.stream.first_token_event = Some(
+            r#"{"content":"The","tokens_predicted":1,"prompt_progress":{"processed":0}}"#.into(),
+        );
         if let Some(t) = o.timings.as_mut() {
             t.prompt_ms = Some(5453.7);
             t.predicted_ms = Some(320.0);
@@ -1054,15 +1060,25 @@ mod tests {
         let s = target_sample(4096, Ok(o));
         assert!(s.has(&Flag::ImpossibleTiming), "{:?}", s.flags);
         assert!(!s.usable() && !s.clean());
-        assert!(!s.has(&Flag::NoTokens), "tokens came; their times are what is wrong");
+        assert!(
+            !s.has(&Flag::NoTokens),
+            "tokens came; their times are what is wrong"
+        );
         assert!(s.ttft_ms.is_none() && s.prefill_tokens_per_s.is_none());
         assert!(s.decode_tokens_per_s.is_none() && s.ms_per_step.is_none());
         let ev = s.impossible.as_ref().unwrap();
         let c = ev.get(&Check::Ttft).expect("the TTFT bound");
         assert!((c.client - 5.0).abs() < 1e-6 && c.server == 5453.7, "{c:?}");
         assert!((c.tolerance - 545.37).abs() < 1e-6);
-        assert!(ev.get(&Check::Decode).is_none(), "the last token came after both");
-        assert!(ev.first_event.as_deref().unwrap().contains("prompt_progress"));
+        assert!(
+            ev.get(&Check::Decode).is_none(),
+            "the last token came after both"
+        );
+        assert!(ev
+            .first_event
+            .as_deref()
+            .unwrap()
+            .contains("prompt_progress"));
     }
 
     #[test]
@@ -1093,8 +1109,17 @@ mod tests {
         o.timings.as_mut().unwrap().predicted_ms = Some(1000.0);
         let s = target_sample(4096, Ok(o));
         assert!(s.has(&Flag::ImpossibleTiming), "{:?}", s.flags);
-        let c = s.impossible.as_ref().unwrap().get(&Check::Decode).unwrap().clone();
-        assert!((c.client - 420.0).abs() < 1e-6 && c.server == 1095.0, "{c:?}");
+        let c = s
+            .impossible
+            .as_ref()
+            .unwrap()
+            .get(&Check::Decode)
+            .unwrap()
+            .clone();
+        assert!(
+            (c.client - 420.0).abs() < 1e-6 && c.server == 1095.0,
+            "{c:?}"
+        );
         assert!(s.ttft_ms.is_none() && s.decode_tokens_per_s.is_none());
         // A span shorter than the server's because the first token was read late: its TTFT
         // grew by as much, so it is possible (bursty, never impossible).
@@ -1114,7 +1139,13 @@ mod tests {
         let mut o = outcome(Some(0), 4096, 33, 34);
         o.timings.as_mut().unwrap().predicted_n = Some(33);
         let s = target_sample(4096, Ok(o));
-        let c = s.impossible.as_ref().unwrap().get(&Check::Tokens).unwrap().clone();
+        let c = s
+            .impossible
+            .as_ref()
+            .unwrap()
+            .get(&Check::Tokens)
+            .unwrap()
+            .clone();
         assert_eq!((c.client, c.server), (34.0, 33.0));
         assert!(s.has(&Flag::ImpossibleTiming) && !s.usable());
         // Fewer events than tokens is speculative decoding or a batched stream: possible.

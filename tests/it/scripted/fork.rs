@@ -14,13 +14,26 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::common::scripted::{NotFound, Reply};
+use crate::common::scripted::{Reply, Site};
 
-/// The web UI's page a fork serves, with status 404, on every path it does not know: HTML
-/// that mentions an API key (the UI's own setting), although no key is involved.
-pub const WEB_UI_404: NotFound = NotFound {
-    content_type: "text/html; charset=utf-8",
-    body: r#"<!DOCTYPE html>
+/// A fork that serves llama-server's paths and its web UI's page, with status 404, on every
+/// path it does not know.
+pub const WEB_UI: Site = Site {
+    not_found: ("text/html; charset=utf-8", WEB_UI_PAGE),
+    missing: &[],
+};
+
+/// A fork without llama-server's `/props` (so not taken for llama.cpp): the probe tries the
+/// other families' paths (`/server_info`, `/info`, `/api/version`…) and meets its web UI's
+/// page on each, then measures it through its OpenAI-compatible `/v1/completions`.
+pub const WEB_UI_WITHOUT_PROPS: Site = Site {
+    not_found: ("text/html; charset=utf-8", WEB_UI_PAGE),
+    missing: &["/props"],
+};
+
+/// The web UI's page: HTML that mentions an API key (the UI's own setting), although no key
+/// is involved.
+pub const WEB_UI_PAGE: &str = r#"<!DOCTYPE html>
 <html lang="en">
 <head><meta charset="utf-8"><title>llama.cpp - chat</title>
 <script type="module" crossorigin>const DEFAULTS={apiKey:"",systemMessage:"",temperature:0.8};</script>
@@ -30,8 +43,7 @@ pub const WEB_UI_404: NotFound = NotFound {
 <input id="api-key" type="password" placeholder="Set the API key if the server requires one"></dialog></div>
 </body>
 </html>
-"#,
-};
+"#;
 
 /// The time between two generated tokens of the fork's stream.
 pub const STEP: Duration = Duration::from_millis(2);
@@ -48,8 +60,10 @@ pub fn stale_progress_stream(body: &Value, prefill: Duration) -> Reply {
     let event = |v: Value| format!("data: {v}\n\n");
     let mut pieces = vec![(
         Duration::ZERO,
-        event(json!({"content":" the","tokens":[278],"stop":false,"tokens_predicted":1,"tokens_evaluated":0,
-            "prompt_progress":{"total":prompt,"cache":0,"processed":0,"time_ms":0.0}})),
+        event(
+            json!({"content":" the","tokens":[278],"stop":false,"tokens_predicted":1,"tokens_evaluated":0,
+            "prompt_progress":{"total":prompt,"cache":0,"processed":0,"time_ms":0.0}}),
+        ),
     )];
     pieces.push((
         prefill,
@@ -70,5 +84,41 @@ pub fn stale_progress_stream(body: &Value, prefill: Duration) -> Reply {
             "timings":{"cache_n":0,"prompt_n":prompt,"prompt_ms":prefill_ms,"prompt_per_second":prompt as f64 / prefill.as_secs_f64(),
                 "predicted_n":n,"predicted_ms":predicted_ms,"predicted_per_second":if n > 1 { (n - 1) as f64 / (predicted_ms / 1000.0) } else { 0.0 }}})),
     ));
+    Reply::Stream(pieces)
+}
+
+/// The fork's OpenAI-compatible `/v1/completions` answer for `body`: one chunk per token
+/// then a usage chunk and `[DONE]` when streamed, else one JSON answer; `prompt_tokens` is
+/// the ids sent (or the words of a text prompt, as its `/tokenize` counts them).
+pub fn openai_answer(body: &Value) -> Reply {
+    let prompt = match &body["prompt"] {
+        Value::Array(ids) => ids.len() as u64,
+        Value::String(t) => t.split_whitespace().count() as u64,
+        _ => 0,
+    };
+    let n = body["max_tokens"].as_u64().unwrap_or(16).max(1);
+    let usage =
+        json!({"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n});
+    if body["stream"].as_bool() != Some(true) {
+        return crate::common::scripted::json_reply(
+            200,
+            json!({"object":"text_completion","model":"scripted","choices":[{"index":0,"text":"x".repeat(n as usize),"finish_reason":"length"}],"usage":usage}),
+        );
+    }
+    let event = |v: Value| format!("data: {v}\n\n");
+    let mut pieces: Vec<(Duration, String)> = (1..=n)
+        .map(|i| {
+            let finish = if i == n { json!("length") } else { Value::Null };
+            (
+                STEP,
+                event(json!({"object":"text_completion","model":"scripted","choices":[{"index":0,"text":"x","finish_reason":finish}]})),
+            )
+        })
+        .collect();
+    pieces.push((
+        Duration::ZERO,
+        event(json!({"object":"text_completion","model":"scripted","choices":[],"usage":usage})),
+    ));
+    pieces.push((Duration::ZERO, "data: [DONE]\n\n".to_owned()));
     Reply::Stream(pieces)
 }

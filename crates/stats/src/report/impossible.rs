@@ -40,7 +40,9 @@ pub fn warning(samples: &[Sample]) -> Option<Warning> {
     if let Some(first) = opening(&flagged) {
         line.push_str(&format!(": the stream starts with {first}"));
     }
-    line.push_str("; no TTFT, prefill or decode figure is reported from these samples (impossible_timing)");
+    line.push_str(
+        "; no TTFT, prefill or decode figure is reported from these samples (impossible_timing)",
+    );
     Some(warn("impossible_timing", line))
 }
 
@@ -92,7 +94,9 @@ fn opening(flagged: &[&Impossible]) -> Option<String> {
         None => ev.to_owned(),
     };
     Some(match (ev.contains("prompt_progress"), early) {
-        (true, true) => format!("a stale progress event sent before the prefill was done (`{quoted}`)"),
+        (true, true) => {
+            format!("a stale progress event sent before the prefill was done (`{quoted}`)")
+        }
         (true, false) => format!("a progress event read as a token (`{quoted}`)"),
         (false, true) => format!("an event sent before the prefill was done (`{quoted}`)"),
         (false, false) => format!("`{quoted}`"),
@@ -132,21 +136,28 @@ mod tests {
 
     #[test]
     fn the_norm_is_one_line_naming_what_the_server_sent() {
-        let s = vec![
-            flagged(5.0, 5453.7, STALE),
-            flagged(76.0, 47600.0, STALE),
-        ];
+        let s = vec![flagged(5.0, 5453.7, STALE), flagged(76.0, 47600.0, STALE)];
         let w = warning(&s).unwrap();
         assert_eq!(w.kind, "impossible_timing");
         assert!(!w.message.contains('\n'), "one line: {}", w.message);
         assert!(
-            w.message.starts_with("every sample's first token arrived before the server finished reading the prompt"),
+            w.message.starts_with(
+                "every sample's first token arrived before the server finished reading the prompt"
+            ),
             "{}",
             w.message
         );
-        assert!(w.message.contains("5454–47600") && w.message.contains("5.00–76.00"), "both numbers: {}", w.message);
+        assert!(
+            w.message.contains("5454–47600") && w.message.contains("5.00–76.00"),
+            "both numbers: {}",
+            w.message
+        );
         assert!(w.message.contains("stale progress event"), "{}", w.message);
-        assert!(w.message.contains("prompt_progress"), "quoted: {}", w.message);
+        assert!(
+            w.message.contains("prompt_progress"),
+            "quoted: {}",
+            w.message
+        );
     }
 
     #[test]
@@ -154,7 +165,11 @@ mod tests {
         let mut s = vec![flagged(5.0, 900.0, STALE)];
         s.extend((0..5).map(|_| fine()));
         let w = warning(&s).unwrap();
-        assert!(w.message.starts_with("1 sample(s) had timings"), "{}", w.message);
+        assert!(
+            w.message.starts_with("1 sample(s) had timings"),
+            "{}",
+            w.message
+        );
         assert!(!w.message.contains("stream starts with"), "{}", w.message);
         assert!(warning(&[fine(), fine()]).is_none());
     }
