@@ -67,7 +67,7 @@ fn what_broke(flagged: &[&Impossible], who: &str) -> Vec<String> {
             Some((hits.len(), text))
         })
         .collect();
-    clauses.sort_by(|a, b| b.0.cmp(&a.0));
+    clauses.sort_by_key(|c| std::cmp::Reverse(c.0));
     clauses.into_iter().map(|(_, t)| t).collect()
 }
 
