@@ -856,10 +856,18 @@ impl EventReader for CompletionsReader {
         // stream_options): counts are then found another way, never read as 0 tokens.
         let usage = v.get("usage").filter(|u| u.is_object() && !zero_usage(u));
         let running = usage.and_then(|u| get_u64(u, "completion_tokens"));
+        let closing = choice
+            .and_then(|c| c.get("finish_reason"))
+            .is_some_and(|f| !f.is_null());
         let has_token = match (choice, running) {
+            // A running count (usage on every chunk) that rises is a token even when it
+            // decodes to no text. The stream's first usage on a chunk without text reports
+            // the tokens already streamed (llama-server's /v1 closing chunk: `"text":""` and
+            // the finish reason; LiteLLM's usage chunk with an empty delta): no new token.
             (Some(_), Some(n)) if n > self.completion_seen => {
+                let running_before = self.completion_seen > 0;
                 self.completion_seen = n;
-                true
+                text_nonempty || (running_before && !closing)
             }
             (Some(_), Some(_)) => false,
             (Some(_), None) => text_nonempty,
@@ -1167,6 +1175,10 @@ mod tests {
             .on_event(&ev(r#"{"choices":[{"text":"","index":0,"finish_reason":"length"}],"usage":{"completion_tokens":8,"prompt_tokens":2048,"total_tokens":2056},"timings":{"cache_n":0,"prompt_n":2048,"prompt_ms":150.0,"predicted_n":8,"predicted_ms":9.0}}"#))
             .unwrap();
         assert!(f.is_final);
+        assert!(
+            !f.has_token,
+            "the closing chunk's count is of tokens already streamed"
+        );
         assert_eq!(r.got.counts.cached_tokens, Some(0));
         assert_eq!(r.got.timings.unwrap().prompt_ms, Some(150.0));
     }
