@@ -114,6 +114,17 @@ fn scripted_fork_without_props_meets_its_web_ui_at_server_info_and_is_measured_a
     let stderr = &run.stderr;
     assert!(!stderr.contains("API key"), "no key is involved: {stderr}");
     assert_eq!(run.code, 0, "{stderr}");
+    // It takes token ids, but has no detokenizer: text is calibrated. The header says so
+    // once, in the capabilities, and nowhere says the ids were refused.
+    assert!(
+        stderr.contains("token-id prompts no: the server takes them (4 token ids sent"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("token ids refused")
+            && !stderr.contains("the server takes token-id prompts"),
+        "{stderr}"
+    );
     let asked = srv.requests.lock().unwrap();
     assert!(
         asked

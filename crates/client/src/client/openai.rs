@@ -75,9 +75,8 @@ impl super::Family for Family {
             completions_answer(s, p.model.as_deref(), tokenizer.as_ref()).await;
         p.completions_missing = completions == Completions::Missing;
         p.token_id_test = Some(test);
-        if completions == Completions::TakesTokenIds && tokenizer.is_none() {
-            p.notes.push("the server takes token-id prompts, but no tokenizer endpoint answered, so the corpus cannot be turned into this model's ids: lengths are calibrated on text (a gateway hides its upstream's tokenizer)".into());
-        }
+        // Whether the server takes token ids is said once, with the test, in the
+        // capabilities (`ServerProfile::token_ids_stated`), not again in a note.
         if let Some(t) = &tokenizer {
             p.tokenize = Some(t.dialect);
             p.tokenizer = Some(t.clone());
@@ -91,7 +90,7 @@ impl super::Family for Family {
                 tokenizer.as_ref().map_or("?", |t| t.tokenize_path.as_str())
             ),
             (Some(t), false) => format!(
-                "text of exact length: ids → {} → {} → cut/pad → re-check (the server refuses token-id prompts)",
+                "text of exact length: ids → {} → {} → cut/pad → re-check",
                 t.detokenize_path, t.tokenize_path
             ),
             (None, false) => calibrated_method(false),
@@ -163,8 +162,8 @@ impl super::Family for Family {
 }
 
 /// Whether prompts on this server are text calibrated against `usage.prompt_tokens`: the
-/// OpenAI protocol, no tokenizer endpoint pair, and token ids refused (or chat, which takes
-/// text only).
+/// OpenAI protocol, no tokenizer endpoint pair, and no token-id prompts (refused, or taken
+/// but with no ids of this model to send; or chat, which takes text only).
 pub fn calibrated(p: &ServerProfile) -> bool {
     p.backend == BackendKind::Openai
         && p.tokenizer.is_none()
@@ -175,7 +174,7 @@ pub fn calibrated(p: &ServerProfile) -> bool {
 fn calibrated_method(chat: bool) -> String {
     format!(
         "text calibrated against the server's usage.prompt_tokens (no tokenizer endpoint answered{}): up to {CALIBRATION_ROUNDS} non-streamed requests with max_tokens 1 per new length, before it is measured, their nonce reversed; tolerance {}% of the target{}",
-        if chat { "; one user message" } else { "; token ids refused" },
+        if chat { "; one user message" } else { "" },
         CALIBRATED_TOLERANCE * 100.0,
         if chat { "; the chat template's tokens are counted in every length" } else { "" }
     )
@@ -272,10 +271,8 @@ pub async fn adopt_tokenizer(
             tokenizer_http.base()
         )
     };
-    p.notes.retain(|n| {
-        !n.starts_with("no tokenizer endpoint pair answered")
-            && !n.starts_with("the server takes token-id prompts, but no tokenizer")
-    });
+    p.notes
+        .retain(|n| !n.starts_with("no tokenizer endpoint pair answered"));
     p.tokenizer = Some(t);
     Ok(())
 }
