@@ -396,7 +396,7 @@ fn coalesced(
 /// read, so a true client time is never below the server's at all (it adds the network and
 /// any queue); the margin absorbs servers that stamp their own times a moment late (SGLang's
 /// epoch-second stamps, taken in another process than the one that sends the token). A
-/// stale event read as the first token misses by orders of magnitude (recorded on a
+/// stale event read as the first token misses by orders of magnitude (reported of a
 /// llama.cpp-derived server: TTFT 5–76 ms against prompt_ms 5.4–47.6 s).
 pub const IMPOSSIBLE_MARGIN_REL: f64 = 0.10;
 
@@ -1057,7 +1057,7 @@ mod tests {
 
     #[test]
     fn a_first_token_before_the_server_finished_the_prompt_is_impossible_and_gives_no_figure() {
-        // Recorded on a llama.cpp-derived server: the stream starts with a stale progress
+        // As reported of a llama.cpp-derived server (issue 31): the stream starts with a stale progress
         // event at once, and the server says it read the prompt for 5.4 s.
         let mut o = outcome(Some(0), 4096, 33, 33);
         let t0 = o.stream.t_sent;
