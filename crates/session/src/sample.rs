@@ -1057,8 +1057,8 @@ mod tests {
 
     #[test]
     fn a_first_token_before_the_server_finished_the_prompt_is_impossible_and_gives_no_figure() {
-        // As reported of a llama.cpp-derived server (issue 31): the stream starts with a stale progress
-        // event at once, and the server says it read the prompt for 5.4 s.
+        // As reported of a llama.cpp-derived server (issue 31): the stream starts with a
+        // stale progress event at once, and the server says it read the prompt for 5.4 s.
         let mut o = outcome(Some(0), 4096, 33, 33);
         let t0 = o.stream.t_sent;
         o.stream.t_first_token = Some(t0 + Duration::from_millis(5));
