@@ -372,10 +372,7 @@ fn print_probe(p: &ServerProfile) {
             Some(t) => format!("yes ({} + {})", t.tokenize_path, t.detokenize_path),
             None => yn(Some(p.tokenize.is_some())).to_owned(),
         },
-        match (&p.token_id_test, p.token_id_prompts) {
-            (Some(t), used) => format!("{} ({t})", yn(Some(used))),
-            (None, used) => yn(Some(used)).to_owned(),
-        },
+        p.token_ids_stated(),
         yn(Some(p.cache_bypass)),
         yn(Some(p.metrics)),
         p.endpoint

@@ -14,6 +14,7 @@ mod cli;
 mod efficiency;
 mod faults_llamacpp;
 mod faults_scripted;
+mod fork_scripted;
 mod golden;
 mod idle_llamacpp;
 mod idle_scripted;

@@ -185,6 +185,7 @@ impl Backend for Fake {
                         bytes: 1000,
                         saw_final: true,
                         token_times: Vec::new(),
+                        first_token_event: None,
                     },
                     counts: Counts {
                         prompt_tokens: Some(len),
