@@ -31,6 +31,7 @@ mod protocol_sglang;
 mod protocol_tgi;
 mod protocol_vllm;
 mod report;
+mod roofline;
 mod roofline_llamacpp;
 mod scripted_fidelity;
 mod spec_dflash_llamacpp;

@@ -88,6 +88,9 @@ pub struct Roofline {
     pub facts: Option<ModelFacts>,
     /// Per context length: the measured decode step against its bandwidth bound.
     pub decode: Vec<DecodePoint>,
+    /// The run decodes speculatively: its measured steps are verify steps (one read of the
+    /// weights for several tokens), not tokens.
+    pub per_verify_step: bool,
     /// What the ms/step fit implies in bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub step_fit: Option<ImpliedBytes>,
@@ -339,6 +342,7 @@ pub fn analyse(input: &Input) -> Roofline {
         limits: input.limits.clone(),
         facts: input.facts.cloned(),
         decode: Vec::new(),
+        per_verify_step: false,
         step_fit: None,
         prefill: Vec::new(),
         decode_headroom: None,
@@ -352,6 +356,7 @@ pub fn analyse(input: &Input) -> Roofline {
     };
     r.notes.extend(facts.notes.iter().cloned());
     let speculative = input.points.iter().any(|p| p.spec_accept_length.is_some());
+    r.per_verify_step = speculative;
     decode(&mut r, facts, input.points, speculative);
     if !speculative {
         r.step_fit = match (input.step_fit, input.limits.bandwidth()) {

@@ -55,7 +55,10 @@ pub fn table(r: &Roofline) -> Option<Table> {
     let mut head = vec![("context", Align::Left)];
     if dec {
         head.extend([
-            ("ms/step", Align::Right),
+            match r.per_verify_step {
+                true => ("ms/verify step", Align::Right),
+                false => ("ms/step", Align::Right),
+            },
             ("bound ms", Align::Right),
             ("bandwidth used", Align::Right),
         ]);
