@@ -158,9 +158,15 @@ pub struct RooflineArgs {
 
 /// A `--hardware` name the table has (its error lists the table).
 fn accelerator(s: &str) -> Result<String, String> {
+    // clap names the flag and the value already: the table is what to add.
     ctxbench::roofline::hardware::find(s)
         .map(|a| a.name.to_owned())
-        .map_err(|e| e.to_string())
+        .map_err(|e| {
+            format!(
+                "not a known accelerator; known: {} (for anything else, give --memory-bandwidth GB/s and --peak-tflops N)",
+                e.known
+            )
+        })
 }
 
 /// A machine limit: a positive, finite number.

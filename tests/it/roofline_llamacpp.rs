@@ -82,12 +82,10 @@ fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
 
-#[test]
-fn the_wide_model_is_within_the_hosts_bandwidth_and_a_bandwidth_too_low_is_called_impossible() {
-    let _g = serial();
+/// The sweep of the wide model with `--model-config` (and the end report held against
+/// `bandwidth`), and the server's own `meta.size`.
+fn sweep_wide(bandwidth: f64) -> (common::SweepRun, u64) {
     let p = common::ref_paths();
-    // Measured before the server starts: nothing of ours competes for the memory.
-    let before = host_copy_bandwidth_gb_s(7);
     let srv = RefServer::start(2048, &["-m", p.wide_model.to_str().unwrap()]);
     let (_, models) = common::http_get(srv.port, "/v1/models").expect("GET /v1/models");
     let models: Value = serde_json::from_str(&models).unwrap();
@@ -110,42 +108,21 @@ fn the_wide_model_is_within_the_hosts_bandwidth_and_a_bandwidth_too_low_is_calle
             "--model-config",
             config.to_str().unwrap(),
             "--memory-bandwidth",
-            &format!("{before:.3}"),
+            &format!("{bandwidth:.3}"),
         ],
     )
     .ok();
-    drop(srv);
-    let bandwidth = before.max(host_copy_bandwidth_gb_s(7));
-    eprintln!("host memory bandwidth (2-thread copy, best of 14): {bandwidth:.2} GB/s");
-    // The sweep's own end report held the run against the bandwidth measured before it.
-    assert!(
-        s.stdout
-            .contains("roofline (how far from the hardware's limit)"),
-        "{}",
-        s.stdout
-    );
+    (s, size)
+}
 
-    // The header records the server's weight bytes and the config's cache.
-    let facts = s
-        .results()
-        .header
-        .model_facts
-        .expect("model facts recorded");
-    assert_eq!(facts.weight_bytes, Some(size));
-    assert_eq!(facts.kv_bytes_per_token, Some(2 * 12 * 2 * 32 * 2));
-    assert!(
-        facts
-            .source
-            .starts_with("llama.cpp /v1/models meta + --model-config"),
-        "{}",
-        facts.source
-    );
-
-    let rep = report_json(&s.out, bandwidth);
+/// Held against the host's bandwidth and a CPU peak: every figure possible, and a headroom
+/// line. Returns the decode rows.
+fn within_the_bounds(results: &Path, bandwidth: f64) -> Vec<Value> {
+    let rep = report_json(results, bandwidth);
     let roof = &rep["runs"][0]["roofline"];
-    let decode = roof["decode"].as_array().unwrap();
+    let decode = roof["decode"].as_array().unwrap().clone();
     assert_eq!(decode.len(), 3, "{roof}");
-    for d in decode {
+    for d in &decode {
         // Physics: no step reads its weights faster than the host's best copy.
         assert!(
             f(&d["utilisation"]) <= 1.0 && d["impossible"] == false,
@@ -168,7 +145,7 @@ fn the_wide_model_is_within_the_hosts_bandwidth_and_a_bandwidth_too_low_is_calle
         .contains("above 100%"));
     let (code, table, err) = run(&[
         "report",
-        s.out.to_str().unwrap(),
+        results.to_str().unwrap(),
         "--memory-bandwidth",
         &format!("{bandwidth:.3}"),
         "--peak-tflops",
@@ -176,10 +153,13 @@ fn the_wide_model_is_within_the_hosts_bandwidth_and_a_bandwidth_too_low_is_calle
     ]);
     assert_eq!(code, 0, "{err}");
     eprintln!("{table}");
+    decode
+}
 
-    // A bandwidth below what the slowest point itself achieved (and 10× below the host's):
-    // every step would then beat its bound, which no server can. Derived from the run, so
-    // it holds on any host, however loaded.
+/// Held against a bandwidth below what the slowest point itself achieved (and 10× below
+/// the host's): every step would then beat its bound, which no server can. Derived from the
+/// run, so it holds on any host, however loaded.
+fn a_bandwidth_too_low_is_impossible(results: &Path, bandwidth: f64, decode: &[Value]) {
     let achieved = decode
         .iter()
         .map(|d| f(&d["bound_ms"]) / f(&d["measured_ms"]) * bandwidth)
@@ -187,7 +167,7 @@ fn the_wide_model_is_within_the_hosts_bandwidth_and_a_bandwidth_too_low_is_calle
     let wrong = (bandwidth / 10.0).min(achieved / 10.0);
     let (code, text, err) = run(&[
         "report",
-        s.out.to_str().unwrap(),
+        results.to_str().unwrap(),
         "--memory-bandwidth",
         &format!("{wrong:.6}"),
     ]);
@@ -198,7 +178,7 @@ fn the_wide_model_is_within_the_hosts_bandwidth_and_a_bandwidth_too_low_is_calle
     );
     assert!(!text.contains("of the bandwidth bound: up to"), "{text}");
     assert!(text.contains("impossible"), "{text}");
-    let bad = report_json(&s.out, wrong);
+    let bad = report_json(results, wrong);
     let roof = &bad["runs"][0]["roofline"];
     assert!(roof.get("decode_headroom").is_none(), "{roof}");
     assert!(roof["decode"]
@@ -211,4 +191,39 @@ fn the_wide_model_is_within_the_hosts_bandwidth_and_a_bandwidth_too_low_is_calle
         warnings.iter().any(|w| w["kind"] == "roofline_impossible"),
         "{warnings:?}"
     );
+}
+
+#[test]
+fn the_wide_model_is_within_the_hosts_bandwidth_and_a_bandwidth_too_low_is_called_impossible() {
+    let _g = serial();
+    // Measured before the server starts (nothing of ours competes for the memory), and
+    // again after it stops.
+    let before = host_copy_bandwidth_gb_s(7);
+    let (s, size) = sweep_wide(before);
+    let bandwidth = before.max(host_copy_bandwidth_gb_s(7));
+    eprintln!("host memory bandwidth (2-thread copy, best of 14): {bandwidth:.2} GB/s");
+    // The sweep's own end report held the run against the bandwidth measured before it.
+    assert!(
+        s.stdout
+            .contains("roofline (how far from the hardware's limit)"),
+        "{}",
+        s.stdout
+    );
+    // The header records the server's weight bytes and the config's cache.
+    let facts = s
+        .results()
+        .header
+        .model_facts
+        .expect("model facts recorded");
+    assert_eq!(facts.weight_bytes, Some(size));
+    assert_eq!(facts.kv_bytes_per_token, Some(2 * 12 * 2 * 32 * 2));
+    assert!(
+        facts
+            .source
+            .starts_with("llama.cpp /v1/models meta + --model-config"),
+        "{}",
+        facts.source
+    );
+    let decode = within_the_bounds(&s.out, bandwidth);
+    a_bandwidth_too_low_is_impossible(&s.out, bandwidth, &decode);
 }
