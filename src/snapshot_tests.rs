@@ -195,6 +195,10 @@ fn fixture() -> Report {
 }
 
 fn comparison() -> Comparison {
+    compare::build(&comparison_sides(), false, &Default::default()).expect("comparable")
+}
+
+fn comparison_sides() -> Vec<Vec<compare::Loaded>> {
     // Three interleaved runs per side, each a little off the others (run-to-run drift):
     // the run is the unit of the comparison.
     let side = |name: &str, speeds: [f64; 3], accept: Option<f64>| {
@@ -208,11 +212,10 @@ fn comparison() -> Comparison {
             })
             .collect::<Vec<_>>()
     };
-    let sides = vec![
+    vec![
         side("base", [1.0, 1.02, 0.99], None),
         side("spec", [0.8, 0.81, 0.79], Some(3.2)),
-    ];
-    compare::build(&sides, false, &Default::default()).expect("comparable")
+    ]
 }
 
 fn render(f: ReportFormat) -> String {
@@ -669,4 +672,151 @@ fn a_capacity_grid_is_priced_per_cell_at_its_aggregate_rate() {
     assert!(text.contains("c=8"), "{text}");
     let md = renderer(ReportFormat::Md).report(&r).unwrap();
     assert!(md.contains("in each capacity cell"), "{md}");
+}
+
+/// The fixture's model and machine: 1 GB of weights a step reads, 100 kB of KV cache per
+/// token, 2 GFLOPs per prompt token and 100,000 × L² attention FLOPs, on 4000 GB/s and
+/// 100 TFLOPs. Its steps (0.5 + 4e-4·L ms) cost 4e-4 ms × 4 TB/s = 1.6 MB per context
+/// token: 16× the cache.
+fn roofline_inputs(bandwidth: f64) -> (crate::roofline::Limits, crate::model::ModelFacts) {
+    let limits = crate::roofline::Limits::resolve(None, Some(bandwidth), Some(100.0))
+        .unwrap()
+        .unwrap();
+    let facts = crate::model::ModelFacts {
+        source: "config.json".into(),
+        weight_bytes: Some(1_000_000_000),
+        kv_bytes_per_token: Some(100_000),
+        flops_per_token: Some(2e9),
+        attention_flops_per_token2: Some(1e5),
+        ..Default::default()
+    };
+    (limits, facts)
+}
+
+#[test]
+fn report_roofline_in_text_markdown_html_and_json() {
+    let (limits, facts) = roofline_inputs(4000.0);
+    let r = fixture().with_roofline(Some(&limits), Some(&facts));
+    let roof = r.runs[0].roofline.as_ref().expect("a roofline");
+    // 1k: (1 GB + 102 MB) / 4 TB/s = 0.276 ms against 0.5 + 0.41 ms measured: 30%.
+    let d = roof.decode[0];
+    assert!(
+        (d.bound_ms - 0.2756).abs() < 1e-3 && (d.utilisation - 0.302).abs() < 0.005,
+        "{d:?}"
+    );
+    let fit = roof.step_fit.as_ref().unwrap();
+    assert!(
+        (fit.kv_ratio().unwrap() - 16.0).abs() < 0.5 && fit.reads_far_more(),
+        "{fit:?}"
+    );
+    insta::assert_snapshot!("roofline_table", crate::render::roofline::text(roof));
+    let md = renderer(ReportFormat::Md).report(&r).unwrap();
+    let section = &md[md.find("### Roofline").expect("the section")..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    insta::assert_snapshot!("roofline_markdown", section);
+    let html = renderer(ReportFormat::Html).report(&r).unwrap();
+    assert!(
+        html.contains("Roofline: how far from the hardware"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<td>30%</td>") || html.contains(">30%<"),
+        "{html}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&renderer(ReportFormat::Json).report(&r).unwrap()).unwrap();
+    let j = &json["runs"][0]["roofline"];
+    assert_eq!(j["decode"].as_array().unwrap().len(), 5);
+    assert!(
+        j["decode_headroom"]["fraction"].as_f64().unwrap() < 0.1,
+        "{j}"
+    );
+    assert!(
+        j["step_fit"]["bytes_per_context_token"].as_f64().unwrap() > 1.5e6,
+        "{j}"
+    );
+}
+
+#[test]
+fn an_impossible_roofline_is_a_warning_in_every_format_and_never_a_headroom_figure() {
+    // 40 GB/s: a 0.9 ms step would have to read 1.1 GB at 1.2 TB/s.
+    let (limits, facts) = roofline_inputs(40.0);
+    let r = fixture().with_roofline(Some(&limits), Some(&facts));
+    assert!(r.runs[0]
+        .roofline
+        .as_ref()
+        .unwrap()
+        .decode_headroom
+        .is_none());
+    for f in [
+        ReportFormat::Table,
+        ReportFormat::Md,
+        ReportFormat::Html,
+        ReportFormat::Json,
+    ] {
+        let out = renderer(f).report(&r).unwrap();
+        assert!(
+            out.contains("above 100% of the bound: check --memory-bandwidth"),
+            "{f:?}: {out}"
+        );
+        assert!(!out.contains("of the bandwidth bound: up to"), "{f:?}");
+    }
+    let text = renderer(ReportFormat::Table).report(&r).unwrap();
+    assert!(
+        text.contains("impossible") && text.contains("WARNING: above 100%"),
+        "{text}"
+    );
+}
+
+#[test]
+fn compare_roofline_side_by_side() {
+    let (limits, facts) = roofline_inputs(4000.0);
+    let sides = comparison_sides();
+    let c = compare::build(&sides, false, &Default::default())
+        .unwrap()
+        .with_roofline(&sides, Some(&limits), Some(&facts));
+    let roof = c.versus[0].roofline.as_ref().expect("a roofline");
+    // B speculates: its ms/step is per token, so only A's fraction is shown.
+    assert!(roof
+        .rows
+        .iter()
+        .all(|r| r.a_decode.is_some() && r.b_decode.is_none()));
+    assert!(roof
+        .notes
+        .iter()
+        .any(|n| n.starts_with("B decodes speculatively")));
+    insta::assert_snapshot!(
+        "roofline_compare_table",
+        crate::render::roofline::versus_text(roof)
+    );
+    let md = renderer(ReportFormat::Md).compare(&c).unwrap();
+    assert!(
+        md.contains("| context | bound ms | A bandwidth used |"),
+        "{md}"
+    );
+    // Two plain sides: B 0.8× as slow took part of A's headroom.
+    let plain: Vec<Vec<compare::Loaded>> = sides
+        .into_iter()
+        .map(|side| {
+            side.into_iter()
+                .map(|(l, p, mut r)| {
+                    for s in &mut r.samples {
+                        s.spec_accept_length = None;
+                    }
+                    (l, p, r)
+                })
+                .collect()
+        })
+        .collect();
+    let c = compare::build(&plain, false, &Default::default())
+        .unwrap()
+        .with_roofline(&plain, Some(&limits), Some(&facts));
+    let roof = c.versus[0].roofline.as_ref().unwrap();
+    let line = roof.headroom_line().expect("a headroom line");
+    assert!(
+        line.starts_with("B took ") && line.contains("of A's decode headroom at 16k"),
+        "{line}"
+    );
+    let text = renderer(ReportFormat::Table).compare(&c).unwrap();
+    assert!(text.contains(&line), "{text}");
 }

@@ -249,10 +249,10 @@ pub async fn run(
     summarise(
         &c.variants,
         &c.names,
-        c.baseline,
-        c.runs,
+        (c.baseline, c.runs),
         &|v, r| c.path_of(v, r),
         &c.dir,
+        c.plan.roofline.as_ref(),
     )?;
     Ok(Ending::Complete)
 }
@@ -319,10 +319,10 @@ async fn run_variant(
 fn summarise(
     variants: &[Variant],
     names: &[String],
-    baseline: usize,
-    runs: usize,
+    (baseline, runs): (usize, usize),
     path_of: &dyn Fn(usize, usize) -> PathBuf,
     dir: &Path,
+    limits: Option<&ctxbench::roofline::Limits>,
 ) -> Result<()> {
     let mut order: Vec<usize> = (0..variants.len()).collect();
     order.retain(|&v| v != baseline);
@@ -351,10 +351,12 @@ fn summarise(
             )
         })
         .collect();
-    let rep = ctxbench::report::build(&pooled);
+    // Each run's model facts are in its header: only the limits are needed here.
+    let rep = ctxbench::report::build(&pooled).with_roofline(limits, None);
     out.push_str(&render::renderer(ReportFormat::Table).report(&rep)?);
     if sides.len() > 1 {
-        let cmp = ctxbench::compare::build(&sides, false, &Settings::default())?;
+        let cmp = ctxbench::compare::build(&sides, false, &Settings::default())?
+            .with_roofline(&sides, limits, None);
         out.push('\n');
         out.push_str(&render::renderer(ReportFormat::Table).compare(&cmp)?);
         let md = render::renderer(ReportFormat::Md).compare(&cmp)?;

@@ -111,6 +111,70 @@ pub struct ReportArgs {
     /// each context length, one request at a time.
     #[arg(long, value_name = "USD", value_parser = positive_price)]
     pub price_per_hour: Option<f64>,
+
+    /// The roofline: the machine's limits and the model's size.
+    #[command(flatten)]
+    pub roofline: RooflineArgs,
+}
+
+/// The machine's limits and the model's size, for the roofline: how far each decode step
+/// and prefill is from what the hardware allows (docs/roofline.md).
+#[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "Roofline (how far from the hardware's limit)")]
+pub struct RooflineArgs {
+    /// Hold the run against an accelerator's limits: h100-sxm, h200, b200, a100-80gb, l40s, mi300x.
+    ///
+    /// Hold the run against an accelerator's memory bandwidth and dense BF16 peak, from its
+    /// data sheet (docs/roofline.md names each source): h100-sxm, h200, b200, a100-80gb,
+    /// l40s, mi300x. --memory-bandwidth and --peak-tflops override its figures.
+    #[arg(long, value_name = "NAME", value_parser = accelerator)]
+    pub hardware: Option<String>,
+
+    /// Memory bandwidth in GB/s: the decode step's bound (for a CPU or unlisted hardware).
+    ///
+    /// Memory bandwidth in GB/s (10⁹ bytes/s): each decode step is held against
+    /// (weight bytes + L × KV bytes per token) / bandwidth. For a CPU or hardware not in
+    /// --hardware's table; overrides the table's figure.
+    #[arg(long, value_name = "GB/s", value_parser = positive_limit)]
+    pub memory_bandwidth: Option<f64>,
+
+    /// Peak TFLOPs (dense, of the type served): prefill MFU.
+    ///
+    /// Peak TFLOPs (dense, of the type the model is served in): each prefill's FLOPs over
+    /// its TTFT as a fraction of it (MFU). Overrides --hardware's BF16 figure.
+    #[arg(long, value_name = "N", value_parser = positive_limit)]
+    pub peak_tflops: Option<f64>,
+
+    /// The model's Hugging Face config.json: layers, heads, KV heads, dtype.
+    ///
+    /// The served model's Hugging Face config.json (num_hidden_layers, num_attention_heads,
+    /// num_key_value_heads, head_dim or hidden_size, torch_dtype, intermediate_size,
+    /// vocab_size): weight bytes, KV bytes per token and FLOPs per token, for any server.
+    /// Completes what the server says of itself (llama.cpp's /v1/models meta); a sweep
+    /// records it in the results header.
+    #[arg(long, value_name = "FILE")]
+    pub model_config: Option<PathBuf>,
+}
+
+/// A `--hardware` name the table has (its error lists the table).
+fn accelerator(s: &str) -> Result<String, String> {
+    // clap names the flag and the value already: the table is what to add.
+    ctxbench::roofline::hardware::find(s)
+        .map(|a| a.name.to_owned())
+        .map_err(|e| {
+            format!(
+                "not a known accelerator; known: {} (for anything else, give --memory-bandwidth GB/s and --peak-tflops N)",
+                e.known
+            )
+        })
+}
+
+/// A machine limit: a positive, finite number.
+fn positive_limit(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("'{s}' is not a positive number")),
+    }
 }
 
 /// A price per hour: a positive, finite number of dollars (`2.5`, `$2.50`).
@@ -193,6 +257,10 @@ pub struct CompareArgs {
     /// Also write the speculation plots (speedup.svg, acceptance.svg) into this folder.
     #[arg(long, value_name = "DIR")]
     pub spec_plots: Option<PathBuf>,
+
+    /// The roofline: each side's fraction of the hardware's limit, side by side.
+    #[command(flatten)]
+    pub roofline: RooflineArgs,
 }
 
 // Written out: clap's generated line lists whichever required and given options an error
@@ -733,6 +801,10 @@ pub struct SweepArgs {
     /// input and output tokens at each context length (as `ctxbench report` does).
     #[arg(help_heading = "Output", long, value_name = "USD", value_parser = positive_price)]
     pub price_per_hour: Option<f64>,
+
+    /// The roofline of the end report, and `--model-config` recorded in the header.
+    #[command(flatten)]
+    pub roofline: RooflineArgs,
 }
 
 /// How a sample is timed.

@@ -45,11 +45,13 @@ pub fn run(args: &CompareArgs) -> Result<Ending> {
     } else {
         vec![args.a.clone(), args.b.clone()]
     };
+    let (limits, facts) = report::roofline_inputs(&args.roofline, true)?;
     let sides = sides
         .iter()
         .map(|s| report::load(s))
         .collect::<Result<Vec<_>>>()?;
-    let cmp = compare::build_with(&sides, args.allow_mismatch, &settings, args.spec_side)?;
+    let cmp = compare::build_with(&sides, args.allow_mismatch, &settings, args.spec_side)?
+        .with_roofline(&sides, limits.as_ref(), facts.as_ref());
     let text = render::renderer(args.format).compare(&cmp)?;
     match &args.out {
         Some(p) => super::report::write_creating_folders(p, text.as_bytes())?,

@@ -3,12 +3,15 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::cmd::cli::ReportArgs;
+use crate::cmd::cli::{ReportArgs, RooflineArgs};
 use anyhow::{Context, Result};
+use ctxbench::error::UsageError;
+use ctxbench::model::ModelFacts;
 use ctxbench::record::{self, Results};
 use ctxbench::render::ReportFormat;
 use ctxbench::render::{self, svg};
 use ctxbench::report::{build, labels, Report};
+use ctxbench::roofline::Limits;
 
 /// Reads results files (the only input of a report).
 pub fn load(paths: &[PathBuf]) -> Result<Vec<(String, String, Results)>> {
@@ -72,10 +75,43 @@ pub fn write_plots(report: &Report, dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// A `--model-config` file read as a model's size. A file that cannot be read, is not
+/// JSON or lacks a key the shape needs is a usage error naming the file (and the key).
+pub fn model_config(path: &Path) -> Result<ModelFacts, UsageError> {
+    let name = path.display();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| UsageError::Invalid(format!("--model-config {name}: {e}")))?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| UsageError::Invalid(format!("--model-config {name}: not JSON: {e}")))?;
+    ModelFacts::from_hf_config(&format!("--model-config {name}"), &json)
+        .map_err(|e| UsageError::Invalid(format!("--model-config {name}: {e}")))
+}
+
+/// The roofline's inputs on the command line: the machine's limits and `--model-config`.
+/// With `needs_limits` (a report, a comparison), a config without any limit is refused:
+/// it would change nothing.
+pub fn roofline_inputs(
+    a: &RooflineArgs,
+    needs_limits: bool,
+) -> Result<(Option<Limits>, Option<ModelFacts>), UsageError> {
+    let limits = Limits::resolve(a.hardware.as_deref(), a.memory_bandwidth, a.peak_tflops)
+        .map_err(|e| UsageError::Invalid(e.to_string()))?;
+    if needs_limits && limits.is_none() && a.model_config.is_some() {
+        return Err(UsageError::Invalid(
+            "--model-config needs --hardware, --memory-bandwidth or --peak-tflops: the model's size is held against the machine's limits".into(),
+        ));
+    }
+    let facts = a.model_config.as_deref().map(model_config).transpose()?;
+    Ok((limits, facts))
+}
+
 /// `ctxbench report`.
 pub fn run(args: &ReportArgs) -> Result<()> {
+    let (limits, facts) = roofline_inputs(&args.roofline, true)?;
     let loaded = load(&args.files)?;
-    let report = build(&loaded).with_price(args.price_per_hour);
+    let report = build(&loaded)
+        .with_price(args.price_per_hour)
+        .with_roofline(limits.as_ref(), facts.as_ref());
     let text = render::renderer(args.format).report(&report)?;
     match &args.out {
         Some(p) => write_creating_folders(p, text.as_bytes())?,
@@ -153,6 +189,7 @@ mod tests {
             server: Default::default(),
             corpus: Default::default(),
             label: None,
+            model_facts: None,
         };
         drop(ResultsWriter::create(&path, &header).unwrap());
         let before = std::fs::read(&path).unwrap();

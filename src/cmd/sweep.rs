@@ -127,7 +127,9 @@ fn summarize(session: &Session, path: &Path, contexts: &[u64], f: Finished) -> R
     // Built first and written once: a closed stdout (`| head`) must not cost the report
     // files written below.
     let loaded = crate::cmd::report::load(&[path.to_owned()])?;
-    let report = ctxbench::report::build(&loaded).with_price(session.plan.price_per_hour);
+    let report = ctxbench::report::build(&loaded)
+        .with_price(session.plan.price_per_hour)
+        .with_roofline(session.plan.roofline.as_ref(), None);
     let results = &loaded[0].2;
     let summary = summary_text(
         &report,

@@ -29,6 +29,7 @@ pub fn plan(args: &SweepArgs) -> Result<SweepPlan, UsageError> {
                 .map_err(|e| UsageError::Invalid(format!("--ca-cert {}: {e}", p.display())))
         })
         .transpose()?;
+    let (roofline, model_facts) = crate::cmd::report::roofline_inputs(&args.roofline, false)?;
     let out = match args.dry_run {
         true => None,
         false => Some(args.out.clone().unwrap_or_else(default_out)),
@@ -53,6 +54,8 @@ pub fn plan(args: &SweepArgs) -> Result<SweepPlan, UsageError> {
         managed_cmd: args.managed_cmd.clone(),
         quiet: args.quiet,
         price_per_hour: args.price_per_hour,
+        model_facts,
+        roofline,
         output_tokens: o.output_tokens(args),
         contexts: o.contexts,
         corpus: o.corpus,

@@ -32,6 +32,8 @@ mod protocol_sglang;
 mod protocol_tgi;
 mod protocol_vllm;
 mod report;
+mod roofline;
+mod roofline_llamacpp;
 mod scripted_fidelity;
 mod spec_dflash_llamacpp;
 mod speculation_llamacpp;

@@ -5,7 +5,7 @@
 #![warn(missing_docs)]
 
 // The layer below, under the names the code has always used.
-pub(crate) use ctxbench_schema::{error, fingerprint, record};
+pub(crate) use ctxbench_schema::{error, fingerprint, model, record};
 
 pub mod client;
 pub mod metrics;

@@ -19,6 +19,7 @@ pub mod html;
 pub mod json;
 pub mod markdown;
 pub mod prompts;
+pub mod roofline;
 pub mod sections;
 pub mod speculation;
 pub mod svg;

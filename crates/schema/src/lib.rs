@@ -6,6 +6,7 @@
 
 pub mod error;
 pub mod fingerprint;
+pub mod model;
 pub mod record;
 pub mod testdata;
 pub mod units;

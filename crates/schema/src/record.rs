@@ -478,6 +478,11 @@ pub struct RunHeader {
     /// What the user says this run is (`--label`, e.g. the server flag under test).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// The model's size in the roofline's units (weight bytes, KV bytes per token, FLOPs
+    /// per token) and where they came from: the server's own words, `--model-config`, or
+    /// both; absent when neither said, and in files from before this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_facts: Option<crate::model::ModelFacts>,
 }
 
 /// Everything the user chose that shapes the measurement: the run's identity.
@@ -1415,6 +1420,7 @@ mod tests {
             server: ServerInfo::default(),
             corpus: CorpusInfo::default(),
             label: None,
+            model_facts: None,
         }
     }
 

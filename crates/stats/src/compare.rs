@@ -80,6 +80,10 @@ pub struct Versus {
     /// neither side is a warm run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warm: Option<warm::WarmComparison>,
+    /// Both sides' fractions of the hardware's limit (`--hardware`, `--memory-bandwidth`,
+    /// `--peak-tflops`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roofline: Option<crate::roofline::versus::RooflineComparison>,
 }
 
 impl Versus {
@@ -500,6 +504,7 @@ pub fn build_with(
             differences: differences(ra, rb),
             mismatches: mism,
             rows: rows(a, b, s),
+            roofline: None,
         });
     }
     Ok(Comparison {
@@ -510,6 +515,78 @@ pub fn build_with(
         min_runs: s.min_runs,
         min_samples: s.min_samples,
     })
+}
+
+impl Comparison {
+    /// Holds both sides of every pair against the machine's `limits`, with each side's
+    /// recorded model facts completed by `model_config` (`--model-config`). `sides` are the
+    /// groups this comparison was built from.
+    pub fn with_roofline(
+        mut self,
+        sides: &[Vec<Loaded>],
+        limits: Option<&crate::roofline::Limits>,
+        model_config: Option<&crate::model::ModelFacts>,
+    ) -> Self {
+        let Some(limits) = limits else {
+            return self;
+        };
+        let facts = |g: &[Loaded]| {
+            let recorded = g.first().and_then(|(_, _, r)| r.header.model_facts.clone());
+            match (recorded, model_config.cloned()) {
+                (Some(h), Some(c)) => Some(h.or(c)),
+                (h, c) => h.or(c),
+            }
+        };
+        let speculative = |g: &[Loaded]| {
+            g.iter()
+                .flat_map(|(_, _, r)| &r.samples)
+                .any(|s| s.spec_accept_length.is_some())
+        };
+        let Some(a) = sides.first() else {
+            return self;
+        };
+        let fa = facts(a);
+        for (v, b) in self.versus.iter_mut().zip(&sides[1..]) {
+            let fb = facts(b);
+            use crate::roofline::versus::Side;
+            v.roofline = Some(crate::roofline::versus::compare(
+                limits,
+                Side {
+                    facts: fa.as_ref(),
+                    speculative: speculative(a),
+                },
+                Side {
+                    facts: fb.as_ref(),
+                    speculative: speculative(b),
+                },
+                &roofline_medians(&v.rows),
+            ));
+        }
+        self
+    }
+}
+
+/// Both sides' ms/step and TTFT per context length (one request at a time), from the rows.
+fn roofline_medians(rows: &[CompareRow]) -> Vec<crate::roofline::versus::Medians> {
+    let mut out: Vec<crate::roofline::versus::Medians> = Vec::new();
+    for r in rows.iter().filter(|r| r.concurrency.unwrap_or(1) == 1) {
+        if out
+            .last()
+            .is_none_or(|m| m.context_tokens != r.context_tokens)
+        {
+            out.push(crate::roofline::versus::Medians {
+                context_tokens: r.context_tokens,
+                ..Default::default()
+            });
+        }
+        let Some(m) = out.last_mut() else { continue };
+        match r.metric {
+            Metric::MsPerStep => (m.a_ms_per_step, m.b_ms_per_step) = (r.a, r.b),
+            Metric::TtftMs => (m.a_ttft_ms, m.b_ttft_ms) = (r.a, r.b),
+            _ => {}
+        }
+    }
+    out
 }
 
 /// One line that says what the intervals of `v` are over, for every renderer.

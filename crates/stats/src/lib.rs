@@ -5,11 +5,12 @@
 #![warn(missing_docs)]
 
 // The layer below, under the names the code has always used.
-pub(crate) use ctxbench_schema::{error, fingerprint, record, units, warm};
+pub(crate) use ctxbench_schema::{error, fingerprint, model, record, units, warm};
 
 pub mod capacity;
 pub mod compare;
 pub mod integrity;
 pub mod price;
 pub mod report;
+pub mod roofline;
 pub mod stats;

@@ -80,6 +80,13 @@ pub struct RunReport {
     /// Warm context at depth (`--mode append|conversation|tiers`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warm: Option<crate::stats::warm::WarmReport>,
+    /// The model's size as the results header records it (`model_facts`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_facts: Option<crate::model::ModelFacts>,
+    /// How far from the hardware's limit (`--hardware`, `--memory-bandwidth`,
+    /// `--peak-tflops`): see [`crate::roofline`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub roofline: Option<crate::roofline::Roofline>,
 }
 
 /// Acceptance length at one context length.
@@ -106,6 +113,9 @@ pub struct ScalingFit {
     pub extrapolation: Option<Extrapolation>,
     /// R² or residuals say the model does not describe the data.
     pub poor: bool,
+    /// A 90% bootstrap band of each coefficient (samples resampled within each length).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub coef_band: Option<Vec<fit::CoefBand>>,
 }
 
 /// Observed ratio of medians between the largest and the smallest point.
@@ -129,7 +139,7 @@ pub struct Warning {
     /// `contaminated`, `length_mismatch`, `failed`, `cache_unverified`, `two_point_inverted`,
     /// `cache_bypass_off`, `nonce_off`, `poor_fit`, `no_fit`, `extrapolation`, `torn_line`,
     /// `synthetic_corpus`, `other_phase`, `prediction_missed`, `shared_server`,
-    /// `idle_unchecked`, `held_back_stream`, `impossible_timing`.
+    /// `idle_unchecked`, `held_back_stream`, `impossible_timing`, `roofline_impossible`.
     pub kind: &'static str,
     /// What happened and what to do.
     pub message: String,
@@ -261,6 +271,8 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         capacity,
         cost: None,
         warm: crate::stats::warm::summarize(h.config.warm.as_ref(), &results.samples),
+        model_facts: h.model_facts.clone(),
+        roofline: None,
     }
 }
 
@@ -474,6 +486,7 @@ fn scaling_fit(
         slowdown,
         extrapolation,
         poor,
+        coef_band: fit::coefficient_bands(model, &obs, EXTRAPOLATION_RESAMPLES, SEED),
     })
 }
 
@@ -592,6 +605,44 @@ impl Report {
                 }
                 c
             });
+        }
+        self
+    }
+}
+
+impl Report {
+    /// Holds every run against the machine's `limits` (see [`crate::roofline`]), with the
+    /// model facts its header records, completed by `model_config` (`--model-config`) where
+    /// they are silent. A figure above 100% of its bound also becomes a warning of the run.
+    pub fn with_roofline(
+        mut self,
+        limits: Option<&crate::roofline::Limits>,
+        model_config: Option<&crate::model::ModelFacts>,
+    ) -> Self {
+        let Some(limits) = limits else {
+            return self;
+        };
+        for run in &mut self.runs {
+            let facts = match (run.model_facts.clone(), model_config.cloned()) {
+                (Some(h), Some(c)) => Some(h.or(c)),
+                (h, c) => h.or(c),
+            };
+            let step_fit = run
+                .step_fit
+                .as_ref()
+                .map(|s| (&s.fit, s.coef_band.as_deref()));
+            let r = crate::roofline::analyse(&crate::roofline::Input {
+                facts: facts.as_ref(),
+                limits,
+                points: &run.points,
+                step_fit,
+            });
+            run.warnings.extend(
+                r.defects
+                    .iter()
+                    .map(|d| warn("roofline_impossible", d.clone())),
+            );
+            run.roofline = Some(r);
         }
         self
     }

@@ -58,7 +58,7 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// Everything the summary table shows for one context length.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct PointSummary {
     /// Target context length.
     pub context_tokens: u64,

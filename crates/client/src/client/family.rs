@@ -221,6 +221,9 @@ pub struct ServerProfile {
     /// What the token-id test request showed (ids sent, the server's count of them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_id_test: Option<String>,
+    /// The model's size as the server states it (llama.cpp `/v1/models` `meta`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_facts: Option<crate::model::ModelFacts>,
     /// The family the server was recognised as (`None`: no detector matched).
     #[serde(skip)]
     pub detected: Option<BackendKind>,
@@ -258,6 +261,7 @@ impl ServerProfile {
             notes: Vec::new(),
             dropped_fields: Vec::new(),
             token_id_test: None,
+            model_facts: None,
             detected: None,
         }
     }
@@ -312,6 +316,9 @@ impl From<&ServerProfile> for crate::record::ServerInfo {
             notes,
             dropped_fields,
             token_id_test,
+            // Recorded beside the server, in the header's `model_facts` (merged there
+            // with `--model-config`).
+            model_facts: _,
             // Not serialized: the family recognised shows in `server_kind`.
             detected: _,
         } = p;
@@ -638,6 +645,12 @@ mod tests {
             notes: vec!["a note".into()],
             dropped_fields: vec!["ignore_eos".into()],
             token_id_test: Some("4 token ids sent, usage.prompt_tokens 5: taken as ids".into()),
+            model_facts: Some(crate::model::ModelFacts::from_counts(
+                "meta",
+                Some(10),
+                Some(40),
+                None,
+            )),
             detected: Some(BackendKind::Vllm),
         }
     }

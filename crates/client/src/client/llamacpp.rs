@@ -40,6 +40,21 @@ impl LlamaCpp {
     }
 }
 
+/// The model's size from a `/v1/models` entry's `meta`: `n_params`, `size` (bytes of the
+/// weights), and `n_vocab`/`n_embd` for the embedding table; `None` without either count.
+pub fn model_facts(entry: &Value) -> Option<crate::model::ModelFacts> {
+    let meta = entry.get("meta")?;
+    let (params, size) = (get_u64(meta, "n_params"), get_u64(meta, "size"));
+    if params.is_none() && size.is_none() {
+        return None;
+    }
+    let table = get_u64(meta, "n_vocab").zip(get_u64(meta, "n_embd"));
+    let mut f =
+        crate::model::ModelFacts::from_counts("llama.cpp /v1/models meta", params, size, table);
+    f.dtype = meta.get("ftype").and_then(Value::as_str).map(str::to_owned);
+    Some(f)
+}
+
 /// Erases every slot's KV cache (`POST /slots/{id}?action=erase`). llama-server answers 501
 /// unless it was started with `--slot-save-path`.
 pub async fn erase_slots(http: &Http, slots: u64) -> Result<String, ClientError> {
@@ -288,6 +303,7 @@ impl super::Family for Family {
                 Some("llama.cpp /props default_generation_settings.n_ctx (per slot)".into());
         }
         p.total_slots = get_u64(&props, "total_slots");
+        p.model_facts = s.first_model().await?.and_then(|m| model_facts(&m));
         if !p.metrics {
             p.notes
                 .push("/metrics is off: start llama-server with --metrics".into());
@@ -428,6 +444,28 @@ mod tests {
 
     fn ev(data: &str) -> StreamEvent {
         StreamEvent::data(data)
+    }
+
+    #[test]
+    fn the_model_facts_come_from_the_v1_models_meta() {
+        // The wide reference model's entry, as llama-server 11434 answers it.
+        let entry = json!({"id": "wide.gguf", "meta": {"vocab_type": 1, "n_vocab": 32000,
+            "n_ctx_train": 1048576, "n_embd": 128, "n_params": 84282496, "size": 337129984,
+            "ftype": "all F32"}});
+        let f = model_facts(&entry).unwrap();
+        assert_eq!(f.source, "llama.cpp /v1/models meta");
+        assert_eq!(
+            (f.params, f.weight_bytes),
+            (Some(84_282_496), Some(337_129_984))
+        );
+        assert_eq!(f.embedding_bytes, Some(32_000 * 128 * 4));
+        assert_eq!(f.dtype.as_deref(), Some("all F32"));
+        assert_eq!(
+            f.kv_bytes_per_token, None,
+            "the meta does not say the layers"
+        );
+        assert!(model_facts(&json!({"id": "m"})).is_none());
+        assert!(model_facts(&json!({"meta": {"n_vocab": 5}})).is_none());
     }
 
     #[test]

@@ -124,6 +124,9 @@ fn run_blocks(run: &RunReport, target: Target) -> Vec<Block> {
         }
     }
     b.extend(fits(run, target));
+    if let Some(r) = &run.roofline {
+        b.extend(super::roofline::blocks(r));
+    }
     b
 }
 
@@ -446,6 +449,9 @@ pub fn compare(cmp: &Comparison, target: Target) -> Result<Document, RenderError
         }
         if let Some(w) = &v.warm {
             blocks.extend(warm_compare_blocks(w));
+        }
+        if let Some(r) = &v.roofline {
+            blocks.extend(super::roofline::versus_blocks(r));
         }
     }
     Ok(Document {

@@ -128,6 +128,9 @@ pub fn details(run: &RunReport) -> String {
             let _ = writeln!(out, "  {l}");
         }
     }
+    if let Some(r) = &run.roofline {
+        out.push_str(&super::roofline::text(r));
+    }
     out
 }
 
@@ -218,6 +221,9 @@ impl Renderer for TableRenderer {
             }
             if let Some(w) = &v.warm {
                 let _ = writeln!(out, "{}", super::warm::compare_text(w));
+            }
+            if let Some(r) = &v.roofline {
+                let _ = writeln!(out, "{}", super::roofline::versus_text(r));
             }
         }
         Ok(out)

@@ -73,6 +73,11 @@ pub struct SweepPlan {
     pub quiet: bool,
     /// `--price-per-hour`: the end report adds the price of a token (USD per hour).
     pub price_per_hour: Option<f64>,
+    /// `--model-config`: the model's size from a Hugging Face config, recorded in the
+    /// header (completing what the server says of itself).
+    pub model_facts: Option<crate::model::ModelFacts>,
+    /// `--hardware`, `--memory-bandwidth`, `--peak-tflops`: the end report's roofline.
+    pub roofline: Option<crate::roofline::Limits>,
     /// The points, sorted; `None`: the default ladder from the server's limit.
     pub contexts: Option<Vec<u64>>,
     /// The text prompts are cut from.
@@ -447,6 +452,14 @@ impl Session {
                 tokenize_requests: p.corpus.tokenize_requests as u64,
             },
             label: self.plan.label.clone(),
+            // The server's own figures first: they describe the file it serves.
+            model_facts: match (
+                self.profile.model_facts.clone(),
+                self.plan.model_facts.clone(),
+            ) {
+                (Some(s), Some(c)) => Some(s.or(c)),
+                (s, c) => s.or(c),
+            },
         })
     }
 

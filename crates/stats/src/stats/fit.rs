@@ -315,23 +315,10 @@ pub fn extrapolate(
 ) -> Option<Extrapolation> {
     let g = groups(obs);
     let base = fit_groups(model, &g)?;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut preds = Vec::with_capacity(resamples);
-    for _ in 0..resamples {
-        let rg: Vec<(u64, Vec<f64>)> = g
-            .iter()
-            .map(|(l, ys)| {
-                let mut r: Vec<f64> = (0..ys.len())
-                    .map(|_| ys[rng.random_range(0..ys.len())])
-                    .collect();
-                r.sort_by(f64::total_cmp);
-                (*l, r)
-            })
-            .collect();
-        if let Some(f) = fit_groups(model, &rg) {
-            preds.push(f.predict(at as f64));
-        }
-    }
+    let mut preds: Vec<f64> = refits(model, &g, resamples, seed)
+        .iter()
+        .map(|f| f.predict(at as f64))
+        .collect();
     preds.retain(|p| p.is_finite());
     preds.sort_by(f64::total_cmp);
     let predicted = base.predict(at as f64);
@@ -349,6 +336,73 @@ pub fn extrapolate(
         resamples,
         measured_up_to: g.last().map(|x| x.0).unwrap_or(0),
     })
+}
+
+/// Fits of `model` on `resamples` bootstrap resamples of the groups: within each context
+/// length, observations drawn with replacement.
+fn refits(model: Model, g: &[(u64, Vec<f64>)], resamples: usize, seed: u64) -> Vec<Fit> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut out = Vec::with_capacity(resamples);
+    for _ in 0..resamples {
+        let rg: Vec<(u64, Vec<f64>)> = g
+            .iter()
+            .map(|(l, ys)| {
+                let mut r: Vec<f64> = (0..ys.len())
+                    .map(|_| ys[rng.random_range(0..ys.len())])
+                    .collect();
+                r.sort_by(f64::total_cmp);
+                (*l, r)
+            })
+            .collect();
+        if let Some(f) = fit_groups(model, &rg) {
+            out.push(f);
+        }
+    }
+    out
+}
+
+/// A 90% band of one coefficient (5th to 95th percentile of bootstrap refits).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CoefBand {
+    /// Lower end.
+    pub low: f64,
+    /// Upper end.
+    pub high: f64,
+}
+
+/// A 90% band of each coefficient of the fit of `model`, from refits on resampled data
+/// (as [`extrapolate`]); each band holds the fit's own coefficient. `None` when there is no
+/// fit.
+pub fn coefficient_bands(
+    model: Model,
+    obs: &[(u64, f64)],
+    resamples: usize,
+    seed: u64,
+) -> Option<Vec<CoefBand>> {
+    let g = groups(obs);
+    let base = fit_groups(model, &g)?;
+    let fits = refits(model, &g, resamples, seed);
+    Some(
+        base.coef
+            .iter()
+            .enumerate()
+            .map(|(j, &c)| {
+                let mut v: Vec<f64> = fits
+                    .iter()
+                    .map(|f| f.coef[j])
+                    .filter(|x| x.is_finite())
+                    .collect();
+                v.sort_by(f64::total_cmp);
+                match v.is_empty() {
+                    true => CoefBand { low: c, high: c },
+                    false => CoefBand {
+                        low: quantile(&v, 0.05).min(c),
+                        high: quantile(&v, 0.95).max(c),
+                    },
+                }
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -436,6 +490,29 @@ mod tests {
         assert!((e.predicted - (5.0 + 131.072)).abs() / 136.0 < 0.1, "{e:?}");
         assert_eq!(e, extrapolate(Model::Linear, &o, 131072, 200, 7).unwrap());
         assert_eq!(e.measured_up_to, 8192);
+    }
+
+    #[test]
+    fn coefficient_bands_hold_the_fit_and_narrow_with_less_noise() {
+        let mk = |spread: f64| -> Vec<(u64, f64)> {
+            [1024u64, 2048, 4096, 8192]
+                .iter()
+                .flat_map(|&l| {
+                    let y = 5.0 + 0.001 * l as f64;
+                    [(l, y * (1.0 - spread)), (l, y), (l, y * (1.0 + spread))]
+                })
+                .collect()
+        };
+        let f = fit(Model::Linear, &mk(0.05)).unwrap();
+        let b = coefficient_bands(Model::Linear, &mk(0.05), 200, 7).unwrap();
+        assert_eq!(b.len(), 2);
+        for (c, band) in f.coef.iter().zip(&b) {
+            assert!(band.low <= *c && *c <= band.high, "{c} {band:?}");
+        }
+        assert!(b[0].high > b[0].low);
+        let tight = coefficient_bands(Model::Linear, &mk(0.001), 200, 7).unwrap();
+        assert!(tight[1].high - tight[1].low < b[1].high - b[1].low);
+        assert!(coefficient_bands(Model::Linear, &[(1, 1.0)], 10, 1).is_none());
     }
 
     fn weighted_sse(f: &[f64], o: &[(u64, f64)]) -> f64 {
