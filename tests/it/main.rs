@@ -29,6 +29,7 @@ mod protocol_openai_strict;
 mod protocol_sglang;
 mod protocol_tgi;
 mod protocol_vllm;
+mod real_model_llamacpp;
 mod report;
 mod scripted_fidelity;
 mod spec_dflash_llamacpp;
