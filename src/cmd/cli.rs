@@ -216,19 +216,34 @@ k means ×1024: 4k = 4096 tokens. Results: one JSON line per sample (docs/result
 #[derive(Debug, Args, Clone)]
 pub struct SweepArgs {
     /// Server base URL, without /v1.
-    #[arg(long, env = "CTXBENCH_URL", required_unless_present = "server_cmd")]
+    #[arg(
+        help_heading = "Server",
+        long,
+        env = "CTXBENCH_URL",
+        required_unless_present = "server_cmd"
+    )]
     pub url: Option<String>,
 
+    /// Start the server yourself: a command with `{port}`, and `{NAME}` for each -L list.
+    ///
     /// Start the server yourself: a command with `{port}` where ctxbench puts the free port
     /// it picked, and `{NAME}` for each -L list. ctxbench waits until it is ready, sweeps,
     /// stops it (SIGTERM, then SIGKILL) and logs its output beside the results. --out is then
     /// a folder: one results file per variant and run.
-    #[arg(long, value_name = "TEMPLATE", allow_hyphen_values = true)]
+    #[arg(
+        help_heading = "Campaigns (--server-cmd)",
+        long,
+        value_name = "TEMPLATE",
+        allow_hyphen_values = true
+    )]
     pub server_cmd: Option<String>,
 
+    /// With --server-cmd: `-L NAME V1,V2,...`, one variant per value.
+    ///
     /// With --server-cmd: `-L NAME V1,V2,...` makes one variant per value (several lists
     /// make a grid, the first changing fastest; `\,` is a literal comma), as in hyperfine.
     #[arg(
+        help_heading = "Campaigns (--server-cmd)",
         short = 'L',
         long = "parameter-list",
         num_args = 2,
@@ -239,10 +254,13 @@ pub struct SweepArgs {
     )]
     pub parameter_list: Vec<String>,
 
+    /// With --server-cmd: `-F NAME ',FLAGS1,FLAGS2'`, one variant per group of flags.
+    ///
     /// With --server-cmd: `-F NAME ',FLAGS1,FLAGS2'` makes one variant per group of flags,
     /// put where the word `{NAME}` stands (split like a shell does); an empty group adds no
     /// flags. Speculation on against off: `-F spec ',-md draft.gguf --spec-type draft-simple'`.
     #[arg(
+        help_heading = "Campaigns (--server-cmd)",
         short = 'F',
         long = "flag-list",
         num_args = 2,
@@ -253,18 +271,28 @@ pub struct SweepArgs {
     )]
     pub flag_list: Vec<String>,
 
+    /// With --server-cmd: runs of each variant, interleaved, each on a fresh server [default: 1].
+    ///
     /// With --server-cmd: runs of each variant, interleaved (A B A B ...), each on a fresh
     /// server; the comparison takes the run as its unit (3 or more for a verdict).
-    #[arg(long, default_value_t = 1, requires = "server_cmd", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(help_heading = "Campaigns (--server-cmd)", long, default_value_t = 1, requires = "server_cmd", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub runs: u32,
 
+    /// With --server-cmd: the variant the others are compared with [default: the first].
+    ///
     /// With --server-cmd: the variant the others are compared with, by its short name
     /// (`t=2`, `default`) [default: the first].
-    #[arg(long, value_name = "NAME", requires = "server_cmd")]
+    #[arg(
+        help_heading = "Campaigns (--server-cmd)",
+        long,
+        value_name = "NAME",
+        requires = "server_cmd"
+    )]
     pub baseline: Option<String>,
 
     /// With --server-cmd: seconds a server may take to become ready.
     #[arg(
+        help_heading = "Campaigns (--server-cmd)",
         long,
         default_value_t = 600.0,
         value_name = "SECONDS",
@@ -278,9 +306,13 @@ pub struct SweepArgs {
     pub managed_cmd: Option<String>,
 
     /// Server protocol; `auto` probes the server and says what it chose.
-    #[arg(long, value_enum, default_value = "auto")]
+    ///
+    /// Server protocol; `auto` probes the server and says what it chose.
+    #[arg(help_heading = "Server", long, value_enum, default_value = "auto")]
     pub backend: BackendKind,
 
+    /// OpenAI protocol only: `completions`, `chat` or `auto`.
+    ///
     /// OpenAI protocol only: `completions` (/v1/completions, raw prompt), `chat`
     /// (/v1/chat/completions, one user message; the chat template's tokens are measured and
     /// counted in every length; TTFT on the first chunk with generated content, not the role
@@ -288,14 +320,23 @@ pub struct SweepArgs {
     /// exact with token ids or a tokenizer endpoint pair (/tokenize, /v1/tokenize,
     /// /extras/tokenize with their detokenize); with neither (a gateway or hosted API) they
     /// are calibrated against the server's usage.prompt_tokens, within 1%.
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(help_heading = "Server", long, value_enum, default_value = "auto")]
     pub endpoint: ctxbench::client::openai::EndpointChoice,
 
+    /// Context lengths in tokens, e.g. `1k,4k,32k` [default: 1k, 2k, 4k, … to the server's maximum].
+    ///
     /// Context lengths in tokens, e.g. `1k,4k,32k` [default: 1k, 2k, 4k, … up to the
     /// server's maximum minus a 10% margin].
-    #[arg(long, value_name = "LIST", allow_hyphen_values = true)]
+    #[arg(
+        help_heading = "What to measure",
+        long,
+        value_name = "LIST",
+        allow_hyphen_values = true
+    )]
     pub contexts: Option<String>,
 
+    /// Warm context at depth instead of the cold sweep: `append`, `conversation` or `tiers`.
+    ///
     /// Warm context at depth instead of the cold sweep: `append` (a prefix of L tokens
     /// from the --contexts ladder put in the cache, then L + N with N from --append; beside
     /// it the cold prefill of L + N), `conversation` (one conversation growing by
@@ -305,93 +346,128 @@ pub struct SweepArgs {
     /// HiCache host memory after evicting the prefix from the device pool, cold). Every warm sample
     /// proves its reuse from the server's cached-token count; a miss is flagged cache_miss
     /// and kept out of the summaries.
-    #[arg(long, value_enum, value_name = "append|conversation|tiers")]
+    #[arg(
+        help_heading = "Warm modes",
+        long,
+        value_enum,
+        value_name = "append|conversation|tiers"
+    )]
     pub mode: Option<ctxbench::warm::WarmMode>,
 
-    /// With --mode append: new tokens appended to each cached prefix (N), e.g.
-    /// `128,512,2048`; --mode tiers uses the first.
-    #[arg(long, value_name = "LIST", default_value = "128,512,2048")]
-    pub append: String,
+    /// With --mode append or tiers: new tokens appended to each cached prefix (N)
+    /// [default: 128,512,2048].
+    ///
+    /// A list, e.g. `128,512,2048`; --mode tiers uses the first.
+    #[arg(help_heading = "Warm modes", long, value_name = "LIST")]
+    pub append: Option<String>,
 
-    /// With --mode conversation: tokens of each new user turn.
-    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..))]
-    pub turn_tokens: u64,
+    /// With --mode conversation: tokens of each new user turn [default: 512].
+    #[arg(help_heading = "Warm modes", long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub turn_tokens: Option<u64>,
 
     /// With --mode append: the turn budget, the largest N whose median TTFT stays under
     /// this many milliseconds at each L.
-    #[arg(long, value_name = "MS")]
+    #[arg(help_heading = "Warm modes", long, value_name = "MS")]
     pub ttft_target: Option<f64>,
 
-    /// With --mode append or conversation: the negative control. The warm requests ask the
-    /// server not to reuse its cache (llama.cpp cache_prompt: false): the savings must
-    /// vanish and every warm sample be flagged cache_miss.
-    #[arg(long)]
+    /// With --mode append or conversation: the negative control.
+    ///
+    /// The warm requests ask the server not to reuse its cache (llama.cpp cache_prompt: false):
+    /// the savings must vanish and every warm sample be flagged cache_miss.
+    #[arg(help_heading = "Warm modes", long)]
     pub negative_control: bool,
 
     /// Requests sent together at each context, e.g. `1,2,4,8`: the capacity map (context ×
-    /// concurrency). Each cell sends c cold requests of exactly the context length, each
-    /// with its own nonce, released together; a repetition repeats the whole wave. The
-    /// default, 1, measures one request at a time. With --mode append: c sessions at once,
-    /// each appending to its own cached prefix (on llama-server give each a slot: -np c).
-    #[arg(long, value_name = "LIST", default_value = "1")]
+    /// concurrency).
+    ///
+    /// Each cell sends c cold requests of exactly the context length, each with its own nonce,
+    /// released together; a repetition repeats the whole wave. The default, 1, measures one
+    /// request at a time. With --mode append: c sessions at once, each appending to its own
+    /// cached prefix (on llama-server give each a slot: -np c).
+    #[arg(
+        help_heading = "What to measure",
+        long,
+        value_name = "LIST",
+        default_value = "1"
+    )]
     pub concurrency: String,
 
-    /// Output tokens per request when --concurrency has a level above 1 (every cell of the
-    /// grid, 1 included, so cells compare). Longer than --output-tokens on purpose: the
+    /// Output tokens per request when --concurrency has a level above 1 [default: 128].
+    ///
+    /// Every cell of the grid, 1 included, so cells compare. Longer than --output-tokens on purpose: the
     /// concurrent decode rate is timed only in the window where all c requests decode at
     /// once (last first token to first last token), and with short outputs the first
     /// request finishes before the last one starts, leaving no window to time.
-    #[arg(long, value_name = "N", default_value_t = ctxbench::capacity::WAVE_OUTPUT_TOKENS, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
-    pub wave_output_tokens: u32,
+    #[arg(help_heading = "What to measure", long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
+    pub wave_output_tokens: Option<u32>,
 
     /// Tokens to generate per request (EOS ignored).
-    #[arg(long, default_value_t = 32, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
+    #[arg(help_heading = "What to measure", long, default_value_t = 32, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
     pub output_tokens: u32,
 
+    /// Distinct prompts per context length, each measured --reps times.
+    ///
     /// Distinct prompts per context length (different corpus windows), each measured
     /// --reps times (or adaptively, then --min-reps/--max-reps count per prompt); the report
     /// splits the spread between prompts from the noise between repetitions. Default: every
     /// repetition reads its own window (K = repetitions, one each).
-    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(help_heading = "Prompts and corpus", long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub prompts: Option<u32>,
 
     /// Measured repetitions per context length (fixed; see --precision for adaptive).
-    #[arg(long, default_value_t = 3, conflicts_with = "precision", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(help_heading = "What to measure", long, default_value_t = 3, conflicts_with = "precision", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub reps: u32,
 
+    /// Adaptive repetitions: repeat each point until its 95% interval is within ±P (e.g. 0.05).
+    ///
     /// Adaptive repetitions: repeat each point until the 95% confidence interval of the
     /// median TTFT and decode rate is within ±P (e.g. 0.05 = ±5%), between --min-reps and
     /// --max-reps, within the time budgets.
-    #[arg(long, value_name = "P")]
+    #[arg(help_heading = "What to measure", long, value_name = "P")]
     pub precision: Option<f64>,
 
     /// With --precision: repetitions always taken.
-    #[arg(long, default_value_t = 3, requires = "precision", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(help_heading = "What to measure", long, default_value_t = 3, requires = "precision", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub min_reps: u32,
 
     /// With --precision: repetitions never exceeded.
-    #[arg(long, default_value_t = 30, requires = "precision", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(help_heading = "What to measure", long, default_value_t = 30, requires = "precision", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub max_reps: u32,
 
     /// With --precision: seconds one context point may take beyond --min-reps.
-    #[arg(long, value_name = "SECONDS", requires = "precision")]
+    #[arg(
+        help_heading = "What to measure",
+        long,
+        value_name = "SECONDS",
+        requires = "precision"
+    )]
     pub point_budget: Option<f64>,
 
     /// With --precision: seconds the whole run may take; then points get --min-reps only.
-    #[arg(long, value_name = "SECONDS", requires = "precision")]
+    #[arg(
+        help_heading = "What to measure",
+        long,
+        value_name = "SECONDS",
+        requires = "precision"
+    )]
     pub run_budget: Option<f64>,
 
     /// Print the plan (points, prompt sizes, predicted duration) and peak memory, measure
-    /// nothing. The prediction comes from two small calibration requests (not recorded).
-    #[arg(long)]
+    /// nothing.
+    ///
+    /// The prediction comes from two small calibration requests (not recorded).
+    #[arg(help_heading = "What to measure", long)]
     pub dry_run: bool,
 
+    /// Prompt text: `repeat`, `random`, `natural`, or your own file or folder; a comma list measures each.
+    ///
     /// Prompt text: `repeat` (one sentence repeated; inflates speculative acceptance),
     /// `random` (random token ids), `natural` (English prose already on this machine:
     /// Python's own documentation, pydoc_data/topics.py), or a file or folder of your own
     /// text. A comma list (`repeat,natural`) measures the same ladder once per corpus, into
     /// one results file each (OUT.repeat.jsonl, …), and reports the acceptance inflation.
     #[arg(
+        help_heading = "Prompts and corpus",
         long,
         default_value = "repeat",
         value_name = "repeat|random|natural|PATH[,…]"
@@ -399,45 +475,61 @@ pub struct SweepArgs {
     pub corpus: String,
 
     /// Seed for `--corpus random` (nonces are always fresh).
-    #[arg(long, default_value_t = 0)]
+    #[arg(help_heading = "Prompts and corpus", long, default_value_t = 0)]
     pub seed: u64,
 
     /// Results file (JSON Lines) [default: ctxbench-<UTC time>.jsonl].
-    #[arg(long, short)]
+    #[arg(help_heading = "Output", long, short)]
     pub out: Option<PathBuf>,
 
+    /// What this run is, e.g. the server flag under test ("-t 2").
+    ///
     /// What this run is, e.g. the server flag under test ("-t 2", "draft window 4096");
     /// reports and comparisons name the run by it.
-    #[arg(long, value_name = "TEXT", allow_hyphen_values = true)]
+    #[arg(
+        help_heading = "Output",
+        long,
+        value_name = "TEXT",
+        allow_hyphen_values = true
+    )]
     pub label: Option<String>,
 
     /// Continue the run in --out, skipping samples already recorded.
-    #[arg(long)]
+    #[arg(help_heading = "Output", long)]
     pub resume: bool,
 
     /// Model name sent in OpenAI requests [default: the first of /v1/models].
-    #[arg(long)]
+    #[arg(help_heading = "Server", long)]
     pub model: Option<String>,
 
     /// Name of the environment variable holding the API key (sent as a Bearer token).
-    #[arg(long, default_value = "CTXBENCH_API_KEY", value_name = "NAME")]
+    #[arg(
+        help_heading = "Server",
+        long,
+        default_value = "CTXBENCH_API_KEY",
+        value_name = "NAME"
+    )]
     pub api_key_env: String,
 
     /// PEM file of a private certificate authority for HTTPS.
-    #[arg(long, value_name = "FILE")]
+    #[arg(help_heading = "Server", long, value_name = "FILE")]
     pub ca_cert: Option<PathBuf>,
 
+    /// Allowed difference between the server's prompt count and the target.
+    ///
     /// Allowed difference between the server's prompt count and the target. 0 by default:
     /// prompts are sent as token ids and the server's BOS is measured by the warmup, so any
     /// difference means the server changed the prompt.
-    #[arg(long, default_value_t = 0)]
+    #[arg(help_heading = "Prompts and corpus", long, default_value_t = 0)]
     pub length_tolerance: u64,
 
-    /// Request timeout: SECONDS plus --timeout-per-1k for every 1000 context tokens. A
-    /// floor, not a cap: once the server has been measured, a request is allowed at least
-    /// SECONDS plus 4× its predicted cost; the unmeasured warmup and calibration requests
-    /// get at least 60 s.
+    /// Request timeout: SECONDS plus --timeout-per-1k for every 1000 context tokens.
+    ///
+    /// A floor, not a cap: once the server has been measured, a request is allowed at least
+    /// SECONDS plus 4× its predicted cost; the unmeasured warmup and calibration requests get
+    /// at least 60 s.
     #[arg(
+        help_heading = "Timeouts and errors",
         long,
         default_value_t = 60.0,
         value_name = "SECONDS",
@@ -447,6 +539,7 @@ pub struct SweepArgs {
 
     /// Extra request timeout per 1000 context tokens.
     #[arg(
+        help_heading = "Timeouts and errors",
         long,
         default_value_t = 5.0,
         value_name = "SECONDS",
@@ -456,6 +549,7 @@ pub struct SweepArgs {
 
     /// Longest silence allowed once the server has started answering.
     #[arg(
+        help_heading = "Timeouts and errors",
         long,
         default_value_t = 60.0,
         value_name = "SECONDS",
@@ -464,55 +558,82 @@ pub struct SweepArgs {
     pub stall_timeout: f64,
 
     /// What to do when a request fails (a dead server always stops the sweep).
-    #[arg(long, value_enum, default_value = "continue")]
+    ///
+    /// What to do when a request fails (a dead server always stops the sweep).
+    #[arg(
+        help_heading = "Timeouts and errors",
+        long,
+        value_enum,
+        default_value = "continue"
+    )]
     pub on_error: OnError,
 
+    /// Trap demonstration: `off` lets the server reuse cached prompts.
+    ///
     /// Trap demonstration: `off` lets the server reuse cached prompts (llama.cpp
-    /// `cache_prompt`). Samples that hit the cache are flagged and excluded.
-    #[arg(long, value_enum, default_value = "on")]
+    /// `cache_prompt`).
+    /// Samples that hit the cache are flagged and excluded.
+    #[arg(help_heading = "Cache defence", long, value_enum, default_value = "on")]
     pub cache_bypass: Switch,
 
+    /// Trap demonstration: `off` drops the per-request nonce.
+    ///
     /// Trap demonstration: `off` drops the per-request nonce, so repetitions send identical
-    /// prompts, which a server may answer from its prefix cache. Where the server reports no cached-token count, a sample
-    /// whose TTFT is below 1/4 of the slowest other sample at its length (or of the median at
-    /// the next shorter length) is flagged suspected_cache_hit and excluded: a reuse of more
-    /// than about 3/4 of the prompt; a partial reuse (e.g. half) is not caught.
-    #[arg(long, value_enum, default_value = "on")]
+    /// prompts, which a server may answer from its prefix cache.
+    /// Where the server reports no cached-token count, a sample whose TTFT is below 1/4 of the
+    /// slowest other sample at its length (or of the median at the next shorter length) is
+    /// flagged suspected_cache_hit and excluded: a reuse of more than about 3/4 of the prompt;
+    /// a partial reuse (e.g. half) is not caught.
+    #[arg(help_heading = "Cache defence", long, value_enum, default_value = "on")]
     pub nonce: Switch,
 
-    /// `stream`: timestamps as bytes arrive (primary). `two-point`: the classic
-    /// difference method, non-streamed requests of --two-point-tokens A and B tokens, decode = (B − A)/(t_B − t_A),
-    /// each request with its own nonce; a sample where t_B ≤ t_A is flagged with the reason.
-    #[arg(long, value_enum, default_value = "stream")]
+    /// `stream`: timestamps as bytes arrive (primary).
+    ///
+    /// `two-point`: the classic difference method, non-streamed requests of --two-point-tokens
+    /// A and B tokens, decode = (B − A)/(t_B − t_A), each request with its own nonce; a sample
+    /// where t_B ≤ t_A is flagged with the reason.
+    #[arg(
+        help_heading = "What to measure",
+        long,
+        value_enum,
+        default_value = "stream"
+    )]
     pub method: Method,
 
     /// max_tokens of the two requests of `--method two-point` [default: 1,17].
-    #[arg(long, value_name = "A,B")]
+    #[arg(help_heading = "What to measure", long, value_name = "A,B")]
     pub two_point_tokens: Option<String>,
 
+    /// Decode at depth: K more requests with each cold sample's prompt, reusing its prefix.
+    ///
     /// Decode at depth: after each cold sample, K more requests with the same prompt that
     /// reuse its prefix on purpose; recorded with phase `warm`, summarised apart.
-    #[arg(long, default_value_t = 0, value_name = "K", value_parser = clap::value_parser!(u32).range(0..=1000))]
+    #[arg(help_heading = "What to measure", long, default_value_t = 0, value_name = "K", value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub decode_samples: u32,
 
+    /// Seed the prompts, so that another run with the same seed sends identical prompts.
+    ///
     /// Seed the prompts (nonces and needle values included) so that another run with the
     /// same seed and options sends identical prompts: `compare` then reports how many greedy
     /// outputs agree. The cache defence still holds (flush, per-request switch, verified
     /// cached-token counts; a reused prompt that hits a cache is flagged, never counted).
-    #[arg(long, value_name = "N")]
+    #[arg(help_heading = "Prompts and corpus", long, value_name = "N")]
     pub prompt_seed: Option<u64>,
 
+    /// Retrieval checks: a fact with a random value at each depth; the answer must hold it.
+    ///
     /// Retrieval checks: at each context, after the speed samples, one extra cold prompt per
     /// depth holding a short fact with a random 5-digit value ("The secret number is …")
     /// and ending with a question ("… Answer: The secret number is"). The prompt is plain
     /// text for the completions API, no chat template, so base and instruction-tuned models
     /// both continue it; the greedy answer passes if it holds the value. Recorded with phase
     /// `needle`, never in the speed summaries; a failed request is an error, not a fail.
-    #[arg(long)]
+    #[arg(help_heading = "What to measure", long)]
     pub needle: bool,
 
     /// Depths of the needle checks, percent of the prompt before the fact.
     #[arg(
+        help_heading = "What to measure",
         long,
         default_value = "10,50,90",
         value_name = "PCT,...",
@@ -520,48 +641,81 @@ pub struct SweepArgs {
     )]
     pub needle_depths: String,
 
+    /// Flush the server's prefix cache before every measured request.
+    ///
     /// Flush the server's prefix cache before every measured request: `auto` when the server
     /// has a flush endpoint (SGLang /flush_cache, vLLM /reset_prefix_cache, llama.cpp slot
     /// erase), `always` (fail if it cannot), `never`. The nonce and the cached-token check stay
     /// on regardless.
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(
+        help_heading = "Cache defence",
+        long,
+        value_enum,
+        default_value = "auto"
+    )]
     pub flush: FlushMode,
 
+    /// Seconds a flush refused because the server is busy is retried.
+    ///
     /// Seconds a flush the server refuses because it is busy (SGLang answers 400, vLLM
     /// `success: false` while another request runs) is retried, with backoff, before the
     /// sample is measured anyway and flagged flush_failed. Flushing stays on either way.
-    #[arg(long, value_name = "SECONDS", default_value_t = 120.0)]
+    #[arg(
+        help_heading = "Cache defence",
+        long,
+        value_name = "SECONDS",
+        default_value_t = 120.0
+    )]
     pub flush_wait: f64,
 
+    /// Check that the server is idle around every measured request.
+    ///
     /// Check that the server is idle around every measured request, from what it exposes
     /// (llama.cpp /slots, SGLang /v1/loads, vLLM's running/waiting gauges, and the request
     /// counters of /metrics): `auto` waits for idle before each sample and flags a sample
     /// another client's work overlapped (foreign_load, kept out of the summaries and taken
     /// again); `off` checks nothing.
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(
+        help_heading = "Cache defence",
+        long,
+        value_enum,
+        default_value = "auto"
+    )]
     pub idle_check: IdleCheckMode,
 
+    /// Seconds to wait for a busy server to be idle before each sample.
+    ///
     /// Seconds to wait for a busy server to be idle before each sample; when it runs out
     /// the sample is measured anyway and flagged idle_wait_expired and foreign_load.
-    #[arg(long, value_name = "SECONDS", default_value_t = 120.0)]
+    #[arg(
+        help_heading = "Cache defence",
+        long,
+        value_name = "SECONDS",
+        default_value_t = 120.0
+    )]
     pub idle_wait: f64,
 
-    /// Prometheus endpoint scraped before and after each sample [default: the server's
-    /// /metrics when it answers]; `off` disables scraping. A path (`/metrics`) is relative to
-    /// --url.
-    #[arg(long, value_name = "URL|PATH|off")]
+    /// Prometheus endpoint scraped before and after each sample, or `off`.
+    ///
+    /// Prometheus endpoint scraped before and after each sample [default: the server's /metrics
+    /// when it answers]; `off` disables scraping.
+    /// A path (`/metrics`) is relative to --url.
+    #[arg(help_heading = "Cache defence", long, value_name = "URL|PATH|off")]
     pub metrics_url: Option<String>,
 
+    /// A server with the same model whose tokenizer ctxbench may use (for a gateway that hides its own).
+    ///
     /// A server with the same model whose tokenizer endpoints ctxbench may use, for a
     /// server that hides its own (a gateway such as the LiteLLM proxy: give the server
     /// behind it). Prompts become token ids of exact length where the measured server
     /// takes ids, else text of exact length; without it such a server gets calibrated text.
-    #[arg(long, value_name = "URL")]
+    #[arg(help_heading = "Server", long, value_name = "URL")]
     pub tokenizer_url: Option<String>,
 
     /// Seconds to wait for a server that is not accepting connections yet or is still
     /// loading its model.
     #[arg(
+        help_heading = "Server",
         long,
         default_value_t = 60.0,
         value_name = "SECONDS",
@@ -570,12 +724,14 @@ pub struct SweepArgs {
     pub wait_ready: f64,
 
     /// Only warnings and the final table.
-    #[arg(long, short)]
+    #[arg(help_heading = "Output", long, short)]
     pub quiet: bool,
 
+    /// What the server costs, USD per hour: the report adds the price per million tokens.
+    ///
     /// What the server costs, USD per hour: the end report adds the price per million
     /// input and output tokens at each context length (as `ctxbench report` does).
-    #[arg(long, value_name = "USD", value_parser = positive_price)]
+    #[arg(help_heading = "Output", long, value_name = "USD", value_parser = positive_price)]
     pub price_per_hour: Option<f64>,
 }
 

@@ -16,6 +16,8 @@ pub struct Terminal {
     eta: Option<f64>,
     /// The sample that waits for an idle server (its message is restored after the wait).
     waiting: Option<(u64, u32)>,
+    /// Why a point has no interval (too few values) was said once; later points say "n/a".
+    ci_explained: bool,
 }
 
 impl Terminal {
@@ -26,6 +28,7 @@ impl Terminal {
             quiet,
             eta: None,
             waiting: None,
+            ci_explained: false,
         }
     }
 
@@ -151,7 +154,8 @@ impl Observer for Terminal {
         if self.quiet {
             return;
         }
-        self.line(&point_line(p));
+        let line = point_line(p, &mut self.ci_explained);
+        self.line(&line);
     }
 
     fn sample_done(&mut self, sample: &Sample) {
@@ -187,13 +191,17 @@ impl Observer for Terminal {
 }
 
 /// The line at the end of a point (or of a grid cell, named `1k × c=4`): repetitions, why
-/// they stopped, and the precision reached. A CI that cannot exist yet says why: in a grid
-/// cell the decode rate is one aggregate per wave, so 2 waves give 2 values, not 2 × c.
-pub fn point_line(p: &PointRecord) -> String {
+/// they stopped, and the precision reached. A CI that cannot exist yet says why, once per
+/// run (`explained` remembers): in a grid cell the decode rate is one aggregate per wave, so
+/// 2 waves give 2 values, not 2 × c.
+pub fn point_line(p: &PointRecord, explained: &mut bool) -> String {
     let need = ctxbench::adaptive::min_values_for_ci();
-    let ci = |x: Option<f64>, n: usize, what: &str| match x {
+    let mut ci = |x: Option<f64>, n: usize, what: &str| match x {
         Some(v) => format!("±{:.1}%", v * 100.0),
-        None if n < need => format!("n/a ({n} {what}; a 95% CI needs {need})"),
+        None if n < need && !*explained => {
+            *explained = true;
+            format!("n/a ({n} {what}; a 95% CI needs {need}: --reps {need} or --precision)")
+        }
         None => "n/a".to_owned(),
     };
     let waves = p.reps as usize;
@@ -272,17 +280,17 @@ mod tests {
 
     #[test]
     fn a_grid_cell_is_named_and_says_why_its_decode_ci_is_missing() {
-        let l = point_line(&point(Some(4), None));
+        let l = point_line(&point(Some(4), None), &mut false);
         assert!(
             l.contains("1k × c=4 done: 2 wave(s), 8 usable request(s)"),
             "{l}"
         );
         assert!(l.contains("TTFT ±12.3%"), "{l}");
         assert!(
-            l.contains("aggregate decode n/a (2 waves, one aggregate each; a 95% CI needs 6)"),
+            l.contains("aggregate decode n/a (2 waves, one aggregate each; a 95% CI needs 6"),
             "{l}"
         );
-        let l = point_line(&point(Some(4), Some(0.05)));
+        let l = point_line(&point(Some(4), Some(0.05)), &mut false);
         assert!(l.ends_with("aggregate decode ±5.0%"), "{l}");
     }
 
@@ -310,7 +318,7 @@ mod tests {
 
     #[test]
     fn a_point_of_a_one_at_a_time_run_reads_as_before() {
-        let l = point_line(&point(None, Some(0.02)));
+        let l = point_line(&point(None, Some(0.02)), &mut false);
         assert_eq!(
             l,
             "      1k done: 2 rep(s), 8 usable (fixed repetitions done); median 95% CI TTFT ±12.3%, decode ±2.0%"
@@ -318,12 +326,16 @@ mod tests {
         let mut p = point(None, None);
         p.usable = 2;
         p.ttft_ci_rel = None;
-        let l = point_line(&p);
+        let mut explained = false;
+        let l = point_line(&p, &mut explained);
         assert!(
             l.ends_with(
-                "TTFT n/a (2 usable; a 95% CI needs 6), decode n/a (2 usable; a 95% CI needs 6)"
+                "TTFT n/a (2 usable; a 95% CI needs 6: --reps 6 or --precision), decode n/a"
             ),
             "{l}"
         );
+        // Said once per run: the next point only says n/a.
+        let l = point_line(&p, &mut explained);
+        assert!(l.ends_with("TTFT n/a, decode n/a"), "{l}");
     }
 }

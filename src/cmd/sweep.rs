@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Result};
 
@@ -12,7 +12,6 @@ use crate::cmd::cli::SweepArgs;
 use ctxbench::bench;
 use ctxbench::client::ServerProfile;
 use ctxbench::corpus::Corpus;
-use ctxbench::error::UsageError;
 use ctxbench::record;
 use ctxbench::render;
 use ctxbench::session::{Finished, Output, OutputError, Session, SessionError, SweepPlan};
@@ -351,32 +350,6 @@ pub fn output_label(two_point: Option<(u32, u32)>, output_tokens: u32) -> String
     }
 }
 
-/// The API key from the variable `--api-key-env` names. A variable the user named
-/// explicitly must hold a key: unset or empty is refused before any request (an unset
-/// default just means no key).
-pub fn api_key(name: &str) -> Result<Option<String>, UsageError> {
-    let value = std::env::var(name).ok().filter(|v| !v.is_empty());
-    if value.is_none() && name != DEFAULT_API_KEY_ENV {
-        return Err(UsageError::Invalid(format!(
-            "--api-key-env {name}: the environment variable {name} is unset or empty; export the key in it, or drop --api-key-env to use {DEFAULT_API_KEY_ENV}"
-        )));
-    }
-    Ok(value)
-}
-
-/// The variable the API key is read from when `--api-key-env` is not given.
-pub const DEFAULT_API_KEY_ENV: &str = "CTXBENCH_API_KEY";
-
-pub fn default_out() -> PathBuf {
-    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    let stamp: String = now
-        .chars()
-        .filter(|c| c.is_ascii_digit())
-        .take(14)
-        .collect();
-    PathBuf::from(format!("ctxbench-{}-{}.jsonl", &stamp[..8], &stamp[8..]))
-}
-
 fn print_probe(p: &ServerProfile) {
     let yn = |b: Option<bool>| match b {
         Some(true) => "yes",
@@ -399,10 +372,7 @@ fn print_probe(p: &ServerProfile) {
             Some(t) => format!("yes ({} + {})", t.tokenize_path, t.detokenize_path),
             None => yn(Some(p.tokenize.is_some())).to_owned(),
         },
-        match (&p.token_id_test, p.token_id_prompts) {
-            (Some(t), used) => format!("{} ({t})", yn(Some(used))),
-            (None, used) => yn(Some(used)).to_owned(),
-        },
+        p.token_ids_stated(),
         yn(Some(p.cache_bypass)),
         yn(Some(p.metrics)),
         p.endpoint
@@ -426,7 +396,7 @@ fn print_probe(p: &ServerProfile) {
 
 #[cfg(test)]
 mod two_point_tests {
-    use super::{api_key, output_label};
+    use super::output_label;
 
     #[test]
     fn the_plan_names_both_two_point_lengths() {
@@ -435,17 +405,5 @@ mod two_point_tests {
             "1 and 17 output tokens (two-point)"
         );
         assert_eq!(output_label(None, 32), "32 output tokens");
-    }
-
-    #[test]
-    fn a_named_api_key_variable_that_is_unset_or_empty_is_refused() {
-        let unset = "CTXBENCH_TEST_SURELY_UNSET_VARIABLE";
-        let e = api_key(unset).unwrap_err().to_string();
-        assert!(e.contains(unset) && e.contains("unset or empty"), "{e}");
-        // PATH is set in any test environment; the default variable may be unset.
-        assert!(api_key("PATH").unwrap().is_some());
-        if std::env::var_os(super::DEFAULT_API_KEY_ENV).is_none() {
-            assert_eq!(api_key(super::DEFAULT_API_KEY_ENV).unwrap(), None);
-        }
     }
 }

@@ -20,7 +20,7 @@ const TWO_POINT_DEFAULT: (u32, u32) = (1, 17);
 /// sets each started server's.
 pub fn plan(args: &SweepArgs) -> Result<SweepPlan, UsageError> {
     let o = SweepOptions::from_args(args)?;
-    let api_key = crate::cmd::sweep::api_key(&args.api_key_env)?;
+    let api_key = api_key(&args.api_key_env)?;
     let ca_cert = args
         .ca_cert
         .as_ref()
@@ -31,11 +31,7 @@ pub fn plan(args: &SweepArgs) -> Result<SweepPlan, UsageError> {
         .transpose()?;
     let out = match args.dry_run {
         true => None,
-        false => Some(
-            args.out
-                .clone()
-                .unwrap_or_else(crate::cmd::sweep::default_out),
-        ),
+        false => Some(args.out.clone().unwrap_or_else(default_out)),
     };
     Ok(SweepPlan {
         url: args.url.clone().unwrap_or_default(),
@@ -172,6 +168,11 @@ impl SweepOptions {
             );
         }
         let concurrency = parse_concurrency(&args.concurrency)?;
+        if let (Some(n), [1]) = (args.wave_output_tokens, concurrency.as_slice()) {
+            return Err(UsageError::Invalid(format!(
+                "--wave-output-tokens {n} sets the output of concurrent waves: add --concurrency with a level above 1 (e.g. 1,2,4), or use --output-tokens for one request at a time"
+            )));
+        }
         if concurrency != [1] && (two_point.is_some() || args.decode_samples > 0) {
             return bad(format!(
                 "--concurrency {}: concurrent waves are streamed cold requests; drop --method two-point and --decode-samples, or measure them in a separate run",
@@ -222,7 +223,9 @@ impl SweepOptions {
     /// Output tokens per request: `--wave-output-tokens` in a grid, else `--output-tokens`.
     fn output_tokens(&self, args: &SweepArgs) -> u32 {
         match self.concurrency != [1] {
-            true => args.wave_output_tokens,
+            true => args
+                .wave_output_tokens
+                .unwrap_or(ctxbench::capacity::WAVE_OUTPUT_TOKENS),
             false => args.output_tokens,
         }
     }
@@ -327,9 +330,49 @@ fn parse_two_point(s: &str) -> Result<(u32, u32), UsageError> {
     Ok((a, b))
 }
 
+/// The API key from the variable `--api-key-env` names. A variable the user named
+/// explicitly must hold a key: unset or empty is refused before any request (an unset
+/// default just means no key).
+pub fn api_key(name: &str) -> Result<Option<String>, UsageError> {
+    let value = std::env::var(name).ok().filter(|v| !v.is_empty());
+    if value.is_none() && name != DEFAULT_API_KEY_ENV {
+        return Err(UsageError::Invalid(format!(
+            "--api-key-env {name}: the environment variable {name} is unset or empty; export the key in it, or drop --api-key-env to use {DEFAULT_API_KEY_ENV}"
+        )));
+    }
+    Ok(value)
+}
+
+/// The variable the API key is read from when `--api-key-env` is not given.
+pub const DEFAULT_API_KEY_ENV: &str = "CTXBENCH_API_KEY";
+
+/// Where results go without `--out`: a timestamped file in the working directory.
+pub fn default_out() -> std::path::PathBuf {
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let stamp: String = now
+        .chars()
+        .filter(|c| c.is_ascii_digit())
+        .take(14)
+        .collect();
+    std::path::PathBuf::from(format!("ctxbench-{}-{}.jsonl", &stamp[..8], &stamp[8..]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_named_api_key_variable_that_is_unset_or_empty_is_refused() {
+        let unset = "CTXBENCH_TEST_SURELY_UNSET_VARIABLE";
+        let e = api_key(unset).unwrap_err().to_string();
+        assert!(e.contains(unset) && e.contains("unset or empty"), "{e}");
+        // PATH is set in any test environment; the default variable may be unset.
+        assert!(api_key("PATH").unwrap().is_some());
+        if std::env::var_os(super::DEFAULT_API_KEY_ENV).is_none() {
+            assert_eq!(api_key(super::DEFAULT_API_KEY_ENV).unwrap(), None);
+        }
+    }
+
     use crate::cmd::cli::{Cli, Command};
     use clap::Parser;
 

@@ -5,6 +5,12 @@ use crate::cmd::cli::SweepArgs;
 use ctxbench::error::UsageError;
 use ctxbench::warm::{WarmConfig, WarmMode};
 
+/// `--append` when not given: N of each append cell.
+const DEFAULT_APPENDS: &str = "128,512,2048";
+
+/// `--turn-tokens` when not given.
+const DEFAULT_TURN_TOKENS: u64 = 512;
+
 /// The warm plan of `args`, or `None` for the cold sweep.
 pub fn warm_config(
     args: &SweepArgs,
@@ -18,9 +24,25 @@ pub fn warm_config(
                 "--negative-control and --ttft-target belong to the warm modes: add --mode append (or conversation)".into(),
             );
         }
+        if args.append.is_some() {
+            return bad("--append belongs to the warm modes: add --mode append (or tiers)".into());
+        }
+        if args.turn_tokens.is_some() {
+            return bad("--turn-tokens belongs to the warm modes: add --mode conversation".into());
+        }
         return Ok(None);
     };
     let m = mode.as_str();
+    if args.append.is_some() && mode == WarmMode::Conversation {
+        return bad(
+            "--append gives the N of --mode append and tiers; --mode conversation grows by --turn-tokens".into(),
+        );
+    }
+    if args.turn_tokens.is_some() && mode != WarmMode::Conversation {
+        return bad(format!(
+            "--turn-tokens gives the turns of --mode conversation, not --mode {m} (which appends --append)"
+        ));
+    }
     // What the warm loops do not do (yet), refused with what to do instead.
     if concurrency != [1] && mode != WarmMode::Append {
         return bad(format!(
@@ -63,7 +85,7 @@ pub fn warm_config(
             ));
         }
     }
-    let appends = ctxbench::plan::parse_contexts(&args.append)
+    let appends = ctxbench::plan::parse_contexts(args.append.as_deref().unwrap_or(DEFAULT_APPENDS))
         .map_err(|e| UsageError::Invalid(format!("--append: {e}")))?;
     if appends.contains(&0) {
         return bad("--append: every N must be at least 1 token".into());
@@ -74,7 +96,8 @@ pub fn warm_config(
             WarmMode::Conversation => Vec::new(),
             _ => appends,
         },
-        turn_tokens: (mode == WarmMode::Conversation).then_some(args.turn_tokens),
+        turn_tokens: (mode == WarmMode::Conversation)
+            .then_some(args.turn_tokens.unwrap_or(DEFAULT_TURN_TOKENS)),
         ttft_target_ms: args.ttft_target,
         negative_control: args.negative_control,
     }))

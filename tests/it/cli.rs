@@ -729,3 +729,42 @@ fn warm_modes_refuse_what_they_cannot_do_yet_before_any_request() {
         assert!(stderr.contains(named), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn every_flag_that_needs_a_mode_or_another_flag_is_a_usage_error_naming_what_it_needs() {
+    // One row per such flag: given alone (with --url), it must be refused with exit 2
+    // before any request, naming what it needs. None may be silently ignored.
+    let url = unreachable_url();
+    for (args, needs) in [
+        (&["--append", "128"][..], "--mode append"),
+        (&["--turn-tokens", "64"][..], "--mode conversation"),
+        (
+            &["--mode", "conversation", "--append", "64"][..],
+            "--turn-tokens",
+        ),
+        (
+            &["--mode", "append", "--turn-tokens", "64"][..],
+            "--mode conversation",
+        ),
+        (&["--ttft-target", "100"][..], "--mode append"),
+        (&["--negative-control"][..], "--mode append"),
+        (&["--wave-output-tokens", "64"][..], "--concurrency"),
+        (&["--min-reps", "3"][..], "--precision"),
+        (&["--max-reps", "9"][..], "--precision"),
+        (&["--point-budget", "60"][..], "--precision"),
+        (&["--run-budget", "60"][..], "--precision"),
+        (&["--two-point-tokens", "1,9"][..], "--method two-point"),
+        (&["--needle-depths", "50"][..], "--needle"),
+        (&["--runs", "2"][..], "--server-cmd"),
+        (&["--baseline", "a"][..], "--server-cmd"),
+        (&["--server-timeout", "60"][..], "--server-cmd"),
+        (&["-L", "t", "1,2"][..], "--server-cmd"),
+        (&["-F", "spec", ",-x"][..], "--server-cmd"),
+    ] {
+        let stderr = usage_error(&[&["sweep", "--url", &url][..], args].concat());
+        assert!(
+            stderr.contains(needs),
+            "{args:?} must name {needs}: {stderr}"
+        );
+    }
+}

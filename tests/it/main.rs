@@ -7,12 +7,14 @@
 mod common;
 mod scripted;
 
+mod architecture;
 mod campaign_llamacpp;
 mod capacity_llamacpp;
 mod cli;
 mod efficiency;
 mod faults_llamacpp;
 mod faults_scripted;
+mod fork_scripted;
 mod golden;
 mod idle_llamacpp;
 mod idle_scripted;

@@ -36,7 +36,7 @@ fn append_at_depth_reuses_exactly_the_cached_prefix_beside_the_cold_prefill() {
     let (srv, _slots) = server(4096, &[]);
     let r = sweep(
         &srv.url(),
-        &argv("--mode append --contexts 512,1024 --append 64,256 --reps 1 --output-tokens 4 --ttft-target 60000"),
+        &argv("--mode append --contexts 512,1024 --append 64,256 --reps 1 --output-tokens 16 --ttft-target 60000"),
     )
     .ok();
     let res = r.results();
@@ -63,9 +63,11 @@ fn append_at_depth_reuses_exactly_the_cached_prefix_beside_the_cold_prefill() {
     }
     let cold = phase(&res, Phase::Cold);
     assert_eq!(cold.len(), 4);
-    assert!(cold
-        .iter()
-        .all(|s| s.usable() && s.cached_tokens == Some(0)));
+    // 16 output tokens, not 4: on a loaded host a client descheduled through a 4-token decode
+    // reads every token at once, which is a held-back stream to the client (flagged, kept out).
+    for s in &cold {
+        assert!(s.usable() && s.cached_tokens == Some(0), "{s:?}");
+    }
     // The report: the grid with the cold column, the fit and the budget.
     assert!(r.stdout.contains("TTFT_inc"), "{}", r.stdout);
     assert!(r.stdout.contains("turn budget under"), "{}", r.stdout);

@@ -555,6 +555,11 @@ mod tests {
             "no tokenizer, token ids refused: calibrated"
         );
         assert!(
+            p.token_ids_stated().starts_with("no ("),
+            "{}",
+            p.token_ids_stated()
+        );
+        assert!(
             p.completions_missing,
             "no /v1/completions in the canned answers"
         );
@@ -569,7 +574,22 @@ mod tests {
             q.token_id_test.as_deref(),
             Some("4 token ids sent, usage.prompt_tokens 5: taken as ids")
         );
-        assert!(q.notes.iter().any(|n| n.contains("takes token-id prompts")));
+        // Said once: the capabilities name the test and why ids are not sent; neither the
+        // prompt method nor a note says it again, nor that ids were refused.
+        assert_eq!(
+            q.token_ids_stated(),
+            "no: the server takes them (4 token ids sent, usage.prompt_tokens 5: taken as ids), but no tokenizer endpoint gives this model's ids"
+        );
+        assert!(
+            !q.prompt_method.contains("token ids"),
+            "{}",
+            q.prompt_method
+        );
+        assert!(
+            !q.notes.iter().any(|n| n.contains("token-id prompts")),
+            "{:?}",
+            q.notes
+        );
         // Taking ids is what the server does with them: a list it counts as 9 tokens was
         // read as text, and one answered without a count proves nothing.
         for (usage, says) in [

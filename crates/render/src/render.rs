@@ -11,8 +11,10 @@ use crate::report::{Report, RunReport};
 use crate::stats::{PointSummary, Spread};
 use doc::{Align, Table};
 
+pub mod capacity;
 pub mod csv;
 pub mod doc;
+pub mod fitwords;
 pub mod html;
 pub mod json;
 pub mod markdown;
@@ -563,6 +565,9 @@ pub fn exclusion_legend(points: &[PointSummary]) -> Option<String> {
     if any(|p| p.held_back) {
         v.push("held back: the server released the whole stream at its end, so only the end-to-end time is known");
     }
+    if any(|p| p.impossible) {
+        v.push("impossible: the client saw a token before the server says it had made it (its own prompt or decode time, or token count, contradicts the client's), so the sample gives no figure");
+    }
     (!v.is_empty()).then(|| format!("Excluded: {}.", v.join("; ")))
 }
 
@@ -612,6 +617,7 @@ mod tests {
             coalesced: 0,
             foreign_load: 0,
             held_back: 0,
+            impossible: 0,
             warm: 0,
             warm_decode_tokens_per_s: None,
             warm_ms_per_step: None,

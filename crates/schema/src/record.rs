@@ -95,6 +95,9 @@ macro_rules! string_enum {
     };
 }
 
+pub mod impossible;
+pub use impossible::{Check, Contradiction, Impossible};
+
 string_enum! {
     /// What a sample measured.
     Phase {
@@ -258,6 +261,12 @@ string_enum! {
         /// cached prefix (less the tokens the server always recomputes, `warm.allowance`):
         /// the prefix was recomputed, wholly or partly; kept out of the warm summaries.
         CacheMiss = "cache_miss",
+        /// The client's timings contradict the server's own for the same request: a first
+        /// token before the server finished the prompt, a last token before it finished
+        /// decoding, or more token events than tokens it generated (rule in
+        /// `sample::impossible`; both numbers in `impossible`). The sample has no TTFT,
+        /// prefill or decode figure and is kept out of every summary and fit.
+        ImpossibleTiming = "impossible_timing",
     }
 }
 
@@ -977,6 +986,10 @@ pub struct Sample {
     /// `foreign_load` flag).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub foreign_load: Option<String>,
+    /// With the `impossible_timing` flag: which of the client's timings contradict the
+    /// server's own, with both numbers, and the event taken for the first token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub impossible: Option<Impossible>,
     /// Warm modes: the cached prefix, the new tokens and how the reuse was proven.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warm: Option<warm_plan::WarmInfo>,
@@ -1036,7 +1049,8 @@ pub struct WaveStats {
 impl Sample {
     /// Usable for cold summaries: completed, cold (warm decode samples are summarised
     /// apart), not contaminated, of the right length, not a suspected cache hit, not
-    /// overlapped by another client's work and not a held-back stream.
+    /// overlapped by another client's work, not a held-back stream and not contradicted by
+    /// the server's own timings.
     pub fn usable(&self) -> bool {
         self.status == Status::Ok
             && self.phase == Phase::Cold
@@ -1046,10 +1060,12 @@ impl Sample {
             && self.clean()
     }
 
-    /// Neither overlapped by another client's work nor held back: its timings are this
-    /// request's own (cold or warm).
+    /// Neither overlapped by another client's work, nor held back, nor contradicted by the
+    /// server's own timings: its timings are this request's own, and possible (cold or warm).
     pub fn clean(&self) -> bool {
-        !self.has(&Flag::ForeignLoad) && !self.has(&Flag::HeldBackStream)
+        !self.has(&Flag::ForeignLoad)
+            && !self.has(&Flag::HeldBackStream)
+            && !self.has(&Flag::ImpossibleTiming)
     }
 
     /// Whether the sample carries `flag`.

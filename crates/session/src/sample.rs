@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::client::{GenOutcome, OnceOutcome};
 use crate::error::ClientError;
 use crate::metrics;
+use crate::record::{Check, Contradiction, Impossible};
 use crate::record::{ErrorKind, Flag, Method, Phase, Sample, SampleError, Status, TwoPoint};
 use crate::record::{ServerTimings, SpecStats};
 
@@ -58,7 +59,8 @@ fn flag_common(s: &mut Sample, expected_output: u64) {
     if s.output_tokens.is_some_and(|n| n < expected_output) {
         s.flags.push(Flag::ShortOutput);
     }
-    if s.ttft_ms.is_none() && !s.has(&Flag::HeldBackStream) {
+    let why_none = [Flag::HeldBackStream, Flag::ImpossibleTiming];
+    if s.ttft_ms.is_none() && !why_none.iter().any(|f| s.has(f)) {
         s.flags.push(Flag::NoTokens);
     }
 }
@@ -112,6 +114,7 @@ fn blank_sample(target: &Target<'_>, context: u64, rep: u32, sent: u64, at: Stri
         wave_stats: None,
         idle_wait_ms: None,
         foreign_load: None,
+        impossible: None,
         warm: None,
         prompt_index: None,
         corpus_offset: None,
@@ -301,6 +304,20 @@ pub fn make_sample(
             s.ms_per_step = Some(span_ms / (n - 1) as f64);
         }
     }
+    // The server's own count of what it generated; a count made from the events themselves
+    // cannot contradict them.
+    let server_tokens = s.server.as_ref().and_then(|t| t.predicted_n).or(s
+        .output_tokens
+        .filter(|_| !out.flags.contains(&Flag::OutputTokensFromEvents)));
+    if let Some(evidence) = impossible(&out.stream, s.server.as_ref(), server_tokens) {
+        // No figure from timings that cannot be true; the evidence keeps the client's numbers.
+        s.flags.push(Flag::ImpossibleTiming);
+        s.impossible = Some(evidence);
+        s.ttft_ms = None;
+        s.prefill_tokens_per_s = None;
+        s.decode_tokens_per_s = None;
+        s.ms_per_step = None;
+    }
     if disagrees(&s) {
         s.flags.push(Flag::ClientServerDisagree);
     }
@@ -371,6 +388,96 @@ fn coalesced(
         .and_then(|t| t.predicted_ms)
         .is_some_and(|p| p > 1.0 && span_ms < 0.5 * p);
     burst || squeezed || instant
+}
+
+/// How far below the server's own time for the same request a client time may fall before
+/// it is impossible, as a share of the server's time ([`IMPOSSIBLE_MARGIN_MS`] at least).
+/// The client's clock starts before the request is written and stops when the token is
+/// read, so a true client time is never below the server's at all (it adds the network and
+/// any queue); the margin absorbs servers that stamp their own times a moment late (SGLang's
+/// epoch-second stamps, taken in another process than the one that sends the token). A
+/// stale event read as the first token misses by orders of magnitude (reported of a
+/// llama.cpp-derived server: TTFT 5–76 ms against prompt_ms 5.4–47.6 s).
+pub const IMPOSSIBLE_MARGIN_REL: f64 = 0.10;
+
+/// The least margin of the `ttft` bound, in ms: a server's sub-millisecond prompt time is not
+/// judged against a client's scheduling jitter.
+pub const IMPOSSIBLE_MARGIN_MS: f64 = 5.0;
+
+/// The least margin of the `decode` bound, in ms. A server may stamp the end of its decode
+/// after the last token has left (llama-server times `predicted_ms` when it releases the
+/// slot, after it queued the last token's event), so a server thread descheduled between
+/// the two lengthens its own figure: on a shared host that is a scheduler's time slice or
+/// a few, not the seconds an impossible stream is off by.
+pub const IMPOSSIBLE_DECODE_MARGIN_MS: f64 = 50.0;
+
+/// How far a client time may fall below the server's `server_ms` before it is impossible,
+/// `floor_ms` at least.
+fn impossible_margin(server_ms: f64, floor_ms: f64) -> f64 {
+    (server_ms * IMPOSSIBLE_MARGIN_REL).max(floor_ms)
+}
+
+/// The bounds a streamed request's client timings break against the server's own numbers
+/// for the same request, or `None` when they are possible:
+/// - `ttft`: the first token arrived before the server finished the prompt (`prompt_ms`);
+/// - `decode`: the last token arrived before the server finished the prompt and the decode
+///   (`prompt_ms + predicted_ms`). A client decode span merely shorter than the server's is
+///   a first token read late (its TTFT grew by as much): that is `coalesced_tokens` or
+///   `client_server_disagree`; only a last token sooner than the server made it is
+///   impossible;
+/// - `tokens`: more token-carrying events than `server_tokens`, the tokens the server says
+///   it generated (an event carries one token or more, never less).
+///
+/// Both times run from just before the request was written, so a true sample meets each
+/// bound whatever the network, the queue or the client's scheduling did.
+pub fn impossible(
+    st: &crate::client::StreamStats,
+    server: Option<&ServerTimings>,
+    server_tokens: Option<u64>,
+) -> Option<Impossible> {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let mut checks = Vec::new();
+    let mut bound = |check: Check, client: Option<f64>, server: Option<f64>, floor_ms: f64| {
+        if let (Some(client), Some(server)) = (client, server) {
+            let tolerance = impossible_margin(server, floor_ms);
+            if client < server - tolerance {
+                checks.push(Contradiction {
+                    check,
+                    client,
+                    server,
+                    tolerance,
+                });
+            }
+        }
+    };
+    let prompt_ms = server.and_then(|t| t.prompt_ms);
+    let busy_ms = server
+        .and_then(|t| t.predicted_ms)
+        .map(|p| p + prompt_ms.unwrap_or(0.0));
+    // The server stamps the end of its prefill before the first token leaves: the TTFT
+    // bound needs only the small margin.
+    bound(
+        Check::Ttft,
+        st.ttft().map(ms),
+        prompt_ms,
+        IMPOSSIBLE_MARGIN_MS,
+    );
+    let to_last = st
+        .t_last_token
+        .map(|t| ms(t.saturating_duration_since(st.t_sent)));
+    bound(Check::Decode, to_last, busy_ms, IMPOSSIBLE_DECODE_MARGIN_MS);
+    if let Some(n) = server_tokens.filter(|n| st.token_events as u64 > *n) {
+        checks.push(Contradiction {
+            check: Check::Tokens,
+            client: st.token_events as f64,
+            server: n as f64,
+            tolerance: 0.0,
+        });
+    }
+    (!checks.is_empty()).then(|| Impossible {
+        checks,
+        first_event: st.first_token_event.clone(),
+    })
 }
 
 /// How far the client's decode rate may stray from the server's own before the sample is
@@ -542,6 +649,7 @@ mod tests {
                 bytes: 1000,
                 saw_final: true,
                 token_times: Vec::new(),
+                first_token_event: None,
             },
             counts: Counts {
                 prompt_tokens: Some(prompt),
@@ -945,6 +1053,127 @@ mod tests {
         o.stream.first_read_token_events = 30;
         let s = target_sample(4096, Ok(o));
         assert!(!s.has(&Flag::HeldBackStream) && s.has(&Flag::CoalescedTokens));
+    }
+
+    #[test]
+    fn a_first_token_before_the_server_finished_the_prompt_is_impossible_and_gives_no_figure() {
+        // As reported of a llama.cpp-derived server (issue 31): the stream starts with a
+        // stale progress event at once, and the server says it read the prompt for 5.4 s.
+        let mut o = outcome(Some(0), 4096, 33, 33);
+        let t0 = o.stream.t_sent;
+        o.stream.t_first_token = Some(t0 + Duration::from_millis(5));
+        o.stream.t_last_token = Some(t0 + Duration::from_millis(5800));
+        o.stream.first_token_event = Some(
+            r#"{"content":"The","tokens_predicted":1,"prompt_progress":{"processed":0}}"#.into(),
+        );
+        if let Some(t) = o.timings.as_mut() {
+            t.prompt_ms = Some(5453.7);
+            t.predicted_ms = Some(320.0);
+        }
+        let s = target_sample(4096, Ok(o));
+        assert!(s.has(&Flag::ImpossibleTiming), "{:?}", s.flags);
+        assert!(!s.usable() && !s.clean());
+        assert!(
+            !s.has(&Flag::NoTokens),
+            "tokens came; their times are what is wrong"
+        );
+        assert!(s.ttft_ms.is_none() && s.prefill_tokens_per_s.is_none());
+        assert!(s.decode_tokens_per_s.is_none() && s.ms_per_step.is_none());
+        let ev = s.impossible.as_ref().unwrap();
+        let c = ev.get(&Check::Ttft).expect("the TTFT bound");
+        assert!((c.client - 5.0).abs() < 1e-6 && c.server == 5453.7, "{c:?}");
+        assert!((c.tolerance - 545.37).abs() < 1e-6);
+        assert!(
+            ev.get(&Check::Decode).is_none(),
+            "the last token came after both"
+        );
+        assert!(ev
+            .first_event
+            .as_deref()
+            .unwrap()
+            .contains("prompt_progress"));
+    }
+
+    #[test]
+    fn a_ttft_at_or_above_the_servers_prompt_time_less_the_margin_is_possible() {
+        let with_prompt_ms = |p: f64| {
+            let mut o = outcome(Some(0), 4096, 33, 33);
+            o.timings.as_mut().unwrap().prompt_ms = Some(p);
+            target_sample(4096, Ok(o))
+        };
+        // Client TTFT 100 ms. A server 8 ms slower (its stamps late): within 10%.
+        let s = with_prompt_ms(108.0);
+        assert!(!s.has(&Flag::ImpossibleTiming) && s.ttft_ms.is_some() && s.usable());
+        // 12 ms slower than the client saw: beyond 10% of 112 ms.
+        assert!(with_prompt_ms(112.0).has(&Flag::ImpossibleTiming));
+        // A sub-millisecond prompt is judged against 5 ms at least.
+        let mut o = outcome(Some(0), 4096, 33, 33);
+        let t0 = o.stream.t_sent;
+        o.stream.t_first_token = Some(t0 + Duration::from_micros(300));
+        o.timings.as_mut().unwrap().prompt_ms = Some(4.0);
+        assert!(!target_sample(4096, Ok(o)).has(&Flag::ImpossibleTiming));
+    }
+
+    #[test]
+    fn a_last_token_before_the_server_finished_decoding_is_impossible() {
+        // Client: first token at 100 ms, last at 420 ms. The server says 95 ms of prompt and
+        // 1000 ms of decode: the client cannot have had all tokens 420 ms after sending.
+        let mut o = outcome(Some(0), 4096, 33, 33);
+        o.timings.as_mut().unwrap().predicted_ms = Some(1000.0);
+        let s = target_sample(4096, Ok(o));
+        assert!(s.has(&Flag::ImpossibleTiming), "{:?}", s.flags);
+        let c = s
+            .impossible
+            .as_ref()
+            .unwrap()
+            .get(&Check::Decode)
+            .unwrap()
+            .clone();
+        assert!(
+            (c.client - 420.0).abs() < 1e-6 && c.server == 1095.0,
+            "{c:?}"
+        );
+        assert!(s.ttft_ms.is_none() && s.decode_tokens_per_s.is_none());
+        // 35 ms short of the server's 455 ms: within the decode bound's 50 ms (a server may
+        // stamp its decode's end after the last token left).
+        let mut o = outcome(Some(0), 4096, 33, 33);
+        o.timings.as_mut().unwrap().predicted_ms = Some(360.0);
+        assert!(!target_sample(4096, Ok(o)).has(&Flag::ImpossibleTiming));
+        // A span shorter than the server's because the first token was read late: its TTFT
+        // grew by as much, so it is possible (bursty, never impossible).
+        let mut o = outcome(Some(0), 4096, 33, 33);
+        let t0 = o.stream.t_sent;
+        o.stream.t_first_token = Some(t0 + Duration::from_millis(800));
+        o.stream.t_last_token = Some(t0 + Duration::from_millis(1100));
+        o.timings.as_mut().unwrap().predicted_ms = Some(1000.0);
+        let s = target_sample(4096, Ok(o));
+        assert!(!s.has(&Flag::ImpossibleTiming), "{:?}", s.flags);
+        assert!(s.has(&Flag::CoalescedTokens) && s.ttft_ms.is_some());
+    }
+
+    #[test]
+    fn more_token_events_than_the_server_generated_tokens_is_impossible() {
+        // 34 events carried a token; the server generated 33.
+        let mut o = outcome(Some(0), 4096, 33, 34);
+        o.timings.as_mut().unwrap().predicted_n = Some(33);
+        let s = target_sample(4096, Ok(o));
+        let c = s
+            .impossible
+            .as_ref()
+            .unwrap()
+            .get(&Check::Tokens)
+            .unwrap()
+            .clone();
+        assert_eq!((c.client, c.server), (34.0, 33.0));
+        assert!(s.has(&Flag::ImpossibleTiming) && !s.usable());
+        // Fewer events than tokens is speculative decoding or a batched stream: possible.
+        let s = target_sample(4096, Ok(outcome(Some(0), 4096, 33, 9)));
+        assert!(!s.has(&Flag::ImpossibleTiming));
+        // A count made from the events themselves cannot contradict them.
+        let mut o = outcome(Some(0), 4096, 33, 34);
+        o.flags.push(Flag::OutputTokensFromEvents);
+        let s = target_sample(4096, Ok(o));
+        assert!(!s.has(&Flag::ImpossibleTiming), "{:?}", s.flags);
     }
 
     #[test]

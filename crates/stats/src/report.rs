@@ -2,6 +2,7 @@
 //! warnings), ready for the renderers. Built from results files alone, so any run can be
 //! re-reported later, anywhere. No I/O here; `ctxbench report` reads and writes.
 
+pub mod impossible;
 pub mod sharing;
 
 use std::path::PathBuf;
@@ -128,7 +129,7 @@ pub struct Warning {
     /// `contaminated`, `length_mismatch`, `failed`, `cache_unverified`, `two_point_inverted`,
     /// `cache_bypass_off`, `nonce_off`, `poor_fit`, `no_fit`, `extrapolation`, `torn_line`,
     /// `synthetic_corpus`, `other_phase`, `prediction_missed`, `shared_server`,
-    /// `idle_unchecked`, `held_back_stream`.
+    /// `idle_unchecked`, `held_back_stream`, `impossible_timing`.
     pub kind: &'static str,
     /// What happened and what to do.
     pub message: String,
@@ -198,6 +199,7 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
     let points = stats::summarize(&known);
 
     let mut warnings = sample_warnings(results, &alone, &points);
+    warnings.extend(impossible::warning(&results.samples));
     warnings.extend(integrity_warnings(&needle, &results.samples));
     warnings.extend(server_warnings(results, &points));
     warnings.extend(sharing::report_warnings(&h.server, &results.samples));

@@ -113,6 +113,9 @@ pub struct PointSummary {
     /// Samples whose stream was held back to its end (`held_back_stream`): no TTFT, no
     /// decode rate, excluded.
     pub held_back: usize,
+    /// Samples whose timings the server's own contradict (`impossible_timing`): no TTFT,
+    /// prefill or decode figure, excluded.
+    pub impossible: usize,
     /// Warm decode-at-depth samples (prefix reused on purpose), kept apart from the cold ones.
     pub warm: usize,
     /// Decode rate of the warm samples (tok/s).
@@ -148,6 +151,9 @@ impl PointSummary {
         }
         if self.held_back > 0 {
             v.push(format!("{} held back (no TTFT)", self.held_back));
+        }
+        if self.impossible > 0 {
+            v.push(format!("{} impossible", self.impossible));
         }
         if self.client_server_disagree > 0 {
             v.push(format!(
@@ -250,6 +256,7 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
                 coalesced: at.iter().filter(|s| s.has(&Flag::CoalescedTokens)).count(),
                 foreign_load: at.iter().filter(|s| s.has(&Flag::ForeignLoad)).count(),
                 held_back: at.iter().filter(|s| s.has(&Flag::HeldBackStream)).count(),
+                impossible: at.iter().filter(|s| s.has(&Flag::ImpossibleTiming)).count(),
                 warm: warm.len(),
                 warm_decode_tokens_per_s: Spread::of(
                     warm.iter().filter_map(|s| s.decode_tokens_per_s),

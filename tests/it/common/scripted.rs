@@ -41,6 +41,16 @@ impl Scripted {
         n_ctx: u64,
         script: impl Fn(usize, &Value) -> Reply + Send + Sync + 'static,
     ) -> Scripted {
+        Scripted::start_with(n_ctx, LLAMA_SERVER, script)
+    }
+
+    /// Like [`Scripted::start`], for a server that differs from llama-server as `site` says
+    /// (a fork serving its web UI's page on the paths it does not serve, say).
+    pub fn start_with(
+        n_ctx: u64,
+        site: Site,
+        script: impl Fn(usize, &Value) -> Reply + Send + Sync + 'static,
+    ) -> Scripted {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(Mutex::new(Vec::new()));
@@ -51,7 +61,7 @@ impl Scripted {
             for conn in listener.incoming().flatten() {
                 let (rq, cl, script) = (rq.clone(), cl.clone(), script.clone());
                 thread::spawn(move || {
-                    let _ = serve(conn, n_ctx, &rq, &cl, &*script);
+                    let _ = serve(conn, n_ctx, site, &rq, &cl, &*script);
                 });
             }
         });
@@ -67,9 +77,26 @@ impl Scripted {
     }
 }
 
+/// What a server serves beyond the scripted generation endpoints (`/completion`, and
+/// `/v1/completions` whose answers the script shapes too).
+#[derive(Debug, Clone, Copy)]
+pub struct Site {
+    /// Content type and body of the 404 answer to a path it does not serve.
+    pub not_found: (&'static str, &'static str),
+    /// llama-server's own paths it does not serve either (answered like any unknown path).
+    pub missing: &'static [&'static str],
+}
+
+/// llama-server: `/props`, `/v1/models` and `/tokenize`, and a short 404 elsewhere.
+pub const LLAMA_SERVER: Site = Site {
+    not_found: ("text/plain", "not found"),
+    missing: &[],
+};
+
 fn serve(
     mut conn: TcpStream,
     n_ctx: u64,
+    site: Site,
     requests: &Mutex<Vec<(String, String)>>,
     calls: &AtomicUsize,
     script: &Script,
@@ -100,6 +127,11 @@ fn serve(
         .unwrap()
         .push((format!("{}{}", request_line.trim(), headers), body.clone()));
     let path = request_line.split_whitespace().nth(1).unwrap_or("");
+    let path = if site.missing.contains(&path) {
+        ""
+    } else {
+        path
+    };
     let reply = match path {
         "/props" => json_reply(
             200,
@@ -125,15 +157,15 @@ fn serve(
                 .collect();
             json_reply(200, json!({"tokens": ids}))
         }
-        "/completion" => {
+        "/completion" | "/v1/completions" => {
             let i = calls.fetch_add(1, Ordering::SeqCst);
             let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
             script(i, &v)
         }
         _ => Reply::Body {
             status: 404,
-            content_type: "text/plain",
-            body: "not found".into(),
+            content_type: site.not_found.0,
+            body: site.not_found.1.into(),
         },
     };
     write_reply(&mut conn, reply)

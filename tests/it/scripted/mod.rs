@@ -9,6 +9,8 @@
 //! measurable, and record every request they receive.
 #![allow(dead_code)]
 
+pub mod fork;
+
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

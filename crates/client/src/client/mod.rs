@@ -20,6 +20,8 @@ pub mod tokenize;
 pub mod vllm;
 
 #[cfg(test)]
+mod fixture_tests;
+#[cfg(test)]
 mod robustness_tests;
 
 use std::time::Duration;

@@ -75,9 +75,8 @@ impl super::Family for Family {
             completions_answer(s, p.model.as_deref(), tokenizer.as_ref()).await;
         p.completions_missing = completions == Completions::Missing;
         p.token_id_test = Some(test);
-        if completions == Completions::TakesTokenIds && tokenizer.is_none() {
-            p.notes.push("the server takes token-id prompts, but no tokenizer endpoint answered, so the corpus cannot be turned into this model's ids: lengths are calibrated on text (a gateway hides its upstream's tokenizer)".into());
-        }
+        // Whether the server takes token ids is said once, with the test, in the
+        // capabilities (`ServerProfile::token_ids_stated`), not again in a note.
         if let Some(t) = &tokenizer {
             p.tokenize = Some(t.dialect);
             p.tokenizer = Some(t.clone());
@@ -91,7 +90,7 @@ impl super::Family for Family {
                 tokenizer.as_ref().map_or("?", |t| t.tokenize_path.as_str())
             ),
             (Some(t), false) => format!(
-                "text of exact length: ids → {} → {} → cut/pad → re-check (the server refuses token-id prompts)",
+                "text of exact length: ids → {} → {} → cut/pad → re-check",
                 t.detokenize_path, t.tokenize_path
             ),
             (None, false) => calibrated_method(false),
@@ -163,8 +162,8 @@ impl super::Family for Family {
 }
 
 /// Whether prompts on this server are text calibrated against `usage.prompt_tokens`: the
-/// OpenAI protocol, no tokenizer endpoint pair, and token ids refused (or chat, which takes
-/// text only).
+/// OpenAI protocol, no tokenizer endpoint pair, and no token-id prompts (refused, or taken
+/// but with no ids of this model to send; or chat, which takes text only).
 pub fn calibrated(p: &ServerProfile) -> bool {
     p.backend == BackendKind::Openai
         && p.tokenizer.is_none()
@@ -175,7 +174,7 @@ pub fn calibrated(p: &ServerProfile) -> bool {
 fn calibrated_method(chat: bool) -> String {
     format!(
         "text calibrated against the server's usage.prompt_tokens (no tokenizer endpoint answered{}): up to {CALIBRATION_ROUNDS} non-streamed requests with max_tokens 1 per new length, before it is measured, their nonce reversed; tolerance {}% of the target{}",
-        if chat { "; one user message" } else { "; token ids refused" },
+        if chat { "; one user message" } else { "" },
         CALIBRATED_TOLERANCE * 100.0,
         if chat { "; the chat template's tokens are counted in every length" } else { "" }
     )
@@ -272,10 +271,8 @@ pub async fn adopt_tokenizer(
             tokenizer_http.base()
         )
     };
-    p.notes.retain(|n| {
-        !n.starts_with("no tokenizer endpoint pair answered")
-            && !n.starts_with("the server takes token-id prompts, but no tokenizer")
-    });
+    p.notes
+        .retain(|n| !n.starts_with("no tokenizer endpoint pair answered"));
     p.tokenizer = Some(t);
     Ok(())
 }
@@ -856,10 +853,18 @@ impl EventReader for CompletionsReader {
         // stream_options): counts are then found another way, never read as 0 tokens.
         let usage = v.get("usage").filter(|u| u.is_object() && !zero_usage(u));
         let running = usage.and_then(|u| get_u64(u, "completion_tokens"));
+        let closing = choice
+            .and_then(|c| c.get("finish_reason"))
+            .is_some_and(|f| !f.is_null());
         let has_token = match (choice, running) {
+            // A running count (usage on every chunk) that rises is a token even when it
+            // decodes to no text. The stream's first usage on a chunk without text reports
+            // the tokens already streamed (llama-server's /v1 closing chunk: `"text":""` and
+            // the finish reason; LiteLLM's usage chunk with an empty delta): no new token.
             (Some(_), Some(n)) if n > self.completion_seen => {
+                let running_before = self.completion_seen > 0;
                 self.completion_seen = n;
-                true
+                text_nonempty || (running_before && !closing)
             }
             (Some(_), Some(_)) => false,
             (Some(_), None) => text_nonempty,
@@ -1167,6 +1172,10 @@ mod tests {
             .on_event(&ev(r#"{"choices":[{"text":"","index":0,"finish_reason":"length"}],"usage":{"completion_tokens":8,"prompt_tokens":2048,"total_tokens":2056},"timings":{"cache_n":0,"prompt_n":2048,"prompt_ms":150.0,"predicted_n":8,"predicted_ms":9.0}}"#))
             .unwrap();
         assert!(f.is_final);
+        assert!(
+            !f.has_token,
+            "the closing chunk's count is of tokens already streamed"
+        );
         assert_eq!(r.got.counts.cached_tokens, Some(0));
         assert_eq!(r.got.timings.unwrap().prompt_ms, Some(150.0));
     }

@@ -131,6 +131,10 @@ pub struct StreamStats {
     /// Arrival of each token-carrying event, in order (at most [`MAX_TOKEN_TIMES`]): a
     /// concurrent wave counts each request's tokens inside the window where all decoded.
     pub token_times: Vec<Instant>,
+    /// The first token-carrying event's data as the server sent it (its first 300
+    /// characters): the evidence when that "first token" arrived before the server could
+    /// have made it.
+    pub first_token_event: Option<String>,
 }
 
 /// Token arrival times kept per stream: bounds memory on very long outputs.
@@ -219,6 +223,7 @@ pub async fn drive_stream<R: EventReader>(
         bytes: 0,
         saw_final: false,
         token_times: Vec::new(),
+        first_token_event: None,
     };
     let mut body = resp.bytes_stream();
     let mut parser = match framing {
@@ -270,6 +275,9 @@ pub async fn drive_stream<R: EventReader>(
             let info = reader.on_event(&ev)?;
             if info.has_token {
                 stats.token_events += 1;
+                if stats.t_first_token.is_none() {
+                    stats.first_token_event = Some(super::http::snippet(&ev.data));
+                }
                 stats.t_first_token.get_or_insert(arrived);
                 stats.t_last_token = Some(arrived);
                 if stats.token_times.len() < MAX_TOKEN_TIMES {

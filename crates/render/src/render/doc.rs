@@ -1,5 +1,5 @@
 //! The report document: what a report or a comparison says, in order, without syntax.
-//! [`super::sections`] builds it from the report model; each [`Markup`] (Markdown, HTML)
+//! `sections` builds it from the report model; each [`Markup`] (Markdown, HTML)
 //! only knows how to write each kind of block, like hyperfine's `MarkupExporter`.
 
 /// A whole document: its title and its blocks, in reading order.
@@ -258,8 +258,8 @@ impl Table {
 
 /// One syntax: how each kind of block is written. [`write()`] walks the document.
 pub trait Markup {
-    /// Which document this syntax is given (see [`super::sections::Target`]).
-    const TARGET: super::sections::Target;
+    /// Which document this syntax is given (see [`Target`]).
+    const TARGET: Target;
     /// A heading.
     fn heading(&self, out: &mut String, level: u8, text: &Text);
     /// A paragraph.
@@ -304,4 +304,13 @@ pub fn write<M: Markup>(doc: &Document, m: &M) -> String {
         }
     }
     m.finish(doc, out)
+}
+
+/// Which syntax a document is built for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// A Markdown file: compact, no plots.
+    Markdown,
+    /// A self-contained HTML page: cards and inline plots.
+    Html,
 }

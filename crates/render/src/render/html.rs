@@ -1,13 +1,13 @@
 //! One self-contained HTML file: the report document with its plots as inline SVG. No
 //! scripts, no external fetches, so it opens anywhere, offline, and can be mailed as one
-//! file. Syntax only; what is said is in [`super::sections`].
+//! file. Syntax only; what is said is in `sections`.
 
 use std::fmt::Write;
 
+use super::doc::Target;
 use super::doc::{
     Callout, Card, Document, Figure, Item, List, ListKind, Markup, Para, Span, Table, Text, Tone,
 };
-use super::sections::Target;
 
 /// The HTML format.
 pub struct HtmlRenderer;

@@ -1,8 +1,8 @@
 //! Markdown: the report document as GitHub-flavoured Markdown. Syntax only; what is said
-//! is in [`super::sections`].
+//! is in `sections`.
 
+use super::doc::Target;
 use super::doc::{Align, Callout, Card, Figure, Item, List, Markup, Para, Span, Table, Text};
-use super::sections::Target;
 
 /// The Markdown format.
 pub struct MarkdownRenderer;

@@ -6,24 +6,17 @@
 //! plots and a few sentences of its own, Markdown a compact summary list. Those places
 //! test `target` below; the writers never choose what to say.
 
+use super::capacity::capacity;
+use super::doc::Target;
 use super::doc::{
     Align, Block, Callout, Card, Cell, Document, Figure, Item, List, ListKind, Para, Span, Table,
     Text, Tone,
 };
-use super::table::{equation, fit_notes};
+use super::fitwords::{equation, fit_notes};
 use super::{fmt_ctx, num, svg, RenderError};
 use crate::compare::{Comparison, Verdict, Versus};
 use crate::report::{Report, RunReport, ScalingFit};
 use crate::stats::Spread;
-
-/// Which syntax a document is built for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
-    /// A Markdown file: compact, no plots.
-    Markdown,
-    /// A self-contained HTML page: cards and inline plots.
-    Html,
-}
 
 /// The document of a report of one or more runs.
 pub fn report(report: &Report, target: Target) -> Result<Document, RenderError> {
@@ -238,57 +231,6 @@ fn spread(s: &Option<Spread>) -> Text {
         Some(s) => num(s.median).into(),
         None => "–".into(),
     }
-}
-
-/// The capacity map: what it is, one table per metric, and its legend.
-fn capacity(m: &crate::capacity::CapacityMap, target: Target) -> Vec<Block> {
-    let lowest = m.levels.first().copied().unwrap_or(1);
-    let mut b = match target {
-        Target::Markdown => vec![Block::Paragraph(
-            Text::default()
-                .and(Span::Strong("Capacity map".into()))
-                .plain(format!(
-                    " (context × concurrency; the table below is c = {lowest})"
-                )),
-            Para::Plain,
-        )],
-        Target::Html => vec![
-            Block::Heading(3, "Capacity map".into()),
-            Block::Paragraph(
-                format!("context × concurrency; the results table below is c = {lowest}").into(),
-                Para::Note,
-            ),
-        ],
-    };
-    b.extend(capacity_tables(m).into_iter().map(Block::Table));
-    b.push(Block::List(List {
-        kind: ListKind::Legend,
-        items: crate::capacity::map_legend(m)
-            .into_iter()
-            .map(Item::new)
-            .collect(),
-    }));
-    b
-}
-
-/// The capacity map's tables, titled: contexts down, concurrency levels across.
-pub fn capacity_tables(m: &crate::capacity::CapacityMap) -> Vec<Table> {
-    crate::capacity::map_tables(m)
-        .into_iter()
-        .map(|t| {
-            // Contexts left, cells right-aligned so that the numbers line up.
-            let align = (0..t.head.len()).map(|i| match i {
-                0 => Align::Left,
-                _ => Align::Right,
-            });
-            let mut table = Table::new(t.head.into_iter().zip(align));
-            table.title = Some(t.title);
-            for r in t.rows {
-                table.row(r);
-            }
-            table
-        })
-        .collect()
 }
 
 /// The results table and how to read it.

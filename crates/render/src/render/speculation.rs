@@ -4,9 +4,9 @@
 
 use std::fmt::Write;
 
+use super::doc::Target;
 use super::doc::{Align, Block, Callout, Cell, Figure, Item, Para, Span, Table, Text, Tone};
-use super::sections::Target;
-use super::table::{coef, tokens};
+use super::fitwords::{coef, tokens};
 use super::{fmt_ctx, num, svg, text, RenderError};
 use crate::stats::significance::{Basis, RatioInterval};
 use crate::stats::speculation::{

@@ -1,6 +1,6 @@
 //! What the warm modes record in the results file (`--mode append`, `conversation`, `tiers`):
 //! the run's warm plan in the header and each warm sample's reuse. The rule that judges a
-//! sample by them is `crate::warm`'s.
+//! sample by them is the `warm` module's.
 
 use serde::{Deserialize, Serialize};
 

@@ -7,9 +7,10 @@
 //! cached count (a session whose prefix was evicted by another is a flagged miss); the wave
 //! is one measurement for the idle check, as a cold wave is.
 
-use super::append::{prime, request, Step, WarmSettings};
+use super::protocol::{before_sample, flush, record, scrape};
+use super::warm_steps::{prime, request, WarmSettings};
 use super::wave::{check_wave_idle, measure_wave, prepare_wave, release, wave_deltas, WaveRequest};
-use super::{flush, record, scrape, RunCtx, Tally};
+use super::{RunCtx, Step, Tally};
 use crate::error::RecordError;
 use crate::record::{Phase, Sample, Status};
 use crate::warm::{self, WarmInfo};
@@ -133,7 +134,7 @@ async fn wait_idle(
     rep: u32,
 ) -> Option<Option<crate::idle::Waited>> {
     tokio::select! {
-        w = crate::bench::guard::before_sample(ctx.settings.idle.as_ref(), &mut *ctx.observer, context, rep) => Some(w),
+        w = before_sample(ctx.settings.idle.as_ref(), &mut *ctx.observer, context, rep) => Some(w),
         _ = ctx.interrupt.wait_for(|v| *v) => None,
     }
 }

@@ -7,7 +7,7 @@
 //! never in the cache), within the family's allowance; a turn that falls short is flagged
 //! `cache_miss` and the report names it with its length.
 
-use super::append::{measure_warm, request, WarmSettings};
+use super::warm_steps::{measure_warm, request, WarmSettings};
 use super::{record, RunCtx, Tally};
 use crate::client::{Backend, Generated};
 use crate::error::RecordError;

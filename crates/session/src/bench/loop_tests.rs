@@ -10,8 +10,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::*;
+use crate::adaptive::RepPolicy;
 use crate::client::{BackendKind, Counts, GenOutcome, Http, OnceOutcome, StreamStats};
 use crate::corpus::Corpus;
+use crate::record::ResultsWriter;
 
 /// One scripted answer.
 #[derive(Clone)]
@@ -183,6 +185,7 @@ impl Backend for Fake {
                         bytes: 1000,
                         saw_final: true,
                         token_times: Vec::new(),
+                        first_token_event: None,
                     },
                     counts: Counts {
                         prompt_tokens: Some(len),

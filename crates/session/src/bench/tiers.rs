@@ -16,8 +16,9 @@
 //!   restored (`n_restored`, timed by the client and included in the tier's TTFT), then the
 //!   append.
 
-use super::append::{measure_warm, request, send, Step, WarmSettings, PRIME_TOKENS};
-use super::{flush, record, RunCtx, Tally};
+use super::protocol::{flush, record, send};
+use super::warm_steps::{measure_warm, request, WarmSettings, PRIME_TOKENS};
+use super::{RunCtx, Step, Tally};
 use crate::client::{slots, BackendKind};
 use crate::error::RecordError;
 use crate::record::{Flag, Phase, Sample, Status};
@@ -92,7 +93,7 @@ async fn prime(
     tally: &mut Tally,
 ) -> Result<Result<Sample, Step>, RecordError> {
     let flushed = flush(ctx.backend, ctx.settings).await;
-    let Some(s) = super::append::prime(ctx, full, (l, n, rep), flushed).await else {
+    let Some(s) = super::warm_steps::prime(ctx, full, (l, n, rep), flushed).await else {
         return Ok(Err(Step::Interrupted));
     };
     if let Some(r) = record(ctx.writer, tally, ctx.observer, ctx.settings, &s)? {
@@ -111,10 +112,10 @@ async fn one(
     tally: &mut Tally,
     disk: &mut bool,
 ) -> Result<Step, RecordError> {
-    let (backend, settings) = (ctx.backend, ctx.settings);
+    let settings = ctx.settings;
     let total = l + n;
     if tier == Tier::Cold {
-        return super::append::cold(ctx, total, rep, window, tally).await;
+        return super::warm_steps::cold(ctx, total, rep, window, tally).await;
     }
     ctx.observer.sample_started(total, rep);
     let full = ctx.builder.build(total, *window);
@@ -127,7 +128,6 @@ async fn one(
         return Ok(Step::Go);
     }
     let prefix = p.prompt_tokens.unwrap_or(l);
-    let http = backend.http();
     let (evidence, restore_ms) = match tier {
         Tier::Live => (
             format!(
@@ -155,79 +155,14 @@ async fn one(
                 None => return Ok(Step::Interrupted),
             }
         }
-        Tier::Ram => {
-            // Another prompt takes the only slot: the prefix leaves the live cache.
-            let other = ctx.builder.build(DISPLACE_TOKENS, *window);
-            *window += 1;
-            let req = request(
-                other,
-                PRIME_TOKENS,
-                false,
-                settings.timeouts_for(DISPLACE_TOKENS),
-            );
-            let Some(r) = send(backend, &req, ctx.interrupt).await else {
-                return Ok(Step::Interrupted);
-            };
-            if let Err(e) = r {
-                ctx.observer
-                    .warn(&format!("tiers at {l}: the displacing request failed: {e}"));
-                return Ok(Step::Go);
-            }
-            let held = slots::state(http)
-                .await
-                .ok()
-                .and_then(|s| s.into_iter().next());
-            match held {
-                Some(s) if s.n_prompt_tokens.is_some_and(|t| t < prefix) => (
-                    format!(
-                        "before it, GET /slots: the only slot held another prompt of {} tokens (task {}); a reuse of the prefix can only come from the host-memory prompt cache",
-                        s.n_prompt_tokens.unwrap_or(0),
-                        s.id_task.map_or("?".to_owned(), |t| t.to_string())
-                    ),
-                    None,
-                ),
-                other => {
-                    ctx.observer.warn(&format!(
-                        "tiers at {l}: GET /slots does not show the slot displaced ({other:?}); the ram sample is not taken"
-                    ));
-                    return Ok(Step::Go);
-                }
-            }
-        }
-        Tier::Disk => {
-            let file = format!("ctxbench-{}-{l}-{rep}.bin", settings.run_id);
-            let saved = match slots::save(http, 0, &file).await {
-                Ok(s) => s,
-                Err(e) => {
-                    ctx.observer.warn(&format!(
-                        "tiers: no disk tier (slot save/restore): {e}; measured: cold, live, ram"
-                    ));
-                    *disk = false;
-                    return Ok(Step::Go);
-                }
-            };
-            let erased = crate::client::llamacpp::erase_slots(http, 1).await;
-            let restored = slots::restore(http, 0, &file).await;
-            match (erased, restored) {
-                (Ok(e), Ok(r)) => (
-                    format!(
-                        "slot saved ({} tokens), erased ({e}), restored ({} tokens; server {} ms)",
-                        saved.tokens,
-                        r.tokens,
-                        r.server_ms.map_or("?".to_owned(), |m| format!("{m:.1}"))
-                    ),
-                    Some(r.client_ms),
-                ),
-                (e, r) => {
-                    ctx.observer.warn(&format!(
-                        "tiers at {l}: the slot could not be erased and restored ({:?}, {:?}); the disk sample is not taken",
-                        e.err(),
-                        r.err()
-                    ));
-                    return Ok(Step::Go);
-                }
-            }
-        }
+        Tier::Ram => match displace(ctx, (l, prefix), window).await {
+            Ok(evidence) => (evidence, None),
+            Err(step) => return Ok(step),
+        },
+        Tier::Disk => match save_erase_restore(ctx, (l, rep), disk).await {
+            Ok(placed) => placed,
+            Err(step) => return Ok(step),
+        },
         // Measured above, by the cold sweep's own request.
         Tier::Cold => return Ok(Step::Go),
     };
@@ -259,6 +194,95 @@ async fn one(
             None => Step::Go,
         },
     )
+}
+
+/// The ram tier on llama.cpp: another prompt takes the only slot, so the prefix leaves the
+/// live cache; the slot's state proves it. The evidence, or how the step ends.
+async fn displace(
+    ctx: &mut RunCtx<'_>,
+    (l, prefix): (u64, u64),
+    window: &mut u64,
+) -> Result<String, Step> {
+    let (settings, http) = (ctx.settings, ctx.backend.http());
+    // Another prompt takes the only slot: the prefix leaves the live cache.
+    let other = ctx.builder.build(DISPLACE_TOKENS, *window);
+    *window += 1;
+    let req = request(
+        other,
+        PRIME_TOKENS,
+        false,
+        settings.timeouts_for(DISPLACE_TOKENS),
+    );
+    let Some(r) = send(ctx.backend, &req, ctx.interrupt).await else {
+        return Err(Step::Interrupted);
+    };
+    if let Err(e) = r {
+        ctx.observer
+            .warn(&format!("tiers at {l}: the displacing request failed: {e}"));
+        return Err(Step::Go);
+    }
+    let held = slots::state(http)
+        .await
+        .ok()
+        .and_then(|s| s.into_iter().next());
+    match held {
+        Some(s) if s.n_prompt_tokens.is_some_and(|t| t < prefix) => Ok(
+            format!(
+                "before it, GET /slots: the only slot held another prompt of {} tokens (task {}); a reuse of the prefix can only come from the host-memory prompt cache",
+                s.n_prompt_tokens.unwrap_or(0),
+                s.id_task.map_or("?".to_owned(), |t| t.to_string())
+            ),
+        ),
+        other => {
+            ctx.observer.warn(&format!(
+                "tiers at {l}: GET /slots does not show the slot displaced ({other:?}); the ram sample is not taken"
+            ));
+            Err(Step::Go)
+        }
+    }
+}
+
+/// The disk tier on llama.cpp: the slot saved to a file, erased and restored from it. The
+/// evidence and the restore's client time, or how the step ends (`disk` turns false when
+/// the server cannot save slots).
+async fn save_erase_restore(
+    ctx: &mut RunCtx<'_>,
+    (l, rep): (u64, u32),
+    disk: &mut bool,
+) -> Result<(String, Option<f64>), Step> {
+    let (settings, http) = (ctx.settings, ctx.backend.http());
+    let file = format!("ctxbench-{}-{l}-{rep}.bin", settings.run_id);
+    let saved = match slots::save(http, 0, &file).await {
+        Ok(s) => s,
+        Err(e) => {
+            ctx.observer.warn(&format!(
+                "tiers: no disk tier (slot save/restore): {e}; measured: cold, live, ram"
+            ));
+            *disk = false;
+            return Err(Step::Go);
+        }
+    };
+    let erased = crate::client::llamacpp::erase_slots(http, 1).await;
+    let restored = slots::restore(http, 0, &file).await;
+    match (erased, restored) {
+        (Ok(e), Ok(r)) => Ok((
+            format!(
+                "slot saved ({} tokens), erased ({e}), restored ({} tokens; server {} ms)",
+                saved.tokens,
+                r.tokens,
+                r.server_ms.map_or("?".to_owned(), |m| format!("{m:.1}"))
+            ),
+            Some(r.client_ms),
+        )),
+        (e, r) => {
+            ctx.observer.warn(&format!(
+                "tiers at {l}: the slot could not be erased and restored ({:?}, {:?}); the disk sample is not taken",
+                e.err(),
+                r.err()
+            ));
+            Err(Step::Go)
+        }
+    }
 }
 
 /// Sends new prompts (each with its own nonce, at most the server's context) until `pool`

@@ -9,9 +9,10 @@ use std::time::Instant as StdInstant;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
-use super::{
-    flush, gone_error, note_flush, now, point_record, record, watch_server, BenchSettings, Tally,
+use super::protocol::{
+    before_sample, flush, gone_error, note_flush, now, record, scrape, server_busy_ms, watch_server,
 };
+use super::{point_record, BenchSettings, Tally};
 use crate::adaptive::{Decide, PointProgress};
 use crate::capacity::{analyse_wave, apply_wave, Fit, Limits, RequestTimes};
 use crate::client::{Backend, GenRequest};
@@ -106,17 +107,8 @@ pub async fn run_grid(
     let mut tally = Tally::default();
     let policy = settings.policy;
     let min_reps = policy.min_reps.max(1);
-    let mut planned = 0usize;
-    for &ctx in contexts {
-        for &c in levels {
-            let done = prior_waves(prior, ctx, c)
-                .values()
-                .filter(|w| wave_done(w, c))
-                .count();
-            tally.skipped += done * c as usize;
-            planned += (min_reps as usize).saturating_sub(done) * c as usize;
-        }
-    }
+    let planned;
+    (planned, tally.skipped) = planned_requests(contexts, levels, prior, min_reps);
     observer.start(planned, tally.skipped);
     let run_start = Instant::now();
     let mut observations: Vec<Observation> = Vec::new();
@@ -124,15 +116,7 @@ pub async fn run_grid(
     let smallest = levels.iter().copied().min().unwrap_or(1);
     'cells: for (pi, &context) in contexts.iter().enumerate() {
         for (ci, &c) in levels.iter().enumerate() {
-            let earlier = prior_waves(prior, context, c);
-            // Every recorded wave id is taken, complete or not: a wave cut short (killed
-            // between its lines) is measured again under a new id, not mixed with the old.
-            let done: HashSet<u32> = earlier.keys().copied().collect();
-            let mut prog = PointProgress::default();
-            for w in earlier.values().filter(|w| wave_done(w, c)) {
-                let secs = w.iter().filter_map(|s| s.e2e_ms).fold(0.0, f64::max) / 1000.0;
-                add_wave(&mut prog, w, secs, min_reps);
-            }
+            let (done, mut prog) = prior_cell(prior, (context, c), min_reps);
             if let Fit::Queues(why) = limits.predict(context, settings.output_tokens, c) {
                 observer.warn(&format!(
                     "{} × {c}: {why}; measured anyway (waiting is a finding)",
@@ -185,7 +169,7 @@ pub async fn run_grid(
                 // A wave is one measurement: the server must be idle before all c of its
                 // requests go out, as before a single sample.
                 let waited = tokio::select! {
-                    w = crate::bench::guard::before_sample(settings.idle.as_ref(), &mut *observer, context, wave) => w,
+                    w = before_sample(settings.idle.as_ref(), &mut *observer, context, wave) => w,
                     _ = interrupt.wait_for(|v| *v) => {
                         tally.interrupted = true;
                         break 'cells;
@@ -202,39 +186,14 @@ pub async fn run_grid(
                 let refs: Vec<&Sample> = samples.iter().collect();
                 add_wave(&mut prog, &refs, secs, min_reps);
                 if c == smallest {
-                    let med = |v: Vec<f64>| crate::stats::Spread::of(v).map(|s| s.median);
-                    let steps = samples
-                        .iter()
-                        .filter(|s| s.usable())
-                        .filter_map(|s| s.wave_stats.as_ref().and_then(|w| w.window_ms_per_step));
-                    if let (Some(t), Some(st)) = (med(prog.ttft_ms.clone()), med(steps.collect())) {
-                        observations.retain(|o| o.context != context as f64);
-                        observations.push(Observation {
-                            context: context as f64,
-                            ttft_s: t / 1000.0,
-                            step_s: st / 1000.0,
-                        });
-                    }
+                    observe(&mut observations, context, &prog, &samples);
                 }
-                let server_gone = samples.iter().any(|s| {
-                    s.error
-                        .as_ref()
-                        .is_some_and(|e| e.kind == ErrorKind::Transport)
-                }) && !backend.reachable().await;
-                let summed: f64 = samples.iter().map(super::server_busy_ms).sum();
-                let busy = wave_busy_ms(&samples);
-                let mut stop = None;
-                for s in samples.iter_mut() {
-                    if let Some(reason) = record(writer, &mut tally, observer, settings, s)? {
-                        stop.get_or_insert(reason);
-                    }
-                }
-                tally.server_busy_ms += busy - summed;
-                if server_gone && stop.is_none() {
-                    stop = samples
-                        .iter()
-                        .find_map(|s| s.error.as_ref().map(|e| e.message.clone()));
-                }
+                let stop = record_wave(
+                    backend,
+                    (writer, &mut tally, observer, settings),
+                    &mut samples,
+                )
+                .await?;
                 if let Some(reason) = stop {
                     tally.stopped = Some(reason);
                     break 'cells;
@@ -244,6 +203,102 @@ pub async fn run_grid(
     }
     observer.finish();
     Ok(tally)
+}
+
+/// A cell's wave ids already taken and its progress from the waves recorded by earlier
+/// sessions (resume). Every recorded wave id is taken, complete or not: a wave cut short
+/// (killed between its lines) is measured again under a new id, not mixed with the old.
+fn prior_cell(
+    prior: &[Sample],
+    (context, c): (u64, u32),
+    min_reps: u32,
+) -> (HashSet<u32>, PointProgress) {
+    let earlier = prior_waves(prior, context, c);
+    let done: HashSet<u32> = earlier.keys().copied().collect();
+    let mut prog = PointProgress::default();
+    for w in earlier.values().filter(|w| wave_done(w, c)) {
+        let secs = w.iter().filter_map(|s| s.e2e_ms).fold(0.0, f64::max) / 1000.0;
+        add_wave(&mut prog, w, secs, min_reps);
+    }
+    (done, prog)
+}
+
+/// Requests still to measure and requests already recorded (resume), over every cell.
+fn planned_requests(
+    contexts: &[u64],
+    levels: &[u32],
+    prior: &[Sample],
+    min_reps: u32,
+) -> (usize, usize) {
+    let (mut planned, mut skipped) = (0usize, 0usize);
+    for &ctx in contexts {
+        for &c in levels {
+            let done = prior_waves(prior, ctx, c)
+                .values()
+                .filter(|w| wave_done(w, c))
+                .count();
+            skipped += done * c as usize;
+            planned += (min_reps as usize).saturating_sub(done) * c as usize;
+        }
+    }
+    (planned, skipped)
+}
+
+/// The cost model's data from the smallest level's waves: median TTFT and step time at
+/// `context` so far.
+fn observe(
+    observations: &mut Vec<Observation>,
+    context: u64,
+    prog: &PointProgress,
+    samples: &[Sample],
+) {
+    let med = |v: Vec<f64>| crate::stats::Spread::of(v).map(|s| s.median);
+    let steps = samples
+        .iter()
+        .filter(|s| s.usable())
+        .filter_map(|s| s.wave_stats.as_ref().and_then(|w| w.window_ms_per_step));
+    if let (Some(t), Some(st)) = (med(prog.ttft_ms.clone()), med(steps.collect())) {
+        observations.retain(|o| o.context != context as f64);
+        observations.push(Observation {
+            context: context as f64,
+            ttft_s: t / 1000.0,
+            step_s: st / 1000.0,
+        });
+    }
+}
+
+/// Records a wave's samples (the wave's server time counted once, not per request) and
+/// says why the grid must stop, if it must: a stop asked for by a sample, or a server gone.
+async fn record_wave(
+    backend: &dyn Backend,
+    (writer, tally, observer, settings): (
+        &mut crate::record::ResultsWriter,
+        &mut Tally,
+        &mut dyn super::Observer,
+        &BenchSettings,
+    ),
+    samples: &mut [Sample],
+) -> Result<Option<String>, RecordError> {
+    let server_gone = samples.iter().any(|s| {
+        s.error
+            .as_ref()
+            .is_some_and(|e| e.kind == ErrorKind::Transport)
+    }) && !backend.reachable().await;
+    let summed: f64 = samples.iter().map(server_busy_ms).sum();
+    let busy = wave_busy_ms(samples);
+    let mut stop = None;
+    for s in samples.iter_mut() {
+        if let Some(reason) = record(writer, tally, observer, settings, s)? {
+            stop.get_or_insert(reason);
+        }
+    }
+    tally.server_busy_ms += busy - summed;
+    if server_gone && stop.is_none() {
+        stop = samples
+            .iter()
+            .find_map(|s| s.error.as_ref().map(|e| e.message.clone()));
+    }
+    Ok(stop)
 }
 
 /// Flags every completed request of a wave as preempted when the server's preemption
@@ -352,7 +407,7 @@ pub(super) async fn measure_wave(
         false => None,
     };
     // /metrics around the wave: where a server that flags no request counts preemptions.
-    let before = super::scrape(settings).await;
+    let before = scrape(settings).await;
     let mut samples = release(
         backend,
         settings,
@@ -458,7 +513,7 @@ pub(super) async fn wave_deltas(
     samples: &mut [Sample],
     before: Option<crate::metrics::Snapshot>,
 ) -> Option<std::collections::BTreeMap<String, f64>> {
-    let (b, a) = (before?, super::scrape(settings).await?);
+    let (b, a) = (before?, scrape(settings).await?);
     let d = crate::metrics::deltas(&b, &a, &crate::client::kept_metric_names());
     flag_preemptions(samples, &d);
     Some(d)

@@ -350,7 +350,7 @@ impl Session {
             .nonce
             .then_some(warm.server_added + plan.nonce_tokens() as u64);
         if let Some(w) = &plan.warm {
-            warm::check(w, plan, &self.profile)?;
+            warm::check(w, &plan.concurrency, &self.profile)?;
         }
         if plan.contexts.is_some() && self.profile.max_context.is_none() {
             let note = "the server does not report its maximum context; a --contexts point beyond it will fail when sent";
@@ -476,9 +476,7 @@ impl Session {
             interrupt,
         };
         let mut tally = match (&self.plan.warm, grid) {
-            (Some(w), _) => {
-                crate::session::warm::run(ctx, &p.contexts, (w, &levels), &self.profile).await?
-            }
+            (Some(w), _) => warm::run(ctx, &p.contexts, (w, &levels), &self.profile).await?,
             (None, false) => bench::run(ctx, &p.contexts, prior).await?,
             (None, true) => {
                 bench::wave::run_grid(ctx, &p.contexts, &levels, &limits, prior).await?

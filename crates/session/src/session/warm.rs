@@ -1,16 +1,19 @@
 //! The warm modes in a session: what they need from the server (checked before anything is
 //! measured) and which loop runs.
 
-use crate::bench::append::WarmSettings;
+use crate::bench::warm_steps::WarmSettings;
 use crate::bench::{self, RunCtx, Tally};
 use crate::client::{family, ServerProfile};
 use crate::error::{RecordError, UsageError};
 use crate::warm::{WarmConfig, WarmMode};
 
-use super::SweepPlan;
-
-/// Refuses, before anything is sent, what a warm mode cannot do with this plan or server.
-pub fn check(w: &WarmConfig, plan: &SweepPlan, profile: &ServerProfile) -> Result<(), UsageError> {
+/// Refuses, before anything is sent, what a warm mode cannot do with the plan's
+/// `--concurrency` levels or this server.
+pub fn check(
+    w: &WarmConfig,
+    concurrency: &[u32],
+    profile: &ServerProfile,
+) -> Result<(), UsageError> {
     let bad = |m: String| Err(UsageError::Invalid(m));
     let mode = w.mode.as_str();
     if w.negative_control && !profile.cache_bypass {
@@ -50,10 +53,10 @@ pub fn check(w: &WarmConfig, plan: &SweepPlan, profile: &ServerProfile) -> Resul
             "--mode {mode} proves every sample's reuse from the server's cached-token count, and this server reports none{hint}"
         ));
     }
-    if plan.concurrency != [1] && w.mode != WarmMode::Append {
+    if concurrency != [1] && w.mode != WarmMode::Append {
         return bad(format!(
             "--mode {mode} follows one session; --concurrency {} (several sessions, each with its own prefix) is for --mode append",
-            plan.concurrency
+            concurrency
                 .iter()
                 .map(u32::to_string)
                 .collect::<Vec<_>>()

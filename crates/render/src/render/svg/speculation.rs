@@ -58,13 +58,23 @@ pub fn speculation_plots_of(a: &SpecAnalysis) -> Result<Vec<Plot>, RenderError> 
     Ok(out)
 }
 
-/// Speedup (plain ÷ speculative ms per token) per context: points with interval whiskers, the
-/// band between the intervals, the dashed line at 1, the fit (dashed beyond the measured
-/// lengths, up to the fitted crossing or the server's maximum) and L* shaded.
-pub fn speedup_plot(a: &SpecAnalysis) -> Result<Plot, RenderError> {
-    // (context, speedup, interval).
-    type Point = (f64, f64, Option<(f64, f64)>);
-    let pts: Vec<Point> = a
+/// (context, speedup, interval) of one measured length.
+type SpeedupPoint = (f64, f64, Option<(f64, f64)>);
+
+/// The speedup plot's data.
+struct SpeedupData {
+    /// The measured points.
+    pts: Vec<SpeedupPoint>,
+    /// The fitted curve: (context, speedup, extrapolated?).
+    curve: Vec<(f64, f64, bool)>,
+    /// The x range (tokens) and the y range (log2 of the speedup).
+    x: (f64, f64),
+    y: (f64, f64),
+}
+
+/// The speedup plot's points, fitted curve and ranges.
+fn speedup_data(a: &SpecAnalysis) -> SpeedupData {
+    let pts: Vec<SpeedupPoint> = a
         .points
         .iter()
         .filter_map(|p| {
@@ -105,6 +115,14 @@ pub fn speedup_plot(a: &SpecAnalysis) -> Result<Plot, RenderError> {
     let (ylo, yhi) = ys.fold((1.0f64, 1.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
     let y = ((ylo / 1.2).log2(), (yhi * 1.2).log2());
     let x = (first / 1.3, fit_end.unwrap_or(last).max(last) * 1.3);
+    SpeedupData { pts, curve, x, y }
+}
+
+/// Speedup (plain ÷ speculative ms per token) per context: points with interval whiskers, the
+/// band between the intervals, the dashed line at 1, the fit (dashed beyond the measured
+/// lengths, up to the fitted crossing or the server's maximum) and L* shaded.
+pub fn speedup_plot(a: &SpecAnalysis) -> Result<Plot, RenderError> {
+    let SpeedupData { pts, curve, x, y } = speedup_data(a);
     let title = "Net decode speedup of speculation (plain ÷ speculative ms per token)";
     let mut svg = String::new();
     {

@@ -1,0 +1,143 @@
+//! docs/architecture.md's crate table held against the code, so the doc cannot drift: each
+//! crate's modules (its lib.rs), its workspace dependencies (its Cargo.toml), and from
+//! Cargo.lock that the crates building reports reach no async runtime or HTTP client.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The backticked words of one table cell.
+fn ticked(cell: &str) -> Vec<String> {
+    cell.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// (crate, folder, modules, workspace dependencies) of each row of the doc's crate table,
+/// the root crate left out.
+fn doc_rows() -> Vec<(String, String, BTreeSet<String>, BTreeSet<String>)> {
+    let text = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("| `ctxbench-"))
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split(" | ").collect();
+            let names = ticked(cells[0]);
+            (
+                names[0].clone(),
+                names[1].clone(),
+                ticked(cells[1]).into_iter().collect(),
+                ticked(cells[2]).into_iter().collect(),
+            )
+        })
+        .collect()
+}
+
+/// The `pub mod` names of a crate's lib.rs.
+fn modules(folder: &str) -> BTreeSet<String> {
+    let lib = std::fs::read_to_string(root().join(folder).join("src/lib.rs")).unwrap();
+    lib.lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod "))
+        .map(|m| m.trim_end_matches(';').trim().to_owned())
+        .collect()
+}
+
+/// The `ctxbench-*` names under a crate's `[dependencies]`.
+fn workspace_deps(folder: &str) -> BTreeSet<String> {
+    let toml = std::fs::read_to_string(root().join(folder).join("Cargo.toml")).unwrap();
+    toml.lines()
+        .skip_while(|l| l.trim() != "[dependencies]")
+        .skip(1)
+        .take_while(|l| !l.starts_with('['))
+        .filter_map(|l| l.split('=').next())
+        .map(str::trim)
+        .filter(|n| n.starts_with("ctxbench-"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Cargo.lock as package → its dependencies' names.
+fn lock_graph() -> BTreeMap<String, Vec<String>> {
+    let lock = std::fs::read_to_string(root().join("Cargo.lock")).unwrap();
+    let mut graph = BTreeMap::new();
+    for block in lock.split("[[package]]").skip(1) {
+        let name = block
+            .lines()
+            .find_map(|l| l.strip_prefix("name = "))
+            .unwrap()
+            .trim_matches('"')
+            .to_owned();
+        let deps: Vec<String> = block
+            .lines()
+            .skip_while(|l| !l.starts_with("dependencies = ["))
+            .skip(1)
+            .take_while(|l| !l.starts_with(']'))
+            .map(|l| {
+                // `"name"` or `"name version"` when several versions are locked.
+                let d = l.trim().trim_end_matches(',').trim_matches('"');
+                d.split(' ').next().unwrap_or(d).to_owned()
+            })
+            .collect();
+        graph.insert(name, deps);
+    }
+    graph
+}
+
+/// Every package `name` depends on, directly or not.
+fn reach(graph: &BTreeMap<String, Vec<String>>, name: &str) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut todo = vec![name.to_owned()];
+    while let Some(n) = todo.pop() {
+        for d in graph.get(&n).into_iter().flatten() {
+            if seen.insert(d.clone()) {
+                todo.push(d.clone());
+            }
+        }
+    }
+    seen
+}
+
+#[test]
+fn the_crate_table_names_every_crate_with_its_modules_and_dependencies() {
+    let rows = doc_rows();
+    let documented: BTreeSet<String> = rows.iter().map(|r| r.1.clone()).collect();
+    let on_disk: BTreeSet<String> = std::fs::read_dir(root().join("crates"))
+        .unwrap()
+        .map(|e| format!("crates/{}", e.unwrap().file_name().to_string_lossy()))
+        .collect();
+    assert_eq!(documented, on_disk, "crates in the doc vs crates/ on disk");
+    for (name, folder, mods, deps) in rows {
+        assert_eq!(
+            mods,
+            modules(&folder),
+            "{name}: modules in the doc vs its lib.rs"
+        );
+        assert_eq!(
+            deps,
+            workspace_deps(&folder),
+            "{name}: workspace dependencies in the doc vs its Cargo.toml"
+        );
+    }
+}
+
+#[test]
+fn the_crates_that_build_reports_reach_no_async_runtime_or_http_client() {
+    let graph = lock_graph();
+    // Guards the check against a reader that finds nothing: the client crate does reach them.
+    let client = reach(&graph, "ctxbench-client");
+    assert!(
+        client.contains("tokio") && client.contains("reqwest"),
+        "{client:?}"
+    );
+    for krate in ["ctxbench-schema", "ctxbench-stats", "ctxbench-render"] {
+        let deps = reach(&graph, krate);
+        assert!(deps.contains("serde"), "{krate}: {deps:?}");
+        for net in ["tokio", "hyper", "reqwest", "mio"] {
+            assert!(!deps.contains(net), "{krate} reaches {net}");
+        }
+    }
+}
