@@ -25,9 +25,11 @@ use ctxbench::record::{CorpusSpec, NeedleVerdict, Phase, Results, Sample, Status
 use serde_json::Value;
 
 /// The flags of every integrity run: one cold sample and three needles at 1k, natural text,
-/// seeded so that two runs send identical prompts (needle values included).
+/// seeded so that two runs send identical prompts (needle values included). The request
+/// timeout's floor is raised: a 1k prefill of this model took 30 s on a host loaded far
+/// beyond its 2 cores, and the default floor (65 s at 1k) leaves too little room.
 const INTEGRITY: &str = "--contexts 1k --reps 1 --needle --needle-depths 10,50,90 \
-                         --corpus natural --prompt-seed 29 --output-tokens 32";
+                         --corpus natural --prompt-seed 29 --output-tokens 32 --timeout 600";
 
 /// The RoPE base of the negative control. The model's is 100000; at 500 the positions of a
 /// 1k prompt wrap around many times and the model loses its context.
@@ -251,7 +253,10 @@ fn ngram_speculation_on_the_real_model_is_inflated_by_the_repeated_sentence() {
     let out = tmp.path().join("r.jsonl");
     let (code, stdout, stderr) = run(&[
         &["sweep", "--url", &srv.url(), "--out", out.to_str().unwrap()][..],
-        &argv("--contexts 1k --corpus repeat,natural --prompts 4 --reps 1 --output-tokens 64 --prompt-seed 29"),
+        &argv(
+            "--contexts 1k --corpus repeat,natural --prompts 4 --reps 1 --output-tokens 64 \
+             --prompt-seed 29 --timeout 600",
+        ),
     ]
     .concat());
     assert_eq!(code, 0, "{stderr}");
