@@ -31,6 +31,7 @@ mod protocol_openai_strict;
 mod protocol_sglang;
 mod protocol_tgi;
 mod protocol_vllm;
+mod real_model_llamacpp;
 mod report;
 mod roofline;
 mod roofline_llamacpp;

