@@ -148,6 +148,7 @@ fn results(run_id: &str, speed: f64, accept: Option<f64>) -> Results {
             max_reps: 4,
             point_budget_s: None,
             run_budget_s: Some(600.0),
+            design: None,
         };
         for (i, &c) in contexts.iter().enumerate() {
             points.push(PointRecord {
@@ -163,6 +164,7 @@ fn results(run_id: &str, speed: f64, accept: Option<f64>) -> Results {
                 ttft_ci_rel: Some(0.03),
                 decode_ci_rel: Some(0.02 + i as f64 / 100.0),
                 concurrency: None,
+                design: None,
             });
         }
     }

@@ -266,6 +266,7 @@ mod tests {
             ttft_ci_rel: Some(0.123),
             decode_ci_rel: decode,
             concurrency,
+            design: None,
         }
     }
 

@@ -242,6 +242,7 @@ fn rep_policy(args: &SweepArgs) -> Result<RepPolicy, UsageError> {
             max_reps: args.reps,
             point_budget_s: None,
             run_budget_s: None,
+            design: None,
         },
         Some(p) if !(p.is_finite() && p > 0.0 && p < 1.0) => {
             return bad(format!(
@@ -269,6 +270,7 @@ fn rep_policy(args: &SweepArgs) -> Result<RepPolicy, UsageError> {
                 max_reps: args.max_reps,
                 point_budget_s: args.point_budget,
                 run_budget_s: args.run_budget,
+                design: None,
             }
         }
     })

@@ -158,6 +158,7 @@ mod tests {
             max_reps: 3,
             point_budget_s: None,
             run_budget_s: None,
+            design: None,
         };
         let mut p = PointProgress::default();
         for _ in 0..3 {
@@ -174,6 +175,7 @@ mod tests {
             max_reps: 30,
             point_budget_s: Some(60.0),
             run_budget_s: Some(600.0),
+            design: None,
         }
     }
 

@@ -119,6 +119,7 @@ fn point_record(
         ttft_ci_rel: relative_half_width(&prog.ttft_ms),
         decode_ci_rel: relative_half_width(&prog.decode),
         concurrency: None,
+        design: None,
     }
 }
 
@@ -661,6 +662,7 @@ pub(crate) mod tests {
                 max_reps: 1,
                 point_budget_s: None,
                 run_budget_s: None,
+                design: None,
             },
             cache_bypass: true,
             length_tolerance: 0,

@@ -292,6 +292,7 @@ fn adaptive(min: u32, max: u32, point_s: Option<f64>, run_s: Option<f64>) -> Ben
         max_reps: max,
         point_budget_s: point_s,
         run_budget_s: run_s,
+        design: None,
     };
     s
 }
