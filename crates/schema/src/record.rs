@@ -1093,6 +1093,21 @@ impl Sample {
     pub fn has(&self, flag: &Flag) -> bool {
         self.flags.contains(flag)
     }
+
+    /// Server seconds this sample cost: the server's own busy time (prompt + generation, both
+    /// requests of a two-point pair) where it reports one, else the request's time.
+    pub fn server_s(&self) -> f64 {
+        let busy = self.server.as_ref().map_or(0.0, ServerTimings::busy_ms)
+            + self
+                .two_point
+                .as_ref()
+                .and_then(|t| t.a_server_busy_ms)
+                .unwrap_or(0.0);
+        match busy > 0.0 {
+            true => busy / 1000.0,
+            false => self.e2e_ms.unwrap_or(0.0) / 1000.0,
+        }
+    }
 }
 
 /// The `point` line: how many repetitions a context got and why it stopped.
