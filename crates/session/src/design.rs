@@ -27,7 +27,9 @@
 //!   length not yet measured, and every figure is recorded with the precision it reached.
 
 use crate::record::{IntervalBasis, PointDesign, StopReason};
-use crate::stats::noise::{self, Consistency, LogSpread};
+use crate::stats::noise;
+pub use crate::stats::precision::Judgement;
+use crate::stats::precision::{self, Length};
 
 /// Samples every length gets unless the run budget is spent: one to answer, one to check
 /// its spread against the model.
@@ -93,171 +95,23 @@ pub enum Next {
     Stop(StopReason),
 }
 
-/// What the design makes of one length now.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Judgement {
-    /// The model the length is judged with (the shorter lengths that agree with it, and this
-    /// one when it agrees too): TTFT, decode.
-    pub model: (Option<LogSpread>, Option<LogSpread>),
-    /// Samples the model of the shorter lengths alone asks for here.
-    pub planned: Option<u32>,
-    /// The length's spread is not the model's: what the check found.
-    pub regime: Option<String>,
-    /// Where the intervals come from.
-    pub basis: IntervalBasis,
-    /// Relative 95% half-width of the median TTFT (`None`: no interval).
-    pub ttft_half_width: Option<f64>,
-    /// The same for the decode rate.
-    pub decode_half_width: Option<f64>,
-    /// Samples this length needs under this judgement (`None`: more than `max_reps`, or
-    /// nothing to judge with yet).
-    pub needed: Option<u32>,
-}
-
-impl Judgement {
-    /// Both intervals within `target`.
-    pub fn precise(&self, target: f64) -> bool {
-        let ok = |w: Option<f64>| w.is_some_and(|w| w <= target);
-        ok(self.ttft_half_width) && ok(self.decode_half_width)
-    }
-}
-
-/// Indices of the lengths shorter than `points[i]`, shortest first.
-fn shorter(points: &[PointState], i: usize) -> Vec<usize> {
-    let mut v: Vec<usize> = (0..points.len())
-        .filter(|&j| points[j].context < points[i].context)
-        .collect();
-    v.sort_by_key(|&j| points[j].context);
-    v
-}
-
-/// The lengths' samples pooled, one slice per length and metric.
-struct Pool<'a> {
-    ttft: Vec<&'a [f64]>,
-    decode: Vec<&'a [f64]>,
-}
-
-impl<'a> Pool<'a> {
-    fn models(&self) -> (Option<LogSpread>, Option<LogSpread>) {
-        (noise::pooled(&self.ttft), noise::pooled(&self.decode))
-    }
-
-    /// The check of `p` against this pool: each metric's consistency, when both can be
-    /// checked.
-    fn check(&self, p: &PointState) -> (Option<Consistency>, Option<Consistency>) {
-        let (t, d) = self.models();
-        (
-            t.and_then(|m| noise::consistency(&p.ttft_ms, &m)),
-            d.and_then(|m| noise::consistency(&p.decode, &m)),
-        )
-    }
-
-    fn push(&mut self, p: &'a PointState) {
-        self.ttft.push(&p.ttft_ms);
-        self.decode.push(&p.decode);
-    }
-}
-
-/// The model of the lengths shorter than `points[i]`: built shortest first, each length
-/// checked against the lengths below it and left out when its spread is not theirs.
-fn pool_below(points: &[PointState], i: usize) -> Pool<'_> {
-    let mut pool = Pool {
-        ttft: Vec::new(),
-        decode: Vec::new(),
-    };
-    for j in shorter(points, i) {
-        let (t, d) = pool.check(&points[j]);
-        if !(t.is_some_and(|c| c.rejects()) || d.is_some_and(|c| c.rejects())) {
-            pool.push(&points[j]);
-        }
-    }
-    pool
-}
-
-/// What the check found, in words; `None` when the spread is the model's.
-fn regime_text(t: Option<Consistency>, d: Option<Consistency>) -> Option<String> {
-    let words = |name: &str, c: Consistency| {
-        format!(
-            "{name} spread {:.1}% over {} samples against {:.1}% in the noise model (variance ratio {:.1}, p = {:.4})",
-            c.own_sd * 100.0,
-            c.n,
-            c.model_sd * 100.0,
-            c.ratio,
-            c.p
-        )
-    };
-    let found: Vec<String> = [("TTFT", t), ("decode", d)]
-        .into_iter()
-        .filter_map(|(name, c)| c.filter(Consistency::rejects).map(|c| words(name, c)))
-        .collect();
-    (!found.is_empty()).then(|| {
-        format!(
-            "{}: not the shorter lengths' noise, so this length is judged on its own samples",
-            found.join("; ")
-        )
-    })
-}
-
-/// The larger of two sample counts, when both are known.
-fn both(a: Option<u32>, b: Option<u32>) -> Option<u32> {
-    Some(a?.max(b?))
-}
-
 /// Percent, or "n/a".
 fn pct(w: Option<f64>) -> String {
     w.map_or("n/a".to_owned(), |w| format!("±{:.1}%", w * 100.0))
 }
 
 impl Design {
-    /// Samples a length needs under a shared model (at least [`FLOOR`]).
-    fn needed_shared(&self, t: Option<LogSpread>, d: Option<LogSpread>) -> Option<u32> {
-        let need = |m: LogSpread| noise::reps_needed(self.target, m.sd, m.df, FLOOR, self.max_reps);
-        both(t.and_then(need), d.and_then(need))
-    }
-
-    /// What the design makes of `points[i]` now.
+    /// What the design makes of `points[i]` now (`stats::precision::judge`).
     pub fn judge(&self, points: &[PointState], i: usize) -> Judgement {
-        let mut pool = pool_below(points, i);
-        let (pt, pd) = pool.models();
-        let planned = self.needed_shared(pt, pd);
-        let p = &points[i];
-        let (ct, cd) = pool.check(p);
-        if let Some(regime) = regime_text(ct, cd) {
-            let own = |v: &[f64]| {
-                noise::own_variance(v).and_then(|(var, _)| {
-                    noise::own_reps_needed(self.target, var.sqrt(), self.max_reps)
-                })
-            };
-            return Judgement {
-                model: (pt, pd),
-                planned,
-                regime: Some(regime),
-                basis: IntervalBasis::Own,
-                ttft_half_width: noise::own_half_width(&p.ttft_ms),
-                decode_half_width: noise::own_half_width(&p.decode),
-                needed: both(own(&p.ttft_ms), own(&p.decode)),
-            };
-        }
-        pool.push(p);
-        let (mt, md) = pool.models();
-        let width = |m: Option<LogSpread>, v: &[f64]| {
-            m.map(|m| noise::half_width(m.sd, m.df, noise::logs(v).len()))
-                .filter(|w| w.is_finite())
-        };
-        let (ttft_half_width, decode_half_width) = (width(mt, &p.ttft_ms), width(md, &p.decode));
-        let basis = match (ttft_half_width, decode_half_width) {
-            (Some(_), Some(_)) => IntervalBasis::Shared,
-            _ => IntervalBasis::Unknown,
-        };
-        Judgement {
-            model: (mt, md),
-            planned,
-            regime: None,
-            basis,
-            ttft_half_width,
-            decode_half_width,
-            needed: self.needed_shared(mt, md),
-        }
+        let lengths: Vec<Length<'_>> = points
+            .iter()
+            .map(|p| Length {
+                context: p.context,
+                ttft: &p.ttft_ms,
+                decode: &p.decode,
+            })
+            .collect();
+        precision::judge(&lengths, i, self.target, FLOOR, self.max_reps)
     }
 
     /// Predicted seconds the lengths longer than `points[i]` still need under a model of

@@ -5,6 +5,7 @@ pub mod cachehit;
 pub mod fit;
 pub mod metric;
 pub mod noise;
+pub mod precision;
 pub mod prompts;
 pub mod significance;
 pub mod speculation;
