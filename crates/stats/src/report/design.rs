@@ -105,7 +105,7 @@ pub struct DesignReport {
 }
 
 /// Cap of the fixed-sweep estimate: beyond it a fixed sweep is not a plan.
-const FIXED_CAP: u32 = 1000;
+const FIXED_CAP: u32 = 1_000_000;
 
 /// The usable cold TTFTs and decode rates at each length, shortest first.
 fn usable(samples: &[Sample], contexts: &[u64]) -> Vec<(u64, Vec<f64>, Vec<f64>)> {
