@@ -200,17 +200,7 @@ impl SweepOptions {
                 warm.is_some(),
             )?;
         }
-        if let Some(m) = args.metrics_url.as_deref() {
-            let ok = m == "off"
-                || m.starts_with('/')
-                || m.starts_with("http://")
-                || m.starts_with("https://");
-            if !ok {
-                return bad(format!(
-                    "--metrics-url {m}: give a URL (http://host:port/metrics), a path relative to --url (/metrics), or off"
-                ));
-            }
-        }
+        check_metrics_url(args.metrics_url.as_deref())?;
         Ok(SweepOptions {
             contexts,
             corpus,
@@ -282,6 +272,23 @@ fn rep_policy(args: &SweepArgs) -> Result<RepPolicy, UsageError> {
             }
         }
     })
+}
+
+/// `--metrics-url`: a URL, a path relative to `--url`, or `off`.
+fn check_metrics_url(m: Option<&str>) -> Result<(), UsageError> {
+    match m {
+        Some(m)
+            if !(m == "off"
+                || m.starts_with('/')
+                || m.starts_with("http://")
+                || m.starts_with("https://")) =>
+        {
+            Err(UsageError::Invalid(format!(
+                "--metrics-url {m}: give a URL (http://host:port/metrics), a path relative to --url (/metrics), or off"
+            )))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// `--design auto`: the designed sweep measures cold streamed requests one at a time (its
