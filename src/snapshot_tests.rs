@@ -250,6 +250,33 @@ fn report_html() {
     insta::assert_snapshot!(render(ReportFormat::Html));
 }
 
+/// A designed run (`--design auto`): the same samples, its account of how each figure
+/// was obtained and of the server time.
+fn render_designed(f: ReportFormat) -> String {
+    let mut r = results("r3", 1.0, None);
+    r.header.config.reps = RepPolicy {
+        precision: Some(0.05),
+        min_reps: 2,
+        max_reps: 30,
+        point_budget_s: None,
+        run_budget_s: None,
+        design: Some(crate::record::DesignMode::Auto),
+    };
+    let mut report = report::build(&[("designed".to_owned(), "designed.jsonl".to_owned(), r)]);
+    report.generated_by = "ctxbench (fixture)".into();
+    renderer(f).report(&report).expect("renders")
+}
+
+#[test]
+fn report_designed_table() {
+    insta::assert_snapshot!(render_designed(ReportFormat::Table));
+}
+
+#[test]
+fn report_designed_markdown() {
+    insta::assert_snapshot!(render_designed(ReportFormat::Md));
+}
+
 #[test]
 fn report_svg_plots() {
     let plots = svg::report_plots(&fixture()).unwrap();

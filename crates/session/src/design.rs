@@ -95,9 +95,11 @@ pub enum Next {
     Stop(StopReason),
 }
 
-/// Percent, or "n/a".
+/// Percent rounded up to 0.1% (5.04% is not "±5.0%"), or "n/a".
 fn pct(w: Option<f64>) -> String {
-    w.map_or("n/a".to_owned(), |w| format!("±{:.1}%", w * 100.0))
+    w.map_or("n/a".to_owned(), |w| {
+        format!("±{:.1}%", (w * 1000.0 - 1e-9).ceil() / 10.0)
+    })
 }
 
 impl Design {

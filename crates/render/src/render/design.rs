@@ -15,15 +15,20 @@ pub fn title(d: &DesignReport) -> String {
     )
 }
 
+/// A half-width in percent, rounded *up* to 0.1% (5.04% is not shown as ±5.0%).
+pub fn pct_up(w: f64) -> f64 {
+    (w * 1000.0 - 1e-9).ceil() / 10.0
+}
+
 /// `45.1 ±2.4%`, marked when wider than the target.
 fn figure(f: &Option<Figure>, target: f64) -> String {
     match f {
         None => "– (no interval)".to_owned(),
-        Some(f) if f.within_target => format!("{} ±{:.1}%", num(f.median), f.half_width * 100.0),
+        Some(f) if f.within_target => format!("{} ±{:.1}%", num(f.median), pct_up(f.half_width)),
         Some(f) => format!(
             "{} ±{:.1}% (over ±{:.1}%)",
             num(f.median),
-            f.half_width * 100.0,
+            pct_up(f.half_width),
             target * 100.0
         ),
     }
