@@ -443,7 +443,8 @@ pub struct SweepArgs {
     )]
     pub point_budget: Option<f64>,
 
-    /// With --precision: seconds the whole run may take; then points get --min-reps only.
+    /// With --precision: seconds the whole run may take; then points get --min-reps only
+    /// (with --design auto: one sample each, kept in reserve from the start).
     #[arg(
         help_heading = "What to measure",
         long,
