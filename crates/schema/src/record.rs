@@ -390,7 +390,7 @@ impl fmt::Display for RepPolicy {
             (None, _) => write!(f, "{} {} (fixed)", self.max_reps, reps(self.max_reps))?,
             (Some(p), Some(DesignMode::Auto)) => write!(
                 f,
-                "designed (--design auto): each length's median TTFT and decode rate to ±{:.1}% at 95% from a noise model shared across lengths, 1–{} reps a length",
+                "designed (--design auto): each length's median TTFT and decode rate to ±{:.1}% at 95% from a noise model shared across lengths, at most {} reps a length",
                 p * 100.0,
                 self.max_reps
             )?,
@@ -1563,6 +1563,23 @@ mod tests {
             vec![Flag::Other("future_flag".into()), Flag::Contaminated]
         );
         assert!(!s.usable(), "an unknown phase is not cold");
+    }
+
+    #[test]
+    fn a_designed_policy_says_so_and_a_file_without_the_field_reads_as_before() {
+        let mut p = RepPolicy::fixed(2);
+        p.precision = Some(0.05);
+        p.max_reps = 30;
+        p.design = Some(DesignMode::Auto);
+        assert!(p.to_string().starts_with("designed (--design auto)"), "{p}");
+        let v = serde_json::to_value(p).unwrap();
+        assert_eq!(v["design"], "auto");
+        let old: RepPolicy = serde_json::from_str(
+            r#"{"precision":0.05,"min_reps":3,"max_reps":30,"point_budget_s":null,"run_budget_s":null}"#,
+        )
+        .unwrap();
+        assert_eq!(old.design, None);
+        assert!(!serde_json::to_string(&old).unwrap().contains("design"));
     }
 
     #[test]
