@@ -13,8 +13,8 @@ pub use ctxbench_client::{client, metrics, probe};
 pub use ctxbench_render::render;
 pub use ctxbench_schema::{error, fingerprint, model, record, units, warm};
 pub use ctxbench_session::{
-    adaptive, bench, corpus, costmodel, idle, launch, needle, plan, prompt, sample, session,
-    COMMIT, VERSION,
+    adaptive, bench, corpus, costmodel, design, idle, launch, needle, plan, prompt, sample,
+    session, COMMIT, VERSION,
 };
 pub use ctxbench_stats::{capacity, compare, integrity, price, report, roofline, stats};
 

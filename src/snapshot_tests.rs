@@ -148,6 +148,7 @@ fn results(run_id: &str, speed: f64, accept: Option<f64>) -> Results {
             max_reps: 4,
             point_budget_s: None,
             run_budget_s: Some(600.0),
+            design: None,
         };
         for (i, &c) in contexts.iter().enumerate() {
             points.push(PointRecord {
@@ -163,6 +164,7 @@ fn results(run_id: &str, speed: f64, accept: Option<f64>) -> Results {
                 ttft_ci_rel: Some(0.03),
                 decode_ci_rel: Some(0.02 + i as f64 / 100.0),
                 concurrency: None,
+                design: None,
             });
         }
     }
@@ -249,6 +251,33 @@ fn report_json() {
 #[test]
 fn report_html() {
     insta::assert_snapshot!(render(ReportFormat::Html));
+}
+
+/// A designed run (`--design auto`): the same samples, its account of how each figure
+/// was obtained and of the server time.
+fn render_designed(f: ReportFormat) -> String {
+    let mut r = results("r3", 1.0, None);
+    r.header.config.reps = RepPolicy {
+        precision: Some(0.05),
+        min_reps: 2,
+        max_reps: 30,
+        point_budget_s: None,
+        run_budget_s: None,
+        design: Some(crate::record::DesignMode::Auto),
+    };
+    let mut report = report::build(&[("designed".to_owned(), "designed.jsonl".to_owned(), r)]);
+    report.generated_by = "ctxbench (fixture)".into();
+    renderer(f).report(&report).expect("renders")
+}
+
+#[test]
+fn report_designed_table() {
+    insta::assert_snapshot!(render_designed(ReportFormat::Table));
+}
+
+#[test]
+fn report_designed_markdown() {
+    insta::assert_snapshot!(render_designed(ReportFormat::Md));
 }
 
 #[test]

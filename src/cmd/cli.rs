@@ -511,7 +511,8 @@ pub struct SweepArgs {
     )]
     pub point_budget: Option<f64>,
 
-    /// With --precision: seconds the whole run may take; then points get --min-reps only.
+    /// With --precision: seconds the whole run may take; then points get --min-reps only
+    /// (with --design auto: one sample each, kept in reserve from the start).
     #[arg(
         help_heading = "What to measure",
         long,
@@ -519,6 +520,27 @@ pub struct SweepArgs {
         requires = "precision"
     )]
     pub run_budget: Option<f64>,
+
+    /// With --precision: ctxbench designs the sweep (which length takes how many samples).
+    ///
+    /// `auto`: cheap lengths first; a noise model shared across lengths (the relative
+    /// spread of TTFT and decode rate, pooled over the cheap lengths and checked at every
+    /// other); each length takes the samples that bring its median TTFT, prefill and decode
+    /// rate within ±P at 95% (at least 2; a length noisier than the model is judged on its
+    /// own samples and says why), and cheap lengths take extra samples while they save more
+    /// server time at the expensive ones. Every requested length is measured. The end report
+    /// gives the server time spent and what a fixed --reps sweep of the same precision would
+    /// have needed. Not with --min-reps, --prompts, --concurrency, --mode or --method
+    /// two-point.
+    #[arg(
+        help_heading = "What to measure",
+        long,
+        value_enum,
+        value_name = "MODE",
+        requires = "precision",
+        conflicts_with_all = ["min_reps", "prompts"]
+    )]
+    pub design: Option<DesignArg>,
 
     /// Print the plan (points, prompt sizes, predicted duration) and peak memory, measure
     /// nothing.
@@ -805,6 +827,13 @@ pub struct SweepArgs {
     /// The roofline of the end report, and `--model-config` recorded in the header.
     #[command(flatten)]
     pub roofline: RooflineArgs,
+}
+
+/// `--design`: how a `--precision` sweep chooses its repetitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DesignArg {
+    /// A noise model shared across lengths decides every length's samples.
+    Auto,
 }
 
 /// How a sample is timed.

@@ -215,15 +215,29 @@ pub fn point_line(p: &PointRecord, explained: &mut bool) -> String {
             ci(p.ttft_ci_rel, p.usable, "TTFTs"),
             ci(p.decode_ci_rel, waves, "waves, one aggregate each"),
         ),
-        None => format!(
-            "  {:>6} done: {} rep(s), {} usable ({}); median 95% CI TTFT {}, decode {}",
-            fmt_ctx(p.context_tokens),
-            p.reps,
-            p.usable,
-            p.stop_reason,
-            ci(p.ttft_ci_rel, p.usable, "usable"),
-            ci(p.decode_ci_rel, p.usable, "usable"),
-        ),
+        None => match &p.design {
+            // A designed length says what the design decided, and why it measured more.
+            Some(d) => format!(
+                "  {:>6} done: {} rep(s), {} usable ({}); design: {}{}",
+                fmt_ctx(p.context_tokens),
+                p.reps,
+                p.usable,
+                p.stop_reason,
+                d.why,
+                d.regime_change
+                    .as_ref()
+                    .map_or(String::new(), |r| format!("; measured more here: {r}")),
+            ),
+            None => format!(
+                "  {:>6} done: {} rep(s), {} usable ({}); median 95% CI TTFT {}, decode {}",
+                fmt_ctx(p.context_tokens),
+                p.reps,
+                p.usable,
+                p.stop_reason,
+                ci(p.ttft_ci_rel, p.usable, "usable"),
+                ci(p.decode_ci_rel, p.usable, "usable"),
+            ),
+        },
     }
 }
 
@@ -266,6 +280,7 @@ mod tests {
             ttft_ci_rel: Some(0.123),
             decode_ci_rel: decode,
             concurrency,
+            design: None,
         }
     }
 

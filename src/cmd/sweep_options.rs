@@ -195,17 +195,15 @@ impl SweepOptions {
             policy.max_reps = policy.max_reps.saturating_mul(k);
         }
         let warm = crate::cmd::warm_options::warm_config(args, &concurrency, two_point.is_some())?;
-        if let Some(m) = args.metrics_url.as_deref() {
-            let ok = m == "off"
-                || m.starts_with('/')
-                || m.starts_with("http://")
-                || m.starts_with("https://");
-            if !ok {
-                return bad(format!(
-                    "--metrics-url {m}: give a URL (http://host:port/metrics), a path relative to --url (/metrics), or off"
-                ));
-            }
+        if args.design.is_some() {
+            design(
+                &mut policy,
+                &concurrency,
+                two_point.is_some(),
+                warm.is_some(),
+            )?;
         }
+        check_metrics_url(args.metrics_url.as_deref())?;
         Ok(SweepOptions {
             contexts,
             corpus,
@@ -245,6 +243,7 @@ fn rep_policy(args: &SweepArgs) -> Result<RepPolicy, UsageError> {
             max_reps: args.reps,
             point_budget_s: None,
             run_budget_s: None,
+            design: None,
         },
         Some(p) if !(p.is_finite() && p > 0.0 && p < 1.0) => {
             return bad(format!(
@@ -272,9 +271,51 @@ fn rep_policy(args: &SweepArgs) -> Result<RepPolicy, UsageError> {
                 max_reps: args.max_reps,
                 point_budget_s: args.point_budget,
                 run_budget_s: args.run_budget,
+                design: None,
             }
         }
     })
+}
+
+/// `--metrics-url`: a URL, a path relative to `--url`, or `off`.
+fn check_metrics_url(m: Option<&str>) -> Result<(), UsageError> {
+    match m {
+        Some(m)
+            if !(m == "off"
+                || m.starts_with('/')
+                || m.starts_with("http://")
+                || m.starts_with("https://")) =>
+        {
+            Err(UsageError::Invalid(format!(
+                "--metrics-url {m}: give a URL (http://host:port/metrics), a path relative to --url (/metrics), or off"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `--design auto`: the designed sweep measures cold streamed requests one at a time (its
+/// noise model is of their TTFT and decode rate); its floor is two samples a length.
+fn design(
+    policy: &mut RepPolicy,
+    concurrency: &[u32],
+    two_point: bool,
+    warm: bool,
+) -> Result<(), UsageError> {
+    let conflict = match () {
+        _ if concurrency != [1] => Some("--concurrency"),
+        _ if two_point => Some("--method two-point"),
+        _ if warm => Some("--mode"),
+        _ => None,
+    };
+    if let Some(flag) = conflict {
+        return Err(UsageError::Invalid(format!(
+            "--design auto designs a cold sweep of streamed requests sent one at a time: it needs the default --method stream and no {flag}; drop {flag}, or drop --design"
+        )));
+    }
+    policy.design = Some(ctxbench::record::DesignMode::Auto);
+    policy.min_reps = ctxbench::design::FLOOR;
+    Ok(())
 }
 
 /// A number of seconds from the command line: finite and positive (or zero where allowed).
@@ -450,6 +491,27 @@ mod tests {
         refused(
             &["--precision", "0.05", "--min-reps", "5", "--max-reps", "3"],
             "--min-reps 5 is larger than --max-reps 3",
+        );
+    }
+
+    #[test]
+    fn design_auto_needs_precision_and_a_cold_one_at_a_time_sweep() {
+        let o = options(&["--precision", "0.05", "--design", "auto"]).unwrap();
+        assert_eq!(o.policy.design, Some(ctxbench::record::DesignMode::Auto));
+        assert_eq!(o.policy.min_reps, ctxbench::design::FLOOR);
+        assert_eq!(o.policy.max_reps, 30);
+        for (extra, needle) in [
+            (["--concurrency", "1,2"], "no --concurrency"),
+            (["--method", "two-point"], "no --method two-point"),
+            (["--mode", "append"], "no --mode"),
+        ] {
+            let args = [&["--precision", "0.05", "--design", "auto"][..], &extra].concat();
+            refused(&args, needle);
+        }
+        // Without --design the policy is the per-point one.
+        assert_eq!(
+            options(&["--precision", "0.05"]).unwrap().policy.design,
+            None
         );
     }
 

@@ -98,6 +98,37 @@ fn conflicting_options_are_refused_before_the_server_is_contacted() {
             "--decode-samples needs --method stream",
         ),
         (&["--ca-cert", "/nonexistent/ca.pem"], "--ca-cert"),
+        // The design chooses the repetitions, and measures cold requests one at a time.
+        (
+            &["--precision", "0.05", "--design", "auto", "--min-reps", "3"],
+            "--min-reps",
+        ),
+        (
+            &["--precision", "0.05", "--design", "auto", "--prompts", "2"],
+            "--prompts",
+        ),
+        (
+            &[
+                "--precision",
+                "0.05",
+                "--design",
+                "auto",
+                "--concurrency",
+                "1,4",
+            ],
+            "no --concurrency",
+        ),
+        (
+            &[
+                "--precision",
+                "0.05",
+                "--design",
+                "auto",
+                "--method",
+                "two-point",
+            ],
+            "no --method two-point",
+        ),
     ] {
         let mut a = vec!["sweep", "--url", &url, "--contexts", "1k"];
         a.extend_from_slice(args);
@@ -753,6 +784,7 @@ fn every_flag_that_needs_a_mode_or_another_flag_is_a_usage_error_naming_what_it_
         (&["--max-reps", "9"][..], "--precision"),
         (&["--point-budget", "60"][..], "--precision"),
         (&["--run-budget", "60"][..], "--precision"),
+        (&["--design", "auto"][..], "--precision"),
         (&["--two-point-tokens", "1,9"][..], "--method two-point"),
         (&["--needle-depths", "50"][..], "--needle"),
         (&["--runs", "2"][..], "--server-cmd"),

@@ -11,6 +11,7 @@ mod architecture;
 mod campaign_llamacpp;
 mod capacity_llamacpp;
 mod cli;
+mod design_llamacpp;
 mod efficiency;
 mod faults_llamacpp;
 mod faults_scripted;

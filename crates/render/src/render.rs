@@ -13,6 +13,7 @@ use doc::{Align, Table};
 
 pub mod capacity;
 pub mod csv;
+pub mod design;
 pub mod doc;
 pub mod fitwords;
 pub mod html;

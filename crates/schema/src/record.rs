@@ -350,8 +350,22 @@ pub struct RepPolicy {
     pub max_reps: u32,
     /// Seconds one point may take (after `min_reps`).
     pub point_budget_s: Option<f64>,
-    /// Seconds the whole run may take; reached, remaining points get `min_reps` only.
+    /// Seconds the whole run may take; reached, remaining points get `min_reps` only (with
+    /// `design`, one sample each).
     pub run_budget_s: Option<f64>,
+    /// `--design auto`: a noise model shared across lengths decides each length's
+    /// repetitions for `precision` (absent: each point on its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub design: Option<DesignMode>,
+}
+
+/// `--design`: how the repetitions of a `--precision` sweep are chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DesignMode {
+    /// The designed sweep: cheap lengths first, a noise model pooled over lengths, each
+    /// length measured until every figure's interval is within the precision.
+    Auto,
 }
 
 impl RepPolicy {
@@ -363,6 +377,7 @@ impl RepPolicy {
             max_reps: reps,
             point_budget_s: None,
             run_budget_s: None,
+            design: None,
         }
     }
 }
@@ -371,9 +386,15 @@ impl fmt::Display for RepPolicy {
     /// `3 reps (fixed)`, or `3–30 reps until ±5.0%` with any budgets.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let reps = |n: u32| if n == 1 { "rep" } else { "reps" };
-        match self.precision {
-            None => write!(f, "{} {} (fixed)", self.max_reps, reps(self.max_reps))?,
-            Some(p) => write!(
+        match (self.precision, self.design) {
+            (None, _) => write!(f, "{} {} (fixed)", self.max_reps, reps(self.max_reps))?,
+            (Some(p), Some(DesignMode::Auto)) => write!(
+                f,
+                "designed (--design auto): each length's median TTFT and decode rate to ±{:.1}% at 95% from a noise model shared across lengths, at most {} reps a length",
+                p * 100.0,
+                self.max_reps
+            )?,
+            (Some(p), None) => write!(
                 f,
                 "{}–{} reps until the median's 95% CI is within ±{:.1}%",
                 self.min_reps,
@@ -1077,6 +1098,21 @@ impl Sample {
     pub fn has(&self, flag: &Flag) -> bool {
         self.flags.contains(flag)
     }
+
+    /// Server seconds this sample cost: the server's own busy time (prompt + generation, both
+    /// requests of a two-point pair) where it reports one, else the request's time.
+    pub fn server_s(&self) -> f64 {
+        let busy = self.server.as_ref().map_or(0.0, ServerTimings::busy_ms)
+            + self
+                .two_point
+                .as_ref()
+                .and_then(|t| t.a_server_busy_ms)
+                .unwrap_or(0.0);
+        match busy > 0.0 {
+            true => busy / 1000.0,
+            false => self.e2e_ms.unwrap_or(0.0) / 1000.0,
+        }
+    }
 }
 
 /// The `point` line: how many repetitions a context got and why it stopped.
@@ -1099,6 +1135,53 @@ pub struct PointRecord {
     /// Concurrency of this cell (`--concurrency`; absent: 1, one request at a time).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,
+    /// What the designed sweep decided here (`--design auto`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub design: Option<PointDesign>,
+}
+
+string_enum! {
+    /// Where a designed length's intervals come from.
+    IntervalBasis {
+        /// The noise model pooled over the lengths (this one's spread agreed with it).
+        Shared = "shared",
+        /// This length's own samples: its spread was not the model's.
+        Own = "own",
+        /// No interval: too few samples (one sample, or no model yet).
+        Unknown = "none",
+    }
+}
+
+/// The designed sweep's decision at one length, recorded on its `point` line.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PointDesign {
+    /// The precision asked for: relative half-width of each median's 95% interval.
+    pub target: f64,
+    /// Samples the noise model asked for before this length's own samples were in (`null`:
+    /// no model yet, or the cap cannot reach the target).
+    pub planned: Option<u32>,
+    /// Relative 95% half-width of the median TTFT (and of the prefill rate, L ÷ TTFT) as
+    /// reached (`null`: no interval).
+    pub ttft_half_width: Option<f64>,
+    /// The same for the median decode rate.
+    pub decode_half_width: Option<f64>,
+    /// Where the intervals come from.
+    pub basis: IntervalBasis,
+    /// The noise model's σ of ln TTFT (relative spread) when this length was judged.
+    pub model_ttft_sd: Option<f64>,
+    /// Its σ of ln decode rate.
+    pub model_decode_sd: Option<f64>,
+    /// Degrees of freedom behind the model.
+    pub model_df: Option<f64>,
+    /// This length's spread was not the model's: what the check found (it was then
+    /// measured on its own spread, which takes more samples).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regime_change: Option<String>,
+    /// Why the design stopped here, in words.
+    pub why: String,
+    /// Server seconds spent at this length (its cold samples: the server's own busy time
+    /// where it reports one, else the request's time), all sessions.
+    pub server_s: f64,
 }
 
 /// The `resume` line: a later session continued the file.
@@ -1486,6 +1569,23 @@ mod tests {
             vec![Flag::Other("future_flag".into()), Flag::Contaminated]
         );
         assert!(!s.usable(), "an unknown phase is not cold");
+    }
+
+    #[test]
+    fn a_designed_policy_says_so_and_a_file_without_the_field_reads_as_before() {
+        let mut p = RepPolicy::fixed(2);
+        p.precision = Some(0.05);
+        p.max_reps = 30;
+        p.design = Some(DesignMode::Auto);
+        assert!(p.to_string().starts_with("designed (--design auto)"), "{p}");
+        let v = serde_json::to_value(p).unwrap();
+        assert_eq!(v["design"], "auto");
+        let old: RepPolicy = serde_json::from_str(
+            r#"{"precision":0.05,"min_reps":3,"max_reps":30,"point_budget_s":null,"run_budget_s":null}"#,
+        )
+        .unwrap();
+        assert_eq!(old.design, None);
+        assert!(!serde_json::to_string(&old).unwrap().contains("design"));
     }
 
     #[test]

@@ -71,6 +71,8 @@ pub struct PointProgress {
     /// Seconds spent on this point's repetitions beyond `min_reps` (what the point budget
     /// limits: the minimum is always taken, whatever it costs).
     pub beyond_min_s: f64,
+    /// Server seconds of the repetitions taken (see `Sample::server_s`).
+    pub server_s: f64,
 }
 
 impl PointProgress {
@@ -158,6 +160,7 @@ mod tests {
             max_reps: 3,
             point_budget_s: None,
             run_budget_s: None,
+            design: None,
         };
         let mut p = PointProgress::default();
         for _ in 0..3 {
@@ -174,6 +177,7 @@ mod tests {
             max_reps: 30,
             point_budget_s: Some(60.0),
             run_budget_s: Some(600.0),
+            design: None,
         }
     }
 
@@ -184,6 +188,7 @@ mod tests {
             ttft_ms: vec![100.0, 101.0, 99.0, 100.5, 100.2, 99.8, 100.1, 100.0],
             decode: vec![50.0; 8],
             beyond_min_s: 1.0,
+            ..Default::default()
         };
         assert_eq!(
             policy().next(&tight, 1.0, Some(0.1)),
@@ -194,6 +199,7 @@ mod tests {
             ttft_ms: vec![50.0, 150.0, 80.0, 120.0, 60.0, 140.0, 100.0, 90.0],
             decode: vec![50.0; 8],
             beyond_min_s: 1.0,
+            ..Default::default()
         };
         assert!(policy().next(&noisy, 1.0, Some(0.1)).is_ok());
         assert_eq!(
@@ -219,6 +225,7 @@ mod tests {
             ttft_ms: vec![100.0; 8],
             decode: vec![30.0, 70.0, 40.0, 60.0, 35.0, 65.0, 50.0, 45.0],
             beyond_min_s: 1.0,
+            ..Default::default()
         };
         assert!(relative_half_width(&p.ttft_ms).unwrap() <= 0.05);
         assert!(policy().next(&p, 1.0, Some(0.1)).is_ok());

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::adaptive::{relative_half_width, Decide, PointProgress, StopReason};
 use crate::client::{Backend, GenRequest, Timeouts};
 use crate::costmodel::{CostModel, Observation};
+use crate::design::{Design, Next, PointState};
 use crate::error::{ClientError, RecordError};
 use crate::prompt::PromptBuilder;
 pub use crate::record::PointRecord;
@@ -94,6 +95,7 @@ fn prior_progress(prior: &[Sample], context: u64, min_reps: u32) -> (PointProgre
             continue;
         }
         prog.add_rep(s.e2e_ms.unwrap_or(0.0) / 1000.0, min_reps);
+        prog.server_s += s.server_s();
         if s.usable() {
             prog.ttft_ms.extend(s.ttft_ms);
             prog.decode.extend(s.decode_tokens_per_s);
@@ -119,6 +121,7 @@ fn point_record(
         ttft_ci_rel: relative_half_width(&prog.ttft_ms),
         decode_ci_rel: relative_half_width(&prog.decode),
         concurrency: None,
+        design: None,
     }
 }
 
@@ -158,7 +161,15 @@ pub async fn run(
         prior,
         done,
         run_start: Instant::now(),
-        observations: Vec::new(),
+        design: Book::new(settings, contexts, prior),
+        // A resumed run's cost model starts from what the file already measured.
+        observations: contexts
+            .iter()
+            .filter_map(|&c| {
+                let (p, steps) = prior_progress(prior, c, 0);
+                observation(c, &p, &steps)
+            })
+            .collect(),
         window: prior.len() as u64,
         values: settings
             .needle
@@ -184,6 +195,8 @@ struct Sweep<'a> {
     /// (context, rep) of the cold samples already recorded (resume).
     done: HashSet<(u64, u32)>,
     run_start: Instant,
+    /// The designed sweep's view of every length (`--design auto`).
+    design: Option<Book>,
     /// Median TTFT and step time per measured length: the cost model's data.
     observations: Vec<Observation>,
     /// The next corpus window (each prompt reads its own).
@@ -216,8 +229,8 @@ async fn point(
     loop {
         let model = CostModel::new(sweep.observations.clone());
         let cost = model.request_s(context as f64, settings.output_tokens);
-        if let Err(reason) = policy.next(&prog, sweep.run_start.elapsed().as_secs_f64(), cost) {
-            let rec = point_record(settings, context, &prog, reason);
+        let (decision, eta) = decide(sweep, settings, pi, &prog, &model);
+        if let Err(rec) = decision {
             ctx.writer.append(&Line::Point(rec.clone()))?;
             ctx.observer.point_done(&rec);
             return needles(ctx, sweep, context, tally).await;
@@ -230,8 +243,7 @@ async fn point(
         }
         let rep = next_rep;
         next_rep += 1;
-        ctx.observer
-            .eta(remaining_s(&model, sweep.contexts, pi, &prog, settings));
+        ctx.observer.eta(eta);
         ctx.observer.sample_started(context, rep);
         let t0 = Instant::now();
         // `--prompts K`: repetition r re-reads prompt r mod K (resume keeps the mapping).
@@ -269,6 +281,7 @@ async fn point(
         } else {
             prog.add_rep(t0.elapsed().as_secs_f64(), policy.min_reps);
         }
+        prog.server_s += sample.server_s();
         if sample.usable() {
             prog.ttft_ms.extend(sample.ttft_ms);
             prog.decode.extend(sample.decode_tokens_per_s);
@@ -292,6 +305,87 @@ async fn point(
         }
         if *ctx.interrupt.borrow() {
             return Ok(Step::Interrupted);
+        }
+    }
+}
+
+/// The designed sweep's view of every length, kept beside the loop's own progress.
+struct Book {
+    design: Design,
+    points: Vec<PointState>,
+}
+
+impl Book {
+    /// The book of a `--design auto` run (`None` otherwise), every length's samples read
+    /// from `prior` (resume): the design recomputes from the file.
+    fn new(settings: &BenchSettings, contexts: &[u64], prior: &[Sample]) -> Option<Book> {
+        let policy = settings.policy;
+        policy.design?;
+        let design = Design {
+            target: policy.precision?,
+            max_reps: policy.max_reps,
+            point_budget_s: policy.point_budget_s,
+            run_budget_s: policy.run_budget_s,
+        };
+        let points = contexts
+            .iter()
+            .map(|&c| {
+                let (prog, _) = prior_progress(prior, c, crate::design::FLOOR);
+                state(c, &prog)
+            })
+            .collect();
+        Some(Book { design, points })
+    }
+}
+
+/// A length's progress as the design sees it (its cost is set by [`decide`]).
+fn state(context: u64, prog: &PointProgress) -> PointState {
+    PointState {
+        context,
+        reps: prog.reps,
+        ttft_ms: prog.ttft_ms.clone(),
+        decode: prog.decode.clone(),
+        cost_s: None,
+        spent_s: prog.server_s,
+        beyond_floor_s: prog.beyond_min_s,
+    }
+}
+
+/// Whether point `pi` takes another repetition — the design's decision with `--design
+/// auto`, else the policy's — and the predicted seconds left. `Err` holds the point's line.
+fn decide(
+    sweep: &mut Sweep<'_>,
+    settings: &BenchSettings,
+    pi: usize,
+    prog: &PointProgress,
+    model: &CostModel,
+) -> (Result<(), PointRecord>, Option<f64>) {
+    let elapsed = sweep.run_start.elapsed().as_secs_f64();
+    let context = sweep.contexts[pi];
+    let Some(book) = sweep.design.as_mut() else {
+        let cost = model.request_s(context as f64, settings.output_tokens);
+        let next = settings.policy.next(prog, elapsed, cost);
+        let eta = remaining_s(model, sweep.contexts, pi, prog, settings);
+        return (
+            next.map_err(|reason| point_record(settings, context, prog, reason)),
+            eta,
+        );
+    };
+    book.points[pi] = state(context, prog);
+    for p in &mut book.points {
+        p.cost_s = model.request_s(p.context as f64, settings.output_tokens);
+    }
+    let (next, j) = book.design.next(&book.points, pi, elapsed);
+    let eta = book.design.remaining_s(&book.points, pi);
+    match next {
+        Next::Measure(_) => (Ok(()), eta),
+        Next::Stop(reason) => {
+            let mut rec = point_record(settings, context, prog, reason);
+            // The precision stated is the design's (its basis is on the record).
+            rec.ttft_ci_rel = j.ttft_half_width;
+            rec.decode_ci_rel = j.decode_half_width;
+            rec.design = Some(book.design.record(&book.points, pi, &j, reason));
+            (Err(rec), eta)
         }
     }
 }
@@ -661,6 +755,7 @@ pub(crate) mod tests {
                 max_reps: 1,
                 point_budget_s: None,
                 run_budget_s: None,
+                design: None,
             },
             cache_bypass: true,
             length_tolerance: 0,

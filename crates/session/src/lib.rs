@@ -13,6 +13,7 @@ pub mod adaptive;
 pub mod bench;
 pub mod corpus;
 pub mod costmodel;
+pub mod design;
 pub mod idle;
 pub mod launch;
 pub mod needle;

@@ -2,6 +2,7 @@
 //! warnings), ready for the renderers. Built from results files alone, so any run can be
 //! re-reported later, anywhere. No I/O here; `ctxbench report` reads and writes.
 
+pub mod design;
 pub mod impossible;
 pub mod sharing;
 
@@ -87,6 +88,10 @@ pub struct RunReport {
     /// `--peak-tflops`): see [`crate::roofline`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub roofline: Option<crate::roofline::Roofline>,
+    /// The designed sweep's account (`--design auto`): how each figure was obtained, where
+    /// the server time went, and what a fixed sweep of the same precision would have needed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub design: Option<design::DesignReport>,
 }
 
 /// Acceptance length at one context length.
@@ -273,6 +278,7 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         warm: crate::stats::warm::summarize(h.config.warm.as_ref(), &results.samples),
         model_facts: h.model_facts.clone(),
         roofline: None,
+        design: design::build(results),
     }
 }
 

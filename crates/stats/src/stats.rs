@@ -4,6 +4,8 @@ pub mod bootstrap;
 pub mod cachehit;
 pub mod fit;
 pub mod metric;
+pub mod noise;
+pub mod precision;
 pub mod prompts;
 pub mod significance;
 pub mod speculation;

@@ -88,6 +88,9 @@ fn run_blocks(run: &RunReport, target: Target) -> Vec<Block> {
     if !stops.is_empty() {
         b.push(Block::Table(stops_table(stops)));
     }
+    if let Some(d) = &run.design {
+        b.extend(super::design::blocks(d));
+    }
     if let Some(w) = &run.warm {
         for part in super::warm::parts(w) {
             b.push(Block::Heading(3, part.heading.into()));

@@ -59,6 +59,21 @@ pub fn details(run: &RunReport) -> String {
             super::stop_text(p)
         );
     }
+    if let Some(d) = &run.design {
+        let layout = Layout {
+            indent: "  ",
+            ..Default::default()
+        };
+        let _ = write!(
+            out,
+            "{}:\n{}",
+            super::design::title(d),
+            text::render(&super::design::table(d), &layout)
+        );
+        for n in super::design::notes(d) {
+            let _ = writeln!(out, "  {n}");
+        }
+    }
     if let Some(w) = &run.warm {
         for part in super::warm::parts(w) {
             let _ = writeln!(out, "{} — {}:", part.heading, part.title);

@@ -51,8 +51,16 @@ struct Fake {
     /// The 0-based prepare call that fails, if any.
     fail_prepare: Option<usize>,
     prepares: std::sync::atomic::AtomicUsize,
+    /// Answers by prompt length instead of the script: (length, how many requests of that
+    /// length came before) → the answer.
+    by_length: Option<ByLength>,
+    /// Requests answered so far per prompt length.
+    seen: Mutex<std::collections::HashMap<usize, usize>>,
     http: Http,
 }
+
+/// A scripted answer per prompt length and request number at that length.
+type ByLength = Box<dyn Fn(usize, usize) -> Step + Send + Sync>;
 
 impl Fake {
     fn new(script: Vec<Step>, then: Step) -> Fake {
@@ -67,6 +75,8 @@ impl Fake {
             lengths: Mutex::new(Vec::new()),
             fail_prepare: None,
             prepares: Default::default(),
+            by_length: None,
+            seen: Default::default(),
             // Never used: `reachable` is overridden and nothing else goes to the network.
             http: Http::new("http://127.0.0.1:9", None, None).unwrap(),
         }
@@ -157,12 +167,21 @@ impl Backend for Fake {
             .lock()
             .unwrap()
             .push((req.prompt.clone(), req.cache_bypass));
-        let step = self
-            .script
-            .lock()
-            .unwrap()
-            .pop_front()
-            .unwrap_or_else(|| self.then.clone());
+        let step = match &self.by_length {
+            Some(f) => {
+                let len = req.prompt.len();
+                let mut seen = self.seen.lock().unwrap();
+                let k = seen.entry(len).or_default();
+                *k += 1;
+                f(len, *k - 1)
+            }
+            None => self
+                .script
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or_else(|| self.then.clone()),
+        };
         match step {
             Step::Ok { ttft_ms, step_ms } => {
                 let n = u64::from(req.max_tokens);
@@ -292,6 +311,7 @@ fn adaptive(min: u32, max: u32, point_s: Option<f64>, run_s: Option<f64>) -> Ben
         max_reps: max,
         point_budget_s: point_s,
         run_budget_s: run_s,
+        design: None,
     };
     s
 }
@@ -732,4 +752,196 @@ async fn one_at_a_time_each_request_is_prepared_before_it_is_sent() {
         .message
         .contains("no usage.prompt_tokens"));
     assert_eq!(fake.requests(), 0);
+}
+
+/// Two standard normal draws for request `k` at prompt length `len`, from a generator
+/// seeded with both: the same noise in every run of a test, whatever the order.
+fn normals(len: usize, k: usize) -> (f64, f64) {
+    use rand::{RngExt, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64((len as u64) << 20 | k as u64);
+    let (u, v): (f64, f64) = (rng.random_range(1e-12..1.0), rng.random_range(0.0..1.0));
+    // Box–Muller.
+    let r = (-2.0 * u.ln()).sqrt();
+    let a = 2.0 * std::f64::consts::PI * v;
+    (r * a.cos(), r * a.sin())
+}
+
+/// A server whose cost grows like a real one's (TTFT 20 ms + 0.02 ms/token + a quadratic
+/// term; a decode step 5 ms + 0.1 µs/token) with log-normal noise of relative spread
+/// `sd(length)` on both, independent draws.
+fn noisy_server(sd: fn(usize) -> f64) -> Fake {
+    let mut f = Fake::always(STEADY);
+    f.by_length = Some(Box::new(move |len, k| {
+        let l = len as f64;
+        let s = sd(len);
+        let (a, b) = normals(len, k);
+        Step::Ok {
+            ttft_ms: (20.0 + 0.02 * l + 2e-6 * l * l) * (s * a).exp(),
+            step_ms: (5.0 + 1e-4 * l) * (s * b).exp(),
+        }
+    }));
+    f
+}
+
+const LADDER: [u64; 6] = [1024, 2048, 4096, 8192, 16384, 32768];
+
+fn designed(precision: f64, run_budget_s: Option<f64>) -> BenchSettings {
+    let mut s = tests::settings();
+    s.policy = RepPolicy {
+        precision: Some(precision),
+        min_reps: crate::design::FLOOR,
+        max_reps: 30,
+        point_budget_s: None,
+        run_budget_s,
+        design: Some(crate::record::DesignMode::Auto),
+    };
+    s
+}
+
+/// Server seconds of a run's samples.
+fn server_s(o: &Outcome) -> f64 {
+    o.samples().iter().map(Sample::server_s).sum()
+}
+
+fn reps_at(o: &Outcome, context: u64) -> u32 {
+    o.points()
+        .iter()
+        .rev()
+        .find(|p| p.context_tokens == context)
+        .map_or(0, |p| p.reps)
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_equal_relative_noise_the_design_reaches_the_precision_for_far_less_server_time() {
+    let fake = noisy_server(|_| 0.02);
+    let o = run_loop(&fake, &LADDER, &[], &designed(0.05, None), None).await;
+    let points = o.points();
+    assert_eq!(points.len(), LADDER.len(), "{:?}", o.events);
+    for p in &points {
+        let d = p
+            .design
+            .as_ref()
+            .expect("a designed point says what it decided");
+        assert_eq!(p.stop_reason, StopReason::PrecisionReached, "{p:?}");
+        assert!(
+            p.ttft_ci_rel.unwrap() <= 0.05 && p.decode_ci_rel.unwrap() <= 0.05,
+            "{p:?}"
+        );
+        assert_eq!(d.basis, crate::record::IntervalBasis::Shared, "{p:?}");
+        assert!(d.regime_change.is_none(), "{p:?}");
+        assert!(p.reps >= crate::design::FLOOR, "{p:?}");
+        assert!(d.why.contains("within ±5.0%"), "{}", d.why);
+    }
+    // The expensive lengths get the floor; the cheap ones pay for the noise model.
+    assert_eq!(reps_at(&o, 32768), crate::design::FLOOR, "{points:?}");
+    assert!(reps_at(&o, 1024) > reps_at(&o, 32768), "{points:?}");
+    // A fixed sweep pools nothing: at 2% noise it needs 4 samples everywhere for ±5% (t
+    // with 3 df); the design's server time is well under its, and half of `--reps 6`'s.
+    let n = crate::stats::noise::own_reps_needed(0.05, 0.02, 30).unwrap();
+    assert_eq!(n, 4);
+    let d = server_s(&o);
+    for (reps, ratio) in [(n, 0.7), (6, 0.5)] {
+        let fixed = run_loop(&noisy_server(|_| 0.02), &LADDER, &[], &fixed(reps), None).await;
+        let f = server_s(&fixed);
+        assert!(d < ratio * f, "designed {d:.2} s vs --reps {reps} {f:.2} s");
+    }
+    // Every point line's server time is its samples'.
+    let per_point: f64 = points
+        .iter()
+        .map(|p| p.design.as_ref().unwrap().server_s)
+        .sum();
+    assert!((per_point - d).abs() < 1e-6, "{per_point} vs {d}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_noisier_largest_length_is_measured_more_and_its_point_line_says_why() {
+    let fake = noisy_server(|len| if len >= 32000 { 0.12 } else { 0.02 });
+    let o = run_loop(&fake, &LADDER, &[], &designed(0.05, None), None).await;
+    let last = o.points().into_iter().last().unwrap();
+    let d = last.design.as_ref().unwrap();
+    assert_eq!(last.context_tokens, 32768);
+    assert_eq!(d.basis, crate::record::IntervalBasis::Own, "{last:?}");
+    let why = d
+        .regime_change
+        .as_deref()
+        .expect("the regime change is recorded");
+    assert!(why.contains("judged on its own samples"), "{why}");
+    // It took more than the model planned, and more than the 16k length.
+    assert!(last.reps > d.planned.unwrap(), "{last:?}");
+    assert!(last.reps > reps_at(&o, 16384), "{:?}", o.points());
+    // Whatever it reached is what is stated.
+    match last.stop_reason {
+        StopReason::PrecisionReached => assert!(last.ttft_ci_rel.unwrap() <= 0.05),
+        _ => assert!(d.why.contains("not reached"), "{last:?}"),
+    }
+    // The quieter lengths were judged on the shared model.
+    let p16 = o
+        .points()
+        .into_iter()
+        .find(|p| p.context_tokens == 16384)
+        .unwrap();
+    assert_eq!(
+        p16.design.unwrap().basis,
+        crate::record::IntervalBasis::Shared
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_run_budget_that_runs_out_states_every_figures_real_precision() {
+    // Noise too large for ±1% within the budget: the budget decides.
+    let fake = noisy_server(|_| 0.05);
+    let o = run_loop(&fake, &LADDER, &[], &designed(0.01, Some(6.0)), None).await;
+    let points = o.points();
+    assert_eq!(points.len(), LADDER.len());
+    // Every length was measured, the largest included.
+    for &c in &LADDER {
+        assert!(reps_at(&o, c) >= 1, "{c}: {points:?}");
+    }
+    assert!(points
+        .iter()
+        .any(|p| p.stop_reason == StopReason::RunBudget));
+    for p in &points {
+        let d = p.design.as_ref().unwrap();
+        // The stated precision is the one reached, never the target's.
+        assert_eq!(p.ttft_ci_rel, d.ttft_half_width, "{p:?}");
+        if p.stop_reason != StopReason::PrecisionReached {
+            assert!(d.why.contains(&p.stop_reason.to_string()), "{}", d.why);
+            if let Some(w) = p.ttft_ci_rel {
+                assert!(w > 0.01 || d.why.contains("unchecked"), "{p:?}");
+            }
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_designed_run_decides_from_the_files_samples() {
+    let st = designed(0.05, None);
+    let fake = noisy_server(|_| 0.03);
+    // Interrupted during the 8k length.
+    let first = run_loop(&fake, &LADDER, &[], &st, Some(Duration::from_secs_f64(4.0))).await;
+    assert!(first.tally.interrupted);
+    let prior = first.samples();
+    assert!(prior.iter().any(|s| s.context_tokens == 1024));
+    let o = run_loop(&noisy_server(|_| 0.03), &LADDER, &prior, &st, None).await;
+    // The lengths the first session finished take nothing more.
+    for p in first.points() {
+        let again = o
+            .samples()
+            .iter()
+            .filter(|s| s.context_tokens == p.context_tokens)
+            .count();
+        assert_eq!(again, 0, "{p:?}");
+    }
+    let points = o.points();
+    assert_eq!(points.last().unwrap().context_tokens, 32768);
+    for p in &points {
+        assert_eq!(p.stop_reason, StopReason::PrecisionReached, "{p:?}");
+        // The point line counts the samples of both sessions.
+        let all = prior
+            .iter()
+            .chain(o.samples().iter())
+            .filter(|s| s.context_tokens == p.context_tokens)
+            .count() as u32;
+        assert_eq!(p.reps, all, "{p:?}");
+    }
 }

@@ -380,6 +380,21 @@ pub fn t_cdf(t: f64, df: f64) -> f64 {
     }
 }
 
+/// P(F ≥ x) for Fisher's F with `d1` and `d2` (real-valued) degrees of freedom: the
+/// regularised incomplete beta I_{d2/(d2 + d1 x)}(d2/2, d1/2).
+pub fn f_sf(x: f64, d1: f64, d2: f64) -> f64 {
+    if x.is_nan() || d1 <= 0.0 || d2 <= 0.0 {
+        return f64::NAN;
+    }
+    if x <= 0.0 {
+        return 1.0;
+    }
+    if x.is_infinite() {
+        return 0.0;
+    }
+    inc_beta(d2 / 2.0, d1 / 2.0, d2 / (d2 + d1 * x))
+}
+
 /// Density of Student's t with `df` degrees of freedom.
 fn t_pdf(t: f64, df: f64) -> f64 {
     (ln_gamma((df + 1.0) / 2.0)

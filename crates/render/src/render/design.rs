@@ -1,0 +1,125 @@
+//! The designed sweep's account (`--design auto`) as document blocks: how each figure was
+//! obtained, where the server time went and what a fixed sweep would have needed. Shared by
+//! the terminal details and the Markdown and HTML sections.
+
+use super::doc::{Align, Block, Item, List, ListKind, Para, Table};
+use super::{fmt_ctx, num};
+use crate::record::IntervalBasis;
+use crate::report::design::{DesignReport, Figure, Obtained};
+
+/// What the account is, said above its table.
+pub fn title(d: &DesignReport) -> String {
+    format!(
+        "designed sweep (--design auto, target ±{:.1}% at 95%): every requested length was measured; each figure is its samples' median with its 95% interval",
+        d.target * 100.0
+    )
+}
+
+/// A half-width in percent, rounded *up* to 0.1% (5.04% is not shown as ±5.0%).
+pub fn pct_up(w: f64) -> f64 {
+    (w * 1000.0 - 1e-9).ceil() / 10.0
+}
+
+/// `45.1 ±2.4%`, marked when wider than the target.
+fn figure(f: &Option<Figure>, target: f64) -> String {
+    match f {
+        None => "– (no interval)".to_owned(),
+        Some(f) if f.within_target => format!("{} ±{:.1}%", num(f.median), pct_up(f.half_width)),
+        Some(f) => format!(
+            "{} ±{:.1}% (over ±{:.1}%)",
+            num(f.median),
+            pct_up(f.half_width),
+            target * 100.0
+        ),
+    }
+}
+
+/// One row per length: how its figures were obtained, each with its interval, and the
+/// server time it took.
+pub fn table(d: &DesignReport) -> Table {
+    let right = |h| (h, Align::Right);
+    let mut t = Table::new([
+        ("context", Align::Left),
+        ("obtained", Align::Left),
+        right("n"),
+        right("TTFT ms"),
+        right("prefill tok/s"),
+        right("decode tok/s"),
+        ("interval from", Align::Left),
+        right("server s"),
+        right("share"),
+    ]);
+    for p in &d.points {
+        t.row([
+            fmt_ctx(p.context_tokens),
+            match p.obtained {
+                Obtained::Measured => "measured".to_owned(),
+            },
+            format!("{}/{}", p.n, p.samples),
+            figure(&p.ttft_ms, d.target),
+            figure(&p.prefill_tokens_per_s, d.target),
+            figure(&p.decode_tokens_per_s, d.target),
+            match p.basis {
+                IntervalBasis::Shared => "shared noise model".to_owned(),
+                IntervalBasis::Own => "own spread".to_owned(),
+                _ => "–".to_owned(),
+            },
+            format!("{:.1}", p.server_s),
+            format!("{:.0}%", p.share * 100.0),
+        ]);
+    }
+    t
+}
+
+/// The noise model, the time to answer, and what the reader must know about single
+/// lengths.
+pub fn notes(d: &DesignReport) -> Vec<String> {
+    let mut v = Vec::new();
+    if let (Some(t), Some(dc)) = (d.model_ttft, d.model_decode) {
+        v.push(format!(
+            "noise model: relative spread (σ of the log) of TTFT {:.1}%, of the decode rate {:.1}%, {:.0} degrees of freedom over {} length(s) whose own spread agreed with the shorter lengths'",
+            t.sd * 100.0,
+            dc.sd * 100.0,
+            t.df.min(dc.df),
+            t.points
+        ));
+    }
+    v.push(match (d.fixed_reps, d.fixed_server_s, d.ratio) {
+        (Some(n), Some(f), Some(r)) => format!(
+            "server time: {:.1} s spent; a fixed --reps sweep reaching ±{:.1}% at every length under the same noise model (each length on its own samples) needs {n} reps a length: {:.1} s; this run took {:.2}× of that",
+            d.server_s,
+            d.target * 100.0,
+            f,
+            r
+        ),
+        _ => format!(
+            "server time: {:.1} s spent (no spread known to size a fixed sweep)",
+            d.server_s
+        ),
+    });
+    for p in &d.points {
+        if let Some(r) = &p.regime_change {
+            v.push(format!("{}: {r}", fmt_ctx(p.context_tokens)));
+        }
+    }
+    if !d.all_within_target {
+        v.push(format!(
+            "not every figure reached ±{:.1}%: the marked ones are stated with the interval they reached (a budget or --max-reps stopped them, or a length's own spread was too wide)",
+            d.target * 100.0
+        ));
+    }
+    v
+}
+
+/// The account as document blocks: heading, title, table, notes.
+pub fn blocks(d: &DesignReport) -> Vec<Block> {
+    vec![
+        Block::Heading(3, "Designed sweep".into()),
+        Block::Paragraph(title(d).into(), Para::Note),
+        Block::Table(table(d)),
+        Block::List(List {
+            kind: ListKind::Bullets,
+            items: notes(d).into_iter().map(Item::new).collect(),
+        }),
+    ]
+}

@@ -1,0 +1,432 @@
+//! The designed sweep (`--precision P --design auto`): which length to measure how often,
+//! for every length's median TTFT (and prefill rate) and decode rate to be within ±P at 95%,
+//! for the least server time. Pure decisions, no I/O; the loop (`bench::point`) asks
+//! [`Design::next`] before every repetition and records [`Design::record`] on the `point`
+//! line. Everything is recomputed from the samples, so a resumed run decides as the
+//! uninterrupted one would have from the same samples.
+//!
+//! How (the justification is in docs/measurement.md, "The designed sweep"):
+//! - **Cheap lengths first.** The loop goes small to large, so the cost model knows what a
+//!   large length costs before it is started, and the noise model is built where samples
+//!   are cheap.
+//! - **A noise model shared across lengths** (`stats::noise`): the relative spread of TTFT
+//!   and of the decode rate, pooled over the shorter lengths whose own spread agrees with
+//!   it. With it, a length needs only the samples that bring its median's interval within
+//!   ±P — often one or two at the expensive end instead of the six a distribution-free
+//!   interval needs.
+//! - **Marginal information per second.** A cheap length takes more samples than it needs
+//!   for itself while each pays for itself: one more sample there adds a degree of freedom
+//!   to the model, which lowers the t quantile every longer length is judged with and so
+//!   the samples they need; it is taken when the predicted server time it saves at the
+//!   longer lengths exceeds its own cost ([`Design::noise_pays`]).
+//! - **Checked where it matters.** Every length takes at least [`FLOOR`] samples (one to
+//!   answer the user's question at that length, a second to check its spread). A length
+//!   whose spread the model does not explain (an F test at 1%) is judged on its own samples
+//!   alone, which costs it more samples, and its `point` line says why.
+//! - **A budget that runs out** (`--run-budget`) keeps one sample in reserve for every
+//!   length not yet measured, and every figure is recorded with the precision it reached.
+
+use crate::record::{IntervalBasis, PointDesign, StopReason};
+use crate::stats::noise;
+pub use crate::stats::precision::Judgement;
+use crate::stats::precision::{self, Length};
+
+/// Samples every length gets unless the run budget is spent: one to answer, one to check
+/// its spread against the model.
+pub const FLOOR: u32 = 2;
+
+/// How many extra samples at the current length the noise-model rule looks ahead (the
+/// samples a longer length needs change in whole steps, so one sample alone may show no
+/// gain where a few do).
+const HORIZON: u32 = 8;
+
+/// One length as the design sees it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PointState {
+    /// Context length.
+    pub context: u64,
+    /// Repetitions taken (usable or not).
+    pub reps: u32,
+    /// TTFTs of the usable samples (ms).
+    pub ttft_ms: Vec<f64>,
+    /// Decode rates of the usable samples (tok/s).
+    pub decode: Vec<f64>,
+    /// Predicted seconds of one more sample here (`None`: nothing predicts it yet).
+    pub cost_s: Option<f64>,
+    /// Server seconds spent here so far.
+    pub spent_s: f64,
+    /// Seconds spent beyond the first [`FLOOR`] repetitions (what `--point-budget` limits).
+    pub beyond_floor_s: f64,
+}
+
+/// The design's settings (from the run's `RepPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Design {
+    /// Relative half-width asked of every median's 95% interval.
+    pub target: f64,
+    /// Repetitions never exceeded at one length.
+    pub max_reps: u32,
+    /// Seconds one length may take beyond its first [`FLOOR`] samples.
+    pub point_budget_s: Option<f64>,
+    /// Seconds the whole run may take.
+    pub run_budget_s: Option<f64>,
+}
+
+/// Why the design takes another sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// The length has no sample yet.
+    First,
+    /// A second sample, to check the length's spread against the model.
+    Check,
+    /// An interval is still wider than the target.
+    Precision,
+    /// The length is precise, but one more sample here costs less than it saves at the
+    /// longer lengths (a better-known noise model).
+    NoiseModel,
+}
+
+/// What the design decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Take another sample, for this reason.
+    Measure(Why),
+    /// The length is done.
+    Stop(StopReason),
+}
+
+/// Percent rounded up to 0.1% (5.04% is not "±5.0%"), or "n/a".
+fn pct(w: Option<f64>) -> String {
+    w.map_or("n/a".to_owned(), |w| {
+        format!("±{:.1}%", (w * 1000.0 - 1e-9).ceil() / 10.0)
+    })
+}
+
+impl Design {
+    /// What the design makes of `points[i]` now (`stats::precision::judge`).
+    pub fn judge(&self, points: &[PointState], i: usize) -> Judgement {
+        let lengths: Vec<Length<'_>> = points
+            .iter()
+            .map(|p| Length {
+                context: p.context,
+                ttft: &p.ttft_ms,
+                decode: &p.decode,
+            })
+            .collect();
+        precision::judge(&lengths, i, self.target, FLOOR, self.max_reps)
+    }
+
+    /// Predicted seconds the lengths longer than `points[i]` still need under a model of
+    /// spreads `sd` known to `df` degrees of freedom; `None` when a cost is unknown.
+    fn longer_cost(&self, points: &[PointState], i: usize, sd: (f64, f64), df: f64) -> Option<f64> {
+        let need = |s: f64| noise::reps_needed(self.target, s, df, FLOOR, self.max_reps);
+        let n = need(sd.0)
+            .unwrap_or(self.max_reps)
+            .max(need(sd.1).unwrap_or(self.max_reps));
+        points
+            .iter()
+            .filter(|q| q.context > points[i].context)
+            .map(|q| Some(q.cost_s? * f64::from(n.saturating_sub(q.reps))))
+            .sum()
+    }
+
+    /// Whether another sample at `points[i]` (a length judged on the shared model) saves
+    /// more predicted server time at the longer lengths than it costs: up to [`HORIZON`]
+    /// samples ahead, k more samples add about 0.86·k degrees of freedom to the model.
+    pub fn noise_pays(&self, points: &[PointState], i: usize, j: &Judgement) -> bool {
+        let (Some(t), Some(d), Some(cost)) = (j.model.0, j.model.1, points[i].cost_s) else {
+            return false;
+        };
+        if j.basis != IntervalBasis::Shared {
+            return false;
+        }
+        let df = t.df.min(d.df);
+        let Some(now) = self.longer_cost(points, i, (t.sd, d.sd), df) else {
+            return false;
+        };
+        (1..=HORIZON).any(|k| {
+            let more = df + noise::SHAMOS_EFFICIENCY * f64::from(k);
+            self.longer_cost(points, i, (t.sd, d.sd), more)
+                .is_some_and(|later| now - later > cost * f64::from(k))
+        })
+    }
+
+    /// Whether to take another sample at `points[i]`, with the judgement behind it.
+    /// `run_elapsed_s` is the run's time so far.
+    pub fn next(&self, points: &[PointState], i: usize, run_elapsed_s: f64) -> (Next, Judgement) {
+        let j = self.judge(points, i);
+        let p = &points[i];
+        if p.reps == 0 {
+            // The user's question at this length is never answered by the model alone.
+            return (Next::Measure(Why::First), j);
+        }
+        let precise = j.precise(self.target);
+        let why = if p.reps < FLOOR {
+            Why::Check
+        } else if !precise {
+            Why::Precision
+        } else if self.noise_pays(points, i, &j) {
+            Why::NoiseModel
+        } else {
+            return (Next::Stop(StopReason::PrecisionReached), j);
+        };
+        if let Some(stop) = self.limit(points, i, run_elapsed_s) {
+            // Extra samples for the model are optional: a precise length stopped by a
+            // limit has reached its precision.
+            let reason = match why {
+                Why::NoiseModel => StopReason::PrecisionReached,
+                _ => stop,
+            };
+            return (Next::Stop(reason), j);
+        }
+        (Next::Measure(why), j)
+    }
+
+    /// The cap or budget that forbids another sample at `points[i]`, if one does. The run
+    /// budget keeps one sample's predicted cost in reserve for every longer length not yet
+    /// measured.
+    fn limit(&self, points: &[PointState], i: usize, run_elapsed_s: f64) -> Option<StopReason> {
+        let p = &points[i];
+        if p.reps >= self.max_reps {
+            return Some(StopReason::MaxReps);
+        }
+        let cost = p.cost_s.unwrap_or(0.0);
+        if let Some(b) = self.run_budget_s {
+            let reserve: f64 = points
+                .iter()
+                .filter(|q| q.context > p.context && q.reps == 0)
+                .map(|q| q.cost_s.unwrap_or(0.0))
+                .sum();
+            if run_elapsed_s + cost + reserve > b {
+                return Some(StopReason::RunBudget);
+            }
+        }
+        match self.point_budget_s {
+            Some(b) if p.reps >= FLOOR && p.beyond_floor_s + cost > b => {
+                Some(StopReason::PointBudget)
+            }
+            _ => None,
+        }
+    }
+
+    /// Predicted seconds left for `points[i]` and every longer length, under the model as it
+    /// stands; `None` while a cost is unknown.
+    pub fn remaining_s(&self, points: &[PointState], i: usize) -> Option<f64> {
+        let j = self.judge(points, i);
+        let p = &points[i];
+        let here = j
+            .needed
+            .unwrap_or(self.max_reps)
+            .saturating_sub(p.reps)
+            .max(u32::from(p.reps == 0));
+        let (t, d) = (j.model.0?, j.model.1?);
+        let later = self.longer_cost(points, i, (t.sd, d.sd), t.df.min(d.df))?;
+        Some(p.cost_s? * f64::from(here) + later)
+    }
+
+    /// The `point` line's record of the decision that ended `points[i]`.
+    pub fn record(
+        &self,
+        points: &[PointState],
+        i: usize,
+        j: &Judgement,
+        stop: StopReason,
+    ) -> PointDesign {
+        let p = &points[i];
+        let widths = format!(
+            "TTFT {}, decode {} from {} usable sample(s)",
+            pct(j.ttft_half_width),
+            pct(j.decode_half_width),
+            p.ttft_ms.len().min(p.decode.len())
+        );
+        let basis = match j.basis {
+            IntervalBasis::Own => "this length's own spread".to_owned(),
+            _ => match j.model {
+                (Some(t), Some(d)) => format!(
+                    "the shared noise model (σ TTFT {:.1}%, decode {:.1}%, {:.0} df)",
+                    t.sd * 100.0,
+                    d.sd * 100.0,
+                    t.df.min(d.df)
+                ),
+                _ => "no noise model yet".to_owned(),
+            },
+        };
+        let target = pct(Some(self.target));
+        let why = match (stop, j.precise(self.target)) {
+            (StopReason::PrecisionReached, _) => format!("{widths}, within {target} by {basis}"),
+            (other, true) => format!(
+                "{other}: {widths}, within {target} by {basis}, but its spread is unchecked (one sample)"
+            ),
+            (other, false) => {
+                format!("{other}: {widths} by {basis}; the target {target} is not reached")
+            }
+        };
+        PointDesign {
+            target: self.target,
+            planned: j.planned,
+            ttft_half_width: j.ttft_half_width,
+            decode_half_width: j.decode_half_width,
+            basis: j.basis.clone(),
+            model_ttft_sd: j.model.0.map(|m| m.sd),
+            model_decode_sd: j.model.1.map(|m| m.sd),
+            model_df: j.model.0.zip(j.model.1).map(|(t, d)| t.df.min(d.df)),
+            regime_change: j.regime.clone(),
+            why,
+            server_s: p.spent_s,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic "normal" noise: z-scores spread evenly over the distribution.
+    const Z: [f64; 8] = [0.0, 0.67, -0.67, 1.15, -1.15, 0.32, -0.32, 1.53];
+
+    /// A length with `n` samples of relative spread `sd` (TTFT and decode alike) and a
+    /// predicted cost per sample.
+    fn pt(context: u64, n: usize, sd: f64, cost_s: f64) -> PointState {
+        let v = |centre: f64| (0..n).map(|i| centre * (sd * Z[i % 8]).exp()).collect();
+        PointState {
+            context,
+            reps: n as u32,
+            ttft_ms: v(context as f64 / 10.0),
+            decode: v(100.0),
+            cost_s: Some(cost_s),
+            ..Default::default()
+        }
+    }
+
+    fn design() -> Design {
+        Design {
+            target: 0.05,
+            max_reps: 30,
+            point_budget_s: None,
+            run_budget_s: None,
+        }
+    }
+
+    #[test]
+    fn every_length_gets_its_first_sample_whatever_the_budget() {
+        let d = Design {
+            run_budget_s: Some(0.0),
+            ..design()
+        };
+        let pts = [pt(1024, 8, 0.02, 0.1), pt(65536, 0, 0.02, 100.0)];
+        assert_eq!(d.next(&pts, 1, 1e9).0, Next::Measure(Why::First));
+    }
+
+    #[test]
+    fn a_length_with_the_models_noise_stops_after_its_check_sample() {
+        let mut pts = vec![
+            pt(1024, 12, 0.02, 0.1),
+            pt(2048, 10, 0.02, 0.3),
+            pt(65536, 1, 0.02, 60.0),
+        ];
+        let (next, j) = design().next(&pts, 2, 0.0);
+        assert_eq!(next, Next::Measure(Why::Check));
+        assert_eq!(j.planned, Some(2), "{j:?}");
+        pts[2] = pt(65536, 2, 0.02, 60.0);
+        let (next, j) = design().next(&pts, 2, 0.0);
+        assert_eq!(next, Next::Stop(StopReason::PrecisionReached), "{j:?}");
+        assert_eq!(j.basis, IntervalBasis::Shared);
+        assert!(j.ttft_half_width.unwrap() <= 0.05 && j.regime.is_none());
+        let rec = design().record(&pts, 2, &j, StopReason::PrecisionReached);
+        assert!(
+            rec.why.contains("within ±5.0% by the shared noise model"),
+            "{}",
+            rec.why
+        );
+    }
+
+    #[test]
+    fn a_length_noisier_than_the_model_is_judged_on_its_own_and_says_why() {
+        let pts = vec![
+            pt(1024, 12, 0.02, 0.1),
+            pt(2048, 10, 0.02, 0.3),
+            pt(65536, 3, 0.2, 60.0),
+        ];
+        let (next, j) = design().next(&pts, 2, 0.0);
+        assert_eq!(next, Next::Measure(Why::Precision), "{j:?}");
+        assert_eq!(j.basis, IntervalBasis::Own);
+        let why = j.regime.as_deref().unwrap();
+        assert!(
+            why.contains("TTFT spread") && why.contains("judged on its own"),
+            "{why}"
+        );
+        // It needs far more samples than the model planned.
+        assert!(j.needed.is_none_or(|n| n > 2 * j.planned.unwrap()), "{j:?}");
+        // And a noisy length does not join the model the longer lengths are judged with.
+        let mut more = pts.clone();
+        more.push(pt(131072, 2, 0.02, 200.0));
+        let j = design().judge(&more, 3);
+        assert_eq!(j.basis, IntervalBasis::Shared);
+        assert!(j.model.0.unwrap().sd < 0.05, "{j:?}");
+    }
+
+    #[test]
+    fn cheap_samples_are_taken_while_they_save_more_at_the_expensive_lengths() {
+        // 3% noise known to a few df: each extra 1k sample (0.1 s) lowers the samples a
+        // 100 s length needs.
+        let pts = vec![pt(1024, 6, 0.03, 0.1), pt(131072, 0, 0.03, 100.0)];
+        let (next, j) = design().next(&pts, 0, 0.0);
+        assert!(j.precise(0.05), "{j:?}");
+        assert_eq!(next, Next::Measure(Why::NoiseModel));
+        // When the longer length is cheaper still, they do not pay.
+        let cheap = vec![pt(1024, 6, 0.03, 0.1), pt(2048, 0, 0.03, 0.05)];
+        let (next, j) = design().next(&cheap, 0, 0.0);
+        assert!(j.precise(0.05), "{j:?}");
+        assert_eq!(next, Next::Stop(StopReason::PrecisionReached));
+    }
+
+    #[test]
+    fn the_run_budget_keeps_a_sample_for_every_unmeasured_length_and_states_the_precision() {
+        let d = Design {
+            run_budget_s: Some(100.0),
+            ..design()
+        };
+        // 90 s spent, 1k imprecise: its next sample (1 s) would eat the 64k length's reserve.
+        let pts = vec![pt(1024, 2, 0.3, 1.0), pt(65536, 0, 0.02, 10.0)];
+        let (next, j) = d.next(&pts, 0, 90.0);
+        assert_eq!(next, Next::Stop(StopReason::RunBudget));
+        let rec = d.record(&pts, 0, &j, StopReason::RunBudget);
+        assert!(rec.ttft_half_width.unwrap() > 0.05, "{rec:?}");
+        assert!(rec.why.contains("not reached"), "{}", rec.why);
+        // Without the longer length's reserve it would have gone on.
+        assert_eq!(d.next(&pts[..1], 0, 90.0).0, Next::Measure(Why::Precision));
+    }
+
+    #[test]
+    fn caps_stop_a_length_that_cannot_reach_the_target() {
+        let d = Design {
+            max_reps: 3,
+            point_budget_s: Some(5.0),
+            ..design()
+        };
+        let noisy = vec![pt(1024, 3, 0.5, 1.0)];
+        assert_eq!(d.next(&noisy, 0, 0.0).0, Next::Stop(StopReason::MaxReps));
+        let d = Design {
+            point_budget_s: Some(5.0),
+            ..design()
+        };
+        let mut p = pt(1024, 3, 0.5, 1.0);
+        p.beyond_floor_s = 4.5;
+        assert_eq!(d.next(&[p], 0, 0.0).0, Next::Stop(StopReason::PointBudget));
+    }
+
+    #[test]
+    fn the_remaining_time_follows_the_plan() {
+        let pts = vec![
+            pt(1024, 12, 0.02, 0.1),
+            pt(2048, 10, 0.02, 0.3),
+            pt(65536, 0, 0.02, 60.0),
+        ];
+        // 2k is done (its own samples are enough); 64k needs its two.
+        let left = design().remaining_s(&pts, 1).unwrap();
+        assert!((left - 120.0).abs() < 1e-9, "{left}");
+        let mut unknown = pts.clone();
+        unknown[2].cost_s = None;
+        assert!(design().remaining_s(&unknown, 1).is_none());
+    }
+}

@@ -1,0 +1,315 @@
+//! The designed sweep's account (`--design auto`), from the results file alone: how each
+//! figure was obtained (measured, from n samples, with its 95% interval from the noise model
+//! shared across lengths or from the length's own spread), where the server time went, and
+//! what a fixed `--reps` sweep of the same precision would have needed under the same noise
+//! model. Pure: no I/O.
+
+use serde::Serialize;
+
+use crate::record::{IntervalBasis, Phase, Results, Sample};
+use crate::stats::noise::{self, LogSpread};
+use crate::stats::precision::{self, Length};
+
+/// How a figure was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Obtained {
+    /// Measured at this length: its samples' median. (The design measures every requested
+    /// length; predicting a length from the fit instead is not built.)
+    Measured,
+}
+
+/// One figure: the median of a length's usable samples and its 95% interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Figure {
+    /// The median.
+    pub median: f64,
+    /// Lower end of the 95% interval.
+    pub low: f64,
+    /// Upper end.
+    pub high: f64,
+    /// Relative half-width (upper side), what the precision target is about.
+    pub half_width: f64,
+    /// Within the run's target.
+    pub within_target: bool,
+}
+
+impl Figure {
+    /// The figure for `median` with relative half-width `w`, against `target`.
+    fn new(median: f64, w: f64, target: f64) -> Figure {
+        let f = 1.0 + w;
+        Figure {
+            median,
+            low: median / f,
+            high: median * f,
+            half_width: w,
+            within_target: w <= target,
+        }
+    }
+}
+
+/// One length of a designed run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DesignPoint {
+    /// Context length.
+    pub context_tokens: u64,
+    /// How its figures were obtained.
+    pub obtained: Obtained,
+    /// Usable samples behind them.
+    pub n: usize,
+    /// Cold samples taken (failed and excluded ones included).
+    pub samples: usize,
+    /// Where the intervals come from.
+    pub basis: IntervalBasis,
+    /// Median TTFT (ms) with its interval (`null`: no interval).
+    pub ttft_ms: Option<Figure>,
+    /// Median prefill rate (tok/s): L ÷ TTFT, so TTFT's relative interval.
+    pub prefill_tokens_per_s: Option<Figure>,
+    /// Median decode rate (tok/s).
+    pub decode_tokens_per_s: Option<Figure>,
+    /// Server seconds spent at this length (its cold samples).
+    pub server_s: f64,
+    /// Its share of the run's server time.
+    pub share: f64,
+    /// The length's spread was not the model's: what the check found.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub regime_change: Option<String>,
+    /// Why the design stopped here, from the `point` line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+/// The designed run's account.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DesignReport {
+    /// The precision asked for (relative half-width at 95%).
+    pub target: f64,
+    /// The noise model over the lengths whose spread agreed: σ of ln TTFT.
+    pub model_ttft: Option<LogSpread>,
+    /// σ of ln decode rate.
+    pub model_decode: Option<LogSpread>,
+    /// Per length, shortest first.
+    pub points: Vec<DesignPoint>,
+    /// Every figure is within the target.
+    pub all_within_target: bool,
+    /// Server seconds of every cold sample.
+    pub server_s: f64,
+    /// Samples a length a fixed sweep needs for the same precision under the same noise
+    /// model (it pools nothing: each length's interval from its own samples, t with n − 1
+    /// degrees of freedom), set by the noisiest length; `null` when no spread is known.
+    pub fixed_reps: Option<u32>,
+    /// That fixed sweep's server time: its repetitions × each length's mean sample time.
+    pub fixed_server_s: Option<f64>,
+    /// `server_s ÷ fixed_server_s`.
+    pub ratio: Option<f64>,
+}
+
+/// Cap of the fixed-sweep estimate: beyond it a fixed sweep is not a plan.
+const FIXED_CAP: u32 = 1_000_000;
+
+/// The usable cold TTFTs and decode rates at each length, shortest first.
+fn usable(samples: &[Sample], contexts: &[u64]) -> Vec<(u64, Vec<f64>, Vec<f64>)> {
+    contexts
+        .iter()
+        .map(|&c| {
+            let ok: Vec<&Sample> = samples
+                .iter()
+                .filter(|s| s.context_tokens == c && s.usable())
+                .collect();
+            let t = ok.iter().filter_map(|s| s.ttft_ms).collect();
+            let d = ok.iter().filter_map(|s| s.decode_tokens_per_s).collect();
+            (c, t, d)
+        })
+        .collect()
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    crate::stats::Spread::of(v.iter().copied()).map(|s| s.median)
+}
+
+/// The account of a designed run (`None` for any other run).
+pub fn build(results: &Results) -> Option<DesignReport> {
+    let policy = results.header.config.reps;
+    policy.design?;
+    let target = policy.precision?;
+    let cold: Vec<&Sample> = results
+        .samples
+        .iter()
+        .filter(|s| s.phase == Phase::Cold && s.concurrency.unwrap_or(1) == 1)
+        .collect();
+    let mut contexts: Vec<u64> = cold.iter().map(|s| s.context_tokens).collect();
+    contexts.sort_unstable();
+    contexts.dedup();
+    let owned: Vec<Sample> = cold.iter().map(|s| (*s).clone()).collect();
+    let data = usable(&owned, &contexts);
+    let lengths: Vec<Length<'_>> = data
+        .iter()
+        .map(|(c, t, d)| Length {
+            context: *c,
+            ttft: t,
+            decode: d,
+        })
+        .collect();
+    let spent = |c: u64| -> f64 {
+        cold.iter()
+            .filter(|s| s.context_tokens == c)
+            .map(|s| s.server_s())
+            .sum()
+    };
+    let server_s: f64 = contexts.iter().map(|&c| spent(c)).sum();
+    let mut points = Vec::new();
+    let mut spreads = Vec::new();
+    for (i, l) in lengths.iter().enumerate() {
+        let j = precision::judge(&lengths, i, target, 1, policy.max_reps);
+        spreads.push(length_spread(&j, l));
+        let fig = |m: Option<f64>, w: Option<f64>| Some(Figure::new(m?, w?, target));
+        let prefill = median(l.ttft).map(|t| l.context as f64 / (t / 1000.0));
+        let stop = results.point(l.context).and_then(|p| p.design.as_ref());
+        points.push(DesignPoint {
+            context_tokens: l.context,
+            obtained: Obtained::Measured,
+            n: l.ttft.len().min(l.decode.len()),
+            samples: cold
+                .iter()
+                .filter(|s| s.context_tokens == l.context)
+                .count(),
+            basis: j.basis.clone(),
+            ttft_ms: fig(median(l.ttft), j.ttft_half_width),
+            prefill_tokens_per_s: fig(prefill, j.ttft_half_width),
+            decode_tokens_per_s: fig(median(l.decode), j.decode_half_width),
+            server_s: spent(l.context),
+            share: if server_s > 0.0 {
+                spent(l.context) / server_s
+            } else {
+                0.0
+            },
+            regime_change: j.regime.clone(),
+            why: stop.map(|d| d.why.clone()),
+        });
+    }
+    let (model_ttft, model_decode) = precision::run_model(&lengths);
+    let fixed_reps = spreads
+        .iter()
+        .map(|s| s.and_then(|sd| noise::own_reps_needed(target, sd, FIXED_CAP)))
+        .collect::<Option<Vec<u32>>>()
+        .and_then(|v| v.into_iter().max());
+    let fixed_server_s = fixed_reps.map(|n| {
+        contexts
+            .iter()
+            .map(|&c| {
+                let k = cold.iter().filter(|s| s.context_tokens == c).count().max(1);
+                f64::from(n) * spent(c) / k as f64
+            })
+            .sum::<f64>()
+    });
+    let all_within_target = points.iter().all(|p| {
+        [p.ttft_ms, p.decode_tokens_per_s]
+            .iter()
+            .all(|f| f.is_some_and(|f| f.within_target))
+    });
+    Some(DesignReport {
+        target,
+        model_ttft,
+        model_decode,
+        points,
+        all_within_target,
+        server_s,
+        fixed_reps,
+        fixed_server_s,
+        ratio: fixed_server_s.filter(|f| *f > 0.0).map(|f| server_s / f),
+    })
+}
+
+/// The relative spread a length has under the model it was judged with (the larger of
+/// TTFT's and decode's): the shared model's, or its own when its spread was not the
+/// model's. `None` when nothing is known.
+fn length_spread(j: &precision::Judgement, l: &Length<'_>) -> Option<f64> {
+    let sd = |m: Option<LogSpread>, v: &[f64]| match j.basis {
+        IntervalBasis::Own => noise::own_variance(v).map(|(var, _)| var.sqrt()),
+        _ => m.map(|m| m.sd),
+    };
+    Some(sd(j.model.0, l.ttft)?.max(sd(j.model.1, l.decode)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{DesignMode, RepPolicy, Status};
+
+    const Z: [f64; 8] = [0.0, 0.67, -0.67, 1.15, -1.15, 0.32, -0.32, 1.53];
+
+    /// `n` samples at `context`, relative spread `sd`, each costing `secs` of request time.
+    fn samples(context: u64, n: usize, sd: f64, secs: f64) -> Vec<Sample> {
+        (0..n)
+            .map(|i| Sample {
+                context_tokens: context,
+                rep: i as u32,
+                phase: Phase::Cold,
+                status: Status::Ok,
+                ttft_ms: Some(context as f64 / 10.0 * (sd * Z[i % 8]).exp()),
+                decode_tokens_per_s: Some(100.0 * (sd * Z[(i + 5) % 8]).exp()),
+                e2e_ms: Some(secs * 1000.0),
+                ..Sample::default()
+            })
+            .collect()
+    }
+
+    fn designed(samples: Vec<Sample>) -> Results {
+        let mut r = ctxbench_schema::testdata::golden("sweep.jsonl");
+        r.header.config.reps = RepPolicy {
+            precision: Some(0.05),
+            min_reps: 2,
+            max_reps: 30,
+            point_budget_s: None,
+            run_budget_s: None,
+            design: Some(DesignMode::Auto),
+        };
+        r.samples = samples;
+        r.points.clear();
+        r
+    }
+
+    #[test]
+    fn every_figure_says_it_was_measured_with_its_interval_and_the_time_is_accounted() {
+        let r = designed([samples(1024, 10, 0.02, 0.1), samples(8192, 2, 0.02, 2.0)].concat());
+        let d = build(&r).expect("a designed run has an account");
+        assert_eq!(d.points.len(), 2);
+        for p in &d.points {
+            assert_eq!(p.obtained, Obtained::Measured);
+            assert_eq!(p.basis, IntervalBasis::Shared, "{p:?}");
+            let t = p.ttft_ms.unwrap();
+            assert!(
+                t.low < t.median && t.median < t.high && t.within_target,
+                "{p:?}"
+            );
+            let pf = p.prefill_tokens_per_s.unwrap();
+            assert!((pf.half_width - t.half_width).abs() < 1e-12);
+        }
+        assert_eq!((d.points[0].n, d.points[1].n), (10, 2));
+        assert!(d.all_within_target);
+        assert!((d.server_s - 5.0).abs() < 1e-9, "{d:?}");
+        assert!((d.points[1].share - 0.8).abs() < 1e-9);
+        // A fixed sweep pools nothing: at about 2% it needs 4 samples a length.
+        let n = d.fixed_reps.unwrap();
+        assert!((3..=5).contains(&n), "{d:?}");
+        assert!((d.fixed_server_s.unwrap() - f64::from(n) * 2.1).abs() < 1e-9);
+        assert!(d.ratio.unwrap() < 0.75, "{d:?}");
+        // Not a designed run: no account.
+        let mut plain = r.clone();
+        plain.header.config.reps.design = None;
+        assert!(build(&plain).is_none());
+    }
+
+    #[test]
+    fn a_length_noisier_than_the_model_is_stated_on_its_own_spread_and_short_of_the_target() {
+        let r = designed([samples(1024, 10, 0.02, 0.1), samples(8192, 3, 0.2, 2.0)].concat());
+        let d = build(&r).unwrap();
+        let p = &d.points[1];
+        assert_eq!(p.basis, IntervalBasis::Own, "{p:?}");
+        assert!(p.regime_change.as_deref().unwrap().contains("TTFT spread"));
+        assert!(!p.ttft_ms.unwrap().within_target);
+        assert!(!d.all_within_target);
+        // The fixed sweep is sized by its noisiest length.
+        assert!(d.fixed_reps.unwrap() > 10, "{d:?}");
+    }
+}

@@ -1,0 +1,94 @@
+//! The designed sweep (`--precision P --design auto`) against the reference llama-server.
+//! Small (≤ 4k, a few dozen short requests) and asserting only what host speed cannot
+//! move: every length measured, the design's decision on every `point` line, the end
+//! report's time to answer, and how each figure was obtained in the JSON report.
+
+use crate::common::*;
+
+#[test]
+fn a_designed_sweep_measures_every_length_and_states_how_each_figure_was_obtained() {
+    let _g = serial();
+    let srv = RefServer::start(8192, &[]);
+    let run = sweep(
+        &srv.url(),
+        &[
+            "--contexts",
+            "1k,2k,4k",
+            "--output-tokens",
+            "8",
+            "--precision",
+            "0.1",
+            "--design",
+            "auto",
+            "--max-reps",
+            "6",
+        ],
+    )
+    .ok();
+    let r = run.results();
+    assert_eq!(
+        r.header.config.reps.design,
+        Some(ctxbench::record::DesignMode::Auto)
+    );
+    for c in [1024u64, 2048, 4096] {
+        let at: Vec<_> = r.samples.iter().filter(|s| s.context_tokens == c).collect();
+        assert!(
+            at.iter().any(|s| s.usable()),
+            "{c}: no measured sample\n{}",
+            run.stderr
+        );
+        let p = r.point(c).expect("a point line per length");
+        let d = p
+            .design
+            .as_ref()
+            .expect("the design's decision is recorded");
+        // The floor: one sample to answer, one to check the spread.
+        assert!(p.reps >= 2 && p.reps <= 6, "{p:?}");
+        assert_eq!(p.reps as usize, at.len(), "{p:?}");
+        assert!(!d.why.is_empty() && d.target == 0.1, "{d:?}");
+        let spent: f64 = at.iter().map(|s| s.server_s()).sum();
+        assert!(
+            spent > 0.0 && (d.server_s - spent).abs() < 1e-9,
+            "{d:?} vs {spent}"
+        );
+    }
+    // The end report states the time to answer.
+    assert!(
+        run.stdout.contains("designed sweep (--design auto")
+            && run.stdout.contains("server time:")
+            && run.stdout.contains("a fixed --reps sweep reaching ±10.0%"),
+        "{}",
+        run.stdout
+    );
+    // The JSON report says how each figure was obtained.
+    let (code, out, err) =
+        crate::common::run(&["report", run.out.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let design = &v["runs"][0]["design"];
+    let points = design["points"].as_array().expect("design.points");
+    assert_eq!(points.len(), 3, "{design}");
+    for p in points {
+        assert_eq!(p["obtained"], "measured", "{p}");
+        assert!(p["n"].as_u64().unwrap() >= 1, "{p}");
+        assert!(p["server_s"].as_f64().unwrap() > 0.0, "{p}");
+        for key in ["ttft_ms", "prefill_tokens_per_s", "decode_tokens_per_s"] {
+            let f = &p[key];
+            if f.is_null() {
+                // No interval is stated as none, never as the target.
+                assert_eq!(p["basis"], "none", "{p}");
+                continue;
+            }
+            let (lo, m, hi) = (
+                f["low"].as_f64().unwrap(),
+                f["median"].as_f64().unwrap(),
+                f["high"].as_f64().unwrap(),
+            );
+            assert!(lo <= m && m <= hi, "{p}");
+            let within = f["half_width"].as_f64().unwrap() <= 0.1;
+            assert_eq!(f["within_target"].as_bool().unwrap(), within, "{p}");
+        }
+    }
+    assert!(design["server_s"].as_f64().unwrap() > 0.0, "{design}");
+    assert!(design["fixed_reps"].as_u64().unwrap() >= 2, "{design}");
+}
