@@ -31,8 +31,8 @@ use serde_json::Value;
 const INTEGRITY: &str = "--contexts 1k --reps 1 --needle --needle-depths 10,50,90 \
                          --corpus natural --prompt-seed 29 --output-tokens 32 --timeout 600";
 
-/// The RoPE base of the negative control. The model's is 100000; at 500 the positions of a
-/// 1k prompt wrap around many times and the model loses its context.
+/// The RoPE base of the negative control. The model's is 100000; at 500 positions are
+/// rotated by angles the model was never trained on, and it loses its context.
 const BAD_ROPE_BASE: &str = "500";
 
 /// Starts the reference llama-server on the real model (context 4096), with `extra` flags.
