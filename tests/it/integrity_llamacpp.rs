@@ -12,7 +12,6 @@ use std::process::Command;
 
 use common::real::http_post_json;
 use common::{run, serial, sweep, sweep_to, RefServer};
-use ctxbench::integrity::{agreement, AgreementRow};
 use ctxbench::needle;
 use ctxbench::record::{Flag, NeedleVerdict, Phase, Results, Sample, Status};
 use serde_json::{json, Value};
@@ -22,16 +21,6 @@ fn needles(r: &Results) -> Vec<&Sample> {
         .iter()
         .filter(|s| s.phase == Phase::Needle)
         .collect()
-}
-
-fn rows(a: &Results, b: &Results) -> Vec<AgreementRow> {
-    agreement(
-        a.header.config.prompt_seed,
-        &a.samples,
-        b.header.config.prompt_seed,
-        &b.samples,
-    )
-    .expect("both runs seeded")
 }
 
 /// The same tiny architecture with other random weights, written by the reference script.
@@ -250,7 +239,7 @@ fn the_same_prompt_seed_twice_agrees_fully_and_another_model_does_not() {
             .collect()
     };
     assert_eq!(values(&ra), values(&rb));
-    let same = rows(&ra, &rb);
+    let same = common::agreement_rows(&ra, &rb);
     assert_eq!(same.len(), 2);
     for r in &same {
         // 2 cold + 2 warm + 3 needle pairs per context.
@@ -273,7 +262,7 @@ fn the_same_prompt_seed_twice_agrees_fully_and_another_model_does_not() {
     assert!(!text.contains("OUTPUTS DIFFER"), "{text}");
 
     // Another model file: the outputs differ, and compare says so beside the speed.
-    let diff = rows(&ra, &rc);
+    let diff = common::agreement_rows(&ra, &rc);
     let (pairs, identical) = diff
         .iter()
         .fold((0, 0), |(p, i), r| (p + r.pairs, i + r.identical));

@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 
 use common::{argv, ref_paths, run, serial, sweep_shared, RefServer, SweepRun};
 use ctxbench::fingerprint::first_divergence;
-use ctxbench::integrity::{agreement, needle_cells, AgreementRow};
+use ctxbench::integrity::needle_cells;
 use ctxbench::record::{CorpusSpec, NeedleVerdict, Phase, Results, Sample, Status};
 use serde_json::Value;
 
@@ -81,16 +81,6 @@ fn report_json(sweep: &SweepRun) -> Value {
     let (code, out, err) = run(&["report", sweep.out.to_str().unwrap(), "--format", "json"]);
     assert_eq!(code, 0, "{err}");
     serde_json::from_str(&out).unwrap()
-}
-
-fn rows(a: &Results, b: &Results) -> Vec<AgreementRow> {
-    agreement(
-        a.header.config.prompt_seed,
-        &a.samples,
-        b.header.config.prompt_seed,
-        &b.samples,
-    )
-    .expect("both runs seeded alike")
 }
 
 #[test]
@@ -204,7 +194,7 @@ fn two_seeded_runs_on_the_real_model_agree_and_the_misconfigured_server_differs_
     let (ra, rb, rc) = (a.results(), b.results(), bad_run().results());
 
     // Same flags, same seed: every greedy output identical (1 cold + 3 needles).
-    let same = rows(&ra, &rb);
+    let same = common::agreement_rows(&ra, &rb);
     assert_eq!(same.len(), 1, "{same:?}");
     assert_eq!((same[0].pairs, same[0].identical), (4, 4), "{same:?}");
     let (code, text, err) = run(&["compare", a.out.to_str().unwrap(), b.out.to_str().unwrap()]);
@@ -214,7 +204,7 @@ fn two_seeded_runs_on_the_real_model_agree_and_the_misconfigured_server_differs_
 
     // The misconfigured server: no output agrees, and each differs within its first tokens
     // (the garbled context changes the answer itself, not a late near-tie).
-    let diff = rows(&ra, &rc);
+    let diff = common::agreement_rows(&ra, &rc);
     assert_eq!((diff[0].pairs, diff[0].identical), (4, 0), "{diff:?}");
     for s in ra.samples.iter().filter(|s| s.output_ids.is_some()) {
         let other = rc

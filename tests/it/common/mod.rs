@@ -533,3 +533,17 @@ pub fn other_seed_model(seed: u32) -> PathBuf {
     cache.push((seed, p.clone()));
     p
 }
+
+/// The agreement rows of two seeded runs (`compare`'s output-agreement check).
+pub fn agreement_rows(
+    a: &ctxbench::record::Results,
+    b: &ctxbench::record::Results,
+) -> Vec<ctxbench::integrity::AgreementRow> {
+    ctxbench::integrity::agreement(
+        a.header.config.prompt_seed,
+        &a.samples,
+        b.header.config.prompt_seed,
+        &b.samples,
+    )
+    .expect("both runs seeded alike")
+}

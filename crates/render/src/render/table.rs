@@ -13,6 +13,15 @@ use crate::stats::metric::Metric;
 /// The terminal format.
 pub struct TableRenderer;
 
+/// Writes `title:` and the table under it, indented two spaces.
+fn titled(out: &mut String, title: &str, table: &super::doc::Table) {
+    let layout = Layout {
+        indent: "  ",
+        ..Default::default()
+    };
+    let _ = write!(out, "{title}:\n{}", text::render(table, &layout));
+}
+
 /// The fits of every run, as text; empty when no run has a fit.
 pub fn fits_text(report: &Report) -> String {
     let mut out = String::new();
@@ -60,16 +69,7 @@ pub fn details(run: &RunReport) -> String {
         );
     }
     if let Some(d) = &run.design {
-        let layout = Layout {
-            indent: "  ",
-            ..Default::default()
-        };
-        let _ = write!(
-            out,
-            "{}:\n{}",
-            super::design::title(d),
-            text::render(&super::design::table(d), &layout)
-        );
+        titled(&mut out, &super::design::title(d), &super::design::table(d));
         for n in super::design::notes(d) {
             let _ = writeln!(out, "  {n}");
         }
@@ -105,23 +105,9 @@ pub fn details(run: &RunReport) -> String {
         );
     }
     if let Some(c) = &run.cost {
-        let layout = Layout {
-            indent: "  ",
-            ..Default::default()
-        };
-        let _ = write!(
-            out,
-            "{}:\n{}",
-            super::cost_title(c),
-            text::render(&super::cost_table(c), &layout)
-        );
+        titled(&mut out, &super::cost_title(c), &super::cost_table(c));
         if let Some(t) = super::cell_cost_table(c) {
-            let _ = write!(
-                out,
-                "{}:\n{}",
-                super::CELL_COST_TITLE,
-                text::render(&t, &layout)
-            );
+            titled(&mut out, super::CELL_COST_TITLE, &t);
         }
     }
     if let Some(m) = &run.capacity {
