@@ -2,6 +2,7 @@
 //! plumbing and the streaming driver that timestamps bytes as they arrive.
 
 pub mod busy;
+pub mod dynamo;
 pub mod event;
 pub mod family;
 pub mod http;
@@ -87,7 +88,13 @@ pub fn metrics_vocabularies() -> impl Iterator<Item = &'static dyn MetricsVocabu
     let mut families = FAMILIES.to_vec();
     // A stable sort: vLLM first, the rest keep their order.
     families.sort_by_key(|f| f.kind() != BackendKind::Vllm);
-    families.into_iter().filter_map(|f| f.metrics())
+    // Dynamo's frontend is spoken to as a generic OpenAI server, but its page has names of
+    // its own (`dynamo_frontend_*`), read last.
+    let dynamo: &'static dyn MetricsVocabulary = &dynamo::Metrics;
+    families
+        .into_iter()
+        .filter_map(|f| f.metrics())
+        .chain(std::iter::once(dynamo))
 }
 
 /// Which protocol to speak.

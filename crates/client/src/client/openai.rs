@@ -56,7 +56,21 @@ impl super::Family for Family {
     }
 
     async fn detect(&self, s: &Server<'_>) -> Result<Option<String>, ClientError> {
-        Ok((s.get("/v1/models").await?.0 == 200).then(|| "GET /v1/models answered".to_owned()))
+        if s.get("/v1/models").await?.0 != 200 {
+            return Ok(None);
+        }
+        Ok(Some(match super::dynamo::recognise(s).await {
+            Some(frontend) => format!("GET /v1/models answered and {frontend}"),
+            None => "GET /v1/models answered".to_owned(),
+        }))
+    }
+
+    /// A frontend this protocol is spoken to (NVIDIA Dynamo's) is recorded as what it is.
+    async fn describe(&self, s: &Server<'_>, p: &mut ServerProfile) -> Result<(), ClientError> {
+        if super::dynamo::recognise(s).await.is_some() {
+            super::dynamo::describe(s, p).await;
+        }
+        Ok(())
     }
 
     /// What the recognised family says the protocol can do on its servers (e.g. llama.cpp's

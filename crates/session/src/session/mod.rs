@@ -736,7 +736,9 @@ async fn idle_check(
         };
     }
     let fam = profile.detected.or(Some(profile.backend)).and_then(family);
-    let sources = fam.map_or(&[][..], |f| f.busy_sources());
+    // Dynamo's frontend is spoken to as a generic OpenAI server; its gauges are its own.
+    let sources = crate::client::dynamo::busy_sources(&profile.server_kind)
+        .unwrap_or_else(|| fam.map_or(&[][..], |f| f.busy_sources()));
     // The finished-work counter, if the page carries one (read from a scrape's values).
     let mut counter = None;
     if let Some(snap) = match metrics {

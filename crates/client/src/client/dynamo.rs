@@ -1,0 +1,158 @@
+//! NVIDIA Dynamo's frontend: a distributed frontend in front of engine workers (vLLM, SGLang,
+//! TensorRT-LLM, or its mocker), spoken to with the OpenAI protocol. Not a family of its own:
+//! the OpenAI family recognises it (its `/metrics` carries `dynamo_frontend_*`) and records it
+//! as `dynamo`, with what Dynamo says and hides, as seen on Dynamo 1.6.1:
+//! - usage comes only when `stream_options.include_usage` is asked for (every chunk says
+//!   `"usage":null` otherwise); the OpenAI protocol always asks;
+//! - `/v1/models` states `context_window`, and 0 when the engine stated none (the mocker
+//!   without `--max-model-len`): unknown, not 0 tokens;
+//! - its KV pool is on `/metrics`: `dynamo_frontend_model_total_kv_blocks` ×
+//!   `dynamo_frontend_model_kv_cache_block_size`;
+//! - requests in its hands are gauges (`dynamo_frontend_inflight_requests`, `…_queued_requests`),
+//!   finished ones a counter (`dynamo_frontend_requests_total`);
+//! - `/tokenize`, `/flush_cache`, `/props` answer 404 `Route not found`: not this server's
+//!   paths, never a refusal;
+//! - an engine's failure (a prompt over its context or KV pool) comes back as 500 `Internal
+//!   server error` with `details.backend_status`, or in a stream as a 200 followed by an error
+//!   event: the engine's reason is not passed on.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::busy::{BusySource, Served, ServedUnit};
+use super::family::{MetricsVocabulary, Server, ServerProfile};
+
+/// The server kind recorded for Dynamo's frontend.
+pub const SERVER: &str = "dynamo";
+
+/// The prefix of the frontend's own Prometheus names.
+const FRONTEND_PREFIX: &str = "dynamo_frontend_";
+
+/// The evidence that `s` is Dynamo's frontend, or `None`: its `/metrics` page carries the
+/// frontend's names. A page that does not answer is no evidence either way.
+pub async fn recognise(s: &Server<'_>) -> Option<String> {
+    let page = s.text("/metrics").await.ok()?;
+    page.lines()
+        .any(|l| l.starts_with(FRONTEND_PREFIX))
+        .then(|| "GET /metrics has dynamo_frontend_* (NVIDIA Dynamo's frontend)".to_owned())
+}
+
+/// Records a server recognised as Dynamo's frontend: its kind, its KV pool, what its
+/// `context_window` of 0 means, and what a distributed frontend hides.
+pub async fn describe(s: &Server<'_>, p: &mut ServerProfile) {
+    p.server_kind = SERVER.to_owned();
+    let page = s.text("/metrics").await.ok();
+    let snap = page.as_deref().and_then(|t| crate::metrics::parse(t).ok());
+    if let Some(snap) = &snap {
+        let gauge = |name: &str| {
+            snap.gauges
+                .iter()
+                .find(|(n, _, _)| n == name)
+                .map(|(_, _, v)| *v)
+        };
+        let blocks = gauge("dynamo_frontend_model_total_kv_blocks");
+        let size = gauge("dynamo_frontend_model_kv_cache_block_size");
+        if let (Some(b), Some(z)) = (blocks, size) {
+            if b > 0.0 && z > 0.0 {
+                p.kv_pool_tokens = Some((b * z).round() as u64);
+            }
+        }
+    }
+    let window = s
+        .first_model()
+        .await
+        .ok()
+        .flatten()
+        .and_then(|m| m.get("context_window").and_then(Value::as_u64));
+    if window == Some(0) {
+        p.notes.push("Dynamo's /v1/models says context_window 0: its engine stated no context length (the mocker without --max-model-len does not); the maximum is unknown, not 0 tokens".into());
+    }
+    p.notes.push("Dynamo's frontend sends usage (token counts, cached_tokens) only when asked with stream_options.include_usage: ctxbench asks for it in every streamed request".into());
+    p.notes.push("Dynamo's frontend is a distributed frontend: the engine workers behind it are not reached through it (their caches and states are not read one by one); cold proof is each sample's cached_tokens as the frontend passes it on, and an engine's failure reaches ctxbench as HTTP 500 (or an error event) without the engine's reason".into());
+}
+
+/// The frontend's gauges of requests in its hands: in flight, and waiting in its queue.
+pub const BUSY: &[BusySource] = &[BusySource::MetricsGauges(&[
+    "dynamo_frontend_inflight_requests",
+    "dynamo_frontend_queued_requests",
+])];
+
+/// The busy signals of a recorded server kind, where it is Dynamo's frontend (whose family,
+/// for the protocol, is the generic OpenAI one, which has none).
+pub fn busy_sources(server_kind: &str) -> Option<&'static [BusySource]> {
+    (server_kind == SERVER).then_some(BUSY)
+}
+
+/// What the frontend's `/metrics` counters say.
+pub struct Metrics;
+
+impl MetricsVocabulary for Metrics {
+    fn kept(&self) -> &'static [&'static str] {
+        &["dynamo_frontend_requests_total"]
+    }
+
+    /// Finished requests, over every model, endpoint and status the frontend serves.
+    fn served(&self, d: &BTreeMap<String, f64>) -> Option<Served> {
+        let counter = "dynamo_frontend_requests_total";
+        Some(Served {
+            counter,
+            unit: ServedUnit::Requests,
+            count: crate::metrics::sum(d, counter)?,
+        })
+    }
+}
+
+/// The frontend's words for an engine's failure (`details.backend_status`), said with what
+/// they may hide; `None` for any other error body.
+pub fn engine_failure(v: &Value) -> Option<String> {
+    let status = v.pointer("/details/backend_status")?.as_u64()?;
+    let message = v.get("message").and_then(Value::as_str).unwrap_or("error");
+    Some(format!(
+        "{message} (Dynamo's frontend: the engine behind it failed with {status} and its reason is not passed on; a prompt longer than the engine's context or KV pool fails this way)"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_engine_failure_is_named_and_other_errors_are_not() {
+        // Dynamo 1.6.1's answer to a 9001-token prompt on a mocker of context 8192.
+        let v = json!({"message":"Internal server error","type":"Internal Server Error","code":500,"details":{"backend_status":500}});
+        let said = engine_failure(&v).unwrap();
+        assert!(
+            said.starts_with("Internal server error (Dynamo's frontend"),
+            "{said}"
+        );
+        assert!(said.contains("context or KV pool"), "{said}");
+        let not_found = json!({"message":"Model not found","type":"Not Found","code":404});
+        assert_eq!(engine_failure(&not_found), None);
+    }
+
+    #[test]
+    fn busy_signals_are_dynamos_only() {
+        assert_eq!(busy_sources("dynamo"), Some(BUSY));
+        assert_eq!(busy_sources("openai-compatible"), None);
+    }
+
+    #[test]
+    fn finished_requests_are_summed_over_labels() {
+        let d = BTreeMap::from([
+            (
+                "dynamo_frontend_requests_total{endpoint=\"completions\",status=\"success\"}"
+                    .to_owned(),
+                2.0,
+            ),
+            (
+                "dynamo_frontend_requests_total{endpoint=\"completions\",status=\"error\"}"
+                    .to_owned(),
+                1.0,
+            ),
+        ]);
+        assert_eq!(Metrics.served(&d).unwrap().count, 3.0);
+        assert!(Metrics.served(&BTreeMap::new()).is_none());
+    }
+}
