@@ -2,7 +2,7 @@
 """Record real request/response exchanges of a running server as test fixtures.
 
 usage: scripts/record-fixtures.py FAMILY PORT OUTDIR [--api-key-port PORT2]
-  FAMILY  sglang | vllm | vllm-ngram | llama-cpp-python | llama-server | transformers | litellm
+  FAMILY  sglang | vllm | vllm-ngram | llama-cpp-python | llama-server | transformers | litellm | dynamo
   PORT2   the same server family started with `--api-key secret`, for the 401 answer
   litellm: the proxy's master key is read from LITELLM_MASTER_KEY (sent as a Bearer token)
 
@@ -328,6 +328,49 @@ def litellm(r, key_port):
     r.x("unauthorized_models_wrong_key", "GET", "/v1/models", headers={"Authorization": "Bearer sk-wrong-key"})
 
 
+def dynamo(r, key_port):
+    # No API key option. The mocker engine generates random tokens; its context is 8192
+    # (scripts/real-server dynamo: --max-model-len 8192) and it caches whole 64-token blocks.
+    r.x("health", "GET", "/health", note="lists the worker instances (device_type cuda even for the mocker on CPU)")
+    r.x("models", "GET", "/v1/models", note="context_window: the engine's --max-model-len (0 when it states none)")
+    for p in ("/props", "/version", "/server_info", "/slots", "/get_server_info", "/info", "/api/version"):
+        r.x("absent" + p.replace("/", "_"), "GET", p, note="not this server's path: 404 Route not found")
+    for p in ("/tokenize", "/v1/tokenize", "/extras/tokenize", "/flush_cache", "/reset_prefix_cache"):
+        r.x("absent" + p.replace("/", "_"), "POST", p, {"prompt": "The license", "content": "The license"},
+            note="not this server's path: 404 Route not found")
+    comp = {"model": "smollm2", "prompt": ids(32), "max_tokens": 8, "temperature": 0}
+    r.x("completions_token_ids", "POST", "/v1/completions", comp, note="token ids taken as ids: prompt_tokens 32")
+    text = "The license is granted to all who ask. " * 20
+    r.x("completions_text", "POST", "/v1/completions", dict(comp, prompt=text))
+    r.x("completions_text_repeat", "POST", "/v1/completions", dict(comp, prompt=text),
+        note="the same prompt again: cached_tokens in whole 64-token blocks")
+    r.x("completions_stream", "POST", "/v1/completions",
+        dict(comp, prompt=ids(32, start=500), max_tokens=SHORT, stream=True), stream=True,
+        note="no stream_options: usage null in every chunk")
+    r.x("completions_stream_include_usage", "POST", "/v1/completions",
+        dict(comp, prompt=ids(32, start=700), max_tokens=SHORT, stream=True, stream_options={"include_usage": True}),
+        stream=True, note="a last chunk with choices [] and usage")
+    chat = {"model": "smollm2", "messages": [{"role": "user", "content": text}], "max_tokens": 8, "temperature": 0}
+    r.x("chat_completions_stream", "POST", "/v1/chat/completions", dict(chat, max_tokens=SHORT, stream=True),
+        stream=True, note="no stream_options")
+    r.x("chat_completions_stream_include_usage", "POST", "/v1/chat/completions",
+        dict(chat, max_tokens=SHORT, stream=True, stream_options={"include_usage": True}), stream=True)
+    r.x("completions_no_model", "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 4},
+        note="model is required")
+    r.x("completions_wrong_model", "POST", "/v1/completions", dict(comp, model="no-such-model"))
+    r.x("completions_context_exceeded", "POST", "/v1/completions", dict(comp, prompt=ids(9001)),
+        note="the mocker runs with --max-model-len 8192: the engine's refusal becomes a 500 without its reason")
+    r.x("completions_stream_context_exceeded", "POST", "/v1/completions",
+        dict(comp, prompt=ids(9001), stream=True, stream_options={"include_usage": True}), stream=True,
+        note="streamed: a 200, then an error event")
+    # After the requests: the counters have moved. Gauges and counters only (no histogram
+    # buckets), which is what ctxbench reads.
+    r.metrics("metrics", tuple(f"dynamo_frontend_{n}" for n in (
+        "model_", "inflight_requests", "queued_requests", "active_requests", "requests_total",
+        "requests_started_total", "output_tokens_total", "cached_tokens_sum", "cached_tokens_count",
+        "input_sequence_tokens_sum", "input_sequence_tokens_count")), limit=200)
+
+
 def main():
     if len(sys.argv) < 4:
         sys.exit(__doc__)
@@ -336,7 +379,7 @@ def main():
     r = Recorder(port, outdir)
     {"sglang": sglang, "vllm": vllm, "llama-cpp-python": llama_cpp_python, "llama-server": llama_server,
      "vllm-ngram": lambda r, k: vllm(r, k, ngram=True), "transformers": transformers,
-     "litellm": litellm}[family](r, key_port)
+     "litellm": litellm, "dynamo": dynamo}[family](r, key_port)
 
 
 if __name__ == "__main__":

@@ -116,7 +116,109 @@ pub fn engine_failure(v: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::client::family::Answers;
+    use crate::client::{BackendKind, ServerProfile};
+    use crate::error::ClientError;
+    use async_trait::async_trait;
     use serde_json::json;
+
+    macro_rules! recorded {
+        ($name:literal) => {
+            include_str!(concat!(
+                "../../../../tests/fixtures/recorded/dynamo-1.6.1/",
+                $name,
+                ".json"
+            ))
+        };
+    }
+
+    /// Dynamo 1.6.1's recorded answers: `/v1/models`, `/metrics`, and its 404 `Route not
+    /// found` for the other paths asked.
+    struct Recorded;
+
+    fn response(file: &str) -> (u16, Value) {
+        let fx: Value = serde_json::from_str(file).unwrap();
+        let r = &fx["response"];
+        (r["status"].as_u64().unwrap() as u16, r["body"].clone())
+    }
+
+    #[async_trait]
+    impl Answers for Recorded {
+        async fn get(&self, path: &str) -> Result<(u16, Option<Value>), ClientError> {
+            let (status, body) = match path {
+                "/v1/models" => response(recorded!("models")),
+                _ => response(recorded!("absent_props")),
+            };
+            Ok((status, Some(body)))
+        }
+        async fn get_text(&self, path: &str) -> Result<String, ClientError> {
+            assert_eq!(path, "/metrics");
+            let fx: Value = serde_json::from_str(recorded!("metrics")).unwrap();
+            Ok(fx["response"]["body_text"].as_str().unwrap().to_owned())
+        }
+        async fn post(&self, path: &str, _body: &Value) -> Result<Value, ClientError> {
+            let (status, body) = response(recorded!("absent_tokenize"));
+            Err(crate::client::http::status_error(
+                path,
+                status,
+                &body.to_string(),
+            ))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_recorded_frontend_is_recognised_with_its_kv_pool_and_said_once() {
+        let s = Server::new(&Recorded);
+        assert!(recognise(&s).await.unwrap().contains("dynamo_frontend_"));
+        let mut p = ServerProfile::new("http://h:1".into(), BackendKind::Openai);
+        describe(&s, &mut p).await;
+        assert_eq!(p.server_kind, SERVER);
+        // 16384 blocks of 64 tokens: the mocker's default pool.
+        assert_eq!(p.kv_pool_tokens, Some(16384 * 64));
+        // context_window 8192 is a real limit (the probe reads it): no "unknown" note.
+        assert!(!p.notes.iter().any(|n| n.contains("context_window 0")));
+        let usage: Vec<_> = p
+            .notes
+            .iter()
+            .filter(|n| n.contains("include_usage"))
+            .collect();
+        assert_eq!(usage.len(), 1, "{:?}", p.notes);
+    }
+
+    #[test]
+    fn its_route_not_found_answers_are_misses_not_refused_keys() {
+        for file in [
+            recorded!("absent_props"),
+            recorded!("absent_tokenize"),
+            recorded!("absent_flush_cache"),
+            recorded!("absent_server_info"),
+        ] {
+            let (status, body) = response(file);
+            let body = body.to_string();
+            assert_eq!(status, 404);
+            assert!(body.contains("Route not found"), "{body}");
+            assert!(
+                !crate::client::http::is_key_refusal(status, &body),
+                "{body}"
+            );
+            assert!(matches!(
+                crate::client::http::status_error("/tokenize", status, &body),
+                ClientError::Http { status: 404, .. }
+            ));
+        }
+    }
+
+    #[test]
+    fn its_recorded_over_context_answer_is_named_as_an_engine_failure() {
+        let (status, body) = response(recorded!("completions_context_exceeded"));
+        assert_eq!(status, 500);
+        let e = crate::client::http::status_error("/v1/completions", status, &body.to_string());
+        let said = e.to_string();
+        assert!(
+            said.contains("Dynamo's frontend") && said.contains("KV pool"),
+            "{said}"
+        );
+    }
 
     #[test]
     fn an_engine_failure_is_named_and_other_errors_are_not() {

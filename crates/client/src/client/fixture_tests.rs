@@ -12,6 +12,14 @@ use super::stream::{EventReader, StreamEvent};
 /// The recorded streamed exchanges, by file: (name, fixture).
 const STREAMS: &[(&str, &str)] = &[
     (
+        "dynamo completions",
+        include_str!("../../../../tests/fixtures/recorded/dynamo-1.6.1/completions_stream_include_usage.json"),
+    ),
+    (
+        "dynamo chat",
+        include_str!("../../../../tests/fixtures/recorded/dynamo-1.6.1/chat_completions_stream_include_usage.json"),
+    ),
+    (
         "litellm completions",
         include_str!("../../../../tests/fixtures/recorded/litellm-1.108.7/completions_stream_include_usage.json"),
     ),
