@@ -46,6 +46,8 @@ mod warm_llamacpp;
 mod wheel;
 
 #[cfg(feature = "real-servers")]
+mod real_dynamo;
+#[cfg(feature = "real-servers")]
 mod real_litellm;
 #[cfg(feature = "real-servers")]
 mod real_llama_cpp_python;

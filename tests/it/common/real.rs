@@ -1,5 +1,6 @@
-//! Real inference servers (SGLang, vLLM, llama-cpp-python, `transformers serve`) and the
-//! LiteLLM proxy in front of the reference llama-server, set up and started by
+//! Real inference servers (SGLang, vLLM, llama-cpp-python, `transformers serve`), the LiteLLM
+//! proxy in front of the reference llama-server and NVIDIA Dynamo's frontend with its mocker
+//! engine, set up and started by
 //! `scripts/reference-server FAMILY` (`CTXBENCH_REAL_SERVER_SCRIPT` overrides the script's
 //! path) on a free loopback port. A server that cannot be set up or does not become healthy
 //! fails the test: nothing is skipped.
@@ -27,6 +28,10 @@ pub enum Family {
     /// script starts with it (same process group: both stop together). Needs the Bearer key
     /// [`LITELLM_KEY`].
     Litellm,
+    /// NVIDIA Dynamo's frontend and one mocker engine (model `smollm2`, the real SmolLM2
+    /// tokenizer; `--max-model-len 8192` unless `CTXBENCH_REF_CTX` says otherwise, 0: unset),
+    /// started together by the script (same process group).
+    Dynamo,
 }
 
 /// The master key the harness starts the LiteLLM proxy with (`LITELLM_MASTER_KEY`; LiteLLM
@@ -41,6 +46,7 @@ impl Family {
             Family::LlamaCppPython => "llama-cpp-python",
             Family::Transformers => "transformers",
             Family::Litellm => "litellm",
+            Family::Dynamo => "dynamo",
         }
     }
 
@@ -48,9 +54,18 @@ impl Family {
     fn health_path(self) -> &'static str {
         match self {
             Family::Sglang | Family::Vllm | Family::Transformers => "/health",
-            Family::LlamaCppPython => "/v1/models",
+            Family::LlamaCppPython | Family::Dynamo => "/v1/models",
             // Unauthenticated; answers once the proxy's app has started.
             Family::Litellm => "/health/liveliness",
+        }
+    }
+
+    /// Whether a 200 answer of the health path means the server takes requests: Dynamo's
+    /// frontend lists no model until its engine has registered one.
+    fn ready(self, body: &str) -> bool {
+        match self {
+            Family::Dynamo => body.contains("\"id\""),
+            _ => true,
         }
     }
 
@@ -211,7 +226,8 @@ impl RealServer {
             }
             // An answer counts only from this server's own listener: whoever took the port
             // may answer the health path too.
-            if http_get(self.port, family.health_path()).is_some_and(|(code, _)| code == 200)
+            if http_get(self.port, family.health_path())
+                .is_some_and(|(code, body)| code == 200 && family.ready(&body))
                 && listens_in_group(self.port, self.child.id())
             {
                 eprintln!(

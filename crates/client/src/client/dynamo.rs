@@ -103,6 +103,14 @@ impl MetricsVocabulary for Metrics {
     }
 }
 
+/// What an error event in the frontend's stream may mean: its engine failed after the 200.
+const IN_STREAM: &str = "Dynamo's frontend: the engine behind it failed and its reason is not passed on; a prompt longer than the engine's context or KV pool fails this way";
+
+/// The hint for an error event in a stream, where the recorded server kind is Dynamo's.
+pub fn in_stream_hint(server_kind: &str) -> Option<&'static str> {
+    (server_kind == SERVER).then_some(IN_STREAM)
+}
+
 /// The frontend's words for an engine's failure (`details.backend_status`), said with what
 /// they may hide; `None` for any other error body.
 pub fn engine_failure(v: &Value) -> Option<String> {
@@ -235,9 +243,11 @@ mod tests {
     }
 
     #[test]
-    fn busy_signals_are_dynamos_only() {
+    fn busy_signals_and_the_stream_hint_are_dynamos_only() {
         assert_eq!(busy_sources("dynamo"), Some(BUSY));
         assert_eq!(busy_sources("openai-compatible"), None);
+        assert!(in_stream_hint("dynamo").is_some_and(|h| h.contains("KV pool")));
+        assert_eq!(in_stream_hint("vllm"), None);
     }
 
     #[test]

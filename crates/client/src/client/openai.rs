@@ -109,8 +109,10 @@ impl super::Family for Family {
             ),
             (None, false) => calibrated_method(false),
         };
+        // Whether the server takes token ids is the capability line's; this says only what
+        // the missing tokenizer means for lengths.
         if tokenizer.is_none() {
-            p.notes.push(format!("no tokenizer endpoint pair answered (tried /tokenize+/detokenize, /v1/tokenize+/v1/detokenize, /extras/tokenize+/extras/detokenize): where token ids are not taken, prompt lengths are calibrated against the server's own usage.prompt_tokens (up to {CALIBRATION_ROUNDS} requests with max_tokens 1 per new length, before it is measured), within {}%, not exact", CALIBRATED_TOLERANCE * 100.0));
+            p.notes.push(format!("no tokenizer endpoint pair answered (tried /tokenize+/detokenize, /v1/tokenize+/v1/detokenize, /extras/tokenize+/extras/detokenize): prompt lengths are calibrated against the server's own usage.prompt_tokens (up to {CALIBRATION_ROUNDS} requests with max_tokens 1 per new length, before it is measured), within {}%, not exact; --tokenizer-url lends the tokenizer of a server of the same model", CALIBRATED_TOLERANCE * 100.0));
         }
         if p.completions_missing {
             p.notes.push("POST /v1/completions answered 404: this server is chat-only; --endpoint auto uses /v1/chat/completions".into());
@@ -167,6 +169,7 @@ impl super::Family for Family {
         o2.chat = chat;
         o2.nonce_tokens = o.nonce_tokens;
         o2.flush_with = p.detected;
+        o2.in_stream_hint = super::dynamo::in_stream_hint(&p.server_kind);
         Ok(Box::new(if p.cached_missing_means_zero {
             o2.missing_cached_is_zero()
         } else {
@@ -503,6 +506,9 @@ pub struct OpenAi {
     /// The family the probe recognised behind this protocol, whose flush is kept (see
     /// [`super::Family::flush`]).
     pub flush_with: Option<BackendKind>,
+    /// What an error event in a stream may mean on this server, added to its message (a
+    /// frontend that does not pass its engine's reason on: Dynamo).
+    pub in_stream_hint: Option<&'static str>,
     /// The optional fields settled by [`Backend::negotiate`].
     dialect: Mutex<Dialect>,
 }
@@ -561,6 +567,7 @@ impl OpenAi {
             nonce_tokens: 0,
             notes: Mutex::new(Vec::new()),
             flush_with: None,
+            in_stream_hint: None,
             dialect: Mutex::new(Dialect::default()),
         }
     }
@@ -1102,7 +1109,14 @@ impl Backend for OpenAi {
             req.timeouts,
             self.reader(),
         )
-        .await?;
+        .await
+        .map_err(|e| match (e, self.in_stream_hint) {
+            (ClientError::InStream { endpoint, message }, Some(hint)) => ClientError::InStream {
+                endpoint,
+                message: format!("{message} ({hint})"),
+            },
+            (e, _) => e,
+        })?;
         if out.counts.prompt_tokens.is_none() {
             // The stream carried no usage (llama-cpp-python): ask for the server's own count
             // of the same prompt, after the measurement so it cannot warm it.
