@@ -103,22 +103,14 @@ impl MetricsVocabulary for Metrics {
     }
 }
 
-/// What an error event in the frontend's stream may mean: its engine failed after the 200.
-const IN_STREAM: &str = "Dynamo's frontend: the engine behind it failed and its reason is not passed on; a prompt longer than the engine's context or KV pool fails this way";
+/// What a 5xx or an error event from the frontend may mean: its engine failed (the frontend
+/// answers 500 `Internal server error` with `details.backend_status`, or, in a stream, an
+/// error event after the 200).
+const FAILURE: &str = "Dynamo's frontend: the engine behind it failed and its reason is not passed on; a prompt longer than the engine's context or KV pool fails this way";
 
-/// The hint for an error event in a stream, where the recorded server kind is Dynamo's.
-pub fn in_stream_hint(server_kind: &str) -> Option<&'static str> {
-    (server_kind == SERVER).then_some(IN_STREAM)
-}
-
-/// The frontend's words for an engine's failure (`details.backend_status`), said with what
-/// they may hide; `None` for any other error body.
-pub fn engine_failure(v: &Value) -> Option<String> {
-    let status = v.pointer("/details/backend_status")?.as_u64()?;
-    let message = v.get("message").and_then(Value::as_str).unwrap_or("error");
-    Some(format!(
-        "{message} (Dynamo's frontend: the engine behind it failed with {status} and its reason is not passed on; a prompt longer than the engine's context or KV pool fails this way)"
-    ))
+/// The hint for a server failure, where the recorded server kind is Dynamo's.
+pub fn failure_hint(server_kind: &str) -> Option<&'static str> {
+    (server_kind == SERVER).then_some(FAILURE)
 }
 
 #[cfg(test)]
@@ -128,7 +120,6 @@ mod tests {
     use crate::client::{BackendKind, ServerProfile};
     use crate::error::ClientError;
     use async_trait::async_trait;
-    use serde_json::json;
 
     macro_rules! recorded {
         ($name:literal) => {
@@ -217,37 +208,45 @@ mod tests {
     }
 
     #[test]
-    fn its_recorded_over_context_answer_is_named_as_an_engine_failure() {
+    fn its_recorded_engine_failures_are_named_and_a_miss_is_not() {
+        let http = crate::client::Http::new("http://127.0.0.1:1", None, None).unwrap();
+        let mut o = crate::client::openai::OpenAi::new(http, None, None, None);
+        o.failure_hint = failure_hint(SERVER);
+        // 500 to a 9001-token prompt on a mocker of context 8192.
         let (status, body) = response(recorded!("completions_context_exceeded"));
         assert_eq!(status, 500);
         let e = crate::client::http::status_error("/v1/completions", status, &body.to_string());
-        let said = e.to_string();
+        let said = o.hinted(e).to_string();
         assert!(
-            said.contains("Dynamo's frontend") && said.contains("KV pool"),
+            said.contains("HTTP 500: Internal server error (Dynamo's frontend")
+                && said.contains("KV pool"),
             "{said}"
         );
-    }
-
-    #[test]
-    fn an_engine_failure_is_named_and_other_errors_are_not() {
-        // Dynamo 1.6.1's answer to a 9001-token prompt on a mocker of context 8192.
-        let v = json!({"message":"Internal server error","type":"Internal Server Error","code":500,"details":{"backend_status":500}});
-        let said = engine_failure(&v).unwrap();
-        assert!(
-            said.starts_with("Internal server error (Dynamo's frontend"),
-            "{said}"
-        );
-        assert!(said.contains("context or KV pool"), "{said}");
-        let not_found = json!({"message":"Model not found","type":"Not Found","code":404});
-        assert_eq!(engine_failure(&not_found), None);
+        // Streamed: the 200's error event.
+        let fx: Value =
+            serde_json::from_str(recorded!("completions_stream_context_exceeded")).unwrap();
+        let text = fx["response"]["body_text"].as_str().unwrap();
+        let data = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+        let ev: Value = serde_json::from_str(data).unwrap();
+        let e = crate::client::stream::in_stream_error(
+            "/v1/completions",
+            &crate::client::stream::StreamEvent::data(data),
+            Some(&ev),
+        )
+        .unwrap();
+        assert!(o.hinted(e).to_string().contains("Dynamo's frontend"));
+        // A 404 is the client's miss, not the engine's failure.
+        let (status, body) = response(recorded!("completions_wrong_model"));
+        let e = crate::client::http::status_error("/v1/completions", status, &body.to_string());
+        assert!(!o.hinted(e).to_string().contains("Dynamo"));
     }
 
     #[test]
     fn busy_signals_and_the_stream_hint_are_dynamos_only() {
         assert_eq!(busy_sources("dynamo"), Some(BUSY));
         assert_eq!(busy_sources("openai-compatible"), None);
-        assert!(in_stream_hint("dynamo").is_some_and(|h| h.contains("KV pool")));
-        assert_eq!(in_stream_hint("vllm"), None);
+        assert!(failure_hint("dynamo").is_some_and(|h| h.contains("KV pool")));
+        assert_eq!(failure_hint("vllm"), None);
     }
 
     #[test]

@@ -472,9 +472,6 @@ pub fn is_context_error(body: &str) -> bool {
 /// `{"error":"..."}`, or the raw text.
 pub fn error_message(body: &str) -> String {
     if let Ok(v) = serde_json::from_str::<Value>(body) {
-        if let Some(m) = super::dynamo::engine_failure(&v) {
-            return m;
-        }
         if let Some(m) = v.pointer("/error/message").and_then(Value::as_str) {
             return m.to_owned();
         }

@@ -169,7 +169,7 @@ impl super::Family for Family {
         o2.chat = chat;
         o2.nonce_tokens = o.nonce_tokens;
         o2.flush_with = p.detected;
-        o2.in_stream_hint = super::dynamo::in_stream_hint(&p.server_kind);
+        o2.failure_hint = super::dynamo::failure_hint(&p.server_kind);
         Ok(Box::new(if p.cached_missing_means_zero {
             o2.missing_cached_is_zero()
         } else {
@@ -506,9 +506,9 @@ pub struct OpenAi {
     /// The family the probe recognised behind this protocol, whose flush is kept (see
     /// [`super::Family::flush`]).
     pub flush_with: Option<BackendKind>,
-    /// What an error event in a stream may mean on this server, added to its message (a
-    /// frontend that does not pass its engine's reason on: Dynamo).
-    pub in_stream_hint: Option<&'static str>,
+    /// What a 5xx or an error event in a stream may mean on this server, added to its
+    /// message (a frontend that does not pass its engine's reason on: Dynamo).
+    pub failure_hint: Option<&'static str>,
     /// The optional fields settled by [`Backend::negotiate`].
     dialect: Mutex<Dialect>,
 }
@@ -567,7 +567,7 @@ impl OpenAi {
             nonce_tokens: 0,
             notes: Mutex::new(Vec::new()),
             flush_with: None,
-            in_stream_hint: None,
+            failure_hint: None,
             dialect: Mutex::new(Dialect::default()),
         }
     }
@@ -750,12 +750,39 @@ impl OpenAi {
 
     /// The prompt text of a request in text mode: the prepared one, else built now (before
     /// t0 either way).
+    /// `e` with what a server failure may mean here ([`OpenAi::failure_hint`]), on a 5xx
+    /// answer or an error event in a stream.
+    pub(crate) fn hinted(&self, e: ClientError) -> ClientError {
+        match (e, self.failure_hint) {
+            (ClientError::InStream { endpoint, message }, Some(h)) => ClientError::InStream {
+                endpoint,
+                message: format!("{message} ({h})"),
+            },
+            (
+                ClientError::Http {
+                    endpoint,
+                    status,
+                    message,
+                },
+                Some(h),
+            ) if status >= 500 => ClientError::Http {
+                endpoint,
+                status,
+                message: format!("{message} ({h})"),
+            },
+            (e, _) => e,
+        }
+    }
+
     async fn prompt_text(&self, req: &GenRequest) -> Result<Option<String>, ClientError> {
         if let Some(t) = &req.prepared {
             return Ok(Some(t.clone()));
         }
         if let Some(c) = &self.calibrated {
-            let p = c.prompt(&req.prompt, |t| self.count(req, t)).await?;
+            let p = c
+                .prompt(&req.prompt, |t| self.count(req, t))
+                .await
+                .map_err(|e| self.hinted(e))?;
             return Ok(Some(p.text));
         }
         match &self.text {
@@ -1094,6 +1121,7 @@ impl Backend for OpenAi {
             self.reader(),
         )
         .await
+        .map_err(|e| self.hinted(e))
     }
 
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
@@ -1110,13 +1138,7 @@ impl Backend for OpenAi {
             self.reader(),
         )
         .await
-        .map_err(|e| match (e, self.in_stream_hint) {
-            (ClientError::InStream { endpoint, message }, Some(hint)) => ClientError::InStream {
-                endpoint,
-                message: format!("{message} ({hint})"),
-            },
-            (e, _) => e,
-        })?;
+        .map_err(|e| self.hinted(e))?;
         if out.counts.prompt_tokens.is_none() {
             // The stream carried no usage (llama-cpp-python): ask for the server's own count
             // of the same prompt, after the measurement so it cannot warm it.
