@@ -112,6 +112,18 @@ fn real_dynamo_frontend_is_recorded_as_dynamo_and_a_1k_to_4k_sweep_measures_ever
         assert!(!has_flag(s, "contaminated"), "{s}");
     }
 
+    // A model it does not serve is named as such (not taken for a chat-only server).
+    let wrong = sweep(
+        &srv.url(),
+        &argv("--contexts 1k --reps 1 --output-tokens 16 --model nope"),
+    );
+    assert_ne!(wrong.code, 0, "{}", wrong.stderr);
+    assert!(
+        wrong.stderr.contains("Model not found") && wrong.stderr.contains("check --model"),
+        "{}",
+        wrong.stderr
+    );
+
     // A point over its context is refused before anything is sent, naming the limit.
     let over = sweep(
         &srv.url(),

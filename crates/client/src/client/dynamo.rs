@@ -156,7 +156,11 @@ mod tests {
             Ok(fx["response"]["body_text"].as_str().unwrap().to_owned())
         }
         async fn post(&self, path: &str, _body: &Value) -> Result<Value, ClientError> {
-            let (status, body) = response(recorded!("absent_tokenize"));
+            // The one model-bearing request asked of it here: a model it does not serve.
+            let (status, body) = match path {
+                "/v1/completions" => response(recorded!("completions_wrong_model")),
+                _ => response(recorded!("absent_tokenize")),
+            };
             Err(crate::client::http::status_error(
                 path,
                 status,
@@ -182,6 +186,24 @@ mod tests {
             .filter(|n| n.contains("include_usage"))
             .collect();
         assert_eq!(usage.len(), 1, "{:?}", p.notes);
+    }
+
+    #[tokio::test]
+    async fn a_model_it_does_not_serve_is_named_not_taken_for_a_chat_only_server() {
+        use crate::client::Family as _;
+        let s = Server::new(&Recorded);
+        let mut p = ServerProfile::new("http://h:1".into(), BackendKind::Openai);
+        p.model = Some("no-such-model".into());
+        let e = crate::client::openai::Family
+            .capabilities(&s, &mut p)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("Model not found") && e.contains("check --model") && e.contains("smollm2"),
+            "{e}"
+        );
+        assert!(!p.completions_missing);
     }
 
     #[test]

@@ -87,6 +87,21 @@ impl super::Family for Family {
         let tokenizer = find_tokenizer(s, p.model.as_deref()).await;
         let (completions, test) =
             completions_answer(s, p.model.as_deref(), tokenizer.as_ref()).await;
+        if completions == Completions::UnknownModel {
+            let listed = s
+                .first_model()
+                .await?
+                .and_then(|m| m.get("id")?.as_str().map(str::to_owned))
+                .map_or_else(String::new, |m| format!("; /v1/models lists {m}"));
+            return Err(ClientError::Http {
+                endpoint: COMPLETIONS.to_owned(),
+                status: 404,
+                message: format!(
+                    "{test} (model {:?} asked for: check --model{listed})",
+                    p.model.as_deref().unwrap_or_default()
+                ),
+            });
+        }
         p.completions_missing = completions == Completions::Missing;
         p.token_id_test = Some(test);
         // Whether the server takes token ids is said once, with the test, in the
@@ -352,6 +367,9 @@ enum Completions {
     TakesTokenIds,
     RefusesTokenIds,
     Missing,
+    /// A 404 whose own words are about the model (Dynamo: `Model not found`): the path is
+    /// there, the model asked for is not.
+    UnknownModel,
 }
 
 /// Whether `/v1/completions` exists and takes a token-id prompt, with what the test showed:
@@ -408,6 +426,13 @@ async fn completions_answer(
             Completions::RefusesTokenIds,
             "a token-id prompt was answered without choices".to_owned(),
         ),
+        Err(ClientError::Http {
+            status: 404,
+            message,
+            ..
+        }) if model.is_some() && message.to_lowercase().contains("model") => {
+            (Completions::UnknownModel, message)
+        }
         Err(ClientError::Http {
             status: 404 | 405, ..
         }) => (
