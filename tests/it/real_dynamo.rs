@@ -7,7 +7,9 @@
 //! `Route not found` for every tokenizer and flush path, and an engine's failure as a 500
 //! without its reason. What it answers on the wire is recorded in
 //! `tests/fixtures/recorded/dynamo-1.6.1/`.
-//! Run with `scripts/test-real-servers real_dynamo` (which sets Dynamo up first).
+//! Run with `cargo test --features real-servers --test it real_dynamo -- --test-threads=1`
+//! (the first start sets Dynamo up: `scripts/reference-server dynamo setup`, ~90 s, 704 MB);
+//! `scripts/test-real-servers` runs it with the other real servers.
 
 use crate::common;
 
