@@ -771,6 +771,8 @@ pub(crate) mod tests {
             decode_samples: 0,
             needle: None,
             idle: None,
+            fleet: None,
+            fleet_flush: false,
         }
     }
 
