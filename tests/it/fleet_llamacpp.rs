@@ -447,3 +447,40 @@ fn fleet_foreign_work_sent_straight_to_one_worker_is_flagged() {
         .count();
     assert!(clean >= 2, "{clean} clean sample(s)");
 }
+
+#[test]
+fn fleet_capacity_through_a_router_counts_every_workers_slots_and_records_each_waves_spread() {
+    let _serial = common::serial();
+    let workers = Workers::start();
+    let urls = workers.urls();
+    let router = Router::start(Kind::Vllm, &urls);
+    let run = common::sweep(
+        &router.url(),
+        &common::argv("--contexts 1k --concurrency 1,2 --reps 1 --wave-output-tokens 32"),
+    )
+    .ok();
+    let lines = read_lines(&run.out);
+    // The pool is the fleet's: one slot per worker, two in all (through the router, /props
+    // shows one worker's one slot).
+    assert_eq!(lines.header["server"]["total_slots"], 2, "{}", lines.header);
+    let pairs: Vec<&Value> = lines
+        .samples
+        .iter()
+        .filter(|s| s["concurrency"] == 2)
+        .collect();
+    assert_eq!(pairs.len(), 2, "one wave of 2");
+    for s in &pairs {
+        let spread = &s["fleet"]["wave_spread"];
+        // round_robin: two requests in a row go to both workers.
+        for w in &urls {
+            assert_eq!(spread[w.as_str()], 1, "{s}");
+        }
+    }
+    let (code, out, err) = common::run(&["report", run.out.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let text = format!("{out}{err}");
+    assert!(text.contains("concurrency 2: "), "{text}");
+    // The capacity map predicts from the fleet's two slots: a wave of 2 fits, as 1 does
+    // (one worker's slot would predict "queues" at 2).
+    assert_eq!(text.matches("fits→").count(), 2, "{text}");
+}

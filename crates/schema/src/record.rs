@@ -726,6 +726,10 @@ pub struct FleetSample {
     /// Each worker's flush before the sample (empty: none).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub flush: Vec<WorkerFlush>,
+    /// A concurrency wave: how many of its requests each worker served (from the workers'
+    /// generated-token counters; the same on every sample of the wave; empty: not a wave).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub wave_spread: BTreeMap<String, u64>,
 }
 
 /// A tokenizer endpoint pair of a generic OpenAI-compatible server.

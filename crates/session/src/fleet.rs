@@ -27,6 +27,9 @@ pub struct Fleet {
     workers: Vec<(String, Http)>,
     /// Longest wait for every worker to be idle before a sample (`--idle-wait`).
     pub wait: Duration,
+    /// Wait for idle and flag others' work (`false`: `--idle-check off`; the serving
+    /// worker is still recorded).
+    pub check: bool,
 }
 
 /// One worker's state at one moment; `None` fields could not be read.
@@ -61,7 +64,11 @@ impl Fleet {
             }
             workers.push((u.to_owned(), Http::new(u, api_key.clone(), None)?));
         }
-        Ok(Fleet { workers, wait })
+        Ok(Fleet {
+            workers,
+            wait,
+            check: true,
+        })
     }
 
     /// The workers' URLs.
@@ -105,7 +112,7 @@ impl Fleet {
             let busy = states
                 .iter()
                 .any(|s| s.busy.as_ref().is_some_and(|r| r.active > 0));
-            if !busy && !was_busy {
+            if !self.check || (!busy && !was_busy) {
                 return (states, start.elapsed(), false);
             }
             if start.elapsed() >= self.wait {
@@ -140,6 +147,18 @@ impl Fleet {
             });
         }
         out
+    }
+
+    /// The slots of all workers together (llama-server `/slots` entries): the fleet's
+    /// pool of requests that run at once. `None` when no worker lists its slots.
+    pub async fn slots(&self) -> Option<u64> {
+        let mut total = None;
+        for (_, h) in &self.workers {
+            if let Ok((200, Some(Value::Array(a)))) = h.get_probe("/slots", TIMEOUT).await {
+                *total.get_or_insert(0) += a.len() as u64;
+            }
+        }
+        total
     }
 
     /// The workers' family from their own answers: llama.cpp when a worker's `/props`
@@ -181,6 +200,24 @@ impl Fleet {
             (n, from)
         })
     }
+}
+
+/// How many requests of a wave each worker served: its generated tokens across the wave over
+/// the tokens each request generates (EOS is ignored, so every request generates the same).
+/// Workers whose counter cannot be read are left out.
+pub fn wave_spread(
+    urls: &[String],
+    before: &[WorkerState],
+    after: &[WorkerState],
+    per_request: u64,
+) -> std::collections::BTreeMap<String, u64> {
+    urls.iter()
+        .zip(before.iter().zip(after))
+        .filter_map(|(u, (b, a))| {
+            let rose = a.generated? - b.generated?;
+            Some((u.clone(), (rose / per_request.max(1) as f64).round() as u64))
+        })
+        .collect()
 }
 
 async fn read_worker(h: &Http) -> WorkerState {
@@ -342,6 +379,15 @@ mod tests {
         let after = [st(1, 100.0, 1), st(9, 82.0, 0)];
         let j = judge(&urls(), &before, &after, 1, Some(32));
         assert!(j.foreign.iter().any(|f| f.contains("busy right after")));
+    }
+
+    #[test]
+    fn a_waves_requests_are_counted_per_worker() {
+        let before = [st(1, 100.0, 0), st(5, 50.0, 0)];
+        let after = [st(3, 132.0, 0), st(9, 114.0, 0)];
+        let s = wave_spread(&urls(), &before, &after, 32);
+        assert_eq!(s.get("http://w1"), Some(&1));
+        assert_eq!(s.get("http://w2"), Some(&2));
     }
 
     #[test]

@@ -128,7 +128,9 @@ async fn after_fleet(
     (before, flush, waited, expired): FleetBefore,
     requests: u64,
 ) {
-    s.idle_wait_ms = Some(waited.as_secs_f64() * 1000.0);
+    if fleet.check {
+        s.idle_wait_ms = Some(waited.as_secs_f64() * 1000.0);
+    }
     let after = fleet.read().await;
     let generated = match &s.two_point {
         Some(t) => Some(t.a_tokens + t.b_tokens),
@@ -143,7 +145,7 @@ async fn after_fleet(
         s.flags.push(Flag::IdleWaitExpired);
     }
     // A failed request enters no summary; its counters prove nothing about others' work.
-    if s.status == crate::record::Status::Ok && !j.foreign.is_empty() {
+    if fleet.check && s.status == crate::record::Status::Ok && !j.foreign.is_empty() {
         if !s.has(&Flag::ForeignLoad) {
             s.flags.push(Flag::ForeignLoad);
         }
@@ -157,6 +159,7 @@ async fn after_fleet(
         served_by: j.served_by,
         how: j.how,
         flush,
+        wave_spread: Default::default(),
     });
 }
 

@@ -722,6 +722,14 @@ async fn metrics_scraper(
             let h = Http::new(u, key, None).map_err(UsageError::Invalid)?;
             Some(Scraper::new(h, ""))
         }
+        // A router forwards /metrics to one worker of its choosing: deltas across a sample
+        // would be some worker's, not the one that served it (give --metrics-url to insist).
+        None if profile.metrics && profile.router.is_some() => {
+            let note = "/metrics through the router is one worker's (the router picks which): not scraped around samples; the workers' own counters are read per worker instead (--metrics-url to scrape one anyway)";
+            observer.note(note, false);
+            profile.notes.push(note.to_owned());
+            None
+        }
         None if profile.metrics => Some(Scraper::new(http.clone(), "/metrics")),
         None => None,
     };
@@ -834,6 +842,8 @@ async fn fleet_checks(
         false => "not checked (--idle-check off); the worker that served each sample is still recorded".to_owned(),
     };
     observer.info(&format!("idle check: {description}"));
+    let mut fleet = fleet;
+    fleet.check = plan.idle_check;
     settings.fleet = Some(fleet);
     settings.fleet_flush = flush;
     crate::idle::Discovered {
@@ -885,6 +895,13 @@ async fn open_fleet(
     r.meaning = crate::client::router::meaning(r, reachable, &family);
     if reachable == 0 {
         return Ok(None);
+    }
+    // The capacity map's pool: every worker's slots, not the one /props through the router shows.
+    if let Some(n) = fleet.slots().await {
+        profile.total_slots = Some(n);
+        profile.notes.push(format!(
+            "slots: {n}, the sum of the {reachable} worker(s)' own /slots (the capacity map predicts the fleet's knee from it)"
+        ));
     }
     if profile.max_context.is_none() {
         if let Some((n, from)) = fleet.max_context().await {

@@ -89,7 +89,27 @@ pub fn fleet_warning(server: &ServerInfo, samples: &[Sample]) -> Option<Warning>
     let mut unknown = 0;
     let mut why = None;
     let mut read = 0;
-    for x in samples.iter().filter(|x| x.fleet.is_some()) {
+    // Waves: requests per worker, summed over each concurrency level's waves (every sample
+    // of a wave carries the wave's spread: it is counted once, from the wave's first).
+    let mut waves: std::collections::BTreeMap<u32, std::collections::BTreeMap<String, u64>> =
+        Default::default();
+    let mut seen = std::collections::BTreeSet::new();
+    for x in samples {
+        let Some(f) = x.fleet.as_ref().filter(|f| !f.wave_spread.is_empty()) else {
+            continue;
+        };
+        let c = x.concurrency.unwrap_or(1);
+        if seen.insert((x.context_tokens, c, x.rep, x.wave)) {
+            let level = waves.entry(c).or_default();
+            for (w, n) in &f.wave_spread {
+                *level.entry(w.clone()).or_default() += n;
+            }
+        }
+    }
+    for x in samples
+        .iter()
+        .filter(|x| x.fleet.as_ref().is_some_and(|f| f.wave_spread.is_empty()))
+    {
         read += 1;
         let f = x
             .fleet
@@ -108,6 +128,7 @@ pub fn fleet_warning(server: &ServerInfo, samples: &[Sample]) -> Option<Warning>
         }
     }
     let message = match read {
+        0 if !waves.is_empty() => format!("behind {}", r.kind),
         0 => format!(
             "behind {} ({} worker(s)): which worker served each sample is unknown, and idle and flush were not checked per worker (give each worker with --worker URL)",
             r.kind,
@@ -128,6 +149,20 @@ pub fn fleet_warning(server: &ServerInfo, samples: &[Sample]) -> Option<Warning>
                 spread.join(", ")
             )
         }
+    };
+    let waves: Vec<String> = waves
+        .iter()
+        .map(|(c, per)| {
+            let per: Vec<String> = per.iter().map(|(w, n)| format!("{w} {n}")).collect();
+            format!("concurrency {c}: {}", per.join(", "))
+        })
+        .collect();
+    let message = match waves.is_empty() {
+        true => message,
+        false => format!(
+            "{message}; the waves' requests per worker: {}",
+            waves.join("; ")
+        ),
     };
     Some(warn("router", message))
 }
