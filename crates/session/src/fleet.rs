@@ -39,6 +39,18 @@ pub struct WorkerState {
     pub busy: Option<Reading>,
     /// Tokens it has generated so far (`llamacpp:tokens_predicted_total`).
     pub generated: Option<f64>,
+    /// Requests processing or waiting for a slot (`llamacpp:requests_processing` +
+    /// `llamacpp:requests_deferred`): a request queued behind a finished one shows here
+    /// before any slot takes it.
+    pub queued: Option<u64>,
+}
+
+impl WorkerState {
+    /// Requests the worker is running or holding, by whichever reading says more.
+    fn active(&self) -> u64 {
+        let slots = self.busy.as_ref().map_or(0, |r| r.active);
+        slots.max(self.queued.unwrap_or(0))
+    }
 }
 
 /// What the workers' states around a sample say.
@@ -109,9 +121,7 @@ impl Fleet {
         let mut was_busy = false;
         loop {
             let states = self.read().await;
-            let busy = states
-                .iter()
-                .any(|s| s.busy.as_ref().is_some_and(|r| r.active > 0));
+            let busy = states.iter().any(|s| s.active() > 0);
             if !self.check || (!busy && !was_busy) {
                 return (states, start.elapsed(), false);
             }
@@ -225,13 +235,24 @@ async fn read_worker(h: &Http) -> WorkerState {
         Ok((200, Some(v))) => crate::client::llamacpp::parse_slots(&v),
         _ => None,
     };
-    let generated = match h.get_text("/metrics", TIMEOUT).await {
-        Ok(t) => crate::metrics::parse(&t)
-            .ok()
-            .and_then(|s| s.counters.get(GENERATED).copied()),
+    let snap = match h.get_text("/metrics", TIMEOUT).await {
+        Ok(t) => crate::metrics::parse(&t).ok(),
         Err(_) => None,
     };
-    WorkerState { busy, generated }
+    let generated = snap
+        .as_ref()
+        .and_then(|s| s.counters.get(GENERATED).copied());
+    let queued = snap.as_ref().and_then(|s| {
+        crate::client::busy::gauge_sum(
+            s,
+            &["llamacpp:requests_processing", "llamacpp:requests_deferred"],
+        )
+    });
+    WorkerState {
+        busy,
+        generated,
+        queued,
+    }
 }
 
 /// Which worker served a sample that sent `requests` request(s) and generated `generated`
@@ -267,10 +288,10 @@ pub fn judge(
             unreadable.push(u.clone());
             continue;
         }
-        if let Some(r) = a.busy.as_ref().filter(|r| r.active > 0) {
+        if a.active() > 0 {
             j.foreign.push(format!(
-                "worker {u} was busy right after the sample ({} slot(s) processing)",
-                r.active
+                "worker {u} was busy right after the sample ({} request(s) processing or waiting for a slot)",
+                a.active()
             ));
         }
         if took.unwrap_or(0) > 0 || rose.unwrap_or(0.0) > 0.5 {
@@ -347,6 +368,7 @@ mod tests {
                 tasks: BTreeMap::from([(0, task)]),
             }),
             generated: Some(generated),
+            queued: None,
         }
     }
 
@@ -379,6 +401,11 @@ mod tests {
         let after = [st(1, 100.0, 1), st(9, 82.0, 0)];
         let j = judge(&urls(), &before, &after, 1, Some(32));
         assert!(j.foreign.iter().any(|f| f.contains("busy right after")));
+        // Queued behind the sample on its own worker: no slot runs it yet, the gauges say so.
+        let mut queued = st(9, 82.0, 0);
+        queued.queued = Some(1);
+        let j = judge(&urls(), &before, &[st(1, 100.0, 0), queued], 1, Some(32));
+        assert!(j.foreign.iter().any(|f| f.contains("waiting for a slot")));
     }
 
     #[test]
