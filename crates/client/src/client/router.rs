@@ -55,7 +55,35 @@ pub async fn detect(s: &Server<'_>) -> Result<Option<RouterInfo>, ClientError> {
             workers,
         )));
     }
+    // No list: two reads of /metrics in a row whose counters go backwards came from two
+    // servers (a router forwarding to different workers); one server's never decrease.
+    let read = || async {
+        s.text("/metrics")
+            .await
+            .ok()
+            .and_then(|t| crate::metrics::parse(&t).ok())
+    };
+    if let (Some(a), Some(b)) = (read().await, read().await) {
+        if let Some(why) = counters_disagree(&a, &b) {
+            return Ok(Some(router("router", why, Vec::new())));
+        }
+    }
     Ok(None)
+}
+
+/// Evidence that two scrapes came from different servers: a counter that went backwards.
+pub fn counters_disagree(
+    first: &crate::metrics::Snapshot,
+    second: &crate::metrics::Snapshot,
+) -> Option<String> {
+    first.counters.iter().find_map(|(k, a)| {
+        let b = second.counters.get(k)?;
+        (b < a).then(|| {
+            format!(
+                "two reads of /metrics in a row disagree ({k} went from {a} to {b}): the answers are forwarded to different servers"
+            )
+        })
+    })
 }
 
 /// The worker URLs of a `/workers` answer (`{"workers": [{"url": …}, …]}`), in the order
@@ -189,6 +217,20 @@ mod tests {
         assert!(v[0].detail.contains("Cache flush failed"), "{v:?}");
         let v = judge_fanout_flush(200, "", &ws);
         assert!(v.iter().all(|w| w.ok));
+    }
+
+    #[test]
+    fn counters_that_go_backwards_are_two_servers() {
+        let page = |n: u64| {
+            crate::metrics::parse(&format!(
+                "# TYPE llamacpp:tokens_predicted_total counter\nllamacpp:tokens_predicted_total {n}\n"
+            ))
+            .unwrap()
+        };
+        assert!(counters_disagree(&page(70), &page(70)).is_none());
+        assert!(counters_disagree(&page(70), &page(90)).is_none());
+        let w = counters_disagree(&page(70), &page(16)).unwrap();
+        assert!(w.contains("from 70 to 16"), "{w}");
     }
 
     #[test]
