@@ -793,6 +793,18 @@ pub struct SweepArgs {
     #[arg(help_heading = "Cache defence", long, value_name = "URL|PATH|off")]
     pub metrics_url: Option<String>,
 
+    /// A worker behind the router at --url, read and flushed by ctxbench itself (repeatable).
+    ///
+    /// A worker behind the router at --url (its base URL), read and flushed by ctxbench
+    /// itself; repeat it for each worker. Workers the router lists itself (vllm-router's
+    /// /list_workers, sglang-router's /workers) are added without it. Behind a router, the
+    /// idle guard reads every worker's /slots and generated-token counter before and after
+    /// each sample, the flush erases each worker's slots, and each sample records the worker
+    /// that served it; work a worker did that the sample does not account for flags it
+    /// foreign_load. See docs/fleets.md.
+    #[arg(help_heading = "Cache defence", long, value_name = "URL")]
+    pub worker: Vec<String>,
+
     /// A server with the same model whose tokenizer ctxbench may use (for a gateway that hides its own).
     ///
     /// A server with the same model whose tokenizer endpoints ctxbench may use, for a

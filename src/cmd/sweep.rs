@@ -352,6 +352,31 @@ pub fn output_label(two_point: Option<(u32, u32)>, output_tokens: u32) -> String
     }
 }
 
+/// The probe's first line: one server, or a router with the workers it fronts (never a
+/// router named as the worker whose answers it forwards).
+fn server_line(p: &ServerProfile) -> String {
+    let version = p.server_version.as_deref().unwrap_or("");
+    match &p.router {
+        None => format!("{} {version} at {}", p.server_kind, p.url),
+        Some(r) => format!(
+            "{} at {} (a router: {}), fronting {} worker(s){}; workers: {}\nrouter: {}",
+            r.kind,
+            p.url,
+            r.evidence,
+            r.workers.len(),
+            match r.workers.is_empty() {
+                true => String::new(),
+                false => format!(" ({})", r.workers.join(", ")),
+            },
+            r.worker_family.clone().unwrap_or_else(|| format!(
+                "their family is not known (the answers the router forwards look like {} {version})",
+                p.server_kind
+            )),
+            r.meaning
+        ),
+    }
+}
+
 fn print_probe(p: &ServerProfile) {
     let yn = |b: Option<bool>| match b {
         Some(true) => "yes",
@@ -359,10 +384,8 @@ fn print_probe(p: &ServerProfile) {
         None => "unknown",
     };
     eprintln!(
-        "server: {} {} at {}\nbackend: {} ({})\nmax context: {}\nmodel: {}\ncapabilities: tokenize {}, token-id prompts {}, per-request cache bypass {}, /metrics {}{}",
-        p.server_kind,
-        p.server_version.as_deref().unwrap_or(""),
-        p.url,
+        "server: {}\nbackend: {} ({})\nmax context: {}\nmodel: {}\ncapabilities: tokenize {}, token-id prompts {}, per-request cache bypass {}, /metrics {}{}",
+        server_line(p),
         p.backend.as_str(),
         p.backend_reason,
         match (p.max_context, &p.max_context_source) {

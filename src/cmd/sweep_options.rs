@@ -83,6 +83,7 @@ pub fn plan(args: &SweepArgs) -> Result<SweepPlan, UsageError> {
         concurrency: o.concurrency,
         warm: o.warm,
         prompts: args.prompts,
+        workers: args.worker.clone(),
     })
 }
 

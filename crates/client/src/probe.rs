@@ -91,6 +91,11 @@ pub async fn probe(
         p.backend_reason = format!("--backend {} given", requested.as_str());
     }
     chosen.capabilities(&s, &mut p).await?;
+    p.router = crate::client::router::detect(&s).await?;
+    if let Some(r) = &mut p.router {
+        // Until the session reaches the workers, none is known to be readable.
+        r.meaning = crate::client::router::meaning(r, 0, &p.server_kind);
+    }
     Ok(p)
 }
 
@@ -399,6 +404,58 @@ mod tests {
         );
         let e = usage_error(run(&Canned::default(), BackendKind::Ollama));
         assert!(e.contains("no server family recognised"), "{e}");
+    }
+
+    #[test]
+    fn routers_are_recognised_with_their_workers() {
+        // Recorded: sglang-router 0.3.2 (its own /v1/models, /get_server_info, /workers).
+        let sg = Canned::default()
+            .get(
+                "/v1/models",
+                json!({"object":"list","data":[{"id":"unknown","object":"model","owned_by":"local"}]}),
+            )
+            .get(
+                "/get_server_info",
+                json!({"router_manager":true,"routers_count":1,"workers_count":2}),
+            )
+            .get(
+                "/workers",
+                json!({"workers":[{"url":"http://127.0.0.1:18312","model_id":"unknown","is_healthy":true,"load":0},{"url":"http://127.0.0.1:18311","model_id":"unknown","is_healthy":true,"load":0}],"total":2}),
+            );
+        let p = run(&sg, BackendKind::Auto).unwrap();
+        let r = p.router.as_ref().expect("a router");
+        assert_eq!(r.kind, "sglang-router");
+        assert!(r.evidence.contains("router_manager"), "{}", r.evidence);
+        assert_eq!(r.workers.len(), 2);
+        assert_eq!(p.backend, BackendKind::Openai, "not SGLang itself");
+        assert!(r.meaning.contains("--worker"), "{}", r.meaning);
+        // Recorded: vllm-router 0.1.17 forwarding /props to a llama-server worker.
+        let vr = llamacpp().get(
+            "/list_workers",
+            json!({"urls":["http://127.0.0.1:18311","http://127.0.0.1:18312"]}),
+        );
+        let p = run(&vr, BackendKind::Auto).unwrap();
+        let r = p.router.as_ref().expect("a router");
+        assert_eq!(r.kind, "vllm-router");
+        assert_eq!(
+            r.workers,
+            vec!["http://127.0.0.1:18311", "http://127.0.0.1:18312"]
+        );
+        assert_eq!(p.server_kind, "llama.cpp", "the workers' family");
+        // A worker list alone names a generic router; a single server has none.
+        let generic = llamacpp().get("/workers", json!({"workers":[{"url":"http://w1"}]}));
+        assert_eq!(
+            run(&generic, BackendKind::Auto)
+                .unwrap()
+                .router
+                .unwrap()
+                .kind,
+            "router"
+        );
+        assert!(run(&llamacpp(), BackendKind::Auto)
+            .unwrap()
+            .router
+            .is_none());
     }
 
     #[test]

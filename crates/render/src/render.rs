@@ -418,13 +418,22 @@ pub fn config_items(c: &RunConfig) -> Vec<(&'static str, String)> {
 
 /// The server software and version: `llama.cpp b1234`.
 pub fn server_name(s: &ServerInfo) -> String {
-    format!(
+    let name = format!(
         "{} {}",
         s.server_kind,
         s.server_version.as_deref().unwrap_or("")
     )
     .trim_end()
-    .to_owned()
+    .to_owned();
+    // Behind a router the forwarded answers are one worker's: the router is the server.
+    match &s.router {
+        Some(r) => format!(
+            "{} fronting {} worker(s) that answer like {name}",
+            r.kind,
+            r.workers.len()
+        ),
+        None => name,
+    }
 }
 
 /// The server's identity and capabilities as (name, value) rows, in words.
@@ -474,6 +483,23 @@ pub fn server_items(s: &ServerInfo) -> Vec<(&'static str, String)> {
                 .unwrap_or_else(|| "not available".to_owned()),
         ),
     ];
+    if let Some(r) = &s.router {
+        v.push(("router", format!("{} ({})", r.kind, r.evidence)));
+        v.push(("workers", r.workers.join(", ")));
+        v.push(("behind the router", r.meaning.clone()));
+        for (what, list) in [
+            ("router's fan-out flush", &r.fanout_flush),
+            ("ctxbench's flush of each worker", &r.worker_flush),
+        ] {
+            if !list.is_empty() {
+                let verdicts: Vec<String> = list
+                    .iter()
+                    .map(|w| format!("{}: {}", w.worker, w.detail))
+                    .collect();
+                v.push((what, verdicts.join("; ")));
+            }
+        }
+    }
     if let Some(c) = &s.flush_check {
         v.push(("flush before the sweep", c.clone()));
     }

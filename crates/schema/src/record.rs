@@ -673,6 +673,63 @@ pub struct ServerInfo {
     /// server's own count of them, or why they were refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_id_test: Option<String>,
+    /// The endpoint is a router or gateway in front of several workers (absent: one server,
+    /// or files from before this field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<RouterInfo>,
+}
+
+/// A router or gateway that fronts several workers, as the probe recognised it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct RouterInfo {
+    /// `vllm-router`, `sglang-router` or `router` (recognised only by a worker list).
+    pub kind: String,
+    /// What showed it is a router.
+    pub evidence: String,
+    /// The workers' base URLs: the router's own list, then `--worker` URLs it did not list.
+    pub workers: Vec<String>,
+    /// The workers' server family, as their own answers show it (`None`: not known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker_family: Option<String>,
+    /// What being behind a router means for each check, said once.
+    pub meaning: String,
+    /// The router's own fan-out `/flush_cache`, judged per worker (empty: not tried).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fanout_flush: Vec<WorkerFlush>,
+    /// ctxbench's own flush of each worker before the sweep (empty: not tried).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub worker_flush: Vec<WorkerFlush>,
+}
+
+/// One worker's verdict on a flush.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct WorkerFlush {
+    /// The worker's base URL.
+    pub worker: String,
+    /// The worker flushed.
+    pub ok: bool,
+    /// What it answered (tokens erased, or the error).
+    pub detail: String,
+}
+
+/// A sample measured through a router: which worker served it and what each worker's flush
+/// before it did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct FleetSample {
+    /// The worker that served the sample, when the workers' counters tell it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub served_by: Option<String>,
+    /// How `served_by` was told, or why it could not be.
+    pub how: String,
+    /// Each worker's flush before the sample (empty: none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub flush: Vec<WorkerFlush>,
+    /// A concurrency wave: how many of its requests each worker served (from the workers'
+    /// generated-token counters; the same on every sample of the wave; empty: not a wave).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub wave_spread: BTreeMap<String, u64>,
 }
 
 /// A tokenizer endpoint pair of a generic OpenAI-compatible server.
@@ -1034,6 +1091,9 @@ pub struct Sample {
     /// `spec_decode_num_drafts`), the denominator of the per-position rates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_drafts: Option<u64>,
+    /// Behind a router: the worker that served this sample and the workers' flushes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetSample>,
 }
 
 /// One request of a concurrent wave: times relative to the wave's start (`t0`, when all its

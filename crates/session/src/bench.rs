@@ -657,6 +657,8 @@ async fn measure_cold(
             return Some((s, None));
         }
         let before = protocol::before(ctx, (context, rep), true).await?;
+        // Stamped again once the idle wait and the flush are over: `at` is when it was sent.
+        let at = now();
         let result = send(ctx.backend, &req, ctx.interrupt).await?;
         let mut s = make_sample(&settings.target(context), context, rep, sent, at, result);
         protocol::after(settings, &mut s, before, 1).await;
@@ -771,6 +773,8 @@ pub(crate) mod tests {
             decode_samples: 0,
             needle: None,
             idle: None,
+            fleet: None,
+            fleet_flush: false,
         }
     }
 

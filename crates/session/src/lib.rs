@@ -14,6 +14,7 @@ pub mod bench;
 pub mod corpus;
 pub mod costmodel;
 pub mod design;
+pub mod fleet;
 pub mod idle;
 pub mod launch;
 pub mod needle;

@@ -120,6 +120,7 @@ fn blank_sample(target: &Target<'_>, context: u64, rep: u32, sent: u64, at: Stri
         corpus_offset: None,
         spec_accepted_per_position: None,
         spec_drafts: None,
+        fleet: None,
     }
 }
 

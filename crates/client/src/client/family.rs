@@ -224,6 +224,9 @@ pub struct ServerProfile {
     /// The model's size as the server states it (llama.cpp `/v1/models` `meta`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_facts: Option<crate::model::ModelFacts>,
+    /// A router or gateway in front of several workers (`None`: one server).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<crate::record::RouterInfo>,
     /// The family the server was recognised as (`None`: no detector matched).
     #[serde(skip)]
     pub detected: Option<BackendKind>,
@@ -262,6 +265,7 @@ impl ServerProfile {
             dropped_fields: Vec::new(),
             token_id_test: None,
             model_facts: None,
+            router: None,
             detected: None,
         }
     }
@@ -319,6 +323,7 @@ impl From<&ServerProfile> for crate::record::ServerInfo {
             // Recorded beside the server, in the header's `model_facts` (merged there
             // with `--model-config`).
             model_facts: _,
+            router,
             // Not serialized: the family recognised shows in `server_kind`.
             detected: _,
         } = p;
@@ -361,6 +366,7 @@ impl From<&ServerProfile> for crate::record::ServerInfo {
             notes: notes.clone(),
             dropped_fields: dropped_fields.clone(),
             token_id_test: token_id_test.clone(),
+            router: router.clone(),
         }
     }
 }
@@ -651,6 +657,7 @@ mod tests {
                 Some(40),
                 None,
             )),
+            router: None,
             detected: Some(BackendKind::Vllm),
         }
     }

@@ -10,6 +10,7 @@ pub mod llamacpp;
 pub mod ndjson;
 pub mod ollama;
 pub mod openai;
+pub mod router;
 pub mod scrape;
 pub mod sglang;
 pub mod slots;

@@ -98,6 +98,11 @@ pub struct BenchSettings {
     pub idle: Option<crate::idle::IdleCheck>,
     /// `--prompts K`: repetition `r` sends prompt `r mod K` (its corpus window).
     pub prompts: Option<u32>,
+    /// Behind a router: the workers read around, and flushed before, every sample (`None`:
+    /// one server, or no worker reachable).
+    pub fleet: Option<crate::fleet::Fleet>,
+    /// Flush each worker of `fleet` before every cold sample (not with `--flush never`).
+    pub fleet_flush: bool,
 }
 
 /// How the needle checks are made (see [`crate::needle`]).

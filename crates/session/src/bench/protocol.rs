@@ -36,7 +36,18 @@ pub struct Before {
     metrics: Option<metrics::Snapshot>,
     /// The flush's outcome (`None`: no flush asked for).
     flushed: Option<Result<String, ClientError>>,
+    /// Behind a router: the workers' states the sample starts from, and each worker's flush.
+    fleet: Option<FleetBefore>,
 }
+
+/// Behind a router: the workers' states a sample starts from, each worker's flush, how long
+/// the wait for all to be idle took and whether it ran out.
+type FleetBefore = (
+    Vec<crate::fleet::WorkerState>,
+    Vec<crate::record::WorkerFlush>,
+    Duration,
+    bool,
+);
 
 impl Before {
     /// The flush's outcome alone, for a request that ended before step 4 could run.
@@ -62,10 +73,25 @@ pub async fn before(
         true => flush(ctx.backend, settings).await,
         false => None,
     };
+    let fleet = match &settings.fleet {
+        Some(f) => {
+            let (states, waited, expired) = tokio::select! {
+                w = f.wait_idle() => w,
+                _ = ctx.interrupt.wait_for(|v| *v) => return None,
+            };
+            let flushed = match cold && settings.fleet_flush {
+                true => f.flush().await,
+                false => Vec::new(),
+            };
+            Some((states, flushed, waited, expired))
+        }
+        None => None,
+    };
     Some(Before {
         waited,
         metrics,
         flushed,
+        fleet,
     })
 }
 
@@ -89,6 +115,52 @@ pub async fn after(settings: &BenchSettings, s: &mut Sample, before: Before, req
     note_flush(s, before.flushed);
     finish_metrics(settings, Some(&mut *s), before.metrics.as_ref()).await;
     after_sample(settings.idle.as_ref(), s, before.waited, requests).await;
+    if let (Some(f), Some(b)) = (&settings.fleet, before.fleet) {
+        after_fleet(f, s, b, requests).await;
+    }
+}
+
+/// Behind a router: reads every worker again, records which one served the sample and each
+/// worker's flush, and flags work the sample does not account for (`foreign_load`).
+async fn after_fleet(
+    fleet: &crate::fleet::Fleet,
+    s: &mut Sample,
+    (before, flush, waited, expired): FleetBefore,
+    requests: u64,
+) {
+    if fleet.check {
+        s.idle_wait_ms = Some(waited.as_secs_f64() * 1000.0);
+    }
+    let after = fleet.read().await;
+    let generated = match &s.two_point {
+        Some(t) => Some(t.a_tokens + t.b_tokens),
+        None => s.output_tokens,
+    };
+    let mut j = crate::fleet::judge(&fleet.urls(), &before, &after, requests, generated);
+    if expired {
+        j.foreign.push(format!(
+            "a worker was still busy when --idle-wait {} s ran out",
+            fleet.wait.as_secs_f64()
+        ));
+        s.flags.push(Flag::IdleWaitExpired);
+    }
+    // A failed request enters no summary; its counters prove nothing about others' work.
+    if fleet.check && s.status == crate::record::Status::Ok && !j.foreign.is_empty() {
+        if !s.has(&Flag::ForeignLoad) {
+            s.flags.push(Flag::ForeignLoad);
+        }
+        let why = j.foreign.join("; ");
+        s.foreign_load = Some(match s.foreign_load.take() {
+            Some(w) => format!("{w}; {why}"),
+            None => why,
+        });
+    }
+    s.fleet = Some(crate::record::FleetSample {
+        served_by: j.served_by,
+        how: j.how,
+        flush,
+        wave_spread: Default::default(),
+    });
 }
 
 /// Writes one sample and counts it; returns why the sweep must stop, if it must.

@@ -406,6 +406,18 @@ pub(super) async fn measure_wave(
         true => flush(backend, settings).await,
         false => None,
     };
+    // Behind a router: every worker idle and flushed, its counters read, before the wave.
+    let fleet_before = match &settings.fleet {
+        Some(f) => {
+            let (states, _, _) = f.wait_idle().await;
+            let flushed = match settings.fleet_flush {
+                true => f.flush().await,
+                false => Vec::new(),
+            };
+            Some((states, flushed))
+        }
+        None => None,
+    };
     // /metrics around the wave: where a server that flags no request counts preemptions.
     let before = scrape(settings).await;
     let mut samples = release(
@@ -432,7 +444,52 @@ pub(super) async fn measure_wave(
         note_flush(s, flushed);
     }
     check_wave_idle(settings, &mut samples, waited, deltas.as_ref()).await;
+    if let (Some(f), Some(b)) = (&settings.fleet, fleet_before) {
+        fleet_wave(f, &mut samples, b, settings.output_tokens).await;
+    }
     Some(samples)
+}
+
+/// Behind a router: records how the wave's requests spread over the workers (on every sample
+/// of it) and each worker's flush (on the first); more requests served than the wave's
+/// completed ones is others' work, which flags every sample of it.
+async fn fleet_wave(
+    fleet: &crate::fleet::Fleet,
+    samples: &mut [Sample],
+    (before, flushed): (
+        Vec<crate::fleet::WorkerState>,
+        Vec<crate::record::WorkerFlush>,
+    ),
+    output_tokens: u32,
+) {
+    let after = fleet.read().await;
+    let spread =
+        crate::fleet::wave_spread(&fleet.urls(), &before, &after, u64::from(output_tokens));
+    let served: u64 = spread.values().sum();
+    let ok = samples.iter().filter(|s| s.status == Status::Ok).count() as u64;
+    let words: Vec<String> = spread.iter().map(|(w, n)| format!("{w} {n}")).collect();
+    let how = format!(
+        "wave of {}: requests per worker {}",
+        samples.len(),
+        words.join(", ")
+    );
+    for (i, s) in samples.iter_mut().enumerate() {
+        if fleet.check && served > ok && s.status == Status::Ok {
+            if !s.has(&crate::record::Flag::ForeignLoad) {
+                s.flags.push(crate::record::Flag::ForeignLoad);
+            }
+            s.foreign_load = Some(format!(
+                "the workers served {served} request(s) during a wave of {ok} completed: {}",
+                words.join(", ")
+            ));
+        }
+        s.fleet = Some(crate::record::FleetSample {
+            served_by: None,
+            how: how.clone(),
+            flush: if i == 0 { flushed.clone() } else { Vec::new() },
+            wave_spread: spread.clone(),
+        });
+    }
 }
 
 /// Prepares a wave's requests, stopping for an interrupt (`None`); a server gone away

@@ -124,6 +124,9 @@ pub struct SweepPlan {
     pub warm: Option<crate::warm::WarmConfig>,
     /// `--prompts K`: distinct prompts per context (see `RunConfig::prompts`).
     pub prompts: Option<u32>,
+    /// `--worker URL`: workers behind a router that ctxbench reads and flushes itself
+    /// (beside those the router lists).
+    pub workers: Vec<String>,
 }
 
 impl std::fmt::Debug for SweepPlan {
@@ -221,6 +224,8 @@ pub struct Session {
     /// What the probe (and the preparation) learned; recorded in the header.
     pub profile: ServerProfile,
     prepared: Option<Prepared>,
+    /// Behind a router: the workers ctxbench reads itself.
+    fleet: Option<crate::fleet::Fleet>,
 }
 
 /// What [`Session::prepare`] made.
@@ -275,11 +280,13 @@ impl Session {
         if let Some(u) = plan.tokenizer_url.as_deref() {
             adopt_tokenizer(&mut profile, u).await?;
         }
+        let fleet = open_fleet(&plan, &mut profile).await?;
         Ok(Session {
             plan,
             http,
             profile,
             prepared: None,
+            fleet,
         })
     }
 
@@ -324,7 +331,22 @@ impl Session {
         let mut settings = bench_settings(plan, &self.profile, run_id, length.tolerance_pct);
         settings.flush = flush.is_some();
         settings.metrics = metrics.clone();
-        let idle = idle_check(plan, &self.http, &self.profile, metrics.as_ref(), observer).await;
+        let idle = match self.profile.router.is_some() {
+            // Through a router, /slots and /metrics are one worker's: the fleet is read instead.
+            true => {
+                let fleet = self.fleet.as_ref();
+                fleet_checks(
+                    plan,
+                    &self.http,
+                    &mut self.profile,
+                    fleet,
+                    &mut settings,
+                    observer,
+                )
+                .await
+            }
+            false => idle_check(plan, &self.http, &self.profile, metrics.as_ref(), observer).await,
+        };
         settings.idle = idle.check;
         let corpus = Arc::new(corpus);
         let mut builder = PromptBuilder::new(Arc::clone(&corpus), plan.nonce);
@@ -700,6 +722,14 @@ async fn metrics_scraper(
             let h = Http::new(u, key, None).map_err(UsageError::Invalid)?;
             Some(Scraper::new(h, ""))
         }
+        // A router forwards /metrics to one worker of its choosing: deltas across a sample
+        // would be some worker's, not the one that served it (give --metrics-url to insist).
+        None if profile.metrics && profile.router.is_some() => {
+            let note = "/metrics through the router is one worker's (the router picks which): not scraped around samples; the workers' own counters are read per worker instead (--metrics-url to scrape one anyway)";
+            observer.note(note, false);
+            profile.notes.push(note.to_owned());
+            None
+        }
         None if profile.metrics => Some(Scraper::new(http.clone(), "/metrics")),
         None => None,
     };
@@ -762,6 +792,155 @@ async fn idle_check(
     found
 }
 
+/// Behind a router: judges the router's own fan-out flush per worker, flushes each
+/// reachable worker once and puts the fleet in the loop's settings; the description is the
+/// header's idle-check line.
+async fn fleet_checks(
+    plan: &SweepPlan,
+    http: &Http,
+    profile: &mut ServerProfile,
+    fleet: Option<&crate::fleet::Fleet>,
+    settings: &mut BenchSettings,
+    observer: &mut dyn Observer,
+) -> crate::idle::Discovered {
+    let flush = plan.flush != FlushChoice::Never && !plan.dry_run;
+    let urls = fleet.map(|f| f.urls()).unwrap_or_default();
+    if let Some(r) = profile.router.as_mut() {
+        if flush {
+            r.fanout_flush = fanout_flush(http, &urls, &r.workers).await;
+            for w in &r.fanout_flush {
+                observer.info(&format!("router flush: {}: {}", w.worker, w.detail));
+            }
+        }
+    }
+    let Some(fleet) = fleet.cloned() else {
+        let description = "not checked: behind a router whose workers ctxbench cannot reach (give each with --worker URL), the idle state cannot be read; samples may include other clients' work".to_owned();
+        observer.note(&description, true);
+        return crate::idle::Discovered {
+            check: None,
+            description,
+        };
+    };
+    if flush {
+        let verdicts = fleet.flush().await;
+        for w in &verdicts {
+            let verdict = if w.ok { "flushed" } else { "failed" };
+            observer.info(&format!(
+                "worker flush: {} {verdict}: {}",
+                w.worker, w.detail
+            ));
+        }
+        if let Some(r) = profile.router.as_mut() {
+            r.worker_flush = verdicts;
+        }
+    }
+    let description = match plan.idle_check {
+        true => format!(
+            "per worker: GET /slots and llamacpp:tokens_predicted_total (/metrics) of each of {} worker(s) ({}), read before each sample (waiting up to {} s for all to be idle) and after it; the worker that served each sample is recorded",
+            urls.len(),
+            urls.join(", "),
+            fleet.wait.as_secs_f64()
+        ),
+        false => "not checked (--idle-check off); the worker that served each sample is still recorded".to_owned(),
+    };
+    observer.info(&format!("idle check: {description}"));
+    let mut fleet = fleet;
+    fleet.check = plan.idle_check;
+    settings.fleet = Some(fleet);
+    settings.fleet_flush = flush;
+    crate::idle::Discovered {
+        check: None,
+        description,
+    }
+}
+
+/// The workers behind a router (its own list, then `--worker`), kept if they answer; a
+/// router that gives no context length gets the workers' least. `--worker` without a
+/// recognised router marks the endpoint a router all the same: the user says it is one.
+async fn open_fleet(
+    plan: &SweepPlan,
+    profile: &mut ServerProfile,
+) -> Result<Option<crate::fleet::Fleet>, SessionError> {
+    if profile.router.is_none() && !plan.workers.is_empty() {
+        profile.router = Some(crate::record::RouterInfo {
+            kind: "router".to_owned(),
+            evidence: "--worker given".to_owned(),
+            ..Default::default()
+        });
+    }
+    let Some(r) = profile.router.as_mut() else {
+        return Ok(None);
+    };
+    for w in &plan.workers {
+        let w = w.trim_end_matches('/').to_owned();
+        if !r.workers.contains(&w) {
+            r.workers.push(w);
+        }
+    }
+    let mut fleet = crate::fleet::Fleet::new(&r.workers, plan.api_key.clone(), plan.idle_wait)
+        .map_err(UsageError::Invalid)?;
+    let dropped = fleet.keep_readable().await;
+    if !dropped.is_empty() {
+        profile.notes.push(format!(
+            "worker(s) {} answer neither /slots nor /metrics: not read or flushed per worker",
+            dropped.join(", ")
+        ));
+    }
+    let reachable = fleet.urls().len();
+    r.worker_family = fleet.family().await;
+    let family = r.worker_family.clone().unwrap_or_else(|| {
+        format!(
+            "{} (the answers the router forwards; the workers' own are unread)",
+            profile.server_kind
+        )
+    });
+    r.meaning = crate::client::router::meaning(r, reachable, &family);
+    if reachable == 0 {
+        return Ok(None);
+    }
+    // The capacity map's pool: every worker's slots, not the one /props through the router shows.
+    if let Some(n) = fleet.slots().await {
+        profile.total_slots = Some(n);
+        profile.notes.push(format!(
+            "slots: {n}, the sum of the {reachable} worker(s)' own /slots (the capacity map predicts the fleet's knee from it)"
+        ));
+    }
+    if profile.max_context.is_none() {
+        if let Some((n, from)) = fleet.max_context().await {
+            profile.max_context = Some(n);
+            profile.max_context_source = Some(from);
+        }
+    }
+    Ok(Some(fleet))
+}
+
+/// The router's own `POST /flush_cache`, which it fans out to every worker, judged per
+/// worker (`workers`: the reachable ones, else the router's list).
+async fn fanout_flush(
+    http: &Http,
+    reachable: &[String],
+    listed: &[String],
+) -> Vec<crate::record::WorkerFlush> {
+    let workers = if reachable.is_empty() {
+        listed
+    } else {
+        reachable
+    };
+    let (status, body) = match http
+        .request(reqwest::Method::POST, "/flush_cache")
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+    {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            (status, r.text().await.unwrap_or_default())
+        }
+        Err(e) => (0, e.to_string()),
+    };
+    crate::client::router::judge_fanout_flush(status, &body, workers)
+}
+
 /// The measuring loop's settings; flush, metrics and the nonce's end are set once known.
 fn bench_settings(
     plan: &SweepPlan,
@@ -795,6 +974,8 @@ fn bench_settings(
             }),
         nonce_end: None,
         idle: None,
+        fleet: None,
+        fleet_flush: false,
         prompts: plan.prompts,
     }
 }

@@ -46,6 +46,7 @@ pub fn summarize(samples: &[Sample]) -> Summary {
 pub fn report_warnings(server: &ServerInfo, samples: &[Sample]) -> Vec<Warning> {
     let s = summarize(samples);
     let mut w = Vec::new();
+    w.extend(fleet_warning(server, samples));
     if s.waited > 0 || s.foreign > 0 {
         w.push(warn(
             "shared_server",
@@ -78,4 +79,90 @@ pub fn report_warnings(server: &ServerInfo, samples: &[Sample]) -> Vec<Warning> 
         ));
     }
     w
+}
+
+/// Behind a router: how the samples spread over the workers that served them, and how many
+/// the serving worker of could not be told (with why), or that none could be read.
+pub fn fleet_warning(server: &ServerInfo, samples: &[Sample]) -> Option<Warning> {
+    let r = server.router.as_ref()?;
+    let mut per: Vec<(String, usize)> = r.workers.iter().map(|u| (u.clone(), 0)).collect();
+    let mut unknown = 0;
+    let mut why = None;
+    let mut read = 0;
+    // Waves: requests per worker, summed over each concurrency level's waves (every sample
+    // of a wave carries the wave's spread: it is counted once, from the wave's first).
+    let mut waves: std::collections::BTreeMap<u32, std::collections::BTreeMap<String, u64>> =
+        Default::default();
+    let mut seen = std::collections::BTreeSet::new();
+    for x in samples {
+        let Some(f) = x.fleet.as_ref().filter(|f| !f.wave_spread.is_empty()) else {
+            continue;
+        };
+        let c = x.concurrency.unwrap_or(1);
+        if seen.insert((x.context_tokens, c, x.rep, x.wave)) {
+            let level = waves.entry(c).or_default();
+            for (w, n) in &f.wave_spread {
+                *level.entry(w.clone()).or_default() += n;
+            }
+        }
+    }
+    for x in samples
+        .iter()
+        .filter(|x| x.fleet.as_ref().is_some_and(|f| f.wave_spread.is_empty()))
+    {
+        read += 1;
+        let f = x
+            .fleet
+            .as_ref()
+            .map(|f| (f.served_by.clone(), f.how.clone()));
+        match f {
+            Some((Some(u), _)) => match per.iter_mut().find(|(w, _)| *w == u) {
+                Some((_, n)) => *n += 1,
+                None => per.push((u, 1)),
+            },
+            Some((None, how)) => {
+                unknown += 1;
+                why.get_or_insert(how);
+            }
+            None => {}
+        }
+    }
+    let message = match read {
+        0 if !waves.is_empty() => format!("behind {}", r.kind),
+        0 => format!(
+            "behind {} ({} worker(s)): which worker served each sample is unknown, and idle and flush were not checked per worker (give each worker with --worker URL)",
+            r.kind,
+            r.workers.len()
+        ),
+        _ => {
+            let spread: Vec<String> = per.iter().map(|(u, n)| format!("{u} {n}")).collect();
+            let unknown = match unknown {
+                0 => String::new(),
+                n => format!(
+                    "; {n} sample(s) with the serving worker unknown ({})",
+                    why.unwrap_or_default()
+                ),
+            };
+            format!(
+                "behind {}: samples served per worker: {}{unknown}; each sample is judged against its worker, and work on any worker it does not account for flags it foreign_load",
+                r.kind,
+                spread.join(", ")
+            )
+        }
+    };
+    let waves: Vec<String> = waves
+        .iter()
+        .map(|(c, per)| {
+            let per: Vec<String> = per.iter().map(|(w, n)| format!("{w} {n}")).collect();
+            format!("concurrency {c}: {}", per.join(", "))
+        })
+        .collect();
+    let message = match waves.is_empty() {
+        true => message,
+        false => format!(
+            "{message}; the waves' requests per worker: {}",
+            waves.join("; ")
+        ),
+    };
+    Some(warn("router", message))
 }
