@@ -6,17 +6,21 @@
 
 use serde::Serialize;
 
-use crate::record::{IntervalBasis, Phase, Results, Sample};
+use crate::record::{IntervalBasis, Phase, Prediction, Results, Sample, StopReason};
+use crate::stats::fit::{self, Model};
 use crate::stats::noise::{self, LogSpread};
 use crate::stats::precision::{self, Length};
+use crate::stats::predicted::{self, Measured};
 
 /// How a figure was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Obtained {
-    /// Measured at this length: its samples' median. (The design measures every requested
-    /// length; predicting a length from the fit instead is not built.)
+    /// Measured at this length: its samples' median.
     Measured,
+    /// Predicted from the fits of the measured lengths (no samples here): its interval adds
+    /// the fits' model error to the noise (`prediction`).
+    Predicted,
 }
 
 /// One figure: the median of a length's usable samples and its 95% interval.
@@ -77,6 +81,10 @@ pub struct DesignPoint {
     /// Why the design stopped here, from the `point` line.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
+    /// A predicted length: the lengths it was predicted from, the model error and where it
+    /// was checked (recomputed from the measured lengths of the file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<Prediction>,
 }
 
 /// The designed run's account.
@@ -185,23 +193,39 @@ pub fn build(results: &Results) -> Option<DesignReport> {
             },
             regime_change: j.regime.clone(),
             why: stop.map(|d| d.why.clone()),
+            prediction: None,
         });
     }
+    let predicted = predicted_points(results, &points, target);
     let (model_ttft, model_decode) = precision::run_model(&lengths);
     let fixed_reps = spreads
         .iter()
         .map(|s| s.and_then(|sd| noise::own_reps_needed(target, sd, FIXED_CAP)))
         .collect::<Option<Vec<u32>>>()
         .and_then(|v| v.into_iter().max());
+    let per_sample: Vec<(u64, f64)> = contexts
+        .iter()
+        .map(|&c| {
+            let k = cold.iter().filter(|s| s.context_tokens == c).count().max(1);
+            (c, spent(c) / k as f64)
+        })
+        .collect();
+    // A fixed sweep measures the predicted lengths too: their sample time from a quadratic
+    // fit of the measured lengths' (what the cost model would predict).
+    let cost_fit = fit::fit(Model::Quadratic, &per_sample);
     let fixed_server_s = fixed_reps.map(|n| {
-        contexts
+        let predicted_s: f64 = predicted
             .iter()
-            .map(|&c| {
-                let k = cold.iter().filter(|s| s.context_tokens == c).count().max(1);
-                f64::from(n) * spent(c) / k as f64
+            .filter_map(|p| {
+                cost_fit
+                    .as_ref()
+                    .map(|f| f.predict(p.context_tokens as f64))
             })
-            .sum::<f64>()
+            .sum();
+        f64::from(n) * (per_sample.iter().map(|x| x.1).sum::<f64>() + predicted_s)
     });
+    points.extend(predicted);
+    points.sort_by_key(|p| p.context_tokens);
     let all_within_target = points.iter().all(|p| {
         [p.ttft_ms, p.decode_tokens_per_s]
             .iter()
@@ -218,6 +242,64 @@ pub fn build(results: &Results) -> Option<DesignReport> {
         fixed_server_s,
         ratio: fixed_server_s.filter(|f| *f > 0.0).map(|f| server_s / f),
     })
+}
+
+/// The lengths the run predicted instead of measuring (their `point` lines say
+/// `predicted` and they have no cold samples), each predicted again from every measured
+/// length of the file (the `point` line's own prediction when that fails).
+fn predicted_points(results: &Results, measured: &[DesignPoint], target: f64) -> Vec<DesignPoint> {
+    let m: Vec<Measured> = measured
+        .iter()
+        .filter_map(|p| {
+            let (t, d) = (p.ttft_ms?, p.decode_tokens_per_s?);
+            Some(Measured {
+                context: p.context_tokens,
+                ttft_ms: t.median,
+                ttft_half_width: t.half_width,
+                decode_tokens_per_s: d.median,
+                decode_half_width: d.half_width,
+            })
+        })
+        .collect();
+    let mut out: Vec<DesignPoint> = Vec::new();
+    for line in results.points.iter().rev() {
+        let c = line.context_tokens;
+        let done = measured
+            .iter()
+            .chain(out.iter())
+            .any(|p| p.context_tokens == c);
+        if line.stop_reason != StopReason::Predicted || done {
+            continue;
+        }
+        let recorded = line
+            .design
+            .as_ref()
+            .and_then(|d| d.predicted.as_deref().cloned());
+        let Some(pr) = predicted::predict(&m, c).or(recorded) else {
+            continue;
+        };
+        let prefill = c as f64 / (pr.ttft_ms / 1000.0);
+        out.push(DesignPoint {
+            context_tokens: c,
+            obtained: Obtained::Predicted,
+            n: 0,
+            samples: 0,
+            basis: IntervalBasis::Fit,
+            ttft_ms: Some(Figure::new(pr.ttft_ms, pr.ttft_half_width, target)),
+            prefill_tokens_per_s: Some(Figure::new(prefill, pr.ttft_half_width, target)),
+            decode_tokens_per_s: Some(Figure::new(
+                pr.decode_tokens_per_s,
+                pr.decode_half_width,
+                target,
+            )),
+            server_s: 0.0,
+            share: 0.0,
+            regime_change: None,
+            why: line.design.as_ref().map(|d| d.why.clone()),
+            prediction: Some(pr),
+        });
+    }
+    out
 }
 
 /// The relative spread a length has under the model it was judged with (the larger of
@@ -311,5 +393,49 @@ mod tests {
         assert!(!d.all_within_target);
         // The fixed sweep is sized by its noisiest length.
         assert!(d.fixed_reps.unwrap() > 10, "{d:?}");
+    }
+
+    #[test]
+    fn a_predicted_length_is_marked_with_its_sources_and_interval_from_the_file_alone() {
+        let mut r = designed(
+            [
+                samples(1024, 10, 0.01, 0.1),
+                samples(2048, 6, 0.01, 0.3),
+                samples(4096, 4, 0.01, 1.0),
+                samples(32768, 2, 0.01, 40.0),
+            ]
+            .concat(),
+        );
+        // The samples' TTFT is L/10 ms (a straight line, on the quadratic model); decode 100.
+        r.points.push(crate::record::PointRecord {
+            run_id: r.header.run_id.clone(),
+            context_tokens: 16384,
+            reps: 0,
+            usable: 0,
+            stop_reason: StopReason::Predicted,
+            ttft_ci_rel: Some(0.02),
+            decode_ci_rel: Some(0.02),
+            concurrency: None,
+            design: None,
+        });
+        let d = build(&r).unwrap();
+        let contexts: Vec<u64> = d.points.iter().map(|p| p.context_tokens).collect();
+        assert_eq!(contexts, [1024, 2048, 4096, 16384, 32768]);
+        let p = &d.points[3];
+        assert_eq!((p.obtained, p.n, p.samples), (Obtained::Predicted, 0, 0));
+        assert_eq!(p.basis, IntervalBasis::Fit);
+        let t = p.ttft_ms.unwrap();
+        assert!((t.median / 1638.4 - 1.0).abs() < 0.03, "{p:?}");
+        assert!(t.within_target && t.low < t.median && t.median < t.high);
+        let pr = p.prediction.as_ref().unwrap();
+        assert_eq!(pr.from_contexts, [1024, 2048, 4096, 32768]);
+        assert_eq!(pr.checked_at, [2048, 4096]);
+        // The fixed sweep would have measured 16k too: its estimate includes it.
+        let per_length: f64 = [0.1, 0.3, 1.0, 40.0].iter().sum();
+        let n = f64::from(d.fixed_reps.unwrap());
+        assert!(d.fixed_server_s.unwrap() > n * per_length * 1.1, "{d:?}");
+        let json = serde_json::to_value(&d).unwrap();
+        assert_eq!(json["points"][3]["obtained"], "predicted");
+        assert_eq!(json["points"][3]["basis"], "fit");
     }
 }
