@@ -109,6 +109,19 @@ fn pct(w: Option<f64>) -> String {
     })
 }
 
+/// The precision each variant of a campaign (`--server-cmd` with `-L`/`-F`) is designed
+/// for, so that the comparison is known to ±`p`: a ratio B/A's log half-width is the two
+/// medians' in quadrature, so two variants each within ±p/√2 give a ratio within about ±p.
+/// A single variant is designed for `p` itself. The run stays the unit: each run is designed
+/// on its own, for this precision.
+pub fn variant_precision(p: f64, variants: usize) -> f64 {
+    if variants >= 2 {
+        p / std::f64::consts::SQRT_2
+    } else {
+        p
+    }
+}
+
 /// Whether `contexts[i]` may be predicted instead of measured: longer than a quarter of the
 /// longest length, and not the longest.
 fn may_predict(contexts: &[u64], i: usize) -> bool {
@@ -412,6 +425,32 @@ mod tests {
             point_budget_s: None,
             run_budget_s: None,
         }
+    }
+
+    #[test]
+    fn a_campaigns_variants_are_designed_for_the_comparisons_precision() {
+        let each = variant_precision(0.05, 2);
+        assert!((each - 0.05 / 2f64.sqrt()).abs() < 1e-12);
+        // Two medians each within ±p/√2 (log scale): their ratio within ±p.
+        let ratio = ((1.0 + each).ln().hypot((1.0 + each).ln())).exp_m1();
+        assert!((ratio - 0.05).abs() < 0.002, "{ratio}");
+        assert_eq!(variant_precision(0.05, 1), 0.05);
+        assert_eq!(variant_precision(0.05, 5), each);
+    }
+
+    #[test]
+    fn the_order_measures_the_cheap_lengths_then_the_longest_then_the_ones_between() {
+        let c = [1024, 2048, 4096, 8192, 16384, 32768];
+        let o: Vec<u64> = order(&c).into_iter().map(|i| c[i]).collect();
+        assert_eq!(o, [1024, 2048, 4096, 8192, 32768, 16384]);
+        // Unsorted input: the same lengths, the same order.
+        let c = [16384, 1024, 4096];
+        let o: Vec<u64> = order(&c).into_iter().map(|i| c[i]).collect();
+        assert_eq!(o, [1024, 4096, 16384]);
+        let c = [2048, 1024, 8192, 4096];
+        let o: Vec<u64> = order(&c).into_iter().map(|i| c[i]).collect();
+        assert_eq!(o, [1024, 2048, 8192, 4096]);
+        assert!(order(&[]).is_empty());
     }
 
     #[test]
