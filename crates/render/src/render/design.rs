@@ -98,6 +98,12 @@ pub fn notes(d: &DesignReport) -> Vec<String> {
             t.df.min(dc.df),
             t.points
         ));
+        if t.slope < 0.0 || dc.slope < 0.0 {
+            v.push(format!(
+                "the relative spread falls with length here (σ ∝ L^{:.2} for TTFT, L^{:.2} for the decode rate, the smallest fall the data establish, held beyond the longest length it was fitted on): the spreads above are at the longest length",
+                t.slope, dc.slope
+            ));
+        }
     }
     v.push(match (d.fixed_reps, d.fixed_server_s, d.ratio) {
         (Some(n), Some(f), Some(r)) => format!(

@@ -907,6 +907,24 @@ async fn a_server_that_changes_regime_between_the_measured_lengths_is_measured_n
 }
 
 #[tokio::test(start_paused = true)]
+async fn with_noise_falling_with_length_the_long_lengths_are_not_judged_by_the_cheap_ones_noise() {
+    // Additive jitter: 8% at 1k, 4% at 2k, … 1% from 8k on (a few ms on a short TTFT).
+    let fake = noisy_server(|len| (0.08 * 1024.0 / len as f64).max(0.01));
+    let o = run_loop(&fake, &LADDER, &[], &designed(0.05, None), None).await;
+    let p32 = o
+        .points()
+        .into_iter()
+        .find(|p| p.context_tokens == 32768)
+        .unwrap();
+    let d = p32.design.as_ref().unwrap();
+    // Judged with the spread the trend gives at the longest fitted length, far under the
+    // cheap lengths' pooled 4–8%: the floor is enough.
+    assert!(d.model_ttft_sd.unwrap() < 0.03, "{d:?}");
+    assert_eq!(p32.reps, crate::design::FLOOR, "{p32:?}");
+    assert_eq!(p32.stop_reason, StopReason::PrecisionReached, "{p32:?}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_noisier_largest_length_is_measured_more_and_its_point_line_says_why() {
     let fake = noisy_server(|len| if len >= 32000 { 0.12 } else { 0.02 });
     let o = run_loop(&fake, &LADDER, &[], &designed(0.05, None), None).await;
