@@ -118,6 +118,23 @@ pub fn notes(d: &DesignReport) -> Vec<String> {
             d.server_s
         ),
     });
+    for e in &d.extrapolation {
+        v.push(format!(
+            "{} extrapolated to {} (server maximum; measured up to {}): {} ms [{}–{}], ±{:.1}% (90% bootstrap band: the samples' noise only, model error beyond the measured range is not known){}",
+            e.metric,
+            fmt_ctx(e.band.context_tokens),
+            fmt_ctx(e.band.measured_up_to),
+            num(e.band.predicted),
+            num(e.band.low),
+            num(e.band.high),
+            pct_up(e.half_width),
+            if e.within_target {
+                String::new()
+            } else {
+                format!(" — over ±{:.1}%", d.target * 100.0)
+            }
+        ));
+    }
     for p in &d.points {
         if let Some(pr) = &p.prediction {
             v.push(format!(

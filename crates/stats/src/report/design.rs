@@ -110,6 +110,60 @@ pub struct DesignReport {
     pub fixed_server_s: Option<f64>,
     /// `server_s ÷ fixed_server_s`.
     pub ratio: Option<f64>,
+    /// The fits extrapolated to the server's maximum context (TTFT, then ms/step), each with
+    /// its bootstrap band as a relative half-width against the target; empty when the
+    /// maximum is unknown or was measured.
+    pub extrapolation: Vec<Extrapolated>,
+}
+
+/// One fit's extrapolation to the server's maximum context, as the design account states it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Extrapolated {
+    /// `TTFT` or `ms/step`.
+    pub metric: &'static str,
+    /// The fit's value there, with its 90% bootstrap band.
+    pub band: fit::Extrapolation,
+    /// The band's wider side, relative to the value.
+    pub half_width: f64,
+    /// Within the run's target (a band of the samples' noise only: model error beyond the
+    /// measured range is not known).
+    pub within_target: bool,
+}
+
+/// The TTFT and ms/step fits of `samples` extrapolated to `max_context`, against `target`.
+fn extrapolations(samples: &[Sample], max_context: Option<u64>, target: f64) -> Vec<Extrapolated> {
+    use crate::stats::metric::{self, Metric};
+    let mut out = Vec::new();
+    for (m, model, name) in [
+        (Metric::TtftMs, Model::Quadratic, "TTFT"),
+        (Metric::MsPerStep, Model::Linear, "ms/step"),
+    ] {
+        let obs = metric::observations(samples, m);
+        let largest = obs.iter().map(|o| o.0).max().unwrap_or(0);
+        let Some(band) = max_context.filter(|&c| c > largest).and_then(|c| {
+            fit::extrapolate(
+                model,
+                &obs,
+                c,
+                crate::report::EXTRAPOLATION_RESAMPLES,
+                crate::report::SEED,
+            )
+        }) else {
+            continue;
+        };
+        let half_width = if band.predicted > 0.0 {
+            (band.high / band.predicted - 1.0).max(1.0 - band.low / band.predicted)
+        } else {
+            f64::INFINITY
+        };
+        out.push(Extrapolated {
+            metric: name,
+            band,
+            half_width,
+            within_target: half_width <= target,
+        });
+    }
+    out
 }
 
 /// Cap of the fixed-sweep estimate: beyond it a fixed sweep is not a plan.
@@ -241,6 +295,7 @@ pub fn build(results: &Results) -> Option<DesignReport> {
         fixed_reps,
         fixed_server_s,
         ratio: fixed_server_s.filter(|f| *f > 0.0).map(|f| server_s / f),
+        extrapolation: extrapolations(&owned, results.header.server.max_context, target),
     })
 }
 
@@ -376,6 +431,23 @@ mod tests {
         assert!((3..=5).contains(&n), "{d:?}");
         assert!((d.fixed_server_s.unwrap() - f64::from(n) * 2.1).abs() < 1e-9);
         assert!(d.ratio.unwrap() < 0.75, "{d:?}");
+        // The TTFT fit's extrapolation to the server's maximum, with its band.
+        let mut far = r.clone();
+        far.samples.extend(samples(4096, 4, 0.02, 1.0));
+        far.header.server.max_context = Some(65536);
+        let e = build(&far).unwrap().extrapolation;
+        let t = e.iter().find(|e| e.metric == "TTFT").expect("{e:?}");
+        assert_eq!(t.band.context_tokens, 65536);
+        assert!(
+            t.half_width.is_finite() && t.band.low <= t.band.predicted,
+            "{t:?}"
+        );
+        assert_eq!(t.within_target, t.half_width <= 0.05);
+        far.header.server.max_context = Some(8192);
+        assert!(
+            build(&far).unwrap().extrapolation.is_empty(),
+            "measured there"
+        );
         // Not a designed run: no account.
         let mut plain = r.clone();
         plain.header.config.reps.design = None;
