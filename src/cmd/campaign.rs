@@ -131,7 +131,15 @@ impl CampaignOptions {
         let variants = template(args)?.variants();
         let mut managed = args.clone();
         managed.url = None;
-        let plan = crate::cmd::sweep_options::plan(&managed)?;
+        let mut plan = crate::cmd::sweep_options::plan(&managed)?;
+        let variants_n = variants.len();
+        // A designed campaign is designed for the comparison: each variant for ±P/√2.
+        if plan.policy.design.is_some() {
+            plan.policy.precision = plan
+                .policy
+                .precision
+                .map(|p| ctxbench::design::variant_precision(p, variants_n));
+        }
         let names: Vec<String> = variants.iter().map(Variant::short_name).collect();
         let baseline = match &args.baseline {
             None => 0,

@@ -325,6 +325,10 @@ pub enum StopReason {
     PointBudget,
     /// The run's time budget is spent.
     RunBudget,
+    /// `--design auto` predicted this length from the fits of the measured lengths around
+    /// it, within the target, instead of measuring it (no samples; see
+    /// [`PointDesign::predicted`]).
+    Predicted,
 }
 
 impl fmt::Display for StopReason {
@@ -335,6 +339,7 @@ impl fmt::Display for StopReason {
             StopReason::MaxReps => "--max-reps reached before the precision target",
             StopReason::PointBudget => "point time budget spent",
             StopReason::RunBudget => "run time budget spent",
+            StopReason::Predicted => "predicted from the fits, not measured",
         })
     }
 }
@@ -1209,6 +1214,8 @@ string_enum! {
         Own = "own",
         /// No interval: too few samples (one sample, or no model yet).
         Unknown = "none",
+        /// Predicted from the fits of the measured lengths (no samples at this length).
+        Fit = "fit",
     }
 }
 
@@ -1242,6 +1249,34 @@ pub struct PointDesign {
     /// Server seconds spent at this length (its cold samples: the server's own busy time
     /// where it reports one, else the request's time), all sessions.
     pub server_s: f64,
+    /// The length was predicted from the fits instead of measured: the prediction and
+    /// where it came from (absent for a measured length).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predicted: Option<Box<Prediction>>,
+}
+
+/// A length's figures predicted from the fits of the measured lengths (TTFT ≈ a + bL + cL²,
+/// ms per output token ≈ α + βL), each with a 95% relative half-width that adds the fits'
+/// model error (their worst leave-one-out miss at a measured length between two others) to
+/// the noise of the measured figures they rest on.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Prediction {
+    /// The measured lengths the fits were made from.
+    pub from_contexts: Vec<u64>,
+    /// Predicted median TTFT (ms).
+    pub ttft_ms: f64,
+    /// Its relative half-width (noise + model error); the prefill rate's too.
+    pub ttft_half_width: f64,
+    /// Predicted median decode rate (tok/s).
+    pub decode_tokens_per_s: f64,
+    /// Its relative half-width.
+    pub decode_half_width: f64,
+    /// The model-error part of the TTFT half-width.
+    pub ttft_model_error: f64,
+    /// The model-error part of the decode half-width.
+    pub decode_model_error: f64,
+    /// The measured lengths whose leave-one-out miss gave the model error.
+    pub checked_at: Vec<u64>,
 }
 
 /// The `resume` line: a later session continued the file.

@@ -176,7 +176,13 @@ pub async fn run(
             .as_ref()
             .map(|n| crate::needle::Values::new(n.seed)),
     };
-    for pi in 0..contexts.len() {
+    // A designed run visits the cheap lengths, then the longest, then the ones between (which
+    // it may predict instead of measuring).
+    let order: Vec<usize> = match sweep.design {
+        Some(_) => crate::design::order(contexts),
+        None => (0..contexts.len()).collect(),
+    };
+    for pi in order {
         if point(&mut ctx, &mut sweep, pi, &mut tally)
             .await?
             .ends(&mut tally)
@@ -382,9 +388,10 @@ fn decide(
         Next::Stop(reason) => {
             let mut rec = point_record(settings, context, prog, reason);
             // The precision stated is the design's (its basis is on the record).
-            rec.ttft_ci_rel = j.ttft_half_width;
-            rec.decode_ci_rel = j.decode_half_width;
-            rec.design = Some(book.design.record(&book.points, pi, &j, reason));
+            let d = book.design.record(&book.points, pi, &j, reason);
+            rec.ttft_ci_rel = d.ttft_half_width;
+            rec.decode_ci_rel = d.decode_half_width;
+            rec.design = Some(d);
             (Err(rec), eta)
         }
     }

@@ -23,13 +23,20 @@
 //!   answer the user's question at that length, a second to check its spread). A length
 //!   whose spread the model does not explain (an F test at 1%) is judged on its own samples
 //!   alone, which costs it more samples, and its `point` line says why.
+//! - **Predicted lengths.** The lengths up to a quarter of the longest are measured first
+//!   (smallest first), then the longest (always measured: the user's real question is
+//!   never answered by extrapolation alone), then the ones between, smallest first: each of
+//!   those is *predicted* from the fits of the measured lengths instead of measured when
+//!   the prediction's interval, model error included, is within ±P
+//!   (`stats::predicted`; [`order`], [`Design::prediction`]).
 //! - **A budget that runs out** (`--run-budget`) keeps one sample in reserve for every
 //!   length not yet measured, and every figure is recorded with the precision it reached.
 
-use crate::record::{IntervalBasis, PointDesign, StopReason};
+use crate::record::{IntervalBasis, PointDesign, Prediction, StopReason};
 use crate::stats::noise;
 pub use crate::stats::precision::Judgement;
 use crate::stats::precision::{self, Length};
+use crate::stats::predicted::{self, Measured};
 
 /// Samples every length gets unless the run budget is spent: one to answer, one to check
 /// its spread against the model.
@@ -102,7 +109,75 @@ fn pct(w: Option<f64>) -> String {
     })
 }
 
+/// The precision each variant of a campaign (`--server-cmd` with `-L`/`-F`) is designed
+/// for, so that the comparison is known to ±`p`: a ratio B/A's log half-width is the two
+/// medians' in quadrature, so two variants each within ±p/√2 give a ratio within about ±p.
+/// A single variant is designed for `p` itself. The run stays the unit: each run is designed
+/// on its own, for this precision.
+pub fn variant_precision(p: f64, variants: usize) -> f64 {
+    if variants >= 2 {
+        p / std::f64::consts::SQRT_2
+    } else {
+        p
+    }
+}
+
+/// Whether `contexts[i]` may be predicted instead of measured: longer than a quarter of the
+/// longest length, and not the longest.
+fn may_predict(contexts: &[u64], i: usize) -> bool {
+    let longest = contexts.iter().copied().max().unwrap_or(0);
+    contexts[i] < longest && contexts[i] > longest / 4
+}
+
+/// The order a designed run visits `contexts` in (indices): the lengths up to a quarter of
+/// the longest, smallest first (cheap: they build the noise and cost models); then the
+/// longest, always measured; then the lengths between, smallest first, each of which may be
+/// predicted from the fits of the measured lengths around it.
+pub fn order(contexts: &[u64]) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..contexts.len()).collect();
+    idx.sort_by_key(|&i| contexts[i]);
+    let longest = contexts.iter().copied().max().unwrap_or(0);
+    let (mut first, mut later): (Vec<usize>, Vec<usize>) = idx
+        .into_iter()
+        .partition(|&i| !may_predict(contexts, i) && contexts[i] < longest);
+    // The longest length (the first of `later`'s maxima) goes right after the cheap ones.
+    if let Some(pos) = later.iter().position(|&i| contexts[i] == longest) {
+        first.push(later.remove(pos));
+    }
+    first.extend(later);
+    first
+}
+
+/// The median of the finite values.
+fn median(v: &[f64]) -> Option<f64> {
+    crate::stats::Spread::of(v.iter().copied()).map(|s| s.median)
+}
+
 impl Design {
+    /// The prediction of `points[i]` from the fits of the measured lengths when it may be
+    /// predicted ([`order`]) and both its intervals, model error included, are within the
+    /// target; `None` means it is measured.
+    pub fn prediction(&self, points: &[PointState], i: usize) -> Option<Prediction> {
+        let contexts: Vec<u64> = points.iter().map(|p| p.context).collect();
+        if !may_predict(&contexts, i) || points[i].reps > 0 {
+            return None;
+        }
+        let measured: Vec<Measured> = (0..points.len())
+            .filter(|&k| k != i && !points[k].ttft_ms.is_empty() && !points[k].decode.is_empty())
+            .filter_map(|k| {
+                let j = self.judge(points, k);
+                Some(Measured {
+                    context: points[k].context,
+                    ttft_ms: median(&points[k].ttft_ms)?,
+                    ttft_half_width: j.ttft_half_width.unwrap_or(f64::INFINITY),
+                    decode_tokens_per_s: median(&points[k].decode)?,
+                    decode_half_width: j.decode_half_width.unwrap_or(f64::INFINITY),
+                })
+            })
+            .collect();
+        predicted::predict_within(&measured, points[i].context, self.target)
+    }
+
     /// What the design makes of `points[i]` now (`stats::precision::judge`).
     pub fn judge(&self, points: &[PointState], i: usize) -> Judgement {
         let lengths: Vec<Length<'_>> = points
@@ -157,7 +232,9 @@ impl Design {
         let j = self.judge(points, i);
         let p = &points[i];
         if p.reps == 0 {
-            // The user's question at this length is never answered by the model alone.
+            if self.prediction(points, i).is_some() {
+                return (Next::Stop(StopReason::Predicted), j);
+            }
             return (Next::Measure(Why::First), j);
         }
         let precise = j.precise(self.target);
@@ -233,6 +310,11 @@ impl Design {
         stop: StopReason,
     ) -> PointDesign {
         let p = &points[i];
+        if stop == StopReason::Predicted {
+            if let Some(pr) = self.prediction(points, i) {
+                return self.record_predicted(p, pr);
+            }
+        }
         let widths = format!(
             "TTFT {}, decode {} from {} usable sample(s)",
             pct(j.ttft_half_width),
@@ -273,6 +355,44 @@ impl Design {
             regime_change: j.regime.clone(),
             why,
             server_s: p.spent_s,
+            predicted: None,
+        }
+    }
+
+    /// The `point` line's record of a length predicted instead of measured.
+    fn record_predicted(&self, p: &PointState, pr: Prediction) -> PointDesign {
+        let list = |v: &[u64]| {
+            v.iter()
+                .map(|&c| match c % 1024 {
+                    0 => format!("{}k", c / 1024),
+                    _ => c.to_string(),
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let why = format!(
+            "predicted from the fits of {} (not measured): TTFT {} (model error {}), decode {} (model error {}), within {}; the model error is the fits' worst leave-one-out miss at {}",
+            list(&pr.from_contexts),
+            pct(Some(pr.ttft_half_width)),
+            pct(Some(pr.ttft_model_error)),
+            pct(Some(pr.decode_half_width)),
+            pct(Some(pr.decode_model_error)),
+            pct(Some(self.target)),
+            list(&pr.checked_at)
+        );
+        PointDesign {
+            target: self.target,
+            planned: Some(0),
+            ttft_half_width: Some(pr.ttft_half_width),
+            decode_half_width: Some(pr.decode_half_width),
+            basis: IntervalBasis::Fit,
+            model_ttft_sd: None,
+            model_decode_sd: None,
+            model_df: None,
+            regime_change: None,
+            why,
+            server_s: p.spent_s,
+            predicted: Some(Box::new(pr)),
         }
     }
 }
@@ -305,6 +425,32 @@ mod tests {
             point_budget_s: None,
             run_budget_s: None,
         }
+    }
+
+    #[test]
+    fn a_campaigns_variants_are_designed_for_the_comparisons_precision() {
+        let each = variant_precision(0.05, 2);
+        assert!((each - 0.05 / 2f64.sqrt()).abs() < 1e-12);
+        // Two medians each within ±p/√2 (log scale): their ratio within ±p.
+        let ratio = ((1.0 + each).ln().hypot((1.0 + each).ln())).exp_m1();
+        assert!((ratio - 0.05).abs() < 0.002, "{ratio}");
+        assert_eq!(variant_precision(0.05, 1), 0.05);
+        assert_eq!(variant_precision(0.05, 5), each);
+    }
+
+    #[test]
+    fn the_order_measures_the_cheap_lengths_then_the_longest_then_the_ones_between() {
+        let c = [1024, 2048, 4096, 8192, 16384, 32768];
+        let o: Vec<u64> = order(&c).into_iter().map(|i| c[i]).collect();
+        assert_eq!(o, [1024, 2048, 4096, 8192, 32768, 16384]);
+        // Unsorted input: the same lengths, the same order.
+        let c = [16384, 1024, 4096];
+        let o: Vec<u64> = order(&c).into_iter().map(|i| c[i]).collect();
+        assert_eq!(o, [1024, 4096, 16384]);
+        let c = [2048, 1024, 8192, 4096];
+        let o: Vec<u64> = order(&c).into_iter().map(|i| c[i]).collect();
+        assert_eq!(o, [1024, 2048, 8192, 4096]);
+        assert!(order(&[]).is_empty());
     }
 
     #[test]

@@ -62,6 +62,10 @@ pub struct Versus {
     pub basis: Basis,
     /// Recorded configuration and server differences (what changed between the runs).
     pub differences: Vec<String>,
+    /// Lengths a side's designed run (`--design auto`) predicted from its fits instead of
+    /// measuring: never compared and never gated (a prediction is not a measurement).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub predicted: Vec<String>,
     /// Why the runs are not comparable (only non-empty with `--allow-mismatch`).
     pub mismatches: Vec<String>,
     /// One row per context point present in both sides, and metric.
@@ -395,6 +399,36 @@ pub fn rows(a: &[Loaded], b: &[Loaded], s: &Settings) -> Vec<CompareRow> {
     out
 }
 
+/// The lengths each side predicted instead of measuring (a `point` line `predicted`, no
+/// cold sample): (side's label, context), in the order found.
+fn predicted_contexts(a: &[Loaded], b: &[Loaded]) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = Vec::new();
+    for (label, _, r) in a.iter().chain(b.iter()) {
+        for p in &r.points {
+            let measured = r
+                .samples
+                .iter()
+                .any(|s| s.context_tokens == p.context_tokens && s.phase == record::Phase::Cold);
+            let key = (label.clone(), p.context_tokens);
+            if p.stop_reason == record::StopReason::Predicted && !measured && !out.contains(&key) {
+                out.push(key);
+            }
+        }
+    }
+    out
+}
+
+/// [`predicted_contexts`] in words: those lengths are left out of the rows, so they are
+/// never compared and never gated.
+pub fn predicted_notes(a: &[Loaded], b: &[Loaded]) -> Vec<String> {
+    predicted_contexts(a, b)
+        .into_iter()
+        .map(|(label, c)| format!(
+            "{c} tokens: {label} predicted it from its fits (--design auto) instead of measuring it: not compared, not gated"
+        ))
+        .collect()
+}
+
 /// Mismatches within one side: its runs must have measured the same thing too.
 fn check_group(group: &[Loaded], allow_mismatch: bool) -> Result<Vec<String>, UsageError> {
     let mut out = Vec::new();
@@ -502,8 +536,15 @@ pub fn build_with(
                 Basis::SamplesOfOneRun
             },
             differences: differences(ra, rb),
+            predicted: predicted_notes(a, b),
             mismatches: mism,
-            rows: rows(a, b, s),
+            rows: {
+                // A prediction is not a measurement: those lengths get no row.
+                let skip = predicted_contexts(a, b);
+                let mut r = rows(a, b, s);
+                r.retain(|row| skip.iter().all(|(_, c)| *c != row.context_tokens));
+                r
+            },
             roofline: None,
         });
     }

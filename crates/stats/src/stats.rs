@@ -6,6 +6,7 @@ pub mod fit;
 pub mod metric;
 pub mod noise;
 pub mod precision;
+pub mod predicted;
 pub mod prompts;
 pub mod significance;
 pub mod speculation;

@@ -9,10 +9,20 @@ use crate::report::design::{DesignReport, Figure, Obtained};
 
 /// What the account is, said above its table.
 pub fn title(d: &DesignReport) -> String {
+    let how = if d.points.iter().any(|p| p.obtained == Obtained::Predicted) {
+        "lengths marked predicted were not measured: their figures are the fits' values with an interval that adds the fits' model error to the noise; every other figure is its samples' median with its 95% interval"
+    } else {
+        "every requested length was measured; each figure is its samples' median with its 95% interval"
+    };
     format!(
-        "designed sweep (--design auto, target ±{:.1}% at 95%): every requested length was measured; each figure is its samples' median with its 95% interval",
+        "designed sweep (--design auto, target ±{:.1}% at 95%): {how}",
         d.target * 100.0
     )
+}
+
+/// `1k, 2k, 16k`.
+fn ctx_list(v: &[u64]) -> String {
+    v.iter().map(|&c| fmt_ctx(c)).collect::<Vec<_>>().join(", ")
 }
 
 /// A half-width in percent, rounded *up* to 0.1% (5.04% is not shown as ±5.0%).
@@ -52,8 +62,12 @@ pub fn table(d: &DesignReport) -> Table {
     for p in &d.points {
         t.row([
             fmt_ctx(p.context_tokens),
-            match p.obtained {
-                Obtained::Measured => "measured".to_owned(),
+            match (&p.obtained, &p.prediction) {
+                (Obtained::Predicted, Some(pr)) => {
+                    format!("PREDICTED from {}", ctx_list(&pr.from_contexts))
+                }
+                (Obtained::Predicted, None) => "PREDICTED".to_owned(),
+                (Obtained::Measured, _) => "measured".to_owned(),
             },
             format!("{}/{}", p.n, p.samples),
             figure(&p.ttft_ms, d.target),
@@ -62,6 +76,7 @@ pub fn table(d: &DesignReport) -> Table {
             match p.basis {
                 IntervalBasis::Shared => "shared noise model".to_owned(),
                 IntervalBasis::Own => "own spread".to_owned(),
+                IntervalBasis::Fit => "fits: noise + model error".to_owned(),
                 _ => "–".to_owned(),
             },
             format!("{:.1}", p.server_s),
@@ -83,6 +98,12 @@ pub fn notes(d: &DesignReport) -> Vec<String> {
             t.df.min(dc.df),
             t.points
         ));
+        if t.slope < 0.0 || dc.slope < 0.0 {
+            v.push(format!(
+                "the relative spread falls with length here (σ ∝ L^{:.2} for TTFT, L^{:.2} for the decode rate, the smallest fall the data establish, held beyond the longest length it was fitted on): the spreads above are at the longest length",
+                t.slope, dc.slope
+            ));
+        }
     }
     v.push(match (d.fixed_reps, d.fixed_server_s, d.ratio) {
         (Some(n), Some(f), Some(r)) => format!(
@@ -97,7 +118,34 @@ pub fn notes(d: &DesignReport) -> Vec<String> {
             d.server_s
         ),
     });
+    for e in &d.extrapolation {
+        v.push(format!(
+            "{} extrapolated to {} (server maximum; measured up to {}): {} ms [{}–{}], ±{:.1}% (90% bootstrap band: the samples' noise only, model error beyond the measured range is not known){}",
+            e.metric,
+            fmt_ctx(e.band.context_tokens),
+            fmt_ctx(e.band.measured_up_to),
+            num(e.band.predicted),
+            num(e.band.low),
+            num(e.band.high),
+            pct_up(e.half_width),
+            if e.within_target {
+                String::new()
+            } else {
+                format!(" — over ±{:.1}%", d.target * 100.0)
+            }
+        ));
+    }
     for p in &d.points {
+        if let Some(pr) = &p.prediction {
+            v.push(format!(
+                "{}: predicted, not measured — from the fits of {}; model error TTFT ±{:.1}%, decode ±{:.1}% (the fits' worst leave-one-out miss at {}), added to the neighbours' noise; compare and the CI gate do not gate on it",
+                fmt_ctx(p.context_tokens),
+                ctx_list(&pr.from_contexts),
+                pct_up(pr.ttft_model_error),
+                pct_up(pr.decode_model_error),
+                ctx_list(&pr.checked_at)
+            ));
+        }
         if let Some(r) = &p.regime_change {
             v.push(format!("{}: {r}", fmt_ctx(p.context_tokens)));
         }

@@ -528,6 +528,16 @@ fn markdown_differences(cmp: &Comparison, v: &Versus, note: &str) -> Vec<Block> 
                 .collect(),
         }));
     }
+    if !v.predicted.is_empty() {
+        b.push(Block::Callout(Callout {
+            title: None,
+            items: v
+                .predicted
+                .iter()
+                .map(|n| Item::new(format!("predicted, not measured: {n}")))
+                .collect(),
+        }));
+    }
     b
 }
 
@@ -550,6 +560,16 @@ fn html_differences(v: &Versus, note: &str) -> Vec<Block> {
         b.push(Block::Callout(Callout {
             title: None,
             items: differs.chain(mismatches).collect(),
+        }));
+    }
+    if !v.predicted.is_empty() {
+        b.push(Block::Callout(Callout {
+            title: None,
+            items: v
+                .predicted
+                .iter()
+                .map(|n| Item::new(format!("predicted, not measured: {n}")))
+                .collect(),
         }));
     }
     b

@@ -210,6 +210,9 @@ impl Renderer for TableRenderer {
             for m in &v.mismatches {
                 let _ = writeln!(out, "WARNING (--allow-mismatch): {m}");
             }
+            for n in &v.predicted {
+                let _ = writeln!(out, "predicted, not measured: {n}");
+            }
             out.push('\n');
             out.push_str(&compare_rows(v));
             out.push('\n');

@@ -46,6 +46,9 @@ pub struct Gate {
     /// Why a B's warm cells were not compared (conversation runs, mixed modes, no common
     /// cell), with B's label: nothing there could fail the gate.
     pub warm_not_gated: Vec<String>,
+    /// Lengths a side predicted from its fits instead of measuring (`--design auto`): never
+    /// gated, said so.
+    pub predicted_not_gated: Vec<String>,
 }
 
 fn undecided(v: Verdict) -> bool {
@@ -80,10 +83,16 @@ pub fn apply(cmp: &Comparison, threshold: f64) -> Gate {
         undecided_warm: 0,
         warm_cells: 0,
         warm_not_gated: Vec::new(),
+        predicted_not_gated: Vec::new(),
     };
     let mut warm_failures = Vec::new();
     for v in &cmp.versus {
         let side = &v.run.label;
+        for n in &v.predicted {
+            if !g.predicted_not_gated.contains(n) {
+                g.predicted_not_gated.push(n.clone());
+            }
+        }
         for r in &v.rows {
             g.undecided_cold += usize::from(undecided(r.verdict));
             let f = failure(
@@ -147,6 +156,11 @@ impl Gate {
                 .iter()
                 .map(|n| format!("gate: warm cells not gated: {n}")),
         );
+        out.extend(
+            self.predicted_not_gated
+                .iter()
+                .map(|n| format!("gate: {n}")),
+        );
         if self.failures.is_empty() {
             let warm = if self.warm_cells > 0 {
                 format!(" (cold cells and {} warm cell(s))", self.warm_cells)
@@ -197,6 +211,58 @@ mod tests {
         let cmp = crate::compare::build(&[vec![a], vec![b]], false, &Settings::default())
             .expect("comparable");
         apply(&cmp, threshold)
+    }
+
+    #[test]
+    fn a_length_a_designed_run_predicted_is_never_gated_and_the_gate_says_so() {
+        let a = ctxbench_schema::testdata::golden("sweep.jsonl");
+        let mut b = a.clone();
+        // B predicted its longest length instead of measuring it: its samples there go, a
+        // `predicted` point line stays.
+        let longest = b.samples.iter().map(|s| s.context_tokens).max().unwrap();
+        b.samples.retain(|s| s.context_tokens != longest);
+        b.points.retain(|p| p.context_tokens != longest);
+        b.points.push(crate::record::PointRecord {
+            run_id: b.header.run_id.clone(),
+            context_tokens: longest,
+            reps: 0,
+            usable: 0,
+            stop_reason: crate::record::StopReason::Predicted,
+            ttft_ci_rel: Some(0.04),
+            decode_ci_rel: Some(0.04),
+            concurrency: None,
+            design: None,
+        });
+        let cmp = crate::compare::build(
+            &[
+                vec![("a".into(), "a.jsonl".into(), a)],
+                vec![("b".into(), "b.jsonl".into(), b)],
+            ],
+            false,
+            &Settings::default(),
+        )
+        .expect("comparable");
+        let v = &cmp.versus[0];
+        assert!(
+            v.rows.iter().all(|r| r.context_tokens != longest),
+            "{:?}",
+            v.rows
+        );
+        assert_eq!(v.predicted.len(), 1, "{:?}", v.predicted);
+        assert!(
+            v.predicted[0].contains("b predicted it"),
+            "{:?}",
+            v.predicted
+        );
+        let g = apply(&cmp, 0.05);
+        let lines = g.lines("a").join("\n");
+        assert!(
+            lines.contains(&format!(
+                "gate: {longest} tokens: b predicted it from its fits"
+            )),
+            "{lines}"
+        );
+        assert!(lines.contains("not compared, not gated"), "{lines}");
     }
 
     #[test]

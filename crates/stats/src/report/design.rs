@@ -6,17 +6,21 @@
 
 use serde::Serialize;
 
-use crate::record::{IntervalBasis, Phase, Results, Sample};
+use crate::record::{IntervalBasis, Phase, Prediction, Results, Sample, StopReason};
+use crate::stats::fit::{self, Model};
 use crate::stats::noise::{self, LogSpread};
 use crate::stats::precision::{self, Length};
+use crate::stats::predicted::{self, Measured};
 
 /// How a figure was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Obtained {
-    /// Measured at this length: its samples' median. (The design measures every requested
-    /// length; predicting a length from the fit instead is not built.)
+    /// Measured at this length: its samples' median.
     Measured,
+    /// Predicted from the fits of the measured lengths (no samples here): its interval adds
+    /// the fits' model error to the noise (`prediction`).
+    Predicted,
 }
 
 /// One figure: the median of a length's usable samples and its 95% interval.
@@ -77,6 +81,10 @@ pub struct DesignPoint {
     /// Why the design stopped here, from the `point` line.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
+    /// A predicted length: the lengths it was predicted from, the model error and where it
+    /// was checked (recomputed from the measured lengths of the file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prediction: Option<Prediction>,
 }
 
 /// The designed run's account.
@@ -102,6 +110,60 @@ pub struct DesignReport {
     pub fixed_server_s: Option<f64>,
     /// `server_s ÷ fixed_server_s`.
     pub ratio: Option<f64>,
+    /// The fits extrapolated to the server's maximum context (TTFT, then ms/step), each with
+    /// its bootstrap band as a relative half-width against the target; empty when the
+    /// maximum is unknown or was measured.
+    pub extrapolation: Vec<Extrapolated>,
+}
+
+/// One fit's extrapolation to the server's maximum context, as the design account states it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Extrapolated {
+    /// `TTFT` or `ms/step`.
+    pub metric: &'static str,
+    /// The fit's value there, with its 90% bootstrap band.
+    pub band: fit::Extrapolation,
+    /// The band's wider side, relative to the value.
+    pub half_width: f64,
+    /// Within the run's target (a band of the samples' noise only: model error beyond the
+    /// measured range is not known).
+    pub within_target: bool,
+}
+
+/// The TTFT and ms/step fits of `samples` extrapolated to `max_context`, against `target`.
+fn extrapolations(samples: &[Sample], max_context: Option<u64>, target: f64) -> Vec<Extrapolated> {
+    use crate::stats::metric::{self, Metric};
+    let mut out = Vec::new();
+    for (m, model, name) in [
+        (Metric::TtftMs, Model::Quadratic, "TTFT"),
+        (Metric::MsPerStep, Model::Linear, "ms/step"),
+    ] {
+        let obs = metric::observations(samples, m);
+        let largest = obs.iter().map(|o| o.0).max().unwrap_or(0);
+        let Some(band) = max_context.filter(|&c| c > largest).and_then(|c| {
+            fit::extrapolate(
+                model,
+                &obs,
+                c,
+                crate::report::EXTRAPOLATION_RESAMPLES,
+                crate::report::SEED,
+            )
+        }) else {
+            continue;
+        };
+        let half_width = if band.predicted > 0.0 {
+            (band.high / band.predicted - 1.0).max(1.0 - band.low / band.predicted)
+        } else {
+            f64::INFINITY
+        };
+        out.push(Extrapolated {
+            metric: name,
+            band,
+            half_width,
+            within_target: half_width <= target,
+        });
+    }
+    out
 }
 
 /// Cap of the fixed-sweep estimate: beyond it a fixed sweep is not a plan.
@@ -185,23 +247,39 @@ pub fn build(results: &Results) -> Option<DesignReport> {
             },
             regime_change: j.regime.clone(),
             why: stop.map(|d| d.why.clone()),
+            prediction: None,
         });
     }
+    let predicted = predicted_points(results, &points, target);
     let (model_ttft, model_decode) = precision::run_model(&lengths);
     let fixed_reps = spreads
         .iter()
         .map(|s| s.and_then(|sd| noise::own_reps_needed(target, sd, FIXED_CAP)))
         .collect::<Option<Vec<u32>>>()
         .and_then(|v| v.into_iter().max());
+    let per_sample: Vec<(u64, f64)> = contexts
+        .iter()
+        .map(|&c| {
+            let k = cold.iter().filter(|s| s.context_tokens == c).count().max(1);
+            (c, spent(c) / k as f64)
+        })
+        .collect();
+    // A fixed sweep measures the predicted lengths too: their sample time from a quadratic
+    // fit of the measured lengths' (what the cost model would predict).
+    let cost_fit = fit::fit(Model::Quadratic, &per_sample);
     let fixed_server_s = fixed_reps.map(|n| {
-        contexts
+        let predicted_s: f64 = predicted
             .iter()
-            .map(|&c| {
-                let k = cold.iter().filter(|s| s.context_tokens == c).count().max(1);
-                f64::from(n) * spent(c) / k as f64
+            .filter_map(|p| {
+                cost_fit
+                    .as_ref()
+                    .map(|f| f.predict(p.context_tokens as f64))
             })
-            .sum::<f64>()
+            .sum();
+        f64::from(n) * (per_sample.iter().map(|x| x.1).sum::<f64>() + predicted_s)
     });
+    points.extend(predicted);
+    points.sort_by_key(|p| p.context_tokens);
     let all_within_target = points.iter().all(|p| {
         [p.ttft_ms, p.decode_tokens_per_s]
             .iter()
@@ -217,7 +295,66 @@ pub fn build(results: &Results) -> Option<DesignReport> {
         fixed_reps,
         fixed_server_s,
         ratio: fixed_server_s.filter(|f| *f > 0.0).map(|f| server_s / f),
+        extrapolation: extrapolations(&owned, results.header.server.max_context, target),
     })
+}
+
+/// The lengths the run predicted instead of measuring (their `point` lines say
+/// `predicted` and they have no cold samples), each predicted again from every measured
+/// length of the file (the `point` line's own prediction when that fails).
+fn predicted_points(results: &Results, measured: &[DesignPoint], target: f64) -> Vec<DesignPoint> {
+    let m: Vec<Measured> = measured
+        .iter()
+        .filter_map(|p| {
+            let (t, d) = (p.ttft_ms?, p.decode_tokens_per_s?);
+            Some(Measured {
+                context: p.context_tokens,
+                ttft_ms: t.median,
+                ttft_half_width: t.half_width,
+                decode_tokens_per_s: d.median,
+                decode_half_width: d.half_width,
+            })
+        })
+        .collect();
+    let mut out: Vec<DesignPoint> = Vec::new();
+    for line in results.points.iter().rev() {
+        let c = line.context_tokens;
+        let done = measured
+            .iter()
+            .chain(out.iter())
+            .any(|p| p.context_tokens == c);
+        if line.stop_reason != StopReason::Predicted || done {
+            continue;
+        }
+        let recorded = line
+            .design
+            .as_ref()
+            .and_then(|d| d.predicted.as_deref().cloned());
+        let Some(pr) = predicted::predict(&m, c).or(recorded) else {
+            continue;
+        };
+        let prefill = c as f64 / (pr.ttft_ms / 1000.0);
+        out.push(DesignPoint {
+            context_tokens: c,
+            obtained: Obtained::Predicted,
+            n: 0,
+            samples: 0,
+            basis: IntervalBasis::Fit,
+            ttft_ms: Some(Figure::new(pr.ttft_ms, pr.ttft_half_width, target)),
+            prefill_tokens_per_s: Some(Figure::new(prefill, pr.ttft_half_width, target)),
+            decode_tokens_per_s: Some(Figure::new(
+                pr.decode_tokens_per_s,
+                pr.decode_half_width,
+                target,
+            )),
+            server_s: 0.0,
+            share: 0.0,
+            regime_change: None,
+            why: line.design.as_ref().map(|d| d.why.clone()),
+            prediction: Some(pr),
+        });
+    }
+    out
 }
 
 /// The relative spread a length has under the model it was judged with (the larger of
@@ -294,6 +431,23 @@ mod tests {
         assert!((3..=5).contains(&n), "{d:?}");
         assert!((d.fixed_server_s.unwrap() - f64::from(n) * 2.1).abs() < 1e-9);
         assert!(d.ratio.unwrap() < 0.75, "{d:?}");
+        // The TTFT fit's extrapolation to the server's maximum, with its band.
+        let mut far = r.clone();
+        far.samples.extend(samples(4096, 4, 0.02, 1.0));
+        far.header.server.max_context = Some(65536);
+        let e = build(&far).unwrap().extrapolation;
+        let t = e.iter().find(|e| e.metric == "TTFT").expect("{e:?}");
+        assert_eq!(t.band.context_tokens, 65536);
+        assert!(
+            t.half_width.is_finite() && t.band.low <= t.band.predicted,
+            "{t:?}"
+        );
+        assert_eq!(t.within_target, t.half_width <= 0.05);
+        far.header.server.max_context = Some(8192);
+        assert!(
+            build(&far).unwrap().extrapolation.is_empty(),
+            "measured there"
+        );
         // Not a designed run: no account.
         let mut plain = r.clone();
         plain.header.config.reps.design = None;
@@ -311,5 +465,49 @@ mod tests {
         assert!(!d.all_within_target);
         // The fixed sweep is sized by its noisiest length.
         assert!(d.fixed_reps.unwrap() > 10, "{d:?}");
+    }
+
+    #[test]
+    fn a_predicted_length_is_marked_with_its_sources_and_interval_from_the_file_alone() {
+        let mut r = designed(
+            [
+                samples(1024, 10, 0.01, 0.1),
+                samples(2048, 6, 0.01, 0.3),
+                samples(4096, 4, 0.01, 1.0),
+                samples(32768, 2, 0.01, 40.0),
+            ]
+            .concat(),
+        );
+        // The samples' TTFT is L/10 ms (a straight line, on the quadratic model); decode 100.
+        r.points.push(crate::record::PointRecord {
+            run_id: r.header.run_id.clone(),
+            context_tokens: 16384,
+            reps: 0,
+            usable: 0,
+            stop_reason: StopReason::Predicted,
+            ttft_ci_rel: Some(0.02),
+            decode_ci_rel: Some(0.02),
+            concurrency: None,
+            design: None,
+        });
+        let d = build(&r).unwrap();
+        let contexts: Vec<u64> = d.points.iter().map(|p| p.context_tokens).collect();
+        assert_eq!(contexts, [1024, 2048, 4096, 16384, 32768]);
+        let p = &d.points[3];
+        assert_eq!((p.obtained, p.n, p.samples), (Obtained::Predicted, 0, 0));
+        assert_eq!(p.basis, IntervalBasis::Fit);
+        let t = p.ttft_ms.unwrap();
+        assert!((t.median / 1638.4 - 1.0).abs() < 0.03, "{p:?}");
+        assert!(t.within_target && t.low < t.median && t.median < t.high);
+        let pr = p.prediction.as_ref().unwrap();
+        assert_eq!(pr.from_contexts, [1024, 2048, 4096, 32768]);
+        assert_eq!(pr.checked_at, [2048, 4096]);
+        // The fixed sweep would have measured 16k too: its estimate includes it.
+        let per_length: f64 = [0.1, 0.3, 1.0, 40.0].iter().sum();
+        let n = f64::from(d.fixed_reps.unwrap());
+        assert!(d.fixed_server_s.unwrap() > n * per_length * 1.1, "{d:?}");
+        let json = serde_json::to_value(&d).unwrap();
+        assert_eq!(json["points"][3]["obtained"], "predicted");
+        assert_eq!(json["points"][3]["basis"], "fit");
     }
 }

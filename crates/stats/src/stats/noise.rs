@@ -97,6 +97,9 @@ pub struct LogSpread {
     pub points: usize,
     /// Samples at those lengths.
     pub samples: usize,
+    /// d ln σ / d ln L applied to get `sd` at the length judged ([`LengthTrend`]; 0: the
+    /// same relative spread at every length).
+    pub slope: f64,
 }
 
 /// Natural logs of the finite, positive values.
@@ -140,6 +143,85 @@ pub fn pooled(groups: &[&[f64]]) -> Option<LogSpread> {
         df: SHAMOS_EFFICIENCY * dof as f64,
         points,
         samples,
+        slope: 0.0,
+    })
+}
+
+/// One-sided 95% normal quantile: the trend used is the smallest decrease of the spread
+/// with length that the data establish at this level.
+const TREND_Z: f64 = 1.645;
+
+/// A relative spread that falls with length: σ(L) = σ̄ · (min(L, L_top) / L̄)^slope, with
+/// slope ≤ 0. Fitted to the per-length spreads (Shamos, robust) of the lengths with at
+/// least three samples: weighted least squares of ln s on ln L, each weighing as the
+/// inverse variance of ln s (≈ 2 × 0.86 × (n − 1)). The slope used is the *upper* end of its
+/// one-sided 95% interval, capped at 0: only a decrease the data establish is used, so noise
+/// at cheap lengths (additive scheduler jitter on a 45 ms TTFT) stops making the model
+/// pessimistic at long lengths without ever assuming a long length is quieter than shown.
+/// A rising spread is left to the per-length check. Beyond the longest length fitted the
+/// spread is held at that length's (never extrapolated downwards).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LengthTrend {
+    /// d ln σ / d ln L (≤ 0).
+    pub slope: f64,
+    /// ln L̄: the weighted centre of the lengths, where the pooled σ applies.
+    pub centre: f64,
+    /// ln L_top: the longest length fitted.
+    pub top: f64,
+}
+
+impl LengthTrend {
+    /// The factor σ(L) / σ̄.
+    pub fn factor(&self, context: u64) -> f64 {
+        let x = (context.max(1) as f64).ln().min(self.top);
+        (self.slope * (x - self.centre)).exp()
+    }
+
+    /// `m` at `context`: its σ scaled by the trend, the slope recorded.
+    pub fn apply(&self, m: LogSpread, context: u64) -> LogSpread {
+        LogSpread {
+            sd: m.sd * self.factor(context),
+            slope: self.slope,
+            ..m
+        }
+    }
+}
+
+/// The trend of a metric's relative spread over `groups` (context, raw values); `None`
+/// without three lengths of at least three samples spanning 4× in length, or when no
+/// decrease is established.
+pub fn length_trend(groups: &[(u64, &[f64])]) -> Option<LengthTrend> {
+    // (ln L, ln s, weight)
+    let pts: Vec<(f64, f64, f64)> = groups
+        .iter()
+        .filter_map(|&(c, v)| {
+            let n = logs(v).len();
+            let s = pooled(&[v])?.sd;
+            (n >= 3 && s > 0.0 && c > 0).then(|| {
+                let w = 2.0 * SHAMOS_EFFICIENCY * (n - 1) as f64;
+                ((c as f64).ln(), s.ln(), w)
+            })
+        })
+        .collect();
+    let (lo, hi) = pts
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), p| {
+            (a.min(p.0), b.max(p.0))
+        });
+    if pts.len() < 3 || hi - lo < 4f64.ln() {
+        return None;
+    }
+    let sw: f64 = pts.iter().map(|p| p.2).sum();
+    let xm = pts.iter().map(|p| p.0 * p.2).sum::<f64>() / sw;
+    let ym = pts.iter().map(|p| p.1 * p.2).sum::<f64>() / sw;
+    let sxx: f64 = pts.iter().map(|p| p.2 * (p.0 - xm).powi(2)).sum();
+    let sxy: f64 = pts.iter().map(|p| p.2 * (p.0 - xm) * (p.1 - ym)).sum();
+    // Known variances (the weights are inverse variances): se(b) = 1/√Sxx.
+    let upper = sxy / sxx + TREND_Z / sxx.sqrt();
+    (upper < 0.0).then_some(LengthTrend {
+        slope: upper.max(-1.0),
+        centre: xm,
+        top: hi,
     })
 }
 
@@ -273,6 +355,48 @@ mod tests {
     fn noisy(centre: f64, sd: f64, n: usize) -> Vec<f64> {
         const Z: [f64; 8] = [0.0, 0.67, -0.67, 1.15, -1.15, 0.32, -0.32, 1.53];
         (0..n).map(|i| centre * (sd * Z[i % 8]).exp()).collect()
+    }
+
+    #[test]
+    fn a_spread_that_falls_with_length_is_used_only_as_far_as_the_data_establish_it() {
+        // 8%, 4%, 2%, 1% at 1k, 2k, 4k, 8k (σ ∝ 1/L), 10 samples each: a clear decrease.
+        let g: Vec<(u64, Vec<f64>)> = [(1024u64, 0.08), (2048, 0.04), (4096, 0.02), (8192, 0.01)]
+            .iter()
+            .map(|&(c, sd)| (c, noisy(c as f64, sd, 10)))
+            .collect();
+        let groups: Vec<(u64, &[f64])> = g.iter().map(|(c, v)| (*c, v.as_slice())).collect();
+        let t = length_trend(&groups).expect("a clear decrease");
+        assert!(t.slope < -0.5 && t.slope >= -1.0, "{t:?}");
+        // Held at the longest length fitted: 32k is judged as 8k is, never quieter.
+        assert_eq!(t.factor(32768), t.factor(8192));
+        assert!(t.factor(8192) < 1.0 && t.factor(1024) > 1.0);
+        let m = pooled(&[&g[0].1, &g[1].1, &g[2].1, &g[3].1]).unwrap();
+        let at = t.apply(m, 32768);
+        assert!(
+            at.sd < m.sd && at.df == m.df && at.slope == t.slope,
+            "{at:?}"
+        );
+        // The same spread everywhere: no trend.
+        let flat: Vec<(u64, Vec<f64>)> = [1024u64, 2048, 4096, 8192]
+            .iter()
+            .map(|&c| (c, noisy(c as f64, 0.03, 10)))
+            .collect();
+        let groups: Vec<(u64, &[f64])> = flat.iter().map(|(c, v)| (*c, v.as_slice())).collect();
+        assert!(length_trend(&groups).is_none());
+        // A decrease from three samples a length is too uncertain to use: 8% to 6% to 4%.
+        let weak: Vec<(u64, Vec<f64>)> = [(1024u64, 0.08), (2048, 0.06), (4096, 0.04)]
+            .iter()
+            .map(|&(c, sd)| (c, noisy(c as f64, sd, 3)))
+            .collect();
+        let groups: Vec<(u64, &[f64])> = weak.iter().map(|(c, v)| (*c, v.as_slice())).collect();
+        assert!(length_trend(&groups).is_none());
+        // A rising spread is left to the per-length check.
+        let rising: Vec<(u64, Vec<f64>)> = [(1024u64, 0.01), (2048, 0.02), (4096, 0.04)]
+            .iter()
+            .map(|&(c, sd)| (c, noisy(c as f64, sd, 10)))
+            .collect();
+        let groups: Vec<(u64, &[f64])> = rising.iter().map(|(c, v)| (*c, v.as_slice())).collect();
+        assert!(length_trend(&groups).is_none());
     }
 
     #[test]

@@ -61,19 +61,35 @@ fn shorter(lengths: &[Length<'_>], i: usize) -> Vec<usize> {
 
 /// The lengths' samples pooled, one slice per length and metric.
 struct Pool<'a> {
+    contexts: Vec<u64>,
     ttft: Vec<&'a [f64]>,
     decode: Vec<&'a [f64]>,
 }
 
 impl<'a> Pool<'a> {
-    fn models(&self) -> (Option<LogSpread>, Option<LogSpread>) {
-        (noise::pooled(&self.ttft), noise::pooled(&self.decode))
+    /// Each metric's pooled spread at `context`: scaled by the spread's trend with length
+    /// where the pooled lengths establish one (`noise::length_trend`).
+    fn models(&self, context: u64) -> (Option<LogSpread>, Option<LogSpread>) {
+        let at = |groups: &[&[f64]]| {
+            let m = noise::pooled(groups)?;
+            let g: Vec<(u64, &[f64])> = self
+                .contexts
+                .iter()
+                .copied()
+                .zip(groups.iter().copied())
+                .collect();
+            Some(match noise::length_trend(&g) {
+                Some(t) => t.apply(m, context),
+                None => m,
+            })
+        };
+        (at(&self.ttft), at(&self.decode))
     }
 
     /// The check of `p` against this pool: each metric's consistency, when both can be
     /// checked.
     fn check(&self, p: &Length<'_>) -> (Option<Consistency>, Option<Consistency>) {
-        let (t, d) = self.models();
+        let (t, d) = self.models(p.context);
         (
             t.and_then(|m| noise::consistency(p.ttft, &m)),
             d.and_then(|m| noise::consistency(p.decode, &m)),
@@ -81,6 +97,7 @@ impl<'a> Pool<'a> {
     }
 
     fn push(&mut self, p: &Length<'a>) {
+        self.contexts.push(p.context);
         self.ttft.push(p.ttft);
         self.decode.push(p.decode);
     }
@@ -90,6 +107,7 @@ impl<'a> Pool<'a> {
 /// checked against the lengths below it and left out when its spread is not theirs.
 fn pool_below<'a>(lengths: &[Length<'a>], i: usize) -> Pool<'a> {
     let mut pool = Pool {
+        contexts: Vec::new(),
         ttft: Vec::new(),
         decode: Vec::new(),
     };
@@ -146,7 +164,7 @@ fn needed_shared(
 /// and at most `cap` samples a length.
 pub fn judge(lengths: &[Length<'_>], i: usize, target: f64, floor: u32, cap: u32) -> Judgement {
     let mut pool = pool_below(lengths, i);
-    let below = pool.models();
+    let below = pool.models(lengths[i].context);
     let planned = needed_shared(target, below, floor, cap);
     let p = lengths[i];
     let (ct, cd) = pool.check(&p);
@@ -166,7 +184,7 @@ pub fn judge(lengths: &[Length<'_>], i: usize, target: f64, floor: u32, cap: u32
         };
     }
     pool.push(&p);
-    let model = pool.models();
+    let model = pool.models(p.context);
     let width = |m: Option<LogSpread>, v: &[f64]| {
         m.map(|m| noise::half_width(m.sd, m.df, noise::logs(v).len()))
             .filter(|w| w.is_finite())
@@ -188,7 +206,7 @@ pub fn judge(lengths: &[Length<'_>], i: usize, target: f64, floor: u32, cap: u32
 }
 
 /// The noise model over every length whose spread agrees with the shorter ones': TTFT,
-/// decode (what a report states as the run's noise).
+/// decode (what a report states as the run's noise), at the longest length.
 pub fn run_model(lengths: &[Length<'_>]) -> (Option<LogSpread>, Option<LogSpread>) {
     let Some(longest) = (0..lengths.len()).max_by_key(|&i| lengths[i].context) else {
         return (None, None);
@@ -198,5 +216,5 @@ pub fn run_model(lengths: &[Length<'_>]) -> (Option<LogSpread>, Option<LogSpread
     if !(t.is_some_and(|c| c.rejects()) || d.is_some_and(|c| c.rejects())) {
         pool.push(&lengths[longest]);
     }
-    pool.models()
+    pool.models(lengths[longest].context)
 }
