@@ -53,6 +53,8 @@ mod real_litellm;
 #[cfg(feature = "real-servers")]
 mod real_llama_cpp_python;
 #[cfg(feature = "real-servers")]
+mod real_model_text_servers;
+#[cfg(feature = "real-servers")]
 mod real_openai_text;
 #[cfg(feature = "real-servers")]
 mod real_sglang;

@@ -112,9 +112,27 @@ impl RealServer {
     /// loading the model, so another test may take it meanwhile: a server that then cannot
     /// bind it is stopped and started again on another port.
     pub fn start_with_env(family: Family, extra: &[&str], env: &[(&str, &str)]) -> RealServer {
+        Self::start_opts(family, &[], extra, env)
+    }
+
+    /// Like [`RealServer::start`], serving the real model (SmolLM2-135M-Instruct, the
+    /// script's `--real-model`: llama-cpp-python and transformers only).
+    pub fn start_real_model(family: Family, extra: &[&str]) -> RealServer {
+        Self::start_opts(family, &["--real-model"], extra, &[])
+    }
+
+    /// Sets up and starts `family` with the script's own `opts` (before `--`) and the
+    /// server's `extra` flags.
+    fn start_opts(
+        family: Family,
+        opts: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> RealServer {
         let guard = serial();
         let setup = Command::new(script())
             .args([family.name(), "setup"])
+            .args(opts)
             .stderr(Stdio::inherit())
             .status()
             .expect("cannot run scripts/reference-server");
@@ -124,7 +142,7 @@ impl RealServer {
             family.name()
         );
         for _ in 0..4 {
-            if let Some(mut s) = Self::try_start_on(free_port(), family, extra, env) {
+            if let Some(mut s) = Self::try_start_on(free_port(), family, opts, extra, env) {
                 s.serial = Some(guard);
                 return s;
             }
@@ -136,6 +154,7 @@ impl RealServer {
     fn try_start_on(
         port: u16,
         family: Family,
+        opts: &[&str],
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Option<RealServer> {
@@ -143,7 +162,9 @@ impl RealServer {
         let log = dir.path().join("server.log");
         let logf = std::fs::File::create(&log).unwrap();
         let mut cmd = Command::new(script());
-        cmd.args([family.name(), "start", "--port", &port.to_string(), "--"])
+        cmd.args([family.name(), "start", "--port", &port.to_string()])
+            .args(opts)
+            .arg("--")
             .args(extra)
             .envs(family.env().iter().copied())
             .envs(env.iter().copied())
