@@ -528,17 +528,22 @@ fn markdown_differences(cmp: &Comparison, v: &Versus, note: &str) -> Vec<Block> 
                 .collect(),
         }));
     }
-    if !v.predicted.is_empty() {
-        b.push(Block::Callout(Callout {
+    b.extend(predicted_callout(v));
+    b
+}
+
+/// One callout naming the lengths B's designed run predicted instead of measuring, if any.
+fn predicted_callout(v: &Versus) -> Option<Block> {
+    (!v.predicted.is_empty()).then(|| {
+        Block::Callout(Callout {
             title: None,
             items: v
                 .predicted
                 .iter()
                 .map(|n| Item::new(format!("predicted, not measured: {n}")))
                 .collect(),
-        }));
-    }
-    b
+        })
+    })
 }
 
 /// The page's head of a comparison: B, the method, and one callout of differences and
@@ -562,16 +567,7 @@ fn html_differences(v: &Versus, note: &str) -> Vec<Block> {
             items: differs.chain(mismatches).collect(),
         }));
     }
-    if !v.predicted.is_empty() {
-        b.push(Block::Callout(Callout {
-            title: None,
-            items: v
-                .predicted
-                .iter()
-                .map(|n| Item::new(format!("predicted, not measured: {n}")))
-                .collect(),
-        }));
-    }
+    b.extend(predicted_callout(v));
     b
 }
 
