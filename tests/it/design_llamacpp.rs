@@ -30,6 +30,19 @@ fn a_designed_sweep_measures_every_length_and_states_how_each_figure_was_obtaine
         r.header.config.reps.design,
         Some(ctxbench::record::DesignMode::Auto)
     );
+    // The cheap length, then the longest; 2k (which may be predicted) waits for the cheap
+    // length; the longest's check sample waits for every other length, so that its two
+    // samples span the run.
+    let sent: Vec<u64> = r
+        .samples
+        .iter()
+        .filter(|s| s.phase == ctxbench::record::Phase::Cold)
+        .map(|s| s.context_tokens)
+        .collect();
+    assert_eq!(sent[..3], [1024, 4096, 1024], "{sent:?}");
+    let second_4k = (0..sent.len()).filter(|&i| sent[i] == 4096).nth(1);
+    let last_2k = (0..sent.len()).rfind(|&i| sent[i] == 2048);
+    assert!(second_4k > last_2k && last_2k.is_some(), "{sent:?}");
     for c in [1024u64, 2048, 4096] {
         let at: Vec<_> = r.samples.iter().filter(|s| s.context_tokens == c).collect();
         assert!(

@@ -2,7 +2,7 @@
 //! (cold, streamed or two-point, each optionally followed by warm decode-at-depth samples),
 //! with flushes and metric scrapes around them; every sample is recorded as it is measured.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 // tokio's clock, so the loop's budgets can be tested on a paused clock.
 use tokio::time::Instant;
@@ -175,23 +175,60 @@ pub async fn run(
             .needle
             .as_ref()
             .map(|n| crate::needle::Values::new(n.seed)),
+        carry: HashMap::new(),
     };
     // A designed run visits the cheap lengths, then the longest, then the ones between (which
-    // it may predict instead of measuring).
-    let order: Vec<usize> = match sweep.design {
-        Some(_) => crate::design::order(contexts),
-        None => (0..contexts.len()).collect(),
+    // it may predict instead of measuring), one sample per length per pass, so that a
+    // length's samples are spread over the run (`design::waits`).
+    let designed = sweep.design.is_some();
+    let mut open: Vec<usize> = match designed {
+        true => crate::design::order(contexts),
+        false => (0..contexts.len()).collect(),
     };
-    for pi in order {
-        if point(&mut ctx, &mut sweep, pi, &mut tally)
-            .await?
-            .ends(&mut tally)
-        {
-            break;
+    // A pass in which every length waited (which the rules exclude) makes the next ignore
+    // the waits, so the run always ends.
+    let mut may_wait = true;
+    'passes: while !open.is_empty() {
+        let mut again = Vec::new();
+        let mut visited = false;
+        for pi in open {
+            let waits = |b: &Book| b.design.waits(&b.points, pi);
+            if may_wait && sweep.design.as_ref().is_some_and(waits) {
+                again.push(pi);
+                continue;
+            }
+            visited = true;
+            match point(&mut ctx, &mut sweep, pi, &mut tally, designed).await? {
+                Visit::Again => again.push(pi),
+                Visit::Done(step) => {
+                    if step.ends(&mut tally) {
+                        break 'passes;
+                    }
+                }
+            }
         }
+        open = again;
+        may_wait = visited;
     }
     ctx.observer.finish();
     Ok(tally)
+}
+
+/// What a visit to a point left.
+enum Visit {
+    /// The point is finished (its `point` line written), and the run goes on or ends.
+    Done(Step),
+    /// The point wants more samples, on a later pass (a designed run).
+    Again,
+}
+
+/// A point's progress between the visits of a designed run.
+struct Carry {
+    prog: PointProgress,
+    steps: Vec<f64>,
+    unverified_ttft: Vec<f64>,
+    next_rep: u32,
+    retakes: u32,
 }
 
 /// What the sweep carries from one point to the next.
@@ -209,29 +246,34 @@ struct Sweep<'a> {
     window: u64,
     /// The needle values, drawn in order (seeded with `--prompt-seed`).
     values: Option<crate::needle::Values>,
+    /// The progress of the points a designed run will visit again.
+    carry: HashMap<usize, Carry>,
 }
 
 /// One point's repetitions (as the policy asks), then its `point` line and needle checks.
+/// With `one_per_visit` (a designed run) the visit ends after one sample while the point
+/// wants more ([`Visit::Again`]), and the next visit goes on from there.
 async fn point(
     ctx: &mut RunCtx<'_>,
     sweep: &mut Sweep<'_>,
     pi: usize,
     tally: &mut Tally,
-) -> Result<Step, RecordError> {
+    one_per_visit: bool,
+) -> Result<Visit, RecordError> {
     let settings = ctx.settings;
     let policy = settings.policy;
     let context = sweep.contexts[pi];
-    let (mut prog, mut steps) = prior_progress(sweep.prior, context, policy.min_reps);
-    // Cold TTFTs at this point without a cached-token count (the cache-hit rule's data).
-    let mut unverified_ttft: Vec<f64> = sweep
-        .prior
-        .iter()
-        .filter(|s| s.context_tokens == context && s.status == Status::Ok && s.phase == Phase::Cold)
-        .filter(|s| !s.cache_verified)
-        .filter_map(|s| s.ttft_ms)
-        .collect();
-    let mut next_rep = 0u32;
-    let mut retakes = 0u32;
+    let Carry {
+        mut prog,
+        mut steps,
+        mut unverified_ttft,
+        mut next_rep,
+        mut retakes,
+    } = match sweep.carry.remove(&pi) {
+        Some(c) => c,
+        None => first_visit(sweep.prior, context, policy.min_reps),
+    };
+    let mut taken = 0u32;
     loop {
         let model = CostModel::new(sweep.observations.clone());
         let cost = model.request_s(context as f64, settings.output_tokens);
@@ -239,11 +281,23 @@ async fn point(
         if let Err(rec) = decision {
             ctx.writer.append(&Line::Point(rec.clone()))?;
             ctx.observer.point_done(&rec);
-            return needles(ctx, sweep, context, tally).await;
+            return needles(ctx, sweep, context, tally).await.map(Visit::Done);
+        }
+        if one_per_visit && taken > 0 {
+            let carry = Carry {
+                prog,
+                steps,
+                unverified_ttft,
+                next_rep,
+                retakes,
+            };
+            sweep.carry.insert(pi, carry);
+            return Ok(Visit::Again);
         }
         if *ctx.interrupt.borrow() {
-            return Ok(Step::Interrupted);
+            return Ok(Visit::Done(Step::Interrupted));
         }
+        taken += 1;
         while sweep.done.contains(&(context, next_rep)) {
             next_rep += 1;
         }
@@ -264,7 +318,7 @@ async fn point(
         let measured = measure_cold(ctx, cold).await;
         sweep.window += 2; // two-point uses two prompts
         let Some((mut sample, req)) = measured else {
-            return Ok(Step::Interrupted);
+            return Ok(Visit::Done(Step::Interrupted));
         };
         sample.prompt_index = prompt_index;
         sample.corpus_offset = Some(ctx.builder.offset(body));
@@ -307,11 +361,30 @@ async fn point(
             stop = decode_at_depth(ctx, req, cold, tally).await?;
         }
         if let Some(reason) = stop {
-            return Ok(Step::Stopped(reason));
+            return Ok(Visit::Done(Step::Stopped(reason)));
         }
         if *ctx.interrupt.borrow() {
-            return Ok(Step::Interrupted);
+            return Ok(Visit::Done(Step::Interrupted));
         }
+    }
+}
+
+/// A point's progress before this run's first visit: what `prior` (resume) measured.
+fn first_visit(prior: &[Sample], context: u64, min_reps: u32) -> Carry {
+    let (prog, steps) = prior_progress(prior, context, min_reps);
+    // Cold TTFTs at this point without a cached-token count (the cache-hit rule's data).
+    let unverified_ttft = prior
+        .iter()
+        .filter(|s| s.context_tokens == context && s.status == Status::Ok && s.phase == Phase::Cold)
+        .filter(|s| !s.cache_verified)
+        .filter_map(|s| s.ttft_ms)
+        .collect();
+    Carry {
+        prog,
+        steps,
+        unverified_ttft,
+        next_rep: 0,
+        retakes: 0,
     }
 }
 
@@ -354,6 +427,7 @@ fn state(context: u64, prog: &PointProgress) -> PointState {
         cost_s: None,
         spent_s: prog.server_s,
         beyond_floor_s: prog.beyond_min_s,
+        settled: false,
     }
 }
 
@@ -386,6 +460,7 @@ fn decide(
     match next {
         Next::Measure(_) => (Ok(()), eta),
         Next::Stop(reason) => {
+            book.points[pi].settled = true;
             let mut rec = point_record(settings, context, prog, reason);
             // The precision stated is the design's (its basis is on the record).
             let d = book.design.record(&book.points, pi, &j, reason);

@@ -8,7 +8,8 @@
 //! How (the justification is in docs/measurement.md, "The designed sweep"):
 //! - **Cheap lengths first.** The loop goes small to large, so the cost model knows what a
 //!   large length costs before it is started, and the noise model is built where samples
-//!   are cheap.
+//!   are cheap. It goes in passes, one sample per length per visit ([`visits`]), so each
+//!   length's samples span the run and a drift of the server shows as spread.
 //! - **A noise model shared across lengths** (`stats::noise`): the relative spread of TTFT
 //!   and of the decode rate, pooled over the shorter lengths whose own spread agrees with
 //!   it. With it, a length needs only the samples that bring its median's interval within
@@ -64,6 +65,8 @@ pub struct PointState {
     pub spent_s: f64,
     /// Seconds spent beyond the first [`FLOOR`] repetitions (what `--point-budget` limits).
     pub beyond_floor_s: f64,
+    /// The length is done (measured or predicted): it needs no reserve.
+    pub settled: bool,
 }
 
 /// The design's settings (from the run's `RepPolicy`).
@@ -178,6 +181,53 @@ impl Design {
         predicted::predict_within(&measured, points[i].context, self.target)
     }
 
+    /// Whether `points[i]` waits for a later pass of a designed run. A designed run goes
+    /// through [`order`] in passes, one sample per length per visit, so a length's samples
+    /// are spread over the run instead of taken back to back: a drift of the server's speed
+    /// then shows as spread (it widens the noise model, or fails a length's check against
+    /// it) instead of hiding between runs. Measured on the reference llama-server: 16k's
+    /// TTFT moved between 5.5 and 6.7 s within minutes while 1k's held to ±0.5%, and 8k's
+    /// was 1380–1505 ms in one run and 1535–1543 ms in the next, each run's samples tight.
+    /// Two rules order the waits:
+    /// - a length that may be predicted waits for the cheap lengths, and, while the
+    ///   prediction is within reach, for the longest's check sample (so that it is
+    ///   predicted from a checked longest length, or else measured);
+    /// - the longest's check sample waits for every other length to be done or about to be
+    ///   predicted, so that its two samples span the run.
+    pub fn waits(&self, points: &[PointState], i: usize) -> bool {
+        let contexts: Vec<u64> = points.iter().map(|p| p.context).collect();
+        let Some(top) = (0..points.len()).max_by_key(|&k| (contexts[k], std::cmp::Reverse(k)))
+        else {
+            return false;
+        };
+        // Within reach: predicted if the longest's check sample agrees with its first.
+        let checked: Vec<PointState> = match points[top].reps {
+            1 => {
+                let mut c = points.to_vec();
+                let t = &mut c[top];
+                t.reps = FLOOR;
+                t.ttft_ms = t.ttft_ms.repeat(2);
+                t.decode = t.decode.repeat(2);
+                c
+            }
+            _ => Vec::new(),
+        };
+        let assumed = if checked.is_empty() { points } else { &checked };
+        let tentative = |k: usize| {
+            may_predict(&contexts, k)
+                && points[k].reps == 0
+                && self.prediction(assumed, k).is_some()
+        };
+        if may_predict(&contexts, i) && points[i].reps == 0 {
+            let cheap_open = (0..points.len())
+                .any(|k| k != top && !may_predict(&contexts, k) && !points[k].settled);
+            return cheap_open || (points[top].reps < FLOOR && tentative(i));
+        }
+        i == top
+            && (1..FLOOR).contains(&points[i].reps)
+            && (0..points.len()).any(|k| k != i && !points[k].settled && !tentative(k))
+    }
+
     /// What the design makes of `points[i]` now (`stats::precision::judge`).
     pub fn judge(&self, points: &[PointState], i: usize) -> Judgement {
         let lengths: Vec<Length<'_>> = points
@@ -269,9 +319,11 @@ impl Design {
         }
         let cost = p.cost_s.unwrap_or(0.0);
         if let Some(b) = self.run_budget_s {
+            // Any length not yet measured, shorter ones included: the lengths between wait
+            // for the longest's check sample (`visits`).
             let reserve: f64 = points
                 .iter()
-                .filter(|q| q.context > p.context && q.reps == 0)
+                .filter(|q| q.context != p.context && q.reps == 0 && !q.settled)
                 .map(|q| q.cost_s.unwrap_or(0.0))
                 .sum();
             if run_elapsed_s + cost + reserve > b {
@@ -451,6 +503,51 @@ mod tests {
         let o: Vec<u64> = order(&c).into_iter().map(|i| c[i]).collect();
         assert_eq!(o, [1024, 2048, 8192, 4096]);
         assert!(order(&[]).is_empty());
+    }
+
+    #[test]
+    fn the_longests_check_sample_waits_for_the_rest_and_the_lengths_between_for_the_cheap() {
+        let d = design();
+        let settle = |mut p: PointState| {
+            p.settled = true;
+            p
+        };
+        // 1k still open: 16k (between) waits for it; 32k's check sample waits too.
+        let pts = vec![
+            pt(1024, 2, 0.02, 0.1),
+            pt(4096, 2, 0.02, 0.5),
+            pt(16384, 0, 0.02, 10.0),
+            pt(32768, 1, 0.02, 40.0),
+        ];
+        assert!(d.waits(&pts, 2));
+        assert!(d.waits(&pts, 3));
+        assert!(!d.waits(&pts, 0) && !d.waits(&pts, 1));
+        // The cheap lengths done: 16k cannot be predicted (two measured lengths are not a
+        // quadratic), so it is measured now, and 32k's check waits for it.
+        let mut done = pts.clone();
+        done[0] = settle(done[0].clone());
+        done[1] = settle(done[1].clone());
+        assert!(!d.waits(&done, 2));
+        assert!(d.waits(&done, 3));
+        // 16k done too: nothing is left to wait for.
+        done[2] = settle(pt(16384, 2, 0.02, 10.0));
+        assert!(!d.waits(&done, 3));
+        // A longest length already checked never waits.
+        let mut two = pts.clone();
+        two[3] = pt(32768, 2, 0.02, 40.0);
+        assert!(!d.waits(&two, 3));
+        // Within reach of a prediction (four quiet measured lengths around it), 16k waits for
+        // the longest's check instead, and the check does not wait for it.
+        let ladder = vec![
+            settle(pt(1024, 12, 0.01, 0.1)),
+            settle(pt(2048, 8, 0.01, 0.2)),
+            settle(pt(4096, 6, 0.01, 0.5)),
+            settle(pt(8192, 4, 0.01, 2.0)),
+            pt(16384, 0, 0.01, 8.0),
+            pt(32768, 1, 0.01, 32.0),
+        ];
+        assert!(d.waits(&ladder, 4), "16k should wait for a checked 32k");
+        assert!(!d.waits(&ladder, 5));
     }
 
     #[test]

@@ -836,10 +836,16 @@ async fn with_equal_relative_noise_the_design_reaches_the_precision_for_far_less
         assert!(d.why.contains("within ±5.0%"), "{}", d.why);
     }
     // The cheap lengths, then the longest, then the one between, predicted from the fits:
-    // no sample at 16k, and its point line says where its figures come from.
-    let order: Vec<u64> = points.iter().map(|p| p.context_tokens).collect();
-    assert_eq!(order, [1024, 2048, 4096, 8192, 32768, 16384]);
-    let p16 = &points[5];
+    // no sample at 16k, and its point line says where its figures come from. One sample per
+    // length per pass, and the longest's check sample last: its two samples span the run.
+    let sent: Vec<u64> = o.samples().iter().map(|s| s.context_tokens).collect();
+    assert_eq!(sent[..5], [1024, 2048, 4096, 8192, 32768], "{sent:?}");
+    assert_eq!(sent.last(), Some(&32768), "{sent:?}");
+    assert!(sent.len() > 7 && sent[5..sent.len() - 1].iter().all(|&c| c < 16384));
+    let p16 = points
+        .iter()
+        .find(|p| p.context_tokens == 16384)
+        .expect("16k has a point line");
     assert_eq!(p16.stop_reason, StopReason::Predicted, "{p16:?}");
     assert_eq!(p16.reps, 0);
     assert!(o.samples().iter().all(|s| s.context_tokens != 16384));
