@@ -523,15 +523,18 @@ pub struct SweepArgs {
 
     /// With --precision: ctxbench designs the sweep (which length takes how many samples).
     ///
-    /// `auto`: cheap lengths first; a noise model shared across lengths (the relative
-    /// spread of TTFT and decode rate, pooled over the cheap lengths and checked at every
-    /// other); each length takes the samples that bring its median TTFT, prefill and decode
-    /// rate within ±P at 95% (at least 2; a length noisier than the model is judged on its
-    /// own samples and says why), and cheap lengths take extra samples while they save more
-    /// server time at the expensive ones. Every requested length is measured. The end report
-    /// gives the server time spent and what a fixed --reps sweep of the same precision would
-    /// have needed. Not with --min-reps, --prompts, --concurrency, --mode or --method
-    /// two-point.
+    /// `auto`: cheap lengths first, then the longest, then the ones between, one sample per
+    /// length per pass (so each length's samples span the run, and a drift of the server's
+    /// speed shows as spread); a noise model shared across lengths (the relative spread of
+    /// TTFT and decode rate, pooled over the cheap lengths and checked at every other); each
+    /// length takes the samples that bring its median TTFT, prefill and decode rate within ±P
+    /// at 95% (at least 2; a length noisier than the model is judged on its own samples and
+    /// says why), and cheap lengths take extra samples while they save more server time at
+    /// the expensive ones. The longest length is always measured; a length between may be
+    /// predicted from the fits when the prediction, model error included, is within ±P (it is
+    /// marked predicted everywhere, and never compared or gated). The end report gives the
+    /// server time spent and what a fixed --reps sweep of the same precision would have
+    /// needed. Not with --min-reps, --prompts, --concurrency, --mode or --method two-point.
     #[arg(
         help_heading = "What to measure",
         long,
