@@ -529,8 +529,9 @@ pub struct SweepArgs {
     /// TTFT and decode rate, pooled over the cheap lengths and checked at every other); each
     /// length takes the samples that bring its median TTFT, prefill and decode rate within ±P
     /// at 95% (at least 2; a length noisier than the model is judged on its own samples and
-    /// says why), and cheap lengths take extra samples while they save more server time at
-    /// the expensive ones. The longest length is always measured; a length between may be
+    /// says why), cheap lengths take extra samples while they save more server time at the
+    /// expensive ones, and the longest takes more while the fits' extrapolation to the
+    /// server's maximum is over ±P and they narrow it. The longest length is always measured; a length between may be
     /// predicted from the fits when the prediction, model error included, is within ±P (it is
     /// marked predicted everywhere, and never compared or gated). The end report gives the
     /// server time spent and what a fixed --reps sweep of the same precision would have

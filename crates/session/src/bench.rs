@@ -405,6 +405,7 @@ impl Book {
             max_reps: policy.max_reps,
             point_budget_s: policy.point_budget_s,
             run_budget_s: policy.run_budget_s,
+            extrapolate_to: settings.extrapolate_to,
         };
         let points = contexts
             .iter()
@@ -831,6 +832,7 @@ pub(crate) mod tests {
         BenchSettings {
             nonce_end: None,
             prompts: None,
+            extrapolate_to: None,
             run_id: "r".into(),
             output_tokens: 33,
             policy: RepPolicy {

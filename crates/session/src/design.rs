@@ -80,6 +80,9 @@ pub struct Design {
     pub point_budget_s: Option<f64>,
     /// Seconds the whole run may take.
     pub run_budget_s: Option<f64>,
+    /// The server's maximum context: the fits' extrapolation there is a figure the design
+    /// brings within the target too, when it can ([`Design::extrapolation_pays`]).
+    pub extrapolate_to: Option<u64>,
 }
 
 /// Why the design takes another sample.
@@ -94,6 +97,9 @@ pub enum Why {
     /// The length is precise, but one more sample here costs less than it saves at the
     /// longer lengths (a better-known noise model).
     NoiseModel,
+    /// The longest length is precise, but the fits' extrapolation to the server's maximum
+    /// is not, and a sample here narrows it.
+    Extrapolation,
 }
 
 /// What the design decided.
@@ -149,6 +155,46 @@ pub fn order(contexts: &[u64]) -> Vec<usize> {
     }
     first.extend(later);
     first
+}
+
+/// Bootstrap refits behind the design's view of the extrapolation band (the report's own
+/// band uses more; a decision needs its width to a few tenths of a percent).
+const BAND_RESAMPLES: usize = 300;
+
+/// The wider relative half-width of the 90% bands of the TTFT (quadratic) and ms/step
+/// (linear, from the decode rates) fits extrapolated to `at`, from every length's samples;
+/// with `extra`, as if that length had one more sample at its median. `None` when nothing
+/// is extrapolated (`at` within the measured range, or too few lengths for the fits).
+pub fn extrapolation_band(points: &[PointState], at: u64, extra: Option<usize>) -> Option<f64> {
+    use crate::stats::fit::{extrapolate, Model};
+    let obs = |f: &dyn Fn(&PointState) -> Vec<f64>| -> Vec<(u64, f64)> {
+        points
+            .iter()
+            .enumerate()
+            .flat_map(|(k, p)| {
+                let mut v = f(p);
+                if extra == Some(k) {
+                    v.extend(median(&v));
+                }
+                v.into_iter().map(move |y| (p.context, y))
+            })
+            .filter(|(_, y)| y.is_finite() && *y > 0.0)
+            .collect()
+    };
+    let ttft = obs(&|p| p.ttft_ms.clone());
+    let step = obs(&|p| p.decode.iter().map(|r| 1000.0 / r).collect());
+    if ttft.iter().map(|o| o.0).max()? >= at {
+        return None;
+    }
+    let width = |model, o: &[(u64, f64)]| {
+        let e = extrapolate(model, o, at, BAND_RESAMPLES, 32)?;
+        (e.predicted > 0.0).then(|| (e.high / e.predicted - 1.0).max(1.0 - e.low / e.predicted))
+    };
+    let (t, d) = (
+        width(Model::Quadratic, &ttft)?,
+        width(Model::Linear, &step)?,
+    );
+    Some(t.max(d))
 }
 
 /// The median of the finite values.
@@ -276,6 +322,31 @@ impl Design {
         })
     }
 
+    /// Whether another sample at `points[i]` (a length already precise) is taken for the
+    /// fits' extrapolation to the server's maximum: `points[i]` is the longest length (a fit
+    /// read beyond the measured range leans on it the most), the wider of the TTFT and
+    /// ms/step bands ([`extrapolation_band`]) is over the target, one more sample there (at
+    /// its median, the band recomputed) narrows it, and the band can reach the target within
+    /// `--max-reps` (a band shrinks about as 1/√n with the samples that carry it: n·(band /
+    /// target)² ≤ the cap, so a band these samples do not narrow stops them within a few).
+    /// Otherwise the report states the band as it is, "over ±P".
+    pub fn extrapolation_pays(&self, points: &[PointState], i: usize) -> bool {
+        let Some(at) = self.extrapolate_to else {
+            return false;
+        };
+        let longest = points.iter().map(|p| p.context).max();
+        if Some(points[i].context) != longest || points[i].reps < FLOOR {
+            return false;
+        }
+        let Some(now) = extrapolation_band(points, at, None) else {
+            return false;
+        };
+        let n = f64::from(points[i].reps);
+        now > self.target
+            && n * (now / self.target).powi(2) <= f64::from(self.max_reps)
+            && extrapolation_band(points, at, Some(i)).is_some_and(|after| after < now)
+    }
+
     /// Whether to take another sample at `points[i]`, with the judgement behind it.
     /// `run_elapsed_s` is the run's time so far.
     pub fn next(&self, points: &[PointState], i: usize, run_elapsed_s: f64) -> (Next, Judgement) {
@@ -294,6 +365,8 @@ impl Design {
             Why::Precision
         } else if self.noise_pays(points, i, &j) {
             Why::NoiseModel
+        } else if self.extrapolation_pays(points, i) {
+            Why::Extrapolation
         } else {
             return (Next::Stop(StopReason::PrecisionReached), j);
         };
@@ -301,7 +374,7 @@ impl Design {
             // Extra samples for the model are optional: a precise length stopped by a
             // limit has reached its precision.
             let reason = match why {
-                Why::NoiseModel => StopReason::PrecisionReached,
+                Why::NoiseModel | Why::Extrapolation => StopReason::PrecisionReached,
                 _ => stop,
             };
             return (Next::Stop(reason), j);
@@ -395,6 +468,7 @@ impl Design {
                 format!("{other}: {widths} by {basis}; the target {target} is not reached")
             }
         };
+        let why = why + &self.extrapolation_note(points, i, j);
         PointDesign {
             target: self.target,
             planned: j.planned,
@@ -408,6 +482,23 @@ impl Design {
             why,
             server_s: p.spent_s,
             predicted: None,
+        }
+    }
+
+    /// What the longest length's samples beyond its own need did for the extrapolation to
+    /// the server's maximum (empty for any other length, or when there were none).
+    fn extrapolation_note(&self, points: &[PointState], i: usize, j: &Judgement) -> String {
+        let (Some(at), Some(needed)) = (self.extrapolate_to, j.needed) else {
+            return String::new();
+        };
+        let longest = points.iter().map(|p| p.context).max();
+        let extra = points[i].reps.saturating_sub(needed.max(FLOOR));
+        match extrapolation_band(points, at, None) {
+            Some(band) if extra > 0 && Some(points[i].context) == longest => format!(
+                "; {extra} more sample(s) for the fits' extrapolation to {at} tokens, whose 90% band is now {}",
+                pct(Some(band))
+            ),
+            _ => String::new(),
         }
     }
 
@@ -476,6 +567,7 @@ mod tests {
             max_reps: 30,
             point_budget_s: None,
             run_budget_s: None,
+            extrapolate_to: None,
         }
     }
 
@@ -548,6 +640,60 @@ mod tests {
         ];
         assert!(d.waits(&ladder, 4), "16k should wait for a checked 32k");
         assert!(!d.waits(&ladder, 5));
+    }
+
+    #[test]
+    fn the_longest_takes_samples_for_an_extrapolation_over_the_target_while_they_narrow_it() {
+        let ladder = |n_top: usize| {
+            vec![
+                pt(1024, 6, 0.03, 0.1),
+                pt(2048, 4, 0.03, 0.2),
+                pt(4096, 3, 0.03, 0.5),
+                pt(8192, 3, 0.03, 2.0),
+                pt(16384, n_top, 0.03, 8.0),
+            ]
+        };
+        let far = Design {
+            extrapolate_to: Some(65536),
+            max_reps: 30,
+            ..design()
+        };
+        let pts = ladder(2);
+        let band = extrapolation_band(&pts, 65536, None).unwrap();
+        assert!(band > 0.05, "{band}");
+        // One more sample at the longest narrows it.
+        assert!(extrapolation_band(&pts, 65536, Some(4)).unwrap() < band);
+        assert!(far.extrapolation_pays(&pts, 4));
+        assert_eq!(far.next(&pts, 4, 0.0).0, Next::Measure(Why::Extrapolation));
+        // Only the longest carries it; without a maximum beyond it, nothing is taken.
+        assert!(!far.extrapolation_pays(&pts, 3));
+        assert!(!design().extrapolation_pays(&pts, 4));
+        let inside = Design {
+            extrapolate_to: Some(16384),
+            ..far
+        };
+        assert!(!inside.extrapolation_pays(&pts, 4));
+        // A cap the band cannot reach within: the band is stated as it is instead.
+        let capped = Design { max_reps: 4, ..far };
+        assert!(!capped.extrapolation_pays(&pts, 4), "{band}");
+        assert_eq!(
+            capped.next(&pts, 4, 0.0).0,
+            Next::Stop(StopReason::PrecisionReached)
+        );
+        // 30 samples at the longest do not bring a 4× extrapolation within ±5% when the
+        // curvature is known to the cheap lengths' few samples: by then it has stopped.
+        let many = ladder(30);
+        let band = extrapolation_band(&many, 65536, None).unwrap();
+        assert!(band > 0.05, "{band}");
+        assert!(!far.extrapolation_pays(&many, 4));
+        // Every length well measured on a quieter server: within the target, nothing more.
+        let known: Vec<PointState> = ladder(30)
+            .into_iter()
+            .map(|p| pt(p.context, 30, 0.01, p.cost_s.unwrap()))
+            .collect();
+        let band = extrapolation_band(&known, 65536, None).unwrap();
+        assert!(band <= 0.05, "{band}");
+        assert!(!far.extrapolation_pays(&known, 4));
     }
 
     #[test]

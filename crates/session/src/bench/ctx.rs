@@ -103,6 +103,9 @@ pub struct BenchSettings {
     pub fleet: Option<crate::fleet::Fleet>,
     /// Flush each worker of `fleet` before every cold sample (not with `--flush never`).
     pub fleet_flush: bool,
+    /// The server's maximum context, where a designed run's fits are extrapolated to
+    /// (`None`: not known).
+    pub extrapolate_to: Option<u64>,
 }
 
 /// How the needle checks are made (see [`crate::needle`]).

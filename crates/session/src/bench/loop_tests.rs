@@ -1031,3 +1031,48 @@ async fn a_resumed_designed_run_decides_from_the_files_samples() {
         assert_eq!(p.reps, all, "{p:?}");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_extrapolation_over_the_target_takes_its_samples_at_the_longest_length_only() {
+    // ±2%: the lengths reach it, the fits' extrapolation to 128k (4× beyond 32k) does not.
+    let plain = designed(0.02, None);
+    let mut far = designed(0.02, None);
+    far.extrapolate_to = Some(131072);
+    let a = run_loop(&noisy_server(|_| 0.02), &LADDER, &[], &plain, None).await;
+    let b = run_loop(&noisy_server(|_| 0.02), &LADDER, &[], &far, None).await;
+    let band = |o: &Outcome| {
+        let all = o.samples();
+        let pts: Vec<crate::design::PointState> = LADDER
+            .iter()
+            .map(|&c| {
+                let at: Vec<&Sample> = all.iter().filter(|s| s.context_tokens == c).collect();
+                crate::design::PointState {
+                    context: c,
+                    reps: at.len() as u32,
+                    ttft_ms: at.iter().filter_map(|s| s.ttft_ms).collect(),
+                    decode: at.iter().filter_map(|s| s.decode_tokens_per_s).collect(),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        crate::design::extrapolation_band(&pts, 131072, None).unwrap()
+    };
+    // The longest took more samples for the band at 128k …
+    let bands = format!("bands {} vs {}", band(&a), band(&b));
+    assert!(band(&a) > 0.02, "{bands}");
+    assert!(reps_at(&b, 32768) > reps_at(&a, 32768), "{bands}");
+    let p32 = b.points().into_iter().find(|p| p.context_tokens == 32768);
+    let p32 = p32.expect("32k has a point line");
+    assert_eq!(p32.stop_reason, StopReason::PrecisionReached);
+    let why = &p32.design.as_ref().unwrap().why;
+    assert!(
+        why.contains("for the fits' extrapolation to 131072 tokens"),
+        "{why}"
+    );
+    // … and the other lengths took what they took without it.
+    for c in [1024, 2048, 4096, 8192] {
+        assert_eq!(reps_at(&a, c), reps_at(&b, c), "{c}");
+    }
+    // The band it was after is narrower than the plain run's.
+    assert!(band(&b) < band(&a), "{} vs {}", band(&b), band(&a));
+}

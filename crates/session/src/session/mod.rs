@@ -977,6 +977,7 @@ fn bench_settings(
         fleet: None,
         fleet_flush: false,
         prompts: plan.prompts,
+        extrapolate_to: profile.max_context,
     }
 }
 
