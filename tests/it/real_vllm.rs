@@ -303,3 +303,46 @@ fn real_vllm_capacity_waves_are_proven_cold_by_the_metrics_around_each_wave() {
         l.samples
     );
 }
+
+/// `--design auto` against real vLLM: one sample per length per pass (1k, then the longest,
+/// 4k; 2k, which may be predicted, waits for 1k; 4k's check sample after every 2k sample),
+/// every sample cold and verified, and every length's `point` line with the design's
+/// decision and the server time its samples took.
+#[test]
+fn real_vllm_designed_sweep_interleaves_its_lengths_and_states_each_decision() {
+    let srv = RealServer::start(Family::Vllm, DETAILS);
+    let run = sweep(
+        &srv.url(),
+        &argv("--contexts 1k,2k,4k --output-tokens 32 --precision 0.1 --design auto --max-reps 4"),
+    )
+    .ok();
+    let r = run.results();
+    assert_eq!(
+        r.header.config.reps.design,
+        Some(ctxbench::record::DesignMode::Auto)
+    );
+    let sent: Vec<u64> = r.samples.iter().map(|s| s.context_tokens).collect();
+    assert_eq!(sent[..3], [1024, 4096, 1024], "{sent:?}");
+    let second_4k = (0..sent.len()).filter(|&i| sent[i] == 4096).nth(1);
+    let last_2k = (0..sent.len()).rfind(|&i| sent[i] == 2048);
+    assert!(second_4k > last_2k && last_2k.is_some(), "{sent:?}");
+    for s in &r.samples {
+        assert!(s.usable(), "{s:?}");
+        assert_eq!(s.cached_tokens, Some(0), "{s:?}");
+        assert!(s.cache_verified, "{s:?}");
+    }
+    for c in [1024u64, 2048, 4096] {
+        let p = r.point(c).expect("a point line per length");
+        let d = p.design.as_ref().expect("the design's decision");
+        let at: Vec<_> = r.samples.iter().filter(|s| s.context_tokens == c).collect();
+        assert!(p.reps >= 2 && p.reps as usize == at.len(), "{p:?}");
+        let spent: f64 = at.iter().map(|s| s.server_s()).sum();
+        assert!(spent > 0.0 && (d.server_s - spent).abs() < 1e-9, "{d:?}");
+        assert!(!d.why.is_empty() && d.target == 0.1, "{d:?}");
+    }
+    assert!(
+        run.stdout.contains("designed sweep (--design auto"),
+        "{}",
+        run.stdout
+    );
+}
