@@ -270,6 +270,36 @@ fn render_designed(f: ReportFormat) -> String {
     renderer(f).report(&report).expect("renders")
 }
 
+/// A designed run that predicted 12k from the fits instead of measuring it (its `point`
+/// line says so and it has no samples).
+fn render_designed_with_a_prediction(f: ReportFormat) -> String {
+    let mut r = results("r3", 1.0, None);
+    r.header.config.reps = RepPolicy {
+        precision: Some(0.05),
+        min_reps: 2,
+        max_reps: 30,
+        point_budget_s: None,
+        run_budget_s: None,
+        design: Some(crate::record::DesignMode::Auto),
+    };
+    r.header.config.contexts.push(12288);
+    r.header.config.contexts.sort_unstable();
+    r.points.push(PointRecord {
+        run_id: r.header.run_id.clone(),
+        context_tokens: 12288,
+        reps: 0,
+        usable: 0,
+        stop_reason: StopReason::Predicted,
+        ttft_ci_rel: None,
+        decode_ci_rel: None,
+        concurrency: None,
+        design: None,
+    });
+    let mut report = report::build(&[("designed".to_owned(), "designed.jsonl".to_owned(), r)]);
+    report.generated_by = "ctxbench (fixture)".into();
+    renderer(f).report(&report).expect("renders")
+}
+
 #[test]
 fn report_designed_table() {
     insta::assert_snapshot!(render_designed(ReportFormat::Table));
@@ -848,4 +878,47 @@ fn compare_roofline_side_by_side() {
     );
     let text = renderer(ReportFormat::Table).compare(&c).unwrap();
     assert!(text.contains(&line), "{text}");
+}
+
+#[test]
+fn a_predicted_length_has_its_own_marked_row_in_the_main_table_between_the_measured_ones() {
+    let t = render_designed_with_a_prediction(ReportFormat::Table);
+    let table: Vec<&str> = t
+        .lines()
+        .skip_while(|l| !l.starts_with("context "))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let ctx: Vec<&str> = table
+        .iter()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(ctx, ["1k", "2k", "4k", "8k", "12k", "16k"], "{t}");
+    let row = table
+        .iter()
+        .find(|l| l.starts_with("12k"))
+        .expect("12k row");
+    assert!(row.contains("pred."), "{row}");
+    assert!(
+        row.contains("PREDICTED, not measured (fits of 1k, 2k, 4k, 8k, 16k)"),
+        "{row}"
+    );
+    // TTFT = 20 + 0.05·L + 8e-6·L² at 12k: 1842 ms, stated with an interval.
+    assert!(row.contains("1842 ±"), "{row}");
+    let md = render_designed_with_a_prediction(ReportFormat::Md);
+    let md_row = md
+        .lines()
+        .find(|l| l.starts_with("| 12k"))
+        .expect("12k row in the Markdown results");
+    assert!(md_row.contains("PREDICTED, not measured"), "{md_row}");
+}
+
+#[test]
+fn report_designed_with_a_prediction_table() {
+    insta::assert_snapshot!(render_designed_with_a_prediction(ReportFormat::Table));
+}
+
+#[test]
+fn report_designed_with_a_prediction_markdown() {
+    insta::assert_snapshot!(render_designed_with_a_prediction(ReportFormat::Md));
 }

@@ -217,7 +217,11 @@ fn summary_text(
     if let Some(run) = report.runs.first() {
         // A conversation measures no cold point: no empty table.
         if !run.points.is_empty() {
-            writeln!(summary, "\n{}", render::summary_table(&run.points))?;
+            writeln!(
+                summary,
+                "\n{}",
+                render::summary_table(&run.points, run.design.as_ref())
+            )?;
         }
         write!(summary, "{}", render::table::details(run))?;
     }

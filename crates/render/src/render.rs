@@ -7,6 +7,7 @@ use crate::compare::Comparison;
 use crate::record::{
     CorpusInfo, CorpusSpec, FlushChoice, Method, PointRecord, RunConfig, ServerInfo, StopReason,
 };
+use crate::report::design::DesignReport;
 use crate::report::{Report, RunReport};
 use crate::stats::{PointSummary, Spread};
 use doc::{Align, Table};
@@ -98,8 +99,9 @@ pub(crate) fn med_range(s: &Option<Spread>) -> String {
     }
 }
 
-/// One row per context: medians (min–max) of client metrics beside the server's own.
-pub fn summary_table(points: &[PointSummary]) -> String {
+/// The terminal's summary table: one row per measured length, and one per length a designed
+/// run predicted instead (marked, its figures the fits' values with their intervals).
+pub fn summary_table(points: &[PointSummary], design: Option<&DesignReport>) -> String {
     let right = |h| (h, Align::Right);
     let mut t = Table::new([
         ("context", Align::Left),
@@ -112,23 +114,45 @@ pub fn summary_table(points: &[PointSummary]) -> String {
         right("ms/step"),
         ("excluded", Align::Left),
     ]);
-    for p in points {
-        let excluded = p.exclusions();
-        t.row([
+    let mut rows: Vec<(u64, [String; 9])> = points
+        .iter()
+        .map(|p| {
+            let excluded = p.exclusions();
+            let row = [
+                fmt_ctx(p.context_tokens),
+                format!("{}/{}", p.usable, p.samples),
+                med_range(&p.ttft_ms),
+                med(&p.server_prompt_ms),
+                med(&p.prefill_tokens_per_s),
+                med_range(&p.decode_tokens_per_s),
+                med(&p.server_decode_tokens_per_s),
+                med(&p.ms_per_step),
+                if excluded.is_empty() {
+                    "–".to_owned()
+                } else {
+                    excluded.join(", ")
+                },
+            ];
+            (p.context_tokens, row)
+        })
+        .collect();
+    for p in design::predicted(design) {
+        let row = [
             fmt_ctx(p.context_tokens),
-            format!("{}/{}", p.usable, p.samples),
-            med_range(&p.ttft_ms),
-            med(&p.server_prompt_ms),
-            med(&p.prefill_tokens_per_s),
-            med_range(&p.decode_tokens_per_s),
-            med(&p.server_decode_tokens_per_s),
-            med(&p.ms_per_step),
-            if excluded.is_empty() {
-                "–".to_owned()
-            } else {
-                excluded.join(", ")
-            },
-        ]);
+            "pred.".to_owned(),
+            design::predicted_cell(&p.ttft_ms),
+            "–".to_owned(),
+            design::predicted_cell(&p.prefill_tokens_per_s),
+            design::predicted_cell(&p.decode_tokens_per_s),
+            "–".to_owned(),
+            design::predicted_step(p),
+            design::predicted_source(p),
+        ];
+        rows.push((p.context_tokens, row));
+    }
+    rows.sort_by_key(|r| r.0);
+    for (_, row) in rows {
+        t.row(row);
     }
     let layout = text::Layout {
         rule: true,
@@ -650,7 +674,7 @@ mod tests {
             warm_decode_tokens_per_s: None,
             warm_ms_per_step: None,
         };
-        let t = summary_table(&[p]);
+        let t = summary_table(&[p], None);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 3);
         assert!(lines[2].starts_with("4k "), "{t}");

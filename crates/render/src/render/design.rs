@@ -5,7 +5,7 @@
 use super::doc::{Align, Block, Item, List, ListKind, Para, Table};
 use super::{fmt_ctx, num};
 use crate::record::IntervalBasis;
-use crate::report::design::{DesignReport, Figure, Obtained};
+use crate::report::design::{DesignPoint, DesignReport, Figure, Obtained};
 
 /// What the account is, said above its table.
 pub fn title(d: &DesignReport) -> String {
@@ -25,9 +25,11 @@ fn ctx_list(v: &[u64]) -> String {
     v.iter().map(|&c| fmt_ctx(c)).collect::<Vec<_>>().join(", ")
 }
 
-/// A half-width in percent, rounded *up* to 0.1% (5.04% is not shown as ±5.0%).
+/// A half-width in percent, rounded *up* to 0.1% (5.04% is not shown as ±5.0%); a zero one
+/// (a fit with no miss) is 0.0, not −0.0.
 pub fn pct_up(w: f64) -> f64 {
-    (w * 1000.0 - 1e-9).ceil() / 10.0
+    // `+ 0.0` turns −0.0 (the ceiling of a tiny negative) into 0.0.
+    ((w * 1000.0 - 1e-9).ceil() / 10.0).max(0.0) + 0.0
 }
 
 /// `45.1 ±2.4%`, marked when wider than the target.
@@ -170,4 +172,42 @@ pub fn blocks(d: &DesignReport) -> Vec<Block> {
             items: notes(d).into_iter().map(Item::new).collect(),
         }),
     ]
+}
+
+/// The lengths the design predicted instead of measuring, shortest first: the main tables
+/// list them among the measured lengths, marked, so a gap in the ladder is never read as a
+/// failure and a fit's value never as a measurement.
+pub fn predicted(d: Option<&DesignReport>) -> Vec<&DesignPoint> {
+    d.map_or_else(Vec::new, |d| {
+        d.points
+            .iter()
+            .filter(|p| p.obtained == Obtained::Predicted)
+            .collect()
+    })
+}
+
+/// A predicted figure in a main table: `2363 ±3.1%` (no min–max: there are no samples).
+pub fn predicted_cell(f: &Option<Figure>) -> String {
+    f.as_ref().map_or("–".to_owned(), |f| {
+        format!("{} ±{:.1}%", num(f.median), pct_up(f.half_width))
+    })
+}
+
+/// The ms/step a predicted decode rate stands for (1000 ÷ tok/s).
+pub fn predicted_step(p: &DesignPoint) -> String {
+    p.decode_tokens_per_s
+        .as_ref()
+        .filter(|f| f.median > 0.0)
+        .map_or("–".to_owned(), |f| num(1000.0 / f.median))
+}
+
+/// What a predicted row says in place of exclusions: where it came from.
+pub fn predicted_source(p: &DesignPoint) -> String {
+    match &p.prediction {
+        Some(pr) => format!(
+            "PREDICTED, not measured (fits of {})",
+            ctx_list(&pr.from_contexts)
+        ),
+        None => "PREDICTED, not measured".to_owned(),
+    }
 }

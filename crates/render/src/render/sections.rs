@@ -252,6 +252,8 @@ fn results(run: &RunReport, target: Target) -> Vec<Block> {
         ("server decode tok/s", Align::Right),
         ("excluded", Align::Left),
     ]);
+    // Measured and predicted lengths in one ladder, shortest first.
+    let mut rows: Vec<(u64, Vec<Cell>)> = Vec::new();
     for p in &run.points {
         let ex = p.exclusions();
         let mut row: Vec<Cell> = vec![
@@ -266,8 +268,28 @@ fn results(run: &RunReport, target: Target) -> Vec<Block> {
                 ..Cell::from(ex.join(", "))
             },
         });
-        t.rows.push(row);
+        rows.push((p.context_tokens, row));
     }
+    for p in super::design::predicted(run.design.as_ref()) {
+        let caution = |s: String| Cell {
+            tone: Tone::Caution,
+            ..Cell::from(s)
+        };
+        let row: Vec<Cell> = vec![
+            fmt_ctx(p.context_tokens).into(),
+            caution("pred.".to_owned()),
+            caution(super::design::predicted_cell(&p.ttft_ms)),
+            caution(super::design::predicted_cell(&p.prefill_tokens_per_s)),
+            caution(super::design::predicted_cell(&p.decode_tokens_per_s)),
+            caution(super::design::predicted_step(p)),
+            "–".into(),
+            "–".into(),
+            caution(super::design::predicted_source(p)),
+        ];
+        rows.push((p.context_tokens, row));
+    }
+    rows.sort_by_key(|r| r.0);
+    t.rows.extend(rows.into_iter().map(|r| r.1));
     let legend = super::exclusion_legend(&run.points);
     let note = match target {
         Target::Markdown => {

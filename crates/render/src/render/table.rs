@@ -172,7 +172,7 @@ impl Renderer for TableRenderer {
         let mut out = String::new();
         for run in &report.runs {
             run_header(&mut out, run);
-            let _ = writeln!(out, "\n{}", summary_table(&run.points));
+            let _ = writeln!(out, "\n{}", summary_table(&run.points, run.design.as_ref()));
             out.push_str(&details(run));
             for w in &run.warnings {
                 let _ = writeln!(out, "WARNING: {w}");
