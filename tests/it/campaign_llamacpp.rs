@@ -425,3 +425,123 @@ fn a_server_that_dies_mid_run_is_reported_with_its_log_tail() {
     assert!(out.join("t=1-run0.server.log").exists());
     assert!(!out.join("t=2-run0.jsonl").exists(), "the campaign stopped");
 }
+
+/// A designed campaign (`--precision P --design auto` with two variants) is designed for the
+/// comparison: a ratio B/A's log half-width is the two medians' in quadrature, so each
+/// variant is designed for ±P/√2 (ctxbench::design::variant_precision), not ±P. The two
+/// variants are the same command (only a directory nothing is saved in differs), and each
+/// length's reps are capped, so the test asserts what the design records, never a speed.
+#[test]
+fn a_designed_campaign_designs_each_of_two_variants_for_precision_over_root_two() {
+    use ctxbench::record::{DesignMode, Phase, StopReason};
+    let _g = serial();
+    let mark = marker("design");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("dz");
+    std::fs::create_dir_all(dir.path().join("a")).unwrap();
+    std::fs::create_dir_all(dir.path().join("b")).unwrap();
+    let tpl = template(
+        &mark,
+        &format!("-t 1 --slot-save-path {}/{{copy}}", dir.path().display()),
+    );
+    let (code, stdout, stderr) = campaign(&[
+        "--server-cmd",
+        &tpl,
+        "-L",
+        "copy",
+        "a,b",
+        "--runs",
+        "1",
+        "--contexts",
+        "1k,2k,4k",
+        "--output-tokens",
+        "4",
+        "--precision",
+        "0.05",
+        "--design",
+        "auto",
+        "--max-reps",
+        "4",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let each = 0.05 / std::f64::consts::SQRT_2;
+    for name in ["a", "b"] {
+        let p = out.join(format!("copy={name}-run0.jsonl"));
+        let r = read(&p);
+        let reps = &r.header.config.reps;
+        let precision = reps.precision.expect("a precision recorded");
+        assert!(
+            (precision - each).abs() < 1e-6,
+            "{}: precision {precision}, not 0.05/√2 = {each}",
+            p.display()
+        );
+        assert_eq!(reps.design, Some(DesignMode::Auto), "{}", p.display());
+        // Every requested length has a point line with the design's decision, made for
+        // the same ±P/√2: measured (cold samples, usable ones among them), or predicted.
+        for c in [1024u64, 2048, 4096] {
+            let point = r
+                .point(c)
+                .unwrap_or_else(|| panic!("{}: no point line at {c}", p.display()));
+            let d = point
+                .design
+                .as_ref()
+                .unwrap_or_else(|| panic!("{}: no design record at {c}", p.display()));
+            assert!((d.target - each).abs() < 1e-6, "{c}: {d:?}");
+            assert!(!d.why.is_empty(), "{c}: {d:?}");
+            let at: Vec<_> = r.samples.iter().filter(|s| s.context_tokens == c).collect();
+            let usable = at
+                .iter()
+                .filter(|s| s.phase == Phase::Cold && s.usable())
+                .count();
+            if point.stop_reason == StopReason::Predicted {
+                assert!(at.is_empty() && d.predicted.is_some(), "{c}: {point:?}");
+            } else {
+                assert!(usable >= 1, "{c}: no usable sample\n{stderr}");
+                assert_eq!(point.usable, usable, "{c}: {point:?}");
+                assert!(point.reps >= 1 && point.reps <= 4, "{c}: {point:?}");
+                assert!(d.predicted.is_none(), "{c}: {d:?}");
+            }
+        }
+        // The longest length is always measured.
+        assert_ne!(
+            r.point(4096).unwrap().stop_reason,
+            StopReason::Predicted,
+            "{}",
+            p.display()
+        );
+    }
+    // What is printed states each variant's ±P/√2 (rounded: ±3.5%), never ±P (±5.0%); no
+    // line says that it is P/√2, nor why. stderr: each run's plan line. stdout: each run's
+    // end report, then the campaign's report of each variant (its measured line and its
+    // designed-sweep account) before the comparison.
+    let planned =
+        "× designed (--design auto): each length's median TTFT and decode rate to ±3.5% at 95%";
+    assert_eq!(stderr.matches(planned).count(), 2, "{stderr}");
+    let measured = "measured: contexts 1k, 2k, 4k, designed (--design auto): each length's median TTFT and decode rate to ±3.5% at 95%";
+    assert_eq!(stdout.matches(measured).count(), 2, "{stdout}");
+    let account = "designed sweep (--design auto, target ±3.5% at 95%)";
+    assert_eq!(stdout.matches(account).count(), 4, "{stdout}");
+    for text in [&stdout, &stderr] {
+        assert!(!text.contains("±5.0% at 95%"), "{text}");
+    }
+    // The comparison over the two variants names both: A is copy=a, B is copy=b.
+    let j = compare_json(&runs(&out, "copy=a", 1), &runs(&out, "copy=b", 1), &[]);
+    for (side, name) in [(&j["baseline"], "a"), (&j["versus"][0]["run"], "b")] {
+        let path = side["paths"][0].as_str().unwrap_or_default();
+        assert!(path.ends_with(&format!("copy={name}-run0.jsonl")), "{side}");
+        let label = side["label"].as_str().unwrap_or_default();
+        let slot = format!("--slot-save-path {}/{name}", dir.path().display());
+        assert!(label.ends_with(&slot), "{side}");
+    }
+    // The longest length is measured on both sides, so it is compared.
+    let rows = j["versus"][0]["rows"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r["context_tokens"] == 4096 && r["metric"] == "ttft_ms"),
+        "{}",
+        j["versus"][0]
+    );
+    assert!(live_with(&mark).is_empty());
+}
