@@ -105,6 +105,8 @@ struct CampaignOptions {
     launch: LaunchOptions,
     /// The sweep of every run; its URL, results file and label are set per run.
     plan: SweepPlan,
+    /// A designed campaign: the precision asked for and the one each run is designed for.
+    designed_for: Option<(f64, f64)>,
 }
 
 impl CampaignOptions {
@@ -134,11 +136,13 @@ impl CampaignOptions {
         let mut plan = crate::cmd::sweep_options::plan(&managed)?;
         let variants_n = variants.len();
         // A designed campaign is designed for the comparison: each variant for ±P/√2.
-        if plan.policy.design.is_some() {
-            plan.policy.precision = plan
-                .policy
-                .precision
-                .map(|p| ctxbench::design::variant_precision(p, variants_n));
+        let designed_for = plan
+            .policy
+            .design
+            .and(plan.policy.precision)
+            .map(|p| (p, ctxbench::design::variant_precision(p, variants_n)));
+        if let Some((_, each)) = designed_for {
+            plan.policy.precision = Some(each);
         }
         let names: Vec<String> = variants.iter().map(Variant::short_name).collect();
         let baseline = match &args.baseline {
@@ -178,6 +182,7 @@ impl CampaignOptions {
                 ..LaunchOptions::default()
             },
             plan,
+            designed_for,
         })
     }
 
@@ -225,6 +230,14 @@ pub async fn run(
         );
         for (v, n) in c.variants.iter().zip(&c.names) {
             eprintln!("  {n}: {}", v.label());
+        }
+        if let Some((asked, each)) = c.designed_for.filter(|(a, e)| a != e) {
+            eprintln!(
+                "designed for the comparison: each run to ±{:.1}% at 95% (±{:.1}% ÷ √2), so a ratio of two variants' medians is known to about ±{:.1}%",
+                each * 100.0,
+                asked * 100.0,
+                asked * 100.0
+            );
         }
     }
     for (step, &(v, r)) in order.iter().enumerate() {
