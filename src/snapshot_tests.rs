@@ -256,6 +256,11 @@ fn report_html() {
 /// A designed run (`--design auto`): the same samples, its account of how each figure
 /// was obtained and of the server time.
 fn render_designed(f: ReportFormat) -> String {
+    render_run(f, designed_results())
+}
+
+/// The fixture's samples under a designed policy (`--precision 0.05 --design auto`).
+fn designed_results() -> Results {
     let mut r = results("r3", 1.0, None);
     r.header.config.reps = RepPolicy {
         precision: Some(0.05),
@@ -265,6 +270,11 @@ fn render_designed(f: ReportFormat) -> String {
         run_budget_s: None,
         design: Some(crate::record::DesignMode::Auto),
     };
+    r
+}
+
+/// One run's report, labelled `designed`.
+fn render_run(f: ReportFormat, r: Results) -> String {
     let mut report = report::build(&[("designed".to_owned(), "designed.jsonl".to_owned(), r)]);
     report.generated_by = "ctxbench (fixture)".into();
     renderer(f).report(&report).expect("renders")
@@ -273,15 +283,7 @@ fn render_designed(f: ReportFormat) -> String {
 /// A designed run that predicted 12k from the fits instead of measuring it (its `point`
 /// line says so and it has no samples).
 fn render_designed_with_a_prediction(f: ReportFormat) -> String {
-    let mut r = results("r3", 1.0, None);
-    r.header.config.reps = RepPolicy {
-        precision: Some(0.05),
-        min_reps: 2,
-        max_reps: 30,
-        point_budget_s: None,
-        run_budget_s: None,
-        design: Some(crate::record::DesignMode::Auto),
-    };
+    let mut r = designed_results();
     r.header.config.contexts.push(12288);
     r.header.config.contexts.sort_unstable();
     r.points.push(PointRecord {
@@ -295,9 +297,7 @@ fn render_designed_with_a_prediction(f: ReportFormat) -> String {
         concurrency: None,
         design: None,
     });
-    let mut report = report::build(&[("designed".to_owned(), "designed.jsonl".to_owned(), r)]);
-    report.generated_by = "ctxbench (fixture)".into();
-    renderer(f).report(&report).expect("renders")
+    render_run(f, r)
 }
 
 #[test]

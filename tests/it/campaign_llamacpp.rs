@@ -29,6 +29,19 @@ fn template_of(model: &str, mark: &str, extra: &str) -> String {
     )
 }
 
+/// The same command twice (`-L copy a,b`): the two values only change a directory under
+/// `dir` that nothing is saved in (`--slot-save-path`, used for slot erase, never for saving
+/// here). Makes both directories.
+fn twin_template(dir: &Path, mark: &str) -> String {
+    for copy in ["a", "b"] {
+        std::fs::create_dir_all(dir.join(copy)).unwrap();
+    }
+    template(
+        mark,
+        &format!("-t 1 --slot-save-path {}/{{copy}}", dir.display()),
+    )
+}
+
 /// Live (not zombie) processes whose command line contains `needle`.
 fn live_with(needle: &str) -> Vec<u32> {
     let me = std::process::id();
@@ -251,16 +264,7 @@ fn aa_of_the_same_command_finds_no_significant_difference() {
     let mark = marker("aa");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("aa");
-    // The same command twice: two -L values that only change a directory nothing is saved
-    // in (`--slot-save-path`, used for slot erase, never for saving here).
-    let a = dir.path().join("a");
-    let b = dir.path().join("b");
-    std::fs::create_dir_all(&a).unwrap();
-    std::fs::create_dir_all(&b).unwrap();
-    let tpl = template(
-        &mark,
-        &format!("-t 1 --slot-save-path {}/{{copy}}", dir.path().display()),
-    );
+    let tpl = twin_template(dir.path(), &mark);
     let (code, stdout, stderr) = campaign(&[
         "--server-cmd",
         &tpl,
@@ -453,12 +457,7 @@ fn a_designed_campaign_designs_each_of_two_variants_for_precision_over_root_two(
     let mark = marker("design");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("dz");
-    std::fs::create_dir_all(dir.path().join("a")).unwrap();
-    std::fs::create_dir_all(dir.path().join("b")).unwrap();
-    let tpl = template(
-        &mark,
-        &format!("-t 1 --slot-save-path {}/{{copy}}", dir.path().display()),
-    );
+    let tpl = twin_template(dir.path(), &mark);
     let (code, stdout, stderr) = campaign(&[
         "--server-cmd",
         &tpl,
