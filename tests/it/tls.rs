@@ -72,6 +72,12 @@ fn https_with_a_private_ca_works_and_without_it_is_refused_clearly() {
             "1k",
             "--reps",
             "2",
+            // A decode long enough that the proxy (a thread of this test process) cannot
+            // swallow it in one read when the host deschedules it: with 32 tokens (about 30
+            // ms here) both samples arrived in one burst under two busy loops, correctly
+            // flagged held_back_stream, and the sweep had nothing usable.
+            "--output-tokens",
+            "256",
             "--ca-cert",
             ca.to_str().unwrap(),
         ],
