@@ -70,10 +70,19 @@ pub fn report_warnings(server: &ServerInfo, samples: &[Sample]) -> Vec<Warning> 
         }
     }
     if s.held_back > 0 {
+        // Measured on sglang-router 0.3.2 (docs/fleets.md): on a kept-alive connection the
+        // head of the stream waits for the client's delayed ACK of the response headers.
+        let router = match server.router.as_ref() {
+            Some(r) => format!(
+                "; behind {}: a router that holds the head of a stream until the client's delayed ACK (sglang-router 0.3.2 on a kept-alive connection: 40 ms, up to 200 ms by the kernel's rules) holds back every decode shorter than that, and a longer --output-tokens measures it",
+                r.kind
+            ),
+            None => String::new(),
+        };
         w.push(warn(
             "held_back_stream",
             format!(
-                "{} sample(s) received every token in one burst at the end of the stream (the server or a proxy held it back): no TTFT or decode rate for them, only the end-to-end time",
+                "{} sample(s) received every token in one burst at the end of the stream (the server or a proxy held it back): no TTFT or decode rate for them, only the end-to-end time{router}",
                 s.held_back
             ),
         ));
@@ -165,4 +174,49 @@ pub fn fleet_warning(server: &ServerInfo, samples: &[Sample]) -> Option<Warning>
         ),
     };
     Some(warn("router", message))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::RouterInfo;
+
+    fn held_back() -> Vec<Sample> {
+        vec![Sample {
+            flags: vec![Flag::HeldBackStream],
+            ..Sample::default()
+        }]
+    }
+
+    fn held_back_text(server: &ServerInfo) -> String {
+        report_warnings(server, &held_back())
+            .into_iter()
+            .find(|w| w.kind == "held_back_stream")
+            .map(|w| w.message)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_held_back_stream_behind_a_router_names_the_delayed_ack_and_the_way_out() {
+        let behind = ServerInfo {
+            router: Some(RouterInfo {
+                kind: "sglang-router".into(),
+                ..RouterInfo::default()
+            }),
+            ..ServerInfo::default()
+        };
+        let t = held_back_text(&behind);
+        assert!(t.starts_with("1 sample(s) received every token"), "{t}");
+        assert!(
+            t.contains("behind sglang-router") && t.contains("delayed ACK"),
+            "{t}"
+        );
+        assert!(t.contains("a longer --output-tokens"), "{t}");
+        // One server: no router to blame.
+        let alone = held_back_text(&ServerInfo::default());
+        assert!(
+            alone.starts_with("1 sample(s)") && !alone.contains("router"),
+            "{alone}"
+        );
+    }
 }
