@@ -28,7 +28,7 @@ fn ctx_list(v: &[u64]) -> String {
 /// A half-width in percent, rounded *up* to 0.1% (5.04% is not shown as ±5.0%); a zero one
 /// (a fit with no miss) is 0.0, not −0.0.
 pub fn pct_up(w: f64) -> f64 {
-    // `+ 0.0` turns −0.0 (the ceiling of a tiny negative) into 0.0.
+    // The ceiling of a tiny negative is −0.0; `+ 0.0` makes it 0.0 (`max` may keep −0.0).
     ((w * 1000.0 - 1e-9).ceil() / 10.0).max(0.0) + 0.0
 }
 

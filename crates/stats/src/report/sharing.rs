@@ -74,7 +74,7 @@ pub fn report_warnings(server: &ServerInfo, samples: &[Sample]) -> Vec<Warning> 
         // head of the stream waits for the client's delayed ACK of the response headers.
         let router = match server.router.as_ref() {
             Some(r) => format!(
-                "; behind {}: a router that holds the head of a stream until the client's delayed ACK (sglang-router 0.3.2 on a kept-alive connection: 40 ms, up to 200 ms by the kernel's rules) holds back every decode shorter than that, and a longer --output-tokens measures it",
+                "; behind {}, a likely cause: a router that holds the head of a stream until the client's delayed ACK holds back every decode shorter than that wait (sglang-router 0.3.2 on a kept-alive connection: 40 ms measured, the kernel allows up to 200 ms); a longer --output-tokens measures it",
                 r.kind
             ),
             None => String::new(),
@@ -208,7 +208,7 @@ mod tests {
         let t = held_back_text(&behind);
         assert!(t.starts_with("1 sample(s) received every token"), "{t}");
         assert!(
-            t.contains("behind sglang-router") && t.contains("delayed ACK"),
+            t.contains("behind sglang-router, a likely cause") && t.contains("delayed ACK"),
             "{t}"
         );
         assert!(t.contains("a longer --output-tokens"), "{t}");
