@@ -53,7 +53,12 @@ fn distinct_prompts_are_repeated_by_index_and_resume_keeps_the_mapping() {
     let offsets: std::collections::BTreeSet<_> = got.iter().map(|g| g.1).collect();
     assert_eq!(offsets.len(), 3, "three distinct windows: {got:?}");
     // Every prompt is cold and exact: same text, fresh nonce.
-    assert!(r.samples.iter().all(|s| s.usable()), "{:?}", r.samples);
+    // (An 8-token sample may lose its timing to a loaded host, never its cache verdict.)
+    assert!(
+        r.samples.iter().all(common::usable_but_for_the_host),
+        "{:?}",
+        r.samples
+    );
 
     // Resume: drop the last three samples; the resumed run measures reps 3..5 with prompts
     // 0..2 again.

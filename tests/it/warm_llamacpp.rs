@@ -140,9 +140,12 @@ fn two_sessions_appending_at_once_each_reuse_their_own_prefix() {
         .filter(|s| s.concurrency == Some(2))
         .collect();
     assert_eq!(cold.len(), 4);
-    assert!(cold
-        .iter()
-        .all(|s| s.usable() && s.cached_tokens == Some(0)));
+    // An 8-token wave sample may lose its timing to a loaded host, never its cache verdict.
+    assert!(
+        cold.iter()
+            .all(|s| common::usable_but_for_the_host(s) && s.cached_tokens == Some(0)),
+        "{cold:?}"
+    );
     // One session at a time is measured as before, beside.
     assert_eq!(waves(&res, 1).len(), 0);
     assert_eq!(

@@ -547,3 +547,39 @@ pub fn agreement_rows(
     )
     .expect("both runs seeded alike")
 }
+
+/// Usable, or left out only for a timing the loaded host took from it: a client descheduled
+/// through a short decode reads every token at once (held_back_stream), or reads its first
+/// token after the server's own timings say it could have (impossible_timing). Everything
+/// else `usable` asks of a sample (status, phase, cache, length, foreign load) still holds.
+pub fn usable_but_for_the_host(s: &ctxbench::record::Sample) -> bool {
+    use ctxbench::record::{Flag, Phase, Status};
+    let host = |f: &Flag| {
+        matches!(
+            f,
+            Flag::HeldBackStream
+                | Flag::ImpossibleTiming
+                | Flag::CoalescedTokens
+                | Flag::ClientServerDisagree
+        )
+    };
+    s.usable()
+        || (s.status == Status::Ok
+            && s.phase == Phase::Cold
+            && !s.contaminated
+            && s.length_ok != Some(false)
+            && s.flags.iter().all(host))
+}
+
+/// Each sample's flags and TTFT, for an assertion's message.
+pub fn flags_of(samples: &[ctxbench::record::Sample]) -> Vec<(Vec<String>, Option<f64>)> {
+    samples
+        .iter()
+        .map(|s| {
+            (
+                s.flags.iter().map(|f| format!("{f:?}")).collect(),
+                s.ttft_ms,
+            )
+        })
+        .collect()
+}
