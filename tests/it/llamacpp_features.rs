@@ -114,7 +114,7 @@ fn slot_erase_without_slot_save_path_names_the_flag() {
     let srv = RefServer::start(8192, &[]);
     let run = sweep(
         &srv.url(),
-        &["--contexts", "1k", "--reps", "1", "--output-tokens", "8"],
+        &["--contexts", "1k", "--reps", "1", "--output-tokens", "16"],
     );
     let stderr = &run.stderr;
     assert_eq!(run.code, 0, "auto falls back: {stderr}");
@@ -323,7 +323,7 @@ fn the_header_records_every_note_printed_and_whether_the_flush_works() {
     let _g = serial();
     // No --slot-save-path: llama.cpp's slot erase is refused.
     let srv = RefServer::start(8192, &[]);
-    let base = ["--contexts", "1k", "--reps", "1", "--output-tokens", "4"];
+    let base = ["--contexts", "1k", "--reps", "1", "--output-tokens", "16"];
     let cases: [(&[&str], Option<bool>); 3] = [
         (&[], Some(false)),
         (&["--backend", "openai"], Some(false)),

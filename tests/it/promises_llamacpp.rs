@@ -116,7 +116,7 @@ fn the_results_header_and_report_name_the_version_and_commit_that_measured_and_p
     let srv = RefServer::start(4096, &[]);
     let swept = sweep(
         &srv.url(),
-        &argv("--contexts 1k --reps 1 --output-tokens 4"),
+        &argv("--contexts 1k --reps 1 --output-tokens 16"),
     )
     .ok();
     let h = swept.results().header;

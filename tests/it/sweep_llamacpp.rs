@@ -397,7 +397,7 @@ fn the_nonce_history_is_the_only_state_and_tests_keep_it_out_of_the_home_folder(
         p.file_name()
             .is_some_and(|n| n.to_string_lossy().contains(&format!("_{port}_")))
     };
-    let sweep_args = ["--contexts", "1k", "--reps", "1", "--output-tokens", "4"];
+    let sweep_args = ["--contexts", "1k", "--reps", "1", "--output-tokens", "16"];
 
     // Through the harness: the history lands in the harness's folder.
     sweep(&srv.url(), &sweep_args).ok();
