@@ -373,13 +373,14 @@ fn a_seeded_prompt_replayed_on_a_caching_server_without_flush_is_flagged_never_c
     // The first run is cold: nothing cached, nothing contaminated. An 8-token sample may
     // lose its timing to a loaded host (CI once had one such sample here), never its cache
     // verdict, which is what this test is about.
-    assert!(
-        r1.samples
+    let all_cold = |r: &Results| {
+        let ok = r
+            .samples
             .iter()
-            .all(|s| s.cached_tokens == Some(0) && common::usable_but_for_the_host(s)),
-        "{:?}",
-        common::flags_of(&r1.samples)
-    );
+            .all(|s| s.cached_tokens == Some(0) && common::usable_but_for_the_host(s));
+        assert!(ok, "{:?}", common::flags_of(&r.samples));
+    };
+    all_cold(&r1);
     // The replayed prompts hit llama-server's prompt cache: each one is flagged and left
     // out of every summary.
     assert_eq!(r2.samples.len(), 4);
@@ -412,14 +413,7 @@ fn a_seeded_prompt_replayed_on_a_caching_server_without_flush_is_flagged_never_c
         ],
     )
     .ok();
-    let r3 = third.results();
-    assert!(
-        r3.samples
-            .iter()
-            .all(|s| s.cached_tokens == Some(0) && common::usable_but_for_the_host(s)),
-        "{:?}",
-        common::flags_of(&r3.samples)
-    );
+    all_cold(&third.results());
 }
 
 /// A llama.cpp-shaped server with a byte-level tokenizer (id = 1000 + byte), so it can
