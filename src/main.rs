@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use crate::cmd::cli::{Cli, Command};
 use clap::Parser;
-use ctxbench::corpus::CorpusError;
-use ctxbench::error::{ClientError, RecordError, UsageError};
+use ctxbench_schema::error::{ClientError, RecordError, UsageError};
+use ctxbench_session::corpus::CorpusError;
 
 // std's print macros panic when the stream is closed (`ctxbench sweep 2>&1 | head -2`):
 // these shadow them for the whole binary and drop what cannot be written. Results are
@@ -52,7 +52,7 @@ fn main() -> ExitCode {
                 let _ = tx.send(true);
                 if sigint.recv().await.is_some() {
                     // exit() runs no destructors: stop managed servers here.
-                    ctxbench::launch::kill_all();
+                    ctxbench_session::launch::kill_all();
                     std::process::exit(130);
                 }
             }

@@ -10,14 +10,14 @@ use anyhow::{Context, Result};
 
 use crate::cmd::cli::{ReportFormat, SweepArgs};
 use crate::cmd::{report, sweep, Ending};
-use ctxbench::error::UsageError;
-use ctxbench::launch::{
+use ctxbench_render::render;
+use ctxbench_schema::error::UsageError;
+use ctxbench_schema::record;
+use ctxbench_session::launch::{
     self, LaunchOptions, ManagedServer, ParameterList, ServerTemplate, Variant,
 };
-use ctxbench::record;
-use ctxbench::render;
-use ctxbench::session::SweepPlan;
-use ctxbench::stats::significance::Settings;
+use ctxbench_session::session::SweepPlan;
+use ctxbench_stats::stats::significance::Settings;
 
 /// How far a planned results file got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,11 +136,12 @@ impl CampaignOptions {
         let mut plan = crate::cmd::sweep_options::plan(&managed)?;
         let variants_n = variants.len();
         // A designed campaign is designed for the comparison: each variant for ±P/√2.
-        let designed_for = plan
-            .policy
-            .design
-            .and(plan.policy.precision)
-            .map(|p| (p, ctxbench::design::variant_precision(p, variants_n)));
+        let designed_for = plan.policy.design.and(plan.policy.precision).map(|p| {
+            (
+                p,
+                ctxbench_session::design::variant_precision(p, variants_n),
+            )
+        });
         if let Some((_, each)) = designed_for {
             plan.policy.precision = Some(each);
         }
@@ -343,7 +344,7 @@ fn summarise(
     (baseline, runs): (usize, usize),
     path_of: &dyn Fn(usize, usize) -> PathBuf,
     dir: &Path,
-    limits: Option<&ctxbench::roofline::Limits>,
+    limits: Option<&ctxbench_stats::roofline::Limits>,
 ) -> Result<()> {
     let mut order: Vec<usize> = (0..variants.len()).collect();
     order.retain(|&v| v != baseline);
@@ -373,10 +374,10 @@ fn summarise(
         })
         .collect();
     // Each run's model facts are in its header: only the limits are needed here.
-    let rep = ctxbench::report::build(&pooled).with_roofline(limits, None);
+    let rep = ctxbench_stats::report::build(&pooled).with_roofline(limits, None);
     out.push_str(&render::renderer(ReportFormat::Table).report(&rep)?);
     if sides.len() > 1 {
-        let cmp = ctxbench::compare::build(&sides, false, &Settings::default())?
+        let cmp = ctxbench_stats::compare::build(&sides, false, &Settings::default())?
             .with_roofline(&sides, limits, None);
         out.push('\n');
         out.push_str(&render::renderer(ReportFormat::Table).compare(&cmp)?);

@@ -4,12 +4,12 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use ctxbench::bench::OnError;
-use ctxbench::client::BackendKind;
+use ctxbench_client::client::BackendKind;
+use ctxbench_session::bench::OnError;
 
 /// Benchmark how an LLM inference server's speed changes with context length.
 #[derive(Debug, Parser)]
-#[command(name = "ctxbench", version = ctxbench::VERSION, about, long_about = None)]
+#[command(name = "ctxbench", version = ctxbench_session::VERSION, about, long_about = None)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -85,7 +85,7 @@ With --a and --b: several runs per side (interleave them: A B A B ...); each run
 a Welch t-interval, at least 3 runs per side for a verdict.
 Exit codes: 0 ok, 2 usage error, 3 --fail-if-slower found a regression.";
 
-pub use ctxbench::render::ReportFormat;
+pub use ctxbench_render::render::ReportFormat;
 
 /// Options of `ctxbench report`.
 #[derive(Debug, Args, Clone)]
@@ -159,7 +159,7 @@ pub struct RooflineArgs {
 /// A `--hardware` name the table has (its error lists the table).
 fn accelerator(s: &str) -> Result<String, String> {
     // clap names the flag and the value already: the table is what to add.
-    ctxbench::roofline::hardware::find(s)
+    ctxbench_stats::roofline::hardware::find(s)
         .map(|a| a.name.to_owned())
         .map_err(|e| {
             format!(
@@ -252,7 +252,7 @@ pub struct CompareArgs {
     /// decode speedup, TTFT cost, acceptance and L* per context length): `auto` takes the
     /// side whose samples report acceptance; `a` or `b` say so; `off` leaves it out.
     #[arg(long, value_enum, default_value = "auto")]
-    pub spec_side: ctxbench::stats::speculation::SpecSide,
+    pub spec_side: ctxbench_stats::stats::speculation::SpecSide,
 
     /// Also write the speculation plots (speedup.svg, acceptance.svg) into this folder.
     #[arg(long, value_name = "DIR")]
@@ -389,7 +389,7 @@ pub struct SweepArgs {
     /// /extras/tokenize with their detokenize); with neither (a gateway or hosted API) they
     /// are calibrated against the server's usage.prompt_tokens, within 1%.
     #[arg(help_heading = "Server", long, value_enum, default_value = "auto")]
-    pub endpoint: ctxbench::client::openai::EndpointChoice,
+    pub endpoint: ctxbench_client::client::openai::EndpointChoice,
 
     /// Context lengths in tokens, e.g. `1k,4k,32k` [default: 1k, 2k, 4k, … to the server's maximum].
     ///
@@ -420,7 +420,7 @@ pub struct SweepArgs {
         value_enum,
         value_name = "append|conversation|tiers"
     )]
-    pub mode: Option<ctxbench::warm::WarmMode>,
+    pub mode: Option<ctxbench_schema::warm::WarmMode>,
 
     /// With --mode append or tiers: new tokens appended to each cached prefix (N)
     /// [default: 128,512,2048].

@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use crate::cmd::cli::CompareArgs;
 use crate::cmd::Ending;
 use anyhow::Result;
-use ctxbench::compare::{self, Comparison};
-use ctxbench::error::UsageError;
-use ctxbench::stats::significance::Settings;
+use ctxbench_schema::error::UsageError;
+use ctxbench_stats::compare::{self, Comparison};
+use ctxbench_stats::stats::significance::Settings;
 
 use super::report;
-use ctxbench::render::{self, svg};
+use ctxbench_render::render::{self, svg};
 
 /// `ctxbench compare`. `Ending::Regressed` when the gate found a regression.
 pub fn run(args: &CompareArgs) -> Result<Ending> {

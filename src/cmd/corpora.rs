@@ -10,7 +10,7 @@ use anyhow::Result;
 
 use crate::cmd::cli::SweepArgs;
 use crate::cmd::{sweep, Ending};
-use ctxbench::error::UsageError;
+use ctxbench_schema::error::UsageError;
 
 /// The corpora of a comma list, in order; one element for a single corpus.
 pub fn split(list: &str) -> Vec<String> {
@@ -55,7 +55,7 @@ pub async fn run(
     let mut plans = Vec::new();
     let mut shorts: Vec<String> = Vec::new();
     for c in &corpora {
-        let spec = ctxbench::corpus::parse_spec(c).map_err(UsageError::Invalid)?;
+        let spec = ctxbench_session::corpus::parse_spec(c).map_err(UsageError::Invalid)?;
         let short = spec.short_name();
         if shorts.contains(&short) {
             return Err(UsageError::Invalid(format!(
@@ -97,8 +97,8 @@ pub async fn run(
 /// the results files.
 fn combined_report(paths: &[PathBuf], out: &Path) -> Result<()> {
     let loaded = crate::cmd::report::load(paths)?;
-    let report = ctxbench::report::build(&loaded);
-    let text = ctxbench::render::prompts::text(&report.prompts);
+    let report = ctxbench_stats::report::build(&loaded);
+    let text = ctxbench_render::render::prompts::text(&report.prompts);
     if !text.is_empty() {
         println!("\n{text}");
     }

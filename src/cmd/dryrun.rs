@@ -8,13 +8,13 @@ use anyhow::{Context, Result};
 
 use crate::cmd::progress::fmt_secs;
 use crate::cmd::Ending;
-use ctxbench::bench::BenchSettings;
-use ctxbench::capacity::{Fit, Limits};
-use ctxbench::client::{Backend, GenRequest};
-use ctxbench::costmodel::{CostModel, Observation};
-use ctxbench::prompt::PromptBuilder;
-use ctxbench::render;
-use ctxbench::session::Session;
+use ctxbench_client::client::{Backend, GenRequest};
+use ctxbench_render::render;
+use ctxbench_session::bench::BenchSettings;
+use ctxbench_session::costmodel::{CostModel, Observation};
+use ctxbench_session::prompt::PromptBuilder;
+use ctxbench_session::session::Session;
+use ctxbench_stats::capacity::{Fit, Limits};
 
 /// What the dry run's plan shows besides the calibration.
 struct Shown {
@@ -64,7 +64,14 @@ async fn calibrate(
             })
             .await
             .context("calibration request")?;
-        let s = ctxbench::sample::make_sample(&settings.target(c), c, 0, c, String::new(), Ok(out));
+        let s = ctxbench_session::sample::make_sample(
+            &settings.target(c),
+            c,
+            0,
+            c,
+            String::new(),
+            Ok(out),
+        );
         if let (Some(t), Some(st)) = (s.ttft_ms, s.ms_per_step) {
             obs.push(Observation {
                 context: c as f64,
@@ -124,7 +131,7 @@ fn print_plan(
     }
     if grid {
         // A wave costs c requests' work (no gain from batching assumed: an upper estimate).
-        total = ctxbench::bench::wave::predicted_grid_s(model, contexts, levels, settings)
+        total = ctxbench_session::bench::wave::predicted_grid_s(model, contexts, levels, settings)
             .unwrap_or(total);
         writeln!(
             out,

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use ctxbench::client::llamacpp::LlamaCpp;
-use ctxbench::client::{Backend, GenRequest, Http, Timeouts};
+use ctxbench_client::client::llamacpp::LlamaCpp;
+use ctxbench_client::client::{Backend, GenRequest, Http, Timeouts};
 
 /// One run's figures.
 #[derive(Debug, Clone, Copy)]
@@ -57,7 +57,7 @@ pub async fn run(args: crate::cmd::cli::OverheadArgs) -> Result<()> {
         });
     }
     let med = |f: fn(&RunFigures) -> f64| {
-        ctxbench::stats::Spread::of(figures.iter().map(f)).map_or(f64::NAN, |s| s.median)
+        ctxbench_stats::stats::Spread::of(figures.iter().map(f)).map_or(f64::NAN, |s| s.median)
     };
     let (res_ns, now_ns) = timestamp_resolution();
     let mut o = std::io::stdout().lock();
@@ -127,7 +127,7 @@ async fn many_streams(args: crate::cmd::cli::OverheadArgs) -> Result<()> {
         });
     }
     let med = |f: fn(&RunFigures) -> f64| {
-        ctxbench::stats::Spread::of(figures.iter().map(f)).map_or(f64::NAN, |s| s.median)
+        ctxbench_stats::stats::Spread::of(figures.iter().map(f)).map_or(f64::NAN, |s| s.median)
     };
     let mut o = std::io::stdout().lock();
     writeln!(

@@ -5,9 +5,9 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use ctxbench::bench::{Observer, PointRecord};
-use ctxbench::record::{Sample, Status};
-use ctxbench::render::fmt_ctx;
+use ctxbench_render::render::fmt_ctx;
+use ctxbench_schema::record::{Sample, Status};
+use ctxbench_session::bench::{Observer, PointRecord};
 
 /// A progress bar on a terminal, one line per sample otherwise (CI logs).
 pub struct Terminal {
@@ -61,7 +61,7 @@ fn describe(s: &Sample) -> String {
                 s.cached_tokens
                     .map_or("not reported".to_owned(), |c| c.to_string()),
             );
-            if s.phase != ctxbench::record::Phase::Cold {
+            if s.phase != ctxbench_schema::record::Phase::Cold {
                 line = format!("{line} ({})", s.phase);
             }
             if let Some(a) = s.spec_accept_length {
@@ -195,7 +195,7 @@ impl Observer for Terminal {
 /// run (`explained` remembers): in a grid cell the decode rate is one aggregate per wave, so
 /// 2 waves give 2 values, not 2 × c.
 pub fn point_line(p: &PointRecord, explained: &mut bool) -> String {
-    let need = ctxbench::adaptive::min_values_for_ci();
+    let need = ctxbench_session::adaptive::min_values_for_ci();
     let mut ci = |x: Option<f64>, n: usize, what: &str| match x {
         Some(v) => format!("±{:.1}%", v * 100.0),
         None if n < need && !*explained => {
@@ -268,7 +268,7 @@ pub fn fmt_secs(s: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ctxbench::record::StopReason;
+    use ctxbench_schema::record::StopReason;
 
     fn point(concurrency: Option<u32>, decode: Option<f64>) -> PointRecord {
         PointRecord {

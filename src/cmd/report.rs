@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 
 use crate::cmd::cli::{ReportArgs, RooflineArgs};
 use anyhow::{Context, Result};
-use ctxbench::error::UsageError;
-use ctxbench::model::ModelFacts;
-use ctxbench::record::{self, Results};
-use ctxbench::render::ReportFormat;
-use ctxbench::render::{self, svg};
-use ctxbench::report::{build, labels, Report};
-use ctxbench::roofline::Limits;
+use ctxbench_render::render::ReportFormat;
+use ctxbench_render::render::{self, svg};
+use ctxbench_schema::error::UsageError;
+use ctxbench_schema::model::ModelFacts;
+use ctxbench_schema::record::{self, Results};
+use ctxbench_stats::report::{build, labels, Report};
+use ctxbench_stats::roofline::Limits;
 
 /// Reads results files (the only input of a report).
 pub fn load(paths: &[PathBuf]) -> Result<Vec<(String, String, Results)>> {
@@ -169,7 +169,7 @@ pub fn after_sweep(report: &Report, results_path: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ctxbench::record::{Host, ResultsWriter, RunConfig, RunHeader, SCHEMA_VERSION};
+    use ctxbench_schema::record::{Host, ResultsWriter, RunConfig, RunHeader, SCHEMA_VERSION};
 
     #[test]
     fn the_sweep_report_never_overwrites_the_results_file() {

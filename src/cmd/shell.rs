@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::CommandFactory;
 
 use super::cli::{Cli, CompletionsArgs, ManArgs};
-use ctxbench::error::UsageError;
+use ctxbench_schema::error::UsageError;
 
 /// Prints the completion script for one shell to standard output.
 pub fn completions(args: &CompletionsArgs) -> anyhow::Result<()> {
@@ -48,7 +48,7 @@ pub fn man(args: &ManArgs) -> anyhow::Result<()> {
 
 /// A page whose footer names ctxbench and its build (subcommands carry no version of their own).
 fn man_page(cmd: clap::Command) -> clap_mangen::Man {
-    clap_mangen::Man::new(cmd).source(format!("ctxbench {}", ctxbench::VERSION))
+    clap_mangen::Man::new(cmd).source(format!("ctxbench {}", ctxbench_session::VERSION))
 }
 
 fn subcommand_names() -> Vec<String> {

@@ -9,14 +9,14 @@ use std::path::Path;
 use anyhow::{bail, Result};
 
 use crate::cmd::cli::SweepArgs;
-use ctxbench::bench;
-use ctxbench::client::ServerProfile;
-use ctxbench::corpus::Corpus;
-use ctxbench::record;
-use ctxbench::render;
-use ctxbench::session::{Finished, Output, OutputError, Session, SessionError, SweepPlan};
-use ctxbench::stats;
-use ctxbench::units;
+use ctxbench_client::client::ServerProfile;
+use ctxbench_render::render;
+use ctxbench_schema::record;
+use ctxbench_schema::units;
+use ctxbench_session::bench;
+use ctxbench_session::corpus::Corpus;
+use ctxbench_session::session::{Finished, Output, OutputError, Session, SessionError, SweepPlan};
+use ctxbench_stats::stats;
 
 use crate::cmd::progress::Terminal;
 use crate::cmd::Ending;
@@ -107,7 +107,7 @@ async fn measure(
         eprintln!("results: {}", output.path.display());
     }
     // Worded once, in the report model: the same lines end every report of this file.
-    for w in ctxbench::report::config_warnings(&header.config, &header.server) {
+    for w in ctxbench_stats::report::config_warnings(&header.config, &header.server) {
         bench::Observer::warn(observer, &w.message);
     }
     let tally = session
@@ -127,7 +127,7 @@ fn summarize(session: &Session, path: &Path, contexts: &[u64], f: Finished) -> R
     // Built first and written once: a closed stdout (`| head`) must not cost the report
     // files written below.
     let loaded = crate::cmd::report::load(&[path.to_owned()])?;
-    let report = ctxbench::report::build(&loaded)
+    let report = ctxbench_stats::report::build(&loaded)
         .with_price(session.plan.price_per_hour)
         .with_roofline(session.plan.roofline.as_ref(), None);
     let results = &loaded[0].2;
@@ -206,7 +206,7 @@ fn plan_line(contexts: &[u64], opts: &SweepPlan, out_tokens: u32, corpus: &Corpu
 
 /// The end-of-sweep summary: the report's table and details, then the sweep's own lines.
 fn summary_text(
-    report: &ctxbench::report::Report,
+    report: &ctxbench_stats::report::Report,
     corpus_label: &str,
     path: &Path,
     wall_s: f64,
@@ -330,7 +330,7 @@ pub fn client_vs_server(points: &[stats::PointSummary]) -> Option<String> {
                 0 => String::new(),
                 n => format!(
                     ", {n} sample(s) off by more than {:.0}%",
-                    ctxbench::sample::DISAGREE_MARGIN * 100.0
+                    ctxbench_session::sample::DISAGREE_MARGIN * 100.0
                 ),
             };
             Some(format!(

@@ -6,12 +6,12 @@
 use std::time::Duration;
 
 use crate::cmd::cli::{FlushMode, Method, SweepArgs};
-use ctxbench::adaptive::RepPolicy;
-use ctxbench::corpus::CorpusSpec;
-use ctxbench::error::UsageError;
-use ctxbench::plan;
-use ctxbench::record::FlushChoice;
-use ctxbench::session::SweepPlan;
+use ctxbench_schema::error::UsageError;
+use ctxbench_schema::record::FlushChoice;
+use ctxbench_session::adaptive::RepPolicy;
+use ctxbench_session::corpus::CorpusSpec;
+use ctxbench_session::plan;
+use ctxbench_session::session::SweepPlan;
 
 /// The two-point method's default request lengths.
 const TWO_POINT_DEFAULT: (u32, u32) = (1, 17);
@@ -102,7 +102,7 @@ struct SweepOptions {
     wait_ready: Duration,
     needle_depths: Option<Vec<u32>>,
     concurrency: Vec<u32>,
-    warm: Option<ctxbench::warm::WarmConfig>,
+    warm: Option<ctxbench_schema::warm::WarmConfig>,
 }
 
 impl SweepOptions {
@@ -140,10 +140,12 @@ impl SweepOptions {
                 args.corpus
             ));
         }
-        let corpus = ctxbench::corpus::parse_spec(&args.corpus).map_err(UsageError::Invalid)?;
+        let corpus =
+            ctxbench_session::corpus::parse_spec(&args.corpus).map_err(UsageError::Invalid)?;
         if let CorpusSpec::Path(p) | CorpusSpec::Natural(p) = &corpus {
             // An empty or unreadable corpus is the user's to fix: said before any request.
-            ctxbench::corpus::check_path(p).map_err(|e| UsageError::Invalid(e.to_string()))?;
+            ctxbench_session::corpus::check_path(p)
+                .map_err(|e| UsageError::Invalid(e.to_string()))?;
         }
         let two_point = match (args.method, args.two_point_tokens.as_deref()) {
             (Method::TwoPoint, Some(s)) => Some(parse_two_point(s)?),
@@ -162,7 +164,8 @@ impl SweepOptions {
         }
         let needle_depths = match args.needle {
             true => Some(
-                ctxbench::needle::parse_depths(&args.needle_depths).map_err(UsageError::Invalid)?,
+                ctxbench_session::needle::parse_depths(&args.needle_depths)
+                    .map_err(UsageError::Invalid)?,
             ),
             false => None,
         };
@@ -227,7 +230,7 @@ impl SweepOptions {
         match self.concurrency != [1] {
             true => args
                 .wave_output_tokens
-                .unwrap_or(ctxbench::capacity::WAVE_OUTPUT_TOKENS),
+                .unwrap_or(ctxbench_stats::capacity::WAVE_OUTPUT_TOKENS),
             false => args.output_tokens,
         }
     }
@@ -314,8 +317,8 @@ fn design(
             "--design auto designs a cold sweep of streamed requests sent one at a time: it needs the default --method stream and no {flag}; drop {flag}, or drop --design"
         )));
     }
-    policy.design = Some(ctxbench::record::DesignMode::Auto);
-    policy.min_reps = ctxbench::design::FLOOR;
+    policy.design = Some(ctxbench_schema::record::DesignMode::Auto);
+    policy.min_reps = ctxbench_session::design::FLOOR;
     Ok(())
 }
 
@@ -498,8 +501,11 @@ mod tests {
     #[test]
     fn design_auto_needs_precision_and_a_cold_one_at_a_time_sweep() {
         let o = options(&["--precision", "0.05", "--design", "auto"]).unwrap();
-        assert_eq!(o.policy.design, Some(ctxbench::record::DesignMode::Auto));
-        assert_eq!(o.policy.min_reps, ctxbench::design::FLOOR);
+        assert_eq!(
+            o.policy.design,
+            Some(ctxbench_schema::record::DesignMode::Auto)
+        );
+        assert_eq!(o.policy.min_reps, ctxbench_session::design::FLOOR);
         assert_eq!(o.policy.max_reps, 30);
         for (extra, needle) in [
             (["--concurrency", "1,2"], "no --concurrency"),

@@ -2,8 +2,8 @@
 //! sent: what each mode takes, and what it refuses because it cannot do it yet.
 
 use crate::cmd::cli::SweepArgs;
-use ctxbench::error::UsageError;
-use ctxbench::warm::{WarmConfig, WarmMode};
+use ctxbench_schema::error::UsageError;
+use ctxbench_schema::warm::{WarmConfig, WarmMode};
 
 /// `--append` when not given: N of each append cell.
 const DEFAULT_APPENDS: &str = "128,512,2048";
@@ -85,8 +85,9 @@ pub fn warm_config(
             ));
         }
     }
-    let appends = ctxbench::plan::parse_contexts(args.append.as_deref().unwrap_or(DEFAULT_APPENDS))
-        .map_err(|e| UsageError::Invalid(format!("--append: {e}")))?;
+    let appends =
+        ctxbench_session::plan::parse_contexts(args.append.as_deref().unwrap_or(DEFAULT_APPENDS))
+            .map_err(|e| UsageError::Invalid(format!("--append: {e}")))?;
     if appends.contains(&0) {
         return bad("--append: every N must be at least 1 token".into());
     }

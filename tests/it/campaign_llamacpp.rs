@@ -104,8 +104,9 @@ fn campaign(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-fn read(p: &Path) -> ctxbench::record::Results {
-    ctxbench::record::read_results(p, false).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+fn read(p: &Path) -> ctxbench_schema::record::Results {
+    ctxbench_schema::record::read_results(p, false)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
 /// `compare --a ... --b ... --format json` of a campaign's two variants, plus `extra` flags.
@@ -199,7 +200,7 @@ fn ab_of_the_base_model_against_its_deep_identity_twin_calls_the_deep_one_slower
             // busy loops one run had a sample without TTFT (its flags were not kept; 15
             // reruns under three busy loops did not repeat it); only a sample flagged for
             // its timing may lack one.
-            use ctxbench::record::Flag;
+            use ctxbench_schema::record::Flag;
             assert_eq!(r.samples.len(), 2, "{}", p.display());
             let timed = r.samples.iter().filter(|s| s.ttft_ms.is_some()).count();
             let explained = r.samples.iter().all(|s| {
@@ -417,7 +418,8 @@ fn ctrl_c_mid_campaign_stops_the_server_and_resume_measures_only_what_is_missing
         .samples
         .iter()
         .filter(|s| {
-            s.phase == ctxbench::record::Phase::Cold && s.status == ctxbench::record::Status::Ok
+            s.phase == ctxbench_schema::record::Phase::Cold
+                && s.status == ctxbench_schema::record::Status::Ok
         })
         .map(|s| (s.context_tokens, s.rep))
         .collect();
@@ -460,12 +462,12 @@ fn a_server_that_dies_mid_run_is_reported_with_its_log_tail() {
 
 /// A designed campaign (`--precision P --design auto` with two variants) is designed for the
 /// comparison: a ratio B/A's log half-width is the two medians' in quadrature, so each
-/// variant is designed for ±P/√2 (ctxbench::design::variant_precision), not ±P. The two
+/// variant is designed for ±P/√2 (ctxbench_session::design::variant_precision), not ±P. The two
 /// variants are the same command (only a directory nothing is saved in differs), and each
 /// length's reps are capped, so the test asserts what the design records, never a speed.
 #[test]
 fn a_designed_campaign_designs_each_of_two_variants_for_precision_over_root_two() {
-    use ctxbench::record::{DesignMode, Phase, StopReason};
+    use ctxbench_schema::record::{DesignMode, Phase, StopReason};
     let _g = serial();
     let mark = marker("design");
     let dir = tempfile::tempdir().unwrap();

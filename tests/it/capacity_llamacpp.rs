@@ -5,7 +5,7 @@
 use crate::common;
 
 use common::{argv, run, serial, sweep, RefServer};
-use ctxbench::record::{read_results, Flag, Sample, Status};
+use ctxbench_schema::record::{read_results, Flag, Sample, Status};
 
 /// 4 slots of 2048 tokens each: a 1k prompt and its output fit in one slot.
 fn four_slots() -> RefServer {

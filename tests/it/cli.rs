@@ -274,7 +274,8 @@ fn a_closed_stdout_or_stderr_is_not_an_error() {
 /// Copies of the golden results file with every TTFT times `factor` (prefill rates divided).
 fn scaled_golden(dir: &std::path::Path, name: &str, factor: f64) -> String {
     let golden = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/golden/sweep.jsonl"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("crates/schema/testdata/golden/sweep.jsonl"),
     )
     .unwrap();
     let mut out = String::new();
@@ -365,8 +366,8 @@ fn a_ca_cert_that_holds_no_certificate_is_a_usage_error_before_any_request() {
 /// (readme-audit L14: `report a b b` used to drop every label).
 #[test]
 fn a_unique_label_names_its_run_when_other_labels_collide() {
-    let golden =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/golden/sweep.jsonl");
+    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("crates/schema/testdata/golden/sweep.jsonl");
     let text = std::fs::read_to_string(golden).unwrap();
     let (head, rest) = text.split_once('\n').unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -596,7 +597,7 @@ fn version_says_the_version_and_the_commit_it_was_built_from() {
         .and_then(|rest| rest.strip_suffix(')'))
         .unwrap_or_else(|| panic!("not 'ctxbench VERSION (COMMIT)': {line}"));
     assert!(commit_looking(commit), "{commit} in {line}");
-    assert_eq!(commit, ctxbench::COMMIT);
+    assert_eq!(commit, ctxbench_session::COMMIT);
     // The tests run in a git checkout: the commit must be its HEAD's.
     let head = std::process::Command::new("git")
         .args(["rev-parse", "HEAD"])
@@ -638,7 +639,7 @@ fn man_pages_are_written_for_ctxbench_and_each_subcommand() {
     let plain = page.replace("\\-", "-");
     assert!(page.contains(".TH ctxbench-sweep 1"), "{page}");
     assert!(plain.contains("--contexts") && plain.contains("--output-tokens"));
-    assert!(plain.contains(&format!("ctxbench {}", ctxbench::VERSION)));
+    assert!(plain.contains(&format!("ctxbench {}", ctxbench_session::VERSION)));
 
     let (code, top, _) = run(&["man"]);
     assert_eq!(code, 0);
@@ -670,7 +671,7 @@ fn man_pages_are_written_for_ctxbench_and_each_subcommand() {
 fn price_per_hour_gives_the_cost_per_million_input_and_output_tokens_at_each_context() {
     let golden = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/golden/sweep.jsonl"
+        "/crates/schema/testdata/golden/sweep.jsonl"
     );
     let (code, json, stderr) = run(&[
         "report",

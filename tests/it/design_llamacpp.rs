@@ -28,7 +28,7 @@ fn a_designed_sweep_measures_every_length_and_states_how_each_figure_was_obtaine
     let r = run.results();
     assert_eq!(
         r.header.config.reps.design,
-        Some(ctxbench::record::DesignMode::Auto)
+        Some(ctxbench_schema::record::DesignMode::Auto)
     );
     // The cheap length, then the longest; 2k (which may be predicted) waits for the cheap
     // length; the longest's check sample waits for every other length, so that its two
@@ -36,7 +36,7 @@ fn a_designed_sweep_measures_every_length_and_states_how_each_figure_was_obtaine
     let sent: Vec<u64> = r
         .samples
         .iter()
-        .filter(|s| s.phase == ctxbench::record::Phase::Cold)
+        .filter(|s| s.phase == ctxbench_schema::record::Phase::Cold)
         .map(|s| s.context_tokens)
         .collect();
     assert_eq!(sent[..3], [1024, 4096, 1024], "{sent:?}");

@@ -10,7 +10,7 @@ use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use common::{ctxbench, run, serial, signal, sweep, wait_for_samples, RefServer};
-use ctxbench::record::{read_results, Status};
+use ctxbench_schema::record::{read_results, Status};
 
 /// A sweep running in the background, writing to a fresh temporary results file.
 struct Running {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::scripted::{good, good_events, json_reply, Reply, Scripted};
 use common::sweep;
-use ctxbench::record::{read_results, Sample, Status};
+use ctxbench_schema::record::{read_results, Sample, Status};
 use serde_json::{json, Value};
 
 /// Runs a 2-rep sweep at 64 tokens where the first measured request (call 1; call 0 is the

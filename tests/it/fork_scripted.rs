@@ -8,7 +8,7 @@ use crate::common;
 use crate::scripted::fork::{openai_answer, stale_progress_stream, WEB_UI, WEB_UI_WITHOUT_PROPS};
 
 use common::scripted::{good, Scripted};
-use ctxbench::record::{Check, Status};
+use ctxbench_schema::record::{Check, Status};
 
 /// The fork's prefill, reported truly in `timings.prompt_ms`: long enough that a client
 /// reading the stale event at once could only miss the bound by stalling over a second.
@@ -52,7 +52,8 @@ fn scripted_fork_whose_stream_starts_with_a_stale_progress_event_has_no_ttft_fig
     }
     // No TTFT figure in the summary: the row has no median, and no "client vs server" line
     // prints an impossible difference.
-    let report = ctxbench::report::build(&[("r".to_owned(), run.out.display().to_string(), r)]);
+    let report =
+        ctxbench_stats::report::build(&[("r".to_owned(), run.out.display().to_string(), r)]);
     let p = &report.runs[0].points[0];
     assert!(
         p.ttft_ms.is_none() && p.prefill_tokens_per_s.is_none(),

@@ -1,12 +1,12 @@
 //! Results files recorded by an earlier ctxbench against the reference llama-server
-//! (`tests/fixtures/golden/`, see its README) still read, losslessly, and render as text a
+//! (`crates/schema/testdata/golden/`, see its README) still read, losslessly, and render as text a
 //! person would write. The schema document names every field they hold.
 
 use std::path::{Path, PathBuf};
 
-use ctxbench::record::{self, Line, Phase, Results};
-use ctxbench::render::{renderer, ReportFormat};
-use ctxbench::report;
+use ctxbench_render::render::{renderer, ReportFormat};
+use ctxbench_schema::record::{self, Line, Phase, Results};
+use ctxbench_stats::report;
 use serde_json::Value;
 
 const FILES: [&str; 5] = [
@@ -19,7 +19,7 @@ const FILES: [&str; 5] = [
 
 fn path(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/golden")
+        .join("crates/schema/testdata/golden")
         .join(name)
 }
 
@@ -233,14 +233,14 @@ fn compare_prints_no_interval_for_too_few_samples() {
         vec![("a".to_owned(), "a.jsonl".to_owned(), a)],
         vec![("b".to_owned(), "b.jsonl".to_owned(), b)],
     ];
-    let settings = ctxbench::stats::significance::Settings::default();
-    let cmp = ctxbench::compare::build(&sides, false, &settings).unwrap();
+    let settings = ctxbench_stats::stats::significance::Settings::default();
+    let cmp = ctxbench_stats::compare::build(&sides, false, &settings).unwrap();
     let rows = &cmp.versus[0].rows;
     assert!(!rows.is_empty());
     for r in rows {
         assert_eq!(
             r.verdict,
-            ctxbench::stats::significance::Verdict::TooFewSamples,
+            ctxbench_stats::stats::significance::Verdict::TooFewSamples,
             "{r:?}"
         );
         assert_eq!(r.shown_interval(), None);

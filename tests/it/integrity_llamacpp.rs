@@ -12,8 +12,8 @@ use std::process::Command;
 
 use common::real::http_post_json;
 use common::{run, serial, sweep, sweep_to, RefServer};
-use ctxbench::needle;
-use ctxbench::record::{Flag, NeedleVerdict, Phase, Results, Sample, Status};
+use ctxbench_schema::record::{Flag, NeedleVerdict, Phase, Results, Sample, Status};
+use ctxbench_session::needle;
 use serde_json::{json, Value};
 
 fn needles(r: &Results) -> Vec<&Sample> {

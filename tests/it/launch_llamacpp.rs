@@ -1,4 +1,4 @@
-//! The server manager (`ctxbench::launch`) against the real reference llama-server: variants
+//! The server manager (`ctxbench_session::launch`) against the real reference llama-server: variants
 //! start on free ports and answer, stop leaves nothing running, a bad flag fails with the log
 //! tail, dropping the guard or killing the parent process kills the server.
 
@@ -7,7 +7,7 @@ use crate::common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use ctxbench::launch::{
+use ctxbench_session::launch::{
     LaunchError, LaunchOptions, ManagedServer, ParameterList, ServerTemplate, Variant,
 };
 
@@ -150,7 +150,7 @@ fn a_bad_flag_fails_with_the_log_tail_and_a_nonzero_status_and_leaves_nothing() 
             assert!(!status.success(), "{status}");
             assert!(status.code().is_some_and(|c| c != 0), "{status}");
             assert!(tail.contains("--no-such-flag-xyz"), "tail: {tail}");
-            assert!(tail.lines().count() <= ctxbench::launch::server::TAIL_LINES);
+            assert!(tail.lines().count() <= ctxbench_session::launch::server::TAIL_LINES);
             assert_eq!(l, &log);
         }
         other => panic!("expected Exited, got {other:?}"),
@@ -187,7 +187,7 @@ fn kill_all_stops_every_live_server() {
     let server =
         start(&t.variants()[0], &dir.path().join("s.log")).unwrap_or_else(|e| panic!("{e}"));
     let pid = server.pid();
-    ctxbench::launch::kill_all();
+    ctxbench_session::launch::kill_all();
     // The binary exits right after kill_all; here the guard still reaps it.
     eventually("server gone after kill_all", || {
         live_with(&marker("killall")).is_empty()

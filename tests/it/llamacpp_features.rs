@@ -3,7 +3,7 @@
 use crate::common;
 
 use common::{ref_paths, serial, sweep, RefServer};
-use ctxbench::record::Status;
+use ctxbench_schema::record::Status;
 
 #[test]
 fn speculative_decoding_with_a_draft_model_reports_acceptance_per_sample() {
@@ -88,7 +88,7 @@ fn slot_erase_flush_runs_before_every_sample_with_slot_save_path() {
     // The user's choice is the run's identity; what the first erase freed is not.
     assert_eq!(
         r.header.config.flush,
-        Some(ctxbench::record::FlushChoice::Always)
+        Some(ctxbench_schema::record::FlushChoice::Always)
     );
     assert_eq!(
         r.header
@@ -308,7 +308,7 @@ fn decode_at_depth_samples_are_warm_and_cold_ones_stay_cold() {
         assert!(s.decode_tokens_per_s.unwrap() > 0.0);
         assert_eq!(s.prefill_tokens_per_s, None);
     }
-    let points = ctxbench::stats::summarize(&r.samples);
+    let points = ctxbench_stats::stats::summarize(&r.samples);
     assert_eq!(points[0].usable, 2);
     assert_eq!(points[0].warm, 4);
     assert!(run.stdout.contains("decode at depth"), "{}", run.stdout);

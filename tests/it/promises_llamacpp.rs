@@ -7,7 +7,7 @@ use crate::common;
 use std::path::Path;
 
 use common::{argv, ctxbench, run, serial, sweep, sweep_to, RefServer};
-use ctxbench::record::{CorpusSpec, Status, StopReason};
+use ctxbench_schema::record::{CorpusSpec, Status, StopReason};
 use serde_json::Value;
 
 fn s(p: &Path) -> &str {
@@ -121,16 +121,16 @@ fn the_results_header_and_report_name_the_version_and_commit_that_measured_and_p
     .ok();
     let h = swept.results().header;
     assert_eq!(h.ctxbench_version, env!("CARGO_PKG_VERSION"));
-    assert_eq!(h.ctxbench_commit.as_deref(), Some(ctxbench::COMMIT));
+    assert_eq!(h.ctxbench_commit.as_deref(), Some(ctxbench_session::COMMIT));
     assert_ne!(
-        ctxbench::COMMIT,
+        ctxbench_session::COMMIT,
         "unknown",
         "the tests run in a git checkout"
     );
     let (code, report, stderr) = run(&["report", swept.out.to_str().unwrap(), "--format", "md"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
-        report.contains(&format!("ctxbench {}", ctxbench::VERSION)),
+        report.contains(&format!("ctxbench {}", ctxbench_session::VERSION)),
         "{report}"
     );
 }
@@ -239,7 +239,7 @@ fn ctxbench_url_short_out_and_quiet_run_a_sweep_without_url_flag() {
         String::from_utf8_lossy(&o.stderr),
     );
     assert_eq!(o.status.code(), Some(0), "{stderr}");
-    let r = ctxbench::record::read_results(&out, false).unwrap();
+    let r = ctxbench_schema::record::read_results(&out, false).unwrap();
     assert_eq!(r.header.config.url, srv.url());
     assert_eq!(r.samples.len(), 1);
     assert!(stdout.contains("1k"), "the final table: {stdout}");

@@ -4,7 +4,7 @@
 use crate::common;
 
 use common::{ctxbench, ref_paths, serial, sweep, RefServer};
-use ctxbench::record::{read_results, CorpusSpec, Sample};
+use ctxbench_schema::record::{read_results, CorpusSpec, Sample};
 
 /// (prompt index, corpus offset, rep) of each cold sample.
 fn prompts_of(samples: &[Sample]) -> Vec<(Option<u32>, Option<u64>, u32)> {

@@ -7,7 +7,7 @@ use crate::common;
 use crate::scripted;
 
 use common::sweep;
-use ctxbench::record::Status;
+use ctxbench_schema::record::Status;
 use scripted::{tgi_words, Config, Flavor, Scripted};
 
 #[test]

@@ -18,7 +18,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::sweep;
-use ctxbench::record::Status;
+use ctxbench_schema::record::Status;
 use serde_json::{json, Value};
 
 /// One text-prompt request to `/v1/completions`, as the server saw it.

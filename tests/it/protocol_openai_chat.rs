@@ -14,7 +14,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::sweep;
-use ctxbench::record::Status;
+use ctxbench_schema::record::Status;
 use serde_json::{json, Value};
 
 /// Tokens the scripted chat template adds around the user message (BOS included).

@@ -15,7 +15,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::{argv, sweep};
-use ctxbench::record::{Flag, Status};
+use ctxbench_schema::record::{Flag, Status};
 use serde_json::{json, Value};
 
 /// What a token-id prompt gets.
@@ -329,7 +329,7 @@ fn scripted_server_without_eos_control_flags_early_outputs_and_leaves_their_deco
         assert_eq!(s.output_tokens, Some(3));
         assert!(s.has(&Flag::ShortOutput), "{s:?}");
     }
-    let points = ctxbench::stats::summarize(&res.samples);
+    let points = ctxbench_stats::stats::summarize(&res.samples);
     assert_eq!(points.len(), 2);
     for p in &points {
         assert!(p.ttft_ms.is_some(), "TTFT still counts");

@@ -6,8 +6,8 @@ use crate::common;
 use crate::scripted;
 
 use common::{argv, sweep};
-use ctxbench::record::Status;
-use ctxbench::warm::Tier;
+use ctxbench_schema::record::Status;
+use ctxbench_schema::warm::Tier;
 use scripted::{
     assert_flush_busy_at_the_probe_keeps_flushing,
     assert_flush_refused_mid_run_flags_every_later_sample, Config, Flavor, Scripted,
@@ -238,7 +238,7 @@ fn scripted_sglang_flush_busy_at_the_probe_does_not_stop_flush_always() {
 }
 
 /// `--mode tiers` on a scripted SGLang with a device pool of 4096 tokens; its tier samples.
-fn tiers_on(hicache: bool) -> (common::SweepRun, Vec<ctxbench::record::Sample>) {
+fn tiers_on(hicache: bool) -> (common::SweepRun, Vec<ctxbench_schema::record::Sample>) {
     let mut cfg = Config::new(Flavor::Sglang);
     cfg.device_pool = Some(4096);
     cfg.hicache = hicache;
@@ -252,7 +252,7 @@ fn tiers_on(hicache: bool) -> (common::SweepRun, Vec<ctxbench::record::Sample>) 
         .results()
         .samples
         .into_iter()
-        .filter(|s| s.phase == ctxbench::record::Phase::Tier)
+        .filter(|s| s.phase == ctxbench_schema::record::Phase::Tier)
         .collect();
     (run, tiers)
 }
@@ -263,7 +263,7 @@ fn scripted_sglang_hicache_host_tier_is_proven_by_each_appends_host_split() {
     // scripted server moves the least recently used prompts beyond its device pool to host
     // memory and reports hits on them as `cached_tokens_details.host`.
     let (run, tiers) = tiers_on(true);
-    let of = |t: Tier| -> Vec<&ctxbench::record::Sample> {
+    let of = |t: Tier| -> Vec<&ctxbench_schema::record::Sample> {
         tiers
             .iter()
             .filter(|s| s.warm.as_ref().and_then(|w| w.tier) == Some(t))
@@ -287,7 +287,7 @@ fn scripted_sglang_hicache_host_tier_is_proven_by_each_appends_host_split() {
             "{ev}"
         );
         assert!(ev.contains("loaded back from host memory"), "{ev}");
-        assert!(ctxbench::warm::usable(s), "{s:?}");
+        assert!(ctxbench_schema::warm::usable(s), "{s:?}");
     }
     let md = std::fs::read_to_string(run.out.with_extension("md")).unwrap();
     assert!(md.contains("ram"), "{md}");
@@ -302,8 +302,8 @@ fn scripted_sglang_tiers_without_hicache_recompute_an_evicted_prefix_and_flag_it
         .collect();
     assert_eq!(ram.len(), 2, "{tiers:?}");
     for s in ram {
-        assert!(s.has(&ctxbench::record::Flag::CacheMiss), "{s:?}");
-        assert!(!ctxbench::warm::usable(s));
+        assert!(s.has(&ctxbench_schema::record::Flag::CacheMiss), "{s:?}");
+        assert!(!ctxbench_schema::warm::usable(s));
         let ev = s.warm.as_ref().and_then(|w| w.evidence.as_deref()).unwrap();
         assert!(ev.contains("--enable-hierarchical-cache"), "{ev}");
     }

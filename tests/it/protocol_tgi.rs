@@ -6,7 +6,7 @@ use crate::common;
 use crate::scripted;
 
 use common::sweep;
-use ctxbench::record::Status;
+use ctxbench_schema::record::Status;
 use scripted::{over_long_prompt_error, tgi_words, Config, Flavor, Scripted};
 
 #[test]

@@ -7,7 +7,7 @@ use crate::common;
 use crate::scripted;
 
 use common::{argv, sweep};
-use ctxbench::record::Status;
+use ctxbench_schema::record::Status;
 use scripted::{
     assert_flush_busy_at_the_probe_keeps_flushing,
     assert_flush_refused_mid_run_flags_every_later_sample, over_long_prompt_error, Config, Flavor,

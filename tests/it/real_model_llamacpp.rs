@@ -19,9 +19,9 @@ use crate::common;
 use std::sync::OnceLock;
 
 use common::{argv, ref_paths, run, serial, sweep_shared, RefServer, SweepRun};
-use ctxbench::fingerprint::first_divergence;
-use ctxbench::integrity::needle_cells;
-use ctxbench::record::{CorpusSpec, NeedleVerdict, Phase, Results, Sample, Status};
+use ctxbench_schema::fingerprint::first_divergence;
+use ctxbench_schema::record::{CorpusSpec, NeedleVerdict, Phase, Results, Sample, Status};
+use ctxbench_stats::integrity::needle_cells;
 use serde_json::Value;
 
 /// The flags of every integrity run: one cold sample and three needles at 1k, natural text,
@@ -253,7 +253,7 @@ fn ngram_speculation_on_the_real_model_is_inflated_by_the_repeated_sentence() {
     drop(srv);
     let load = |name: &str| {
         let p = tmp.path().join(name);
-        let r = ctxbench::record::read_results(&p, false).unwrap();
+        let r = ctxbench_schema::record::read_results(&p, false).unwrap();
         (name.to_owned(), p.display().to_string(), r)
     };
     let loaded = [load("r.repeat.jsonl"), load("r.natural.jsonl")];
@@ -268,7 +268,7 @@ fn ngram_speculation_on_the_real_model_is_inflated_by_the_repeated_sentence() {
             assert!(s.spec_draft_tokens.is_some_and(|d| d > 0), "{name}: {s:?}");
         }
     }
-    let p = ctxbench::stats::prompts::build(&loaded);
+    let p = ctxbench_stats::stats::prompts::build(&loaded);
     assert_eq!(p.inflation.len(), 1, "{p:?}");
     let i = &p.inflation[0];
     eprintln!("inflation at 1k: {i:?}");

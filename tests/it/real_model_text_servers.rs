@@ -18,7 +18,7 @@ use crate::common;
 
 use common::real::{Family, RealServer};
 use common::{argv, sweep, SweepRun};
-use ctxbench::record::{Flag, Results, Sample, Status};
+use ctxbench_schema::record::{Flag, Results, Sample, Status};
 
 /// Text prompts: natural English (the BPE on real prose), one cold sample at 1k.
 const TEXT: &str =
@@ -100,7 +100,7 @@ fn assert_early_eos_is_short_output(r: &Results, stderr: &str) {
         assert!(s.has(&Flag::ShortOutput), "{s:?}");
         assert!(s.ttft_ms.is_some(), "{s:?}");
     }
-    let points = ctxbench::stats::summarize(&r.samples);
+    let points = ctxbench_stats::stats::summarize(&r.samples);
     assert_eq!(points.len(), 1);
     assert!(points[0].ttft_ms.is_some(), "TTFT still counts");
     assert!(

@@ -14,7 +14,7 @@ use crate::common;
 
 use common::real::{Family, RealServer};
 use common::{argv, sweep};
-use ctxbench::record::{Sample, Status};
+use ctxbench_schema::record::{Sample, Status};
 
 /// One request as the server logged it: prefix tokens reused, tokens evaluated, and the
 /// evaluation time.
@@ -172,7 +172,7 @@ fn real_openai_nonce_off_on_llama_cpp_python_is_caught_by_the_ttft_rule() {
         "{}",
         run.stderr
     );
-    let points = ctxbench::stats::summarize(&r.samples);
+    let points = ctxbench_stats::stats::summarize(&r.samples);
     assert_eq!(points[0].suspected_cache_hit, 2);
     assert_eq!(points[0].usable, 1);
 }

@@ -319,7 +319,7 @@ fn real_vllm_designed_sweep_interleaves_its_lengths_and_states_each_decision() {
     let r = run.results();
     assert_eq!(
         r.header.config.reps.design,
-        Some(ctxbench::record::DesignMode::Auto)
+        Some(ctxbench_schema::record::DesignMode::Auto)
     );
     let sent: Vec<u64> = r.samples.iter().map(|s| s.context_tokens).collect();
     assert_eq!(sent[..3], [1024, 4096, 1024], "{sent:?}");

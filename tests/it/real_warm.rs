@@ -8,8 +8,8 @@ use crate::common;
 
 use common::real::{Family, RealServer};
 use common::{argv, sweep};
-use ctxbench::record::{Flag, Phase, Results, Sample};
-use ctxbench::warm::Tier;
+use ctxbench_schema::record::{Flag, Phase, Results, Sample};
+use ctxbench_schema::warm::Tier;
 
 /// Every append sample's cached count, checked against `expect(L)`; returns how many.
 fn check_appends(r: &Results, expect: impl Fn(u64) -> u64) -> usize {
@@ -22,7 +22,7 @@ fn check_appends(r: &Results, expect: impl Fn(u64) -> u64) -> usize {
         let w = s.warm.as_ref().unwrap();
         assert_eq!(s.cached_tokens, Some(expect(w.prefix_tokens)), "{s:?}");
         assert!(
-            !s.has(&Flag::CacheMiss) && ctxbench::warm::usable(s),
+            !s.has(&Flag::CacheMiss) && ctxbench_schema::warm::usable(s),
             "{s:?}"
         );
     }
@@ -107,7 +107,7 @@ fn real_sglang_tiers_evict_the_prefix_from_device_memory_and_without_hicache_rec
         let w = s.warm.as_ref().unwrap();
         assert_eq!(s.cached_tokens, Some(w.prefix_tokens), "{s:?}");
         assert_eq!(s.cached_host_tokens, Some(0), "{s:?}");
-        assert!(ctxbench::warm::usable(s));
+        assert!(ctxbench_schema::warm::usable(s));
     }
     for s in &ram {
         let w = s.warm.as_ref().unwrap();

@@ -15,7 +15,7 @@ const TINY_CONFIG: &str = r#"{"model_type": "llama", "num_hidden_layers": 2,
 
 fn golden() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/golden/sweep.jsonl")
+        .join("crates/schema/testdata/golden/sweep.jsonl")
         .display()
         .to_string()
 }

@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::{ref_paths, serial, sweep, RefServer};
-use ctxbench::record::Status;
+use ctxbench_schema::record::Status;
 
 /// The tokens DFlash may draft per step: the test's `--spec-draft-n-max` (under the draft's
 /// block size 16, whose limit is 15).

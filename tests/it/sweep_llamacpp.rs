@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::io::Write;
 
 use common::{run, serial, sweep, RefServer};
-use ctxbench::record::{read_results, Sample, Status};
+use ctxbench_schema::record::{read_results, Sample, Status};
 
 fn samples(path: &std::path::Path) -> Vec<Sample> {
     read_results(path, false).expect("results file").samples
@@ -106,7 +106,7 @@ fn the_seeds_repeated_prompt_trap_is_detected_and_excluded() {
     for x in &s[1..] {
         assert!(x.contaminated, "repeat not detected: {x:?}");
         assert!(x.cached_tokens.unwrap() >= 2000, "{x:?}");
-        assert!(x.has(&ctxbench::record::Flag::Contaminated));
+        assert!(x.has(&ctxbench_schema::record::Flag::Contaminated));
         assert!(!x.usable());
     }
     assert!(
@@ -119,7 +119,7 @@ fn the_seeds_repeated_prompt_trap_is_detected_and_excluded() {
         .expect("2k row");
     assert!(row.contains("cached"), "exclusion not shown: {row}");
     // Contaminated TTFTs (cache hits) must not be in the median.
-    let summary = ctxbench::stats::summarize(&s);
+    let summary = ctxbench_stats::stats::summarize(&s);
     let usable = summary[0].usable;
     assert_eq!(usable, s.iter().filter(|x| x.usable()).count());
     assert!(usable <= 1);
@@ -291,7 +291,9 @@ fn a_resumed_run_with_the_cache_flush_on_does_not_repeat_samples_and_tolerates_a
         ),
         "{stderr}"
     );
-    let header = ctxbench::record::read_results(&out, false).unwrap().header;
+    let header = ctxbench_schema::record::read_results(&out, false)
+        .unwrap()
+        .header;
     assert!(
         header
             .server

@@ -6,7 +6,7 @@ use crate::common;
 use std::sync::Arc;
 
 use common::{serial, sweep, RefServer};
-use ctxbench::record::Status;
+use ctxbench_schema::record::Status;
 use tokio_rustls::rustls;
 
 /// Starts a TLS-terminating proxy to `backend_port`; returns (port, CA certificate PEM).

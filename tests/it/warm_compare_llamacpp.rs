@@ -7,7 +7,7 @@
 use crate::common;
 
 use common::{ref_paths, run, serial, sweep_to, RefServer};
-use ctxbench::record::{Flag, Phase};
+use ctxbench_schema::record::{Flag, Phase};
 use serde_json::Value;
 
 const APPEND: &[&str] = &[
@@ -27,7 +27,9 @@ const APPEND: &[&str] = &[
 /// to the host only with a timing flag (a client descheduled through a short decode reads
 /// the first token with the last: held_back_stream; a suite run under two busy loops once
 /// lost one of six 4-token samples so, leaving 5 < 6 for a verdict; hence 8 reps of 16).
-fn timed_appends(r: &ctxbench::record::Results) -> (Vec<&ctxbench::record::Sample>, u64) {
+fn timed_appends(
+    r: &ctxbench_schema::record::Results,
+) -> (Vec<&ctxbench_schema::record::Sample>, u64) {
     let appends: Vec<_> = r
         .samples
         .iter()
@@ -167,7 +169,7 @@ fn a_warm_campaign_carries_the_append_plan_to_every_variant_and_compares_its_cel
     files.sort();
     assert_eq!(files.len(), 2, "{files:?}");
     for p in &files {
-        let r = ctxbench::record::read_results(p, false).unwrap();
+        let r = ctxbench_schema::record::read_results(p, false).unwrap();
         let w = r
             .header
             .config
@@ -184,7 +186,7 @@ fn a_warm_campaign_carries_the_append_plan_to_every_variant_and_compares_its_cel
         // llama-server's --no-cache-prompt is only a default: the request's own
         // `cache_prompt: true` wins, so even that variant's appends are proven hits.
         assert!(
-            appends.iter().all(|s| ctxbench::warm::usable(s)),
+            appends.iter().all(|s| ctxbench_schema::warm::usable(s)),
             "{}: {appends:?}",
             p.display()
         );

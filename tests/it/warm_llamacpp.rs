@@ -7,8 +7,8 @@
 use crate::common;
 
 use common::{argv, run, serial, sweep, RefServer};
-use ctxbench::record::{Flag, Phase, Results, Sample, Status};
-use ctxbench::warm::Tier;
+use ctxbench_schema::record::{Flag, Phase, Results, Sample, Status};
+use ctxbench_schema::warm::Tier;
 use serde_json::Value;
 
 fn phase(r: &Results, p: Phase) -> Vec<&Sample> {
@@ -49,7 +49,7 @@ fn append_at_depth_reuses_exactly_the_cached_prefix_beside_the_cold_prefill() {
         assert_eq!(s.prompt_tokens, Some(w.prefix_tokens + w.new_tokens));
         let computed = s.server.as_ref().and_then(|t| t.prompt_n);
         assert_eq!(computed, Some(w.new_tokens), "only N computed: {s:?}");
-        assert!(!s.has(&Flag::CacheMiss) && ctxbench::warm::usable(s));
+        assert!(!s.has(&Flag::CacheMiss) && ctxbench_schema::warm::usable(s));
         assert_eq!(w.allowance, 1);
         assert!(
             w.allowance_rule.contains("llama.cpp"),
@@ -119,7 +119,7 @@ fn two_sessions_appending_at_once_each_reuse_their_own_prefix() {
             assert_eq!(s.cached_tokens, Some(w.prefix_tokens), "{s:?}");
             let computed = s.server.as_ref().and_then(|t| t.prompt_n);
             assert_eq!(computed, Some(w.new_tokens), "{s:?}");
-            assert!(ctxbench::warm::usable(s), "{s:?}");
+            assert!(ctxbench_schema::warm::usable(s), "{s:?}");
             assert!(s.wave_stats.is_some(), "timed as a wave: {s:?}");
             prefixes.push(s.prompt_tokens);
         }
@@ -198,7 +198,7 @@ fn sessions_sharing_one_slot_evict_each_other_and_their_appends_are_flagged_miss
         for s in misses {
             let w = s.warm.as_ref().unwrap();
             assert!(s.cached_tokens.unwrap() < w.least_cached(), "{s:?}");
-            assert!(!ctxbench::warm::usable(s));
+            assert!(!ctxbench_schema::warm::usable(s));
         }
     }
     let j = json_report(&r.out);
@@ -227,7 +227,7 @@ fn the_negative_control_recomputes_the_prefix_and_every_sample_is_flagged() {
         let computed = s.server.as_ref().and_then(|t| t.prompt_n);
         assert_eq!(computed, Some(w.prefix_tokens + w.new_tokens));
         assert!(s.has(&Flag::CacheMiss), "{s:?}");
-        assert!(!ctxbench::warm::usable(s));
+        assert!(!ctxbench_schema::warm::usable(s));
     }
     let j = json_report(&r.out);
     for c in j["runs"][0]["warm"]["append"].as_array().unwrap() {

@@ -111,7 +111,7 @@ fn the_wheel_installs_without_rust_and_its_command_sweeps_the_reference_server()
         .strip_prefix(&format!("ctxbench {} (", env!("CARGO_PKG_VERSION")))
         .and_then(|rest| rest.strip_suffix(')'))
         .unwrap_or_else(|| panic!("not 'ctxbench VERSION (COMMIT)': {line}"));
-    assert_eq!(clean(commit), clean(ctxbench::COMMIT), "{line}");
+    assert_eq!(clean(commit), clean(ctxbench_session::COMMIT), "{line}");
     let show = in_venv(&venv, python, &["-m", "pip", "show", "ctxbench"]);
     assert!(show.status.success());
     let shown = String::from_utf8_lossy(&show.stdout).into_owned();
@@ -165,12 +165,12 @@ fn the_wheel_installs_without_rust_and_its_command_sweeps_the_reference_server()
         sweep.status.success(),
         "the installed ctxbench's sweep failed"
     );
-    let r = ctxbench::record::read_results(&results, false).unwrap();
+    let r = ctxbench_schema::record::read_results(&results, false).unwrap();
     assert_eq!(r.header.ctxbench_commit.as_deref(), Some(commit));
     let ok: Vec<_> = r
         .samples
         .iter()
-        .filter(|s| s.status == ctxbench::record::Status::Ok && s.context_tokens == 1024)
+        .filter(|s| s.status == ctxbench_schema::record::Status::Ok && s.context_tokens == 1024)
         .collect();
     assert_eq!(ok.len(), 1, "one sample at 1k");
 }

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use crate::client::family::{Answers, Server};
 use crate::client::{family, get_u64, BackendKind, Family, ServerProfile, FAMILIES};
-use crate::error::{ClientError, UsageError};
+use ctxbench_schema::error::{ClientError, UsageError};
 
 /// Why probing failed: the server could not be read, or the options do not fit it.
 #[derive(Debug, thiserror::Error)]

@@ -3,8 +3,7 @@
 
 #![warn(missing_docs)]
 
-// The layers below, under the names the code has always used.
-pub(crate) use ctxbench_schema::{model, record, units, warm};
-pub(crate) use ctxbench_stats::{capacity, compare, integrity, price, report, roofline, stats};
-
 pub mod render;
+
+#[cfg(test)]
+mod snapshot_tests;

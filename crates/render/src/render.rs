@@ -3,13 +3,13 @@
 
 use std::fmt::Write;
 
-use crate::compare::Comparison;
-use crate::record::{
+use ctxbench_schema::record::{
     CorpusInfo, CorpusSpec, FlushChoice, Method, PointRecord, RunConfig, ServerInfo, StopReason,
 };
-use crate::report::design::DesignReport;
-use crate::report::{Report, RunReport};
-use crate::stats::{PointSummary, Spread};
+use ctxbench_stats::compare::Comparison;
+use ctxbench_stats::report::design::DesignReport;
+use ctxbench_stats::report::{Report, RunReport};
+use ctxbench_stats::stats::{PointSummary, Spread};
 use doc::{Align, Table};
 
 pub mod capacity;
@@ -29,7 +29,7 @@ pub mod table;
 pub mod text;
 pub mod warm;
 
-pub use crate::units::{fmt_ctx, num};
+pub use ctxbench_schema::units::{fmt_ctx, num};
 
 /// Output format of `report` and `compare`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -162,13 +162,13 @@ pub fn summary_table(points: &[PointSummary], design: Option<&DesignReport>) -> 
 }
 
 /// The price of a token per context length, as a document table.
-pub fn cost_table(c: &crate::price::CostTable) -> Table {
+pub fn cost_table(c: &ctxbench_stats::price::CostTable) -> Table {
     let mut t = Table::new([
         ("context", Align::Left),
         ("USD / M input tokens", Align::Right),
         ("USD / M output tokens", Align::Right),
     ]);
-    let usd = |x: Option<f64>| x.map_or("–".to_owned(), crate::price::usd);
+    let usd = |x: Option<f64>| x.map_or("–".to_owned(), ctxbench_stats::price::usd);
     for p in &c.points {
         t.row([
             fmt_ctx(p.context_tokens),
@@ -181,7 +181,7 @@ pub fn cost_table(c: &crate::price::CostTable) -> Table {
 
 /// A capacity grid's output cost per cell (context down, concurrency across), as a document
 /// table; `None` without a grid.
-pub fn cell_cost_table(c: &crate::price::CostTable) -> Option<Table> {
+pub fn cell_cost_table(c: &ctxbench_stats::price::CostTable) -> Option<Table> {
     if c.cells.is_empty() {
         return None;
     }
@@ -200,7 +200,7 @@ pub fn cell_cost_table(c: &crate::price::CostTable) -> Option<Table> {
                 .iter()
                 .find(|x| x.context_tokens == ctx && x.concurrency == l)
                 .and_then(|x| x.usd_per_m_output)
-                .map_or("–".to_owned(), crate::price::usd)
+                .map_or("–".to_owned(), ctxbench_stats::price::usd)
         });
         t.row(std::iter::once(fmt_ctx(ctx)).chain(cells));
     }
@@ -211,11 +211,11 @@ pub fn cell_cost_table(c: &crate::price::CostTable) -> Option<Table> {
 pub const CELL_COST_TITLE: &str = "USD per million output tokens in each capacity cell, at its aggregate decode rate (all c requests decoding together; the whole-wave output rate where requests queued)";
 
 /// What a cost table is, said above it.
-pub fn cost_title(c: &crate::price::CostTable) -> String {
+pub fn cost_title(c: &ctxbench_stats::price::CostTable) -> String {
     format!(
         "price of a token at ${}/hour ({})",
-        crate::price::usd(c.price_per_hour),
-        crate::price::METHOD
+        ctxbench_stats::price::usd(c.price_per_hour),
+        ctxbench_stats::price::METHOD
     )
 }
 
@@ -270,8 +270,11 @@ pub fn warm_table(points: &[PointSummary]) -> Option<String> {
 }
 
 /// A compare verdict, with "OUTPUTS DIFFER" beside a change whose greedy outputs differ.
-pub fn verdict_text(v: &crate::compare::Versus, r: &crate::compare::CompareRow) -> String {
-    use crate::compare::Verdict;
+pub fn verdict_text(
+    v: &ctxbench_stats::compare::Versus,
+    r: &ctxbench_stats::compare::CompareRow,
+) -> String {
+    use ctxbench_stats::compare::Verdict;
     let changed = matches!(r.verdict, Verdict::Faster | Verdict::Slower);
     if changed && v.outputs_differ_at(r.context_tokens) {
         format!("{} — OUTPUTS DIFFER", r.verdict)
@@ -282,11 +285,13 @@ pub fn verdict_text(v: &crate::compare::Versus, r: &crate::compare::CompareRow) 
 
 /// The output-agreement section of one comparison, as text; empty when neither run
 /// seeded its prompts.
-pub fn agreement_section(cmp: &Comparison, v: &crate::compare::Versus) -> String {
+pub fn agreement_section(cmp: &Comparison, v: &ctxbench_stats::compare::Versus) -> String {
     match (&v.agreement, &v.agreement_note) {
-        (Some(rows), _) => {
-            crate::integrity::agreement_text(&cmp.baseline.label, &v.run.label, &Ok(rows.clone()))
-        }
+        (Some(rows), _) => ctxbench_stats::integrity::agreement_text(
+            &cmp.baseline.label,
+            &v.run.label,
+            &Ok(rows.clone()),
+        ),
         (None, Some(note)) => format!("{note}\n"),
         (None, None) => String::new(),
     }
@@ -294,7 +299,7 @@ pub fn agreement_section(cmp: &Comparison, v: &crate::compare::Versus) -> String
 
 /// Needle retrieval per context × depth as text (`pass/checked`, errors apart), or `None`
 /// when the run has no needle checks.
-pub fn needle_table(cells: &[crate::integrity::NeedleCell]) -> Option<String> {
+pub fn needle_table(cells: &[ctxbench_stats::integrity::NeedleCell]) -> Option<String> {
     if cells.is_empty() {
         return None;
     }
@@ -311,7 +316,7 @@ pub fn needle_table(cells: &[crate::integrity::NeedleCell]) -> Option<String> {
 }
 
 /// One needle cell: `pass/answered`, plus failed requests (`err`), never counted as fails.
-pub fn needle_cell(c: &crate::integrity::NeedleCell) -> String {
+pub fn needle_cell(c: &ctxbench_stats::integrity::NeedleCell) -> String {
     let mut s = format!("{}/{}", c.pass, c.pass + c.fail);
     if c.error > 0 {
         let _ = write!(s, " {}err", c.error);

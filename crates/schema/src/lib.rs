@@ -8,6 +8,7 @@ pub mod error;
 pub mod fingerprint;
 pub mod model;
 pub mod record;
+#[cfg(feature = "testdata")]
 pub mod testdata;
 pub mod units;
 pub mod warm;

@@ -1138,6 +1138,88 @@ pub struct WaveStats {
 }
 
 impl Sample {
+    /// A cold, streamed sample with nothing measured yet: the measuring loop fills it in.
+    pub fn blank(
+        run_id: &str,
+        context: u64,
+        rep: u32,
+        sent: u64,
+        at: String,
+        nonce_end: Option<u64>,
+    ) -> Sample {
+        Sample {
+            run_id: run_id.to_owned(),
+            context_tokens: context,
+            rep,
+            phase: Phase::Cold,
+            status: Status::Ok,
+            error: None,
+            at,
+            prompt_tokens_sent: sent,
+            prompt_tokens: None,
+            length_ok: None,
+            cached_tokens: None,
+            cached_host_tokens: None,
+            cache_verified: false,
+            nonce_end,
+            contaminated: false,
+            ttft_ms: None,
+            prefill_tokens_per_s: None,
+            decode_tokens_per_s: None,
+            ms_per_step: None,
+            output_tokens: None,
+            token_chunks: None,
+            e2e_ms: None,
+            finish_reason: None,
+            flags: Vec::new(),
+            server: None,
+            method: Method::Stream,
+            spec_accept_length: None,
+            spec_accept_rate: None,
+            spec_verify_steps: None,
+            spec_draft_steps: None,
+            spec_draft_tokens: None,
+            spec_accepted_tokens: None,
+            spec_source: None,
+            ms_per_verify_step: None,
+            metrics: None,
+            flush: None,
+            two_point: None,
+            output_fingerprint: None,
+            fingerprint_of: None,
+            output_ids: None,
+            needle: None,
+            concurrency: None,
+            wave: None,
+            wave_stats: None,
+            idle_wait_ms: None,
+            foreign_load: None,
+            impossible: None,
+            warm: None,
+            prompt_index: None,
+            corpus_offset: None,
+            spec_accepted_per_position: None,
+            spec_drafts: None,
+            fleet: None,
+        }
+    }
+
+    /// Stores speculative statistics; time per verify step is the decode span over the
+    /// verify steps, kept apart from the per-token `ms_per_step`.
+    pub fn set_spec(&mut self, spec: SpecStats) {
+        self.spec_accept_length = spec.accept_length;
+        self.spec_accept_rate = spec.accept_rate;
+        self.spec_verify_steps = spec.verify_steps;
+        self.spec_draft_tokens = spec.draft_tokens;
+        self.spec_accepted_tokens = spec.accepted_tokens;
+        self.spec_source = Some(spec.source);
+        self.ms_per_verify_step = match (self.ms_per_step, self.output_tokens, spec.verify_steps) {
+            (Some(per_token), Some(n), Some(v)) if n >= 2 && v > 0 => {
+                Some(per_token * (n - 1) as f64 / v as f64)
+            }
+            _ => None,
+        };
+    }
     /// Usable for cold summaries: completed, cold (warm decode samples are summarised
     /// apart), not contaminated, of the right length, not a suspected cache hit, not
     /// overlapped by another client's work, not a held-back stream and not contradicted by

@@ -1,5 +1,6 @@
-//! The golden results files (`tests/fixtures/golden/`), for the tests of every crate above:
-//! recorded by the real sweep against the reference llama-server.
+//! The golden results files (`testdata/golden/` in this crate), for the tests of every crate
+//! above: recorded by the real sweep against the reference llama-server. Only built with the
+//! `testdata` feature, which only the workspace's dev-dependencies turn on.
 
 use std::path::{Path, PathBuf};
 
@@ -7,7 +8,7 @@ use crate::record::{self, Results};
 
 /// Where the golden results files are.
 pub fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/golden")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/golden")
 }
 
 /// A golden results file, read; panics with the path when it cannot be (a test's input).

@@ -53,11 +53,11 @@ pub fn relative_half_width(values: &[f64]) -> Option<f64> {
     let (lo, hi) = median_ci(values)?;
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
     v.sort_by(f64::total_cmp);
-    let med = crate::stats::quantile(&v, 0.5);
+    let med = ctxbench_stats::stats::quantile(&v, 0.5);
     (med.abs() > 0.0).then(|| (hi - lo) / 2.0 / med.abs())
 }
 
-pub use crate::record::{RepPolicy, StopReason};
+pub use ctxbench_schema::record::{RepPolicy, StopReason};
 
 /// State of one point, as the loop sees it.
 #[derive(Debug, Clone, Default)]
@@ -254,7 +254,7 @@ mod tests {
             let (lo, hi) = median_ci(&v).unwrap();
             let mut s = v.clone();
             s.sort_by(f64::total_cmp);
-            let m = crate::stats::quantile(&s, 0.5);
+            let m = ctxbench_stats::stats::quantile(&s, 0.5);
             proptest::prop_assert!(lo <= m && m <= hi);
         }
     }

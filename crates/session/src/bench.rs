@@ -10,17 +10,17 @@ use tokio::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::adaptive::{relative_half_width, Decide, PointProgress, StopReason};
-use crate::client::{Backend, GenRequest, Timeouts};
 use crate::costmodel::{CostModel, Observation};
 use crate::design::{Design, Next, PointState};
-use crate::error::{ClientError, RecordError};
 use crate::prompt::PromptBuilder;
-pub use crate::record::PointRecord;
-use crate::record::{ErrorKind, Flag, Line, Phase, Sample, Status};
 use crate::sample::{make_sample, make_two_point_sample, make_warm_sample, TwoPointPair};
 pub use ctx::{
     BenchSettings, NeedleSettings, Observer, OnError, RunCtx, Step, Tally, UNMEASURED_TIMEOUT,
 };
+use ctxbench_client::client::{Backend, GenRequest, Timeouts};
+use ctxbench_schema::error::{ClientError, RecordError};
+pub use ctxbench_schema::record::PointRecord;
+use ctxbench_schema::record::{ErrorKind, Flag, Line, Phase, Sample, Status};
 pub use protocol::{flush_when_idle, server_busy_ms, FLUSH_IDLE_WAIT};
 use protocol::{gone_error, note_flush, now, record, send, watch_server};
 
@@ -126,7 +126,7 @@ fn point_record(
 }
 
 fn observation(context: u64, p: &PointProgress, steps_ms: &[f64]) -> Option<Observation> {
-    let med = |v: &[f64]| crate::stats::Spread::of(v.iter().copied()).map(|s| s.median);
+    let med = |v: &[f64]| ctxbench_stats::stats::Spread::of(v.iter().copied()).map(|s| s.median);
     Some(Observation {
         context: context as f64,
         ttft_s: med(&p.ttft_ms)? / 1000.0,
@@ -663,15 +663,15 @@ fn needle_record(
     (fact_at, fact_tokens, question_tokens): (u64, u64, u64),
     answer: Option<String>,
     s: &Sample,
-) -> crate::record::NeedleCheck {
+) -> ctxbench_schema::record::NeedleCheck {
     let verdict = match (&s.status, &answer) {
         (Status::Ok, Some(a)) if a.is_empty() && s.output_fingerprint.is_none() => {
-            crate::record::NeedleVerdict::Unseen
+            ctxbench_schema::record::NeedleVerdict::Unseen
         }
         (Status::Ok, Some(a)) => crate::needle::check(a, &value),
-        _ => crate::record::NeedleVerdict::Error,
+        _ => ctxbench_schema::record::NeedleVerdict::Error,
     };
-    crate::record::NeedleCheck {
+    ctxbench_schema::record::NeedleCheck {
         depth_pct: depth,
         value,
         fact_at,
@@ -696,8 +696,10 @@ fn flag_suspected_hit(sample: &mut Sample, same: &[f64], observations: &[Observa
         .filter(|o| o.context < here)
         .max_by(|a, b| a.context.total_cmp(&b.context))
         .map(|o| o.ttft_s * 1000.0);
-    if crate::stats::cachehit::is_suspect(t, same, shorter) {
-        sample.flags.push(crate::record::Flag::SuspectedCacheHit);
+    if ctxbench_stats::stats::cachehit::is_suspect(t, same, shorter) {
+        sample
+            .flags
+            .push(ctxbench_schema::record::Flag::SuspectedCacheHit);
     }
 }
 

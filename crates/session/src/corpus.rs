@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use rand::{RngExt, SeedableRng};
 
-use crate::client::Backend;
-use crate::error::ClientError;
+use ctxbench_client::client::Backend;
+use ctxbench_schema::error::ClientError;
 
 pub mod natural;
 
@@ -20,7 +20,7 @@ const NONCE_ALPHABET: &str =
 /// Largest text sent to `/tokenize` in one request.
 const TOKENIZE_CHUNK_CHARS: usize = 256 * 1024;
 
-pub use crate::record::CorpusSpec;
+pub use ctxbench_schema::record::CorpusSpec;
 
 /// Parses `--corpus`: `repeat`, `random`, `natural` (found on this machine), or a path.
 pub fn parse_spec(s: &str) -> Result<CorpusSpec, String> {

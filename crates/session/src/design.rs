@@ -33,11 +33,11 @@
 //! - **A budget that runs out** (`--run-budget`) keeps one sample in reserve for every
 //!   length not yet measured, and every figure is recorded with the precision it reached.
 
-use crate::record::{IntervalBasis, PointDesign, Prediction, StopReason};
-use crate::stats::noise;
-pub use crate::stats::precision::Judgement;
-use crate::stats::precision::{self, Length};
-use crate::stats::predicted::{self, Measured};
+use ctxbench_schema::record::{IntervalBasis, PointDesign, Prediction, StopReason};
+use ctxbench_stats::stats::noise;
+pub use ctxbench_stats::stats::precision::Judgement;
+use ctxbench_stats::stats::precision::{self, Length};
+use ctxbench_stats::stats::predicted::{self, Measured};
 
 /// Samples every length gets unless the run budget is spent: one to answer, one to check
 /// its spread against the model.
@@ -166,7 +166,7 @@ const BAND_RESAMPLES: usize = 300;
 /// with `extra`, as if that length had one more sample at its median. `None` when nothing
 /// is extrapolated (`at` within the measured range, or too few lengths for the fits).
 pub fn extrapolation_band(points: &[PointState], at: u64, extra: Option<usize>) -> Option<f64> {
-    use crate::stats::fit::{extrapolate, Model};
+    use ctxbench_stats::stats::fit::{extrapolate, Model};
     let obs = |f: &dyn Fn(&PointState) -> Vec<f64>| -> Vec<(u64, f64)> {
         points
             .iter()
@@ -199,7 +199,7 @@ pub fn extrapolation_band(points: &[PointState], at: u64, extra: Option<usize>) 
 
 /// The median of the finite values.
 fn median(v: &[f64]) -> Option<f64> {
-    crate::stats::Spread::of(v.iter().copied()).map(|s| s.median)
+    ctxbench_stats::stats::Spread::of(v.iter().copied()).map(|s| s.median)
 }
 
 impl Design {

@@ -13,9 +13,9 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::client::busy::Reading;
-use crate::client::Http;
-use crate::record::WorkerFlush;
+use ctxbench_client::client::busy::Reading;
+use ctxbench_client::client::Http;
+use ctxbench_schema::record::WorkerFlush;
 
 /// The counter a llama-server worker's generated tokens are read from.
 const GENERATED: &str = "llamacpp:tokens_predicted_total";
@@ -146,7 +146,8 @@ impl Fleet {
                 Ok((200, Some(Value::Array(a)))) => a.len() as u64,
                 _ => 1,
             };
-            let (ok, detail) = match crate::client::llamacpp::erase_slots(h, slots).await {
+            let (ok, detail) = match ctxbench_client::client::llamacpp::erase_slots(h, slots).await
+            {
                 Ok(what) => (true, what),
                 Err(e) => (false, e.to_string()),
             };
@@ -232,18 +233,18 @@ pub fn wave_spread(
 
 async fn read_worker(h: &Http) -> WorkerState {
     let busy = match h.get_probe("/slots", TIMEOUT).await {
-        Ok((200, Some(v))) => crate::client::llamacpp::parse_slots(&v),
+        Ok((200, Some(v))) => ctxbench_client::client::llamacpp::parse_slots(&v),
         _ => None,
     };
     let snap = match h.get_text("/metrics", TIMEOUT).await {
-        Ok(t) => crate::metrics::parse(&t).ok(),
+        Ok(t) => ctxbench_client::metrics::parse(&t).ok(),
         Err(_) => None,
     };
     let generated = snap
         .as_ref()
         .and_then(|s| s.counters.get(GENERATED).copied());
     let queued = snap.as_ref().and_then(|s| {
-        crate::client::busy::gauge_sum(
+        ctxbench_client::client::busy::gauge_sum(
             s,
             &["llamacpp:requests_processing", "llamacpp:requests_deferred"],
         )

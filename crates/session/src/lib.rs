@@ -4,11 +4,6 @@
 
 #![warn(missing_docs)]
 
-// The layers below, under the names the code has always used.
-pub(crate) use ctxbench_client::{client, metrics, probe};
-pub(crate) use ctxbench_schema::{error, fingerprint, model, record, units, warm};
-pub(crate) use ctxbench_stats::{capacity, roofline, stats};
-
 pub mod adaptive;
 pub mod bench;
 pub mod corpus;

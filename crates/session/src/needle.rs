@@ -8,7 +8,7 @@
 
 use rand::{RngExt, SeedableRng};
 
-use crate::record::NeedleVerdict;
+use ctxbench_schema::record::NeedleVerdict;
 
 /// Tokens generated for a needle answer: a 5-digit value, a leading space and some slack.
 pub const ANSWER_TOKENS: u32 = 12;

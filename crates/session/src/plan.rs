@@ -1,11 +1,11 @@
 //! Which context lengths to measure: parsing `--contexts`, the default ladder, limit checks.
 
-use crate::error::UsageError;
+use ctxbench_schema::error::UsageError;
 
 /// Smallest context a prompt can have (the nonce alone takes 8 tokens).
 pub const MIN_CONTEXT: u64 = 16;
 
-pub use crate::units::parse_len;
+pub use ctxbench_schema::units::parse_len;
 
 /// Parses a comma-separated list, sorts it ascending (cheap points first) and drops repeats.
 pub fn parse_contexts(s: &str) -> Result<Vec<u64>, UsageError> {

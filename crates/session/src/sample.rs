@@ -4,12 +4,14 @@
 
 use std::time::Duration;
 
-use crate::client::{GenOutcome, OnceOutcome};
-use crate::error::ClientError;
-use crate::metrics;
-use crate::record::{Check, Contradiction, Impossible};
-use crate::record::{ErrorKind, Flag, Method, Phase, Sample, SampleError, Status, TwoPoint};
-use crate::record::{ServerTimings, SpecStats};
+use ctxbench_client::client::{GenOutcome, OnceOutcome};
+use ctxbench_client::metrics;
+use ctxbench_schema::error::ClientError;
+use ctxbench_schema::record::{Check, Contradiction, Impossible};
+use ctxbench_schema::record::{
+    ErrorKind, Flag, Method, Phase, Sample, SampleError, Status, TwoPoint,
+};
+use ctxbench_schema::record::{ServerTimings, SpecStats};
 
 /// What a sample is measured against: the run it belongs to, the allowed prompt-length
 /// difference at its context, and the output length asked for.
@@ -67,61 +69,7 @@ fn flag_common(s: &mut Sample, expected_output: u64) {
 
 /// A sample with nothing measured yet.
 fn blank_sample(target: &Target<'_>, context: u64, rep: u32, sent: u64, at: String) -> Sample {
-    Sample {
-        run_id: target.run_id.to_owned(),
-        context_tokens: context,
-        rep,
-        phase: Phase::Cold,
-        status: Status::Ok,
-        error: None,
-        at,
-        prompt_tokens_sent: sent,
-        prompt_tokens: None,
-        length_ok: None,
-        cached_tokens: None,
-        cached_host_tokens: None,
-        cache_verified: false,
-        nonce_end: target.nonce_end,
-        contaminated: false,
-        ttft_ms: None,
-        prefill_tokens_per_s: None,
-        decode_tokens_per_s: None,
-        ms_per_step: None,
-        output_tokens: None,
-        token_chunks: None,
-        e2e_ms: None,
-        finish_reason: None,
-        flags: Vec::new(),
-        server: None,
-        method: Method::Stream,
-        spec_accept_length: None,
-        spec_accept_rate: None,
-        spec_verify_steps: None,
-        spec_draft_steps: None,
-        spec_draft_tokens: None,
-        spec_accepted_tokens: None,
-        spec_source: None,
-        ms_per_verify_step: None,
-        metrics: None,
-        flush: None,
-        two_point: None,
-        output_fingerprint: None,
-        fingerprint_of: None,
-        output_ids: None,
-        needle: None,
-        concurrency: None,
-        wave: None,
-        wave_stats: None,
-        idle_wait_ms: None,
-        foreign_load: None,
-        impossible: None,
-        warm: None,
-        prompt_index: None,
-        corpus_offset: None,
-        spec_accepted_per_position: None,
-        spec_drafts: None,
-        fleet: None,
-    }
+    Sample::blank(target.run_id, context, rep, sent, at, target.nonce_end)
 }
 
 fn fail(s: &mut Sample, e: &ClientError) {
@@ -326,7 +274,7 @@ pub fn make_sample(
         set_spec(&mut s, spec);
     }
     s.flags.extend(out.flags);
-    if let Some((print, of, ids)) = crate::fingerprint::of(&out.output) {
+    if let Some((print, of, ids)) = ctxbench_schema::fingerprint::of(&out.output) {
         s.output_fingerprint = Some(print);
         s.fingerprint_of = Some(of);
         s.output_ids = ids;
@@ -354,9 +302,9 @@ pub const HELD_BACK_MIN_EVENTS: usize = 4;
 /// generates four tokens in well under a millisecond, and they arrive together because they
 /// were made together, not because anything held them back.
 fn held_back(
-    st: &crate::client::StreamStats,
+    st: &ctxbench_client::client::StreamStats,
     span_ms: f64,
-    server: Option<&crate::client::ServerTimings>,
+    server: Option<&ctxbench_client::client::ServerTimings>,
 ) -> bool {
     let n = st.token_events;
     let too_quick_to_tell = server
@@ -375,9 +323,9 @@ pub const HELD_BACK_MIN_DECODE_MS: f64 = 5.0;
 /// can legitimately bring several), or the client saw the tokens
 /// spread over less than half the time the server says it spent generating them.
 fn coalesced(
-    st: &crate::client::StreamStats,
+    st: &ctxbench_client::client::StreamStats,
     span_ms: f64,
-    server: Option<&crate::client::ServerTimings>,
+    server: Option<&ctxbench_client::client::ServerTimings>,
 ) -> bool {
     let burst = st.token_events >= 4 && st.first_read_token_events * 4 >= st.token_events * 3;
     // Buffered delivery the read count misses (recorded on a default vLLM 0.32.0: 32 events
@@ -432,7 +380,7 @@ fn impossible_margin(server_ms: f64, floor_ms: f64) -> f64 {
 /// Both times run from just before the request was written, so a true sample meets each
 /// bound whatever the network, the queue or the client's scheduling did.
 pub fn impossible(
-    st: &crate::client::StreamStats,
+    st: &ctxbench_client::client::StreamStats,
     server: Option<&ServerTimings>,
     server_tokens: Option<u64>,
 ) -> Option<Impossible> {
@@ -487,7 +435,7 @@ pub fn impossible(
 /// token read late by the client (recorded against llama-server: +5.8%) is more.
 pub const DISAGREE_MARGIN: f64 = 0.05;
 
-pub use crate::record::decode_ratio;
+pub use ctxbench_schema::record::decode_ratio;
 
 fn disagrees(s: &Sample) -> bool {
     decode_ratio(s).is_some_and(|r| (r - 1.0).abs() > DISAGREE_MARGIN)
@@ -499,21 +447,9 @@ fn disagrees(s: &Sample) -> bool {
 /// flushed together (recorded on a default vLLM 0.32.0: 31 gaps of 0.004 ms and of 0.10 ms).
 const MIN_STEP_MS: f64 = 0.2;
 
-/// Stores speculative statistics on a sample; time per verify step is the decode span over
-/// the verify steps, kept apart from the per-token `ms_per_step`.
+/// Stores speculative statistics on a sample (`Sample::set_spec`).
 pub fn set_spec(s: &mut Sample, spec: SpecStats) {
-    s.spec_accept_length = spec.accept_length;
-    s.spec_accept_rate = spec.accept_rate;
-    s.spec_verify_steps = spec.verify_steps;
-    s.spec_draft_tokens = spec.draft_tokens;
-    s.spec_accepted_tokens = spec.accepted_tokens;
-    s.spec_source = Some(spec.source);
-    s.ms_per_verify_step = match (s.ms_per_step, s.output_tokens, spec.verify_steps) {
-        (Some(per_token), Some(n), Some(v)) if n >= 2 && v > 0 => {
-            Some(per_token * (n - 1) as f64 / v as f64)
-        }
-        _ => None,
-    };
+    s.set_spec(spec);
 }
 
 /// Tokens the sample's requests generated after their first (the first comes from the
@@ -549,7 +485,7 @@ pub fn count_every_step(mut spec: SpecStats, after_first: Option<u64>) -> SpecSt
 /// Adds Prometheus deltas to a sample; speculative statistics come from them when the
 /// response itself had none (read in the families' `/metrics` vocabularies).
 pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &metrics::Snapshot) {
-    let d = metrics::deltas(before, after, &crate::client::kept_metric_names());
+    let d = metrics::deltas(before, after, &ctxbench_client::client::kept_metric_names());
     // Counted verify steps beat derived ones (llama.cpp's timings have none; its newest
     // /metrics do).
     let derived = s
@@ -557,7 +493,7 @@ pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &m
         .as_deref()
         .is_some_and(|x| x.contains("derived"));
     if s.spec_source.is_none() || derived {
-        let spec = crate::client::metrics_vocabularies().find_map(|v| v.spec(&d));
+        let spec = ctxbench_client::client::metrics_vocabularies().find_map(|v| v.spec(&d));
         if let Some(spec) = spec.flatten() {
             // The counter counts the steps that verified a draft: kept as the server's own
             // number before the steps without a draft are added (llama.cpp drafts nothing when
@@ -581,7 +517,7 @@ pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &m
 /// (whichever protocol is spoken to it). Other traffic on the server during the sample
 /// counts too, so a hit here is at worst a false alarm, never a missed hit.
 pub fn metrics_cache_evidence(d: &std::collections::BTreeMap<String, f64>) -> Option<(f64, f64)> {
-    crate::client::metrics_vocabularies().find_map(|v| v.cache_evidence(d))
+    ctxbench_client::client::metrics_vocabularies().find_map(|v| v.cache_evidence(d))
 }
 
 /// Applies the server's prefix-cache counter deltas to a cold sample the response did not
@@ -617,7 +553,7 @@ pub fn apply_cache_evidence(s: &mut Sample, d: &std::collections::BTreeMap<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::{Counts, ServerTimings, StreamStats};
+    use ctxbench_client::client::{Counts, ServerTimings, StreamStats};
     use std::time::Instant;
 
     /// The target of unit-test samples: exact lengths, 33 output tokens.

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::record::CapacityFlags;
-use crate::record::{Flag, Phase, Sample, ServerInfo, Status, WaveStats};
+use ctxbench_schema::record::CapacityFlags;
+use ctxbench_schema::record::{Flag, Phase, Sample, ServerInfo, Status, WaveStats};
 
 /// Fewest decode steps every request must take inside the common window for a concurrent
 /// rate to be reported: below that, two or three token gaps (scheduler jitter) are the rate.
@@ -415,7 +415,7 @@ pub fn knee_rule() -> String {
 /// The map of a run whose header lists concurrency levels beyond 1; `None` otherwise.
 pub fn map(
     samples: &[Sample],
-    config: &crate::record::RunConfig,
+    config: &ctxbench_schema::record::RunConfig,
     server: &ServerInfo,
 ) -> Option<CapacityMap> {
     let levels = config.concurrency_levels();
@@ -455,7 +455,7 @@ pub fn map(
             miss.then(|| {
                 format!(
                     "{} × {}: predicted {}, measured {}",
-                    crate::units::fmt_ctx(c.context_tokens),
+                    ctxbench_schema::units::fmt_ctx(c.context_tokens),
                     c.concurrency,
                     c.predicted,
                     if waited {
@@ -495,14 +495,14 @@ pub fn map_tables(m: &CapacityMap) -> Vec<MapTable> {
     head.extend(m.levels.iter().map(|c| format!("c={c}")));
     let mut contexts: Vec<u64> = m.cells.iter().map(|c| c.context_tokens).collect();
     contexts.dedup();
-    let num = |x: Option<f64>| x.map_or("–".to_owned(), crate::units::num);
+    let num = |x: Option<f64>| x.map_or("–".to_owned(), ctxbench_schema::units::num);
     let table = |title: &str, f: &dyn Fn(&Cell) -> String| MapTable {
         title: title.to_owned(),
         head: head.clone(),
         rows: contexts
             .iter()
             .map(|&ctx| {
-                let mut row = vec![crate::units::fmt_ctx(ctx)];
+                let mut row = vec![ctxbench_schema::units::fmt_ctx(ctx)];
                 row.extend(m.levels.iter().map(|&c| {
                     m.cells
                         .iter()
@@ -555,7 +555,7 @@ pub fn map_legend(m: &CapacityMap) -> Vec<String> {
     for k in &m.knees {
         v.push(format!(
             "knee at {}: {}",
-            crate::units::fmt_ctx(k.context_tokens),
+            ctxbench_schema::units::fmt_ctx(k.context_tokens),
             match k.concurrency {
                 Some(c) => format!("c = {c} ({})", k.why),
                 None => k.why.clone(),

@@ -7,11 +7,11 @@
 
 use serde::Serialize;
 
-use crate::error::UsageError;
-use crate::record::{self, Results};
 use crate::stats::metric::{self, Metric};
 use crate::stats::significance::{self, Basis, CellComparison, RatioInterval, Settings};
 use crate::stats::speculation::{self, SpecSide, Speculation};
+use ctxbench_schema::error::UsageError;
+use ctxbench_schema::record::{self, Results};
 
 pub use crate::stats::significance::Verdict;
 
@@ -146,8 +146,11 @@ impl CompareRow {
     /// The point or cell as written in tables: `16k`, or `16k ×4` in a concurrency grid.
     pub fn label(&self) -> String {
         match self.concurrency {
-            Some(c) => format!("{} ×{c}", crate::units::fmt_ctx(self.context_tokens)),
-            None => crate::units::fmt_ctx(self.context_tokens),
+            Some(c) => format!(
+                "{} ×{c}",
+                ctxbench_schema::units::fmt_ctx(self.context_tokens)
+            ),
+            None => ctxbench_schema::units::fmt_ctx(self.context_tokens),
         }
     }
 
@@ -213,9 +216,11 @@ fn contexts(r: &Results) -> Vec<u64> {
         (None, false) => ladder.clone(),
         (Some(w), false) => {
             let ns: Vec<u64> = match w.mode {
-                crate::warm::WarmMode::Append => w.appends.clone(),
-                crate::warm::WarmMode::Tiers => vec![w.appends.first().copied().unwrap_or(128)],
-                crate::warm::WarmMode::Conversation => Vec::new(),
+                ctxbench_schema::warm::WarmMode::Append => w.appends.clone(),
+                ctxbench_schema::warm::WarmMode::Tiers => {
+                    vec![w.appends.first().copied().unwrap_or(128)]
+                }
+                ctxbench_schema::warm::WarmMode::Conversation => Vec::new(),
             };
             ladder
                 .iter()
@@ -236,7 +241,7 @@ pub fn mismatches(a: &Results, b: &Results) -> Vec<String> {
     if ca != cb {
         let f = |c: &[u64]| {
             c.iter()
-                .map(|&x| crate::units::fmt_ctx(x))
+                .map(|&x| ctxbench_schema::units::fmt_ctx(x))
                 .collect::<Vec<_>>()
                 .join(",")
         };
@@ -566,7 +571,7 @@ impl Comparison {
         mut self,
         sides: &[Vec<Loaded>],
         limits: Option<&crate::roofline::Limits>,
-        model_config: Option<&crate::model::ModelFacts>,
+        model_config: Option<&ctxbench_schema::model::ModelFacts>,
     ) -> Self {
         let Some(limits) = limits else {
             return self;

@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use crate::record::{Flag, NeedleVerdict, Phase, Sample, Status};
+use ctxbench_schema::record::{Flag, NeedleVerdict, Phase, Sample, Status};
 
 /// Needle results at one context and depth.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -187,7 +187,7 @@ pub fn agreement(
             continue;
         }
         let div = match (&x.output_ids, &y.output_ids) {
-            (Some(p), Some(q)) => crate::fingerprint::first_divergence(p, q),
+            (Some(p), Some(q)) => ctxbench_schema::fingerprint::first_divergence(p, q),
             _ => None,
         };
         match div {
@@ -224,13 +224,13 @@ pub fn agreement_text(
             (false, Some(d)) => format!("token {d}  OUTPUTS DIFFER"),
             (false, None) => format!(
                 "after token {}  OUTPUTS DIFFER",
-                crate::fingerprint::KEPT_IDS
+                ctxbench_schema::fingerprint::KEPT_IDS
             ),
         };
         let _ = writeln!(
             out,
             "{:<7}  {:>5}  {:>8.0}%  {div}",
-            crate::units::fmt_ctx(r.context_tokens),
+            ctxbench_schema::units::fmt_ctx(r.context_tokens),
             r.pairs,
             share
         );
@@ -244,7 +244,7 @@ pub fn agreement_text(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{FingerprintOf, NeedleCheck};
+    use ctxbench_schema::record::{FingerprintOf, NeedleCheck};
 
     fn sample(ctx: u64, rep: u32, phase: Phase, ids: &[u32]) -> Sample {
         let mut s: Sample = serde_json::from_value(serde_json::json!({
@@ -256,11 +256,11 @@ mod tests {
             "token_chunks": 4, "e2e_ms": 2.0, "finish_reason": "limit", "server": null
         }))
         .unwrap();
-        let out = crate::fingerprint::Generated {
+        let out = ctxbench_schema::fingerprint::Generated {
             ids: Some(ids.to_vec()),
             text: String::new(),
         };
-        let (f, of, kept) = crate::fingerprint::of(&out).unwrap();
+        let (f, of, kept) = ctxbench_schema::fingerprint::of(&out).unwrap();
         s.output_fingerprint = Some(f);
         s.fingerprint_of = Some(of);
         s.output_ids = kept;

@@ -4,9 +4,6 @@
 
 #![warn(missing_docs)]
 
-// The layer below, under the names the code has always used.
-pub(crate) use ctxbench_schema::{error, fingerprint, model, record, units, warm};
-
 pub mod capacity;
 pub mod compare;
 pub mod integrity;

@@ -8,11 +8,13 @@ pub mod sharing;
 
 use std::path::PathBuf;
 
-use crate::record::{CorpusInfo, Host, Phase, PointRecord, Results, RunConfig, Sample, ServerInfo};
 use crate::stats::fit::{self, Extrapolation, Fit, Model};
 use crate::stats::metric::{self, Metric};
 use crate::stats::{self, PointSummary, Spread};
-use crate::units::fmt_ctx;
+use ctxbench_schema::record::{
+    CorpusInfo, Host, Phase, PointRecord, Results, RunConfig, Sample, ServerInfo,
+};
+use ctxbench_schema::units::fmt_ctx;
 use serde::Serialize;
 
 /// Bootstrap refits behind an extrapolation band.
@@ -83,7 +85,7 @@ pub struct RunReport {
     pub warm: Option<crate::stats::warm::WarmReport>,
     /// The model's size as the results header records it (`model_facts`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub model_facts: Option<crate::model::ModelFacts>,
+    pub model_facts: Option<ctxbench_schema::model::ModelFacts>,
     /// How far from the hardware's limit (`--hardware`, `--memory-bandwidth`,
     /// `--peak-tflops`): see [`crate::roofline`].
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -244,7 +246,7 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         .config
         .warm
         .as_ref()
-        .is_some_and(|w| w.mode == crate::warm::WarmMode::Conversation);
+        .is_some_and(|w| w.mode == ctxbench_schema::warm::WarmMode::Conversation);
     if !conversation {
         warnings.extend(fit_warnings);
     }
@@ -623,7 +625,7 @@ impl Report {
     pub fn with_roofline(
         mut self,
         limits: Option<&crate::roofline::Limits>,
-        model_config: Option<&crate::model::ModelFacts>,
+        model_config: Option<&ctxbench_schema::model::ModelFacts>,
     ) -> Self {
         let Some(limits) = limits else {
             return self;

@@ -19,10 +19,10 @@ pub mod versus;
 
 use serde::Serialize;
 
-use crate::model::ModelFacts;
 use crate::stats::fit::{CoefBand, Fit};
 use crate::stats::PointSummary;
-use crate::units::fmt_ctx;
+use ctxbench_schema::model::ModelFacts;
+use ctxbench_schema::units::fmt_ctx;
 
 pub use hardware::UnknownHardware;
 

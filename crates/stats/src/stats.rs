@@ -14,7 +14,7 @@ pub mod warm;
 
 use serde::Serialize;
 
-use crate::record::{Flag, Phase, Sample, ServerTimings, Status};
+use ctxbench_schema::record::{Flag, Phase, Sample, ServerTimings, Status};
 
 /// Median and spread of one metric at one point.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -242,7 +242,8 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
                 server_prefill_tokens_per_s: server(|t| t.prompt_per_second),
                 server_decode_tokens_per_s: server(|t| t.predicted_per_second),
                 decode_client_over_server: Spread::of(
-                    ok.iter().filter_map(|s| crate::record::decode_ratio(s)),
+                    ok.iter()
+                        .filter_map(|s| ctxbench_schema::record::decode_ratio(s)),
                 ),
                 client_server_disagree: at
                     .iter()
@@ -304,7 +305,7 @@ mod tests {
                 prompt_ms: Some(ttft - 2.0),
                 ..Default::default()
             }),
-            method: crate::record::Method::Stream,
+            method: ctxbench_schema::record::Method::Stream,
             spec_accept_length: None,
             spec_accept_rate: None,
             spec_verify_steps: None,

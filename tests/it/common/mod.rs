@@ -411,8 +411,8 @@ impl SweepRun {
     }
 
     /// The results file, read back (panics with stderr if it cannot be read).
-    pub fn results(&self) -> ctxbench::record::Results {
-        ctxbench::record::read_results(&self.out, false)
+    pub fn results(&self) -> ctxbench_schema::record::Results {
+        ctxbench_schema::record::read_results(&self.out, false)
             .unwrap_or_else(|e| panic!("cannot read the results: {e}\nstderr: {}", self.stderr))
     }
 }
@@ -536,10 +536,10 @@ pub fn other_seed_model(seed: u32) -> PathBuf {
 
 /// The agreement rows of two seeded runs (`compare`'s output-agreement check).
 pub fn agreement_rows(
-    a: &ctxbench::record::Results,
-    b: &ctxbench::record::Results,
-) -> Vec<ctxbench::integrity::AgreementRow> {
-    ctxbench::integrity::agreement(
+    a: &ctxbench_schema::record::Results,
+    b: &ctxbench_schema::record::Results,
+) -> Vec<ctxbench_stats::integrity::AgreementRow> {
+    ctxbench_stats::integrity::agreement(
         a.header.config.prompt_seed,
         &a.samples,
         b.header.config.prompt_seed,
@@ -552,8 +552,8 @@ pub fn agreement_rows(
 /// through a short decode reads every token at once (held_back_stream), or reads its first
 /// token after the server's own timings say it could have (impossible_timing). Everything
 /// else `usable` asks of a sample (status, phase, cache, length, foreign load) still holds.
-pub fn usable_but_for_the_host(s: &ctxbench::record::Sample) -> bool {
-    use ctxbench::record::{Flag, Phase, Status};
+pub fn usable_but_for_the_host(s: &ctxbench_schema::record::Sample) -> bool {
+    use ctxbench_schema::record::{Flag, Phase, Status};
     let host = |f: &Flag| {
         matches!(
             f,
@@ -572,7 +572,7 @@ pub fn usable_but_for_the_host(s: &ctxbench::record::Sample) -> bool {
 }
 
 /// Each sample's flags and TTFT, for an assertion's message.
-pub fn flags_of(samples: &[ctxbench::record::Sample]) -> Vec<(Vec<String>, Option<f64>)> {
+pub fn flags_of(samples: &[ctxbench_schema::record::Sample]) -> Vec<(Vec<String>, Option<f64>)> {
     samples
         .iter()
         .map(|s| {

@@ -211,7 +211,10 @@ impl Drop for Running {
 /// Sweeps 8k tokens with `--backend BACKEND` against a `flavor` server that advertises 32k of
 /// context but accepts only 4k, so the request reaches the server's own refusal. Asserts the
 /// run is incomplete (exit 1) and returns the failed sample's error.
-pub fn over_long_prompt_error(flavor: Flavor, backend: &str) -> ctxbench::record::SampleError {
+pub fn over_long_prompt_error(
+    flavor: Flavor,
+    backend: &str,
+) -> ctxbench_schema::record::SampleError {
     let mut c = Config::new(flavor);
     c.advertised_context = 32768;
     c.real_context = 4096;
@@ -284,7 +287,7 @@ pub fn assert_flush_busy_at_the_probe_keeps_flushing(flavor: Flavor, mode: &str)
     );
     let r = run.results();
     let s = &r.samples[0];
-    assert!(s.has(&ctxbench::record::Flag::FlushFailed), "{s:?}");
+    assert!(s.has(&ctxbench_schema::record::Flag::FlushFailed), "{s:?}");
     assert!(
         s.flush.as_deref().is_some_and(|f| f.starts_with("failed")),
         "{s:?}"

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{Http, Scraper};
-use crate::error::ClientError;
+use ctxbench_schema::error::ClientError;
 
 /// Where a family's server says whether it is working on requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -118,8 +118,8 @@ mod tests {
     use super::*;
     use crate::client::family::Answers;
     use crate::client::{BackendKind, ServerProfile};
-    use crate::error::ClientError;
     use async_trait::async_trait;
+    use ctxbench_schema::error::ClientError;
 
     macro_rules! recorded {
         ($name:literal) => {

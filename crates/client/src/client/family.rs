@@ -17,8 +17,8 @@ use serde_json::{json, Value};
 
 use super::tokenize::{TextTokenizer, TokenizeDialect};
 use super::{Backend, BackendKind, Http};
-use crate::error::{ClientError, UsageError};
-use crate::record::SpecStats;
+use ctxbench_schema::error::{ClientError, UsageError};
+use ctxbench_schema::record::SpecStats;
 
 /// The answers a server gives to probing requests. Detection reads the server only through
 /// this, so it can be tested with canned answers.
@@ -223,10 +223,10 @@ pub struct ServerProfile {
     pub token_id_test: Option<String>,
     /// The model's size as the server states it (llama.cpp `/v1/models` `meta`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model_facts: Option<crate::model::ModelFacts>,
+    pub model_facts: Option<ctxbench_schema::model::ModelFacts>,
     /// A router or gateway in front of several workers (`None`: one server).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub router: Option<crate::record::RouterInfo>,
+    pub router: Option<ctxbench_schema::record::RouterInfo>,
     /// The family the server was recognised as (`None`: no detector matched).
     #[serde(skip)]
     pub detected: Option<BackendKind>,
@@ -288,7 +288,7 @@ impl ServerProfile {
 
 /// The run header's record of a profile. Every field is named, so a field added to the
 /// profile does not compile until it is recorded or said not to be.
-impl From<&ServerProfile> for crate::record::ServerInfo {
+impl From<&ServerProfile> for ctxbench_schema::record::ServerInfo {
     fn from(p: &ServerProfile) -> Self {
         let ServerProfile {
             url,
@@ -327,7 +327,7 @@ impl From<&ServerProfile> for crate::record::ServerInfo {
             // Not serialized: the family recognised shows in `server_kind`.
             detected: _,
         } = p;
-        crate::record::ServerInfo {
+        ctxbench_schema::record::ServerInfo {
             url: url.clone(),
             backend: backend.as_str().to_owned(),
             backend_reason: backend_reason.clone(),
@@ -372,7 +372,7 @@ impl From<&ServerProfile> for crate::record::ServerInfo {
 }
 
 /// The header's record of a tokenizer pair.
-fn tokenizer_info(t: &TextTokenizer) -> crate::record::TokenizerInfo {
+fn tokenizer_info(t: &TextTokenizer) -> ctxbench_schema::record::TokenizerInfo {
     let TextTokenizer {
         dialect,
         tokenize_path,
@@ -381,7 +381,7 @@ fn tokenizer_info(t: &TextTokenizer) -> crate::record::TokenizerInfo {
         url,
         model,
     } = t;
-    crate::record::TokenizerInfo {
+    ctxbench_schema::record::TokenizerInfo {
         dialect: dialect.as_str().to_owned(),
         tokenize_path: tokenize_path.clone(),
         detokenize_path: detokenize_path.clone(),
@@ -534,7 +534,7 @@ pub trait Family: Send + Sync {
     }
 }
 
-pub use crate::record::CapacityFlags;
+pub use ctxbench_schema::record::CapacityFlags;
 
 /// What a family's `/metrics` counters say, read from their deltas over a sample or a wave
 /// (`name{labels}` → increase, see `crate::metrics::deltas`). Each reading is `None` when
@@ -592,7 +592,7 @@ pub(crate) fn needs_tokenize(p: &ServerProfile) -> UsageError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::ServerInfo;
+    use ctxbench_schema::record::ServerInfo;
 
     /// The header as it was built before the conversion: the profile through its JSON,
     /// plus what the conversion adds that the profile does not hold (the family's capacity
@@ -651,7 +651,7 @@ mod tests {
             notes: vec!["a note".into()],
             dropped_fields: vec!["ignore_eos".into()],
             token_id_test: Some("4 token ids sent, usage.prompt_tokens 5: taken as ids".into()),
-            model_facts: Some(crate::model::ModelFacts::from_counts(
+            model_facts: Some(ctxbench_schema::model::ModelFacts::from_counts(
                 "meta",
                 Some(10),
                 Some(40),

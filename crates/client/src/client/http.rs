@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::error::ClientError;
+use ctxbench_schema::error::ClientError;
 
 /// An HTTP client bound to one server. The API key is never printed (see `Debug`).
 #[derive(Clone)]

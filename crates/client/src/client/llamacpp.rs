@@ -20,7 +20,7 @@ use super::Http;
 use super::OnceOutcome;
 use super::SpecStats;
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
-use crate::error::{ClientError, UsageError};
+use ctxbench_schema::error::{ClientError, UsageError};
 
 /// The llama.cpp native protocol.
 #[derive(Debug, Clone)]
@@ -42,15 +42,19 @@ impl LlamaCpp {
 
 /// The model's size from a `/v1/models` entry's `meta`: `n_params`, `size` (bytes of the
 /// weights), and `n_vocab`/`n_embd` for the embedding table; `None` without either count.
-pub fn model_facts(entry: &Value) -> Option<crate::model::ModelFacts> {
+pub fn model_facts(entry: &Value) -> Option<ctxbench_schema::model::ModelFacts> {
     let meta = entry.get("meta")?;
     let (params, size) = (get_u64(meta, "n_params"), get_u64(meta, "size"));
     if params.is_none() && size.is_none() {
         return None;
     }
     let table = get_u64(meta, "n_vocab").zip(get_u64(meta, "n_embd"));
-    let mut f =
-        crate::model::ModelFacts::from_counts("llama.cpp /v1/models meta", params, size, table);
+    let mut f = ctxbench_schema::model::ModelFacts::from_counts(
+        "llama.cpp /v1/models meta",
+        params,
+        size,
+        table,
+    );
     f.dtype = meta.get("ftype").and_then(Value::as_str).map(str::to_owned);
     Some(f)
 }

@@ -31,8 +31,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use crate::error::ClientError;
-pub use crate::record::{Counts, ServerTimings, SpecStats};
+use ctxbench_schema::error::ClientError;
+pub use ctxbench_schema::record::{Counts, ServerTimings, SpecStats};
 pub use family::{CapacityFlags, Family, MetricsVocabulary, ServerProfile};
 pub use http::Http;
 pub use scrape::Scraper;
@@ -172,7 +172,7 @@ pub struct GenOutcome {
     /// Speculative-decoding counts, when the response carries them.
     pub spec: Option<SpecStats>,
     /// Sample flags the backend adds: where a count came from when the stream had none.
-    pub flags: Vec<crate::record::Flag>,
+    pub flags: Vec<ctxbench_schema::record::Flag>,
     /// What was generated (ids where the stream carries them, text otherwise).
     pub output: Generated,
 }

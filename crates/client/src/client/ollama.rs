@@ -18,7 +18,7 @@ use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::textprompt::{CalibratedText, CALIBRATED_TOLERANCE, CALIBRATION_ROUNDS};
 use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest, Http};
 use super::{OnceOutcome, ServerTimings};
-use crate::error::{ClientError, UsageError};
+use ctxbench_schema::error::{ClientError, UsageError};
 
 /// Ollama: recognised by `/api/version`.
 #[derive(Debug, Clone, Copy)]

@@ -20,7 +20,7 @@
 //! "carries a token" is read from `completion_tokens` rising; otherwise from a non-empty text
 //! delta (chat: `delta.content`, so the role-only first chunk is not a token).
 
-use crate::record::Flag;
+use ctxbench_schema::record::Flag;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ use super::textprompt::{CalibratedText, CALIBRATED_TOLERANCE, CALIBRATION_ROUNDS
 use super::tokenize::{parse_token_list, tokenize};
 use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, OnceOutcome, ServerTimings, SpecStats};
-use crate::error::{ClientError, UsageError};
+use ctxbench_schema::error::{ClientError, UsageError};
 
 // Their old path, still named by callers outside client/ (the probe's tests).
 pub use super::tokenize::{TextTokenizer, TokenizeDialect};

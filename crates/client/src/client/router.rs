@@ -9,8 +9,8 @@
 use serde_json::Value;
 
 use super::family::Server;
-use crate::error::ClientError;
-use crate::record::{RouterInfo, WorkerFlush};
+use ctxbench_schema::error::ClientError;
+use ctxbench_schema::record::{RouterInfo, WorkerFlush};
 
 /// Recognises a router from its own endpoints: SGLang's gateway (`/get_server_info` with
 /// `router_manager`), vLLM's router (`/list_workers` `{"urls": […]}`), or any endpoint whose

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use crate::error::ClientError;
 use crate::metrics::{parse, Snapshot};
+use ctxbench_schema::error::ClientError;
 
 use super::Http;
 

@@ -19,8 +19,8 @@ use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::tokenize::{tokenize, TokenizeDialect};
 use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest};
 use super::{Http, ServerTimings, SpecStats};
-use crate::error::{ClientError, UsageError};
 use crate::metrics::sum;
+use ctxbench_schema::error::{ClientError, UsageError};
 
 /// SGLang: recognised by its server args at `/server_info` (or the older
 /// `/get_server_info`), or by `owned_by "sglang"` in `/v1/models`.
@@ -325,7 +325,9 @@ impl EventReader for GenerateReader {
             // Retracted to free KV cache and recomputed later: its TTFT and decode include
             // the redo, which the capacity map must show as a preemption, not as speed.
             if get_u64(meta, "num_retractions").is_some_and(|n| n > 0) {
-                self.got.flags.push(crate::record::Flag::Preempted);
+                self.got
+                    .flags
+                    .push(ctxbench_schema::record::Flag::Preempted);
             }
         }
         Ok(EventInfo {
@@ -538,7 +540,7 @@ mod tests {
             .unwrap();
             r.got.flags
         };
-        assert_eq!(last(2), vec![crate::record::Flag::Preempted]);
+        assert_eq!(last(2), vec![ctxbench_schema::record::Flag::Preempted]);
         assert!(last(0).is_empty());
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{get_u64, Http};
-use crate::error::ClientError;
+use ctxbench_schema::error::ClientError;
 
 /// What a slot save or restore answered.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,7 +10,7 @@ pub use super::event::StreamEvent;
 use super::ndjson::NdjsonParser;
 use super::sse::SseParser;
 use super::{Counts, GenOutcome, Http, OnceOutcome, ServerTimings, SpecStats, Timeouts};
-use crate::error::ClientError;
+use ctxbench_schema::error::ClientError;
 
 /// What a protocol's reader gathered from a stream or from a single answer.
 #[derive(Debug, Clone, Default)]
@@ -26,11 +26,11 @@ pub struct Gathered {
     /// What was generated, as far as the protocol shows it.
     pub output: Generated,
     /// Sample flags the stream itself shows (e.g. SGLang's retractions).
-    pub flags: Vec<crate::record::Flag>,
+    pub flags: Vec<ctxbench_schema::record::Flag>,
 }
 
 /// The generated output of one request (defined with the fingerprints that hash it).
-pub use crate::fingerprint::Generated;
+pub use ctxbench_schema::fingerprint::Generated;
 
 /// One protocol's reading of its answers. Every API gives its non-streamed answer the shape
 /// of its stream's final event, so one reader serves `generate` and `generate_once`.

@@ -16,7 +16,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use crate::error::ClientError;
+use ctxbench_schema::error::ClientError;
 
 /// One token of a tokenize answer: id and its character span in the input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

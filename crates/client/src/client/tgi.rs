@@ -17,7 +17,7 @@ use super::stream::{Framing, Gathered, StreamEvent};
 use super::textprompt::{exact_text, Pieces, Span};
 use super::ServerTimings;
 use super::{get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest, Http, OnceOutcome};
-use crate::error::{ClientError, UsageError};
+use ctxbench_schema::error::{ClientError, UsageError};
 
 /// Hugging Face TGI: recognised by `/info` with `model_id` and its token limits.
 #[derive(Debug, Clone, Copy)]

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::Http;
-use crate::error::ClientError;
+use ctxbench_schema::error::ClientError;
 
 /// How a server's `/tokenize` wants its body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

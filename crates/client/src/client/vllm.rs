@@ -12,9 +12,9 @@ use super::family::{CapacityFlags, MetricsVocabulary};
 use super::openai::OpenAi;
 use super::tokenize::TokenizeDialect;
 use super::{Backend, BackendKind, GenOutcome, GenRequest, Http};
-use crate::error::{ClientError, UsageError};
 use crate::metrics::{sum, Snapshot};
-use crate::record::SpecStats;
+use ctxbench_schema::error::{ClientError, UsageError};
+use ctxbench_schema::record::SpecStats;
 
 /// vLLM: recognised by `owned_by "vllm"` in `/v1/models`.
 #[derive(Debug, Clone, Copy)]

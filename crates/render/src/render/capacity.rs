@@ -2,7 +2,7 @@
 //! table and the Markdown and HTML sections.
 
 use super::doc::{Align, Block, Item, List, ListKind, Para, Span, Table, Target, Text};
-use crate::capacity as ctxbench_capacity;
+use ctxbench_stats::capacity as ctxbench_capacity;
 
 /// The capacity map: what it is, one table per metric, and its legend.
 pub fn capacity(m: &ctxbench_capacity::CapacityMap, target: Target) -> Vec<Block> {

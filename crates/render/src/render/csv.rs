@@ -3,9 +3,9 @@
 use std::fmt::Write;
 
 use super::{RenderError, Renderer};
-use crate::compare::Comparison;
-use crate::report::Report;
-use crate::stats::Spread;
+use ctxbench_stats::compare::Comparison;
+use ctxbench_stats::report::Report;
+use ctxbench_stats::stats::Spread;
 
 /// The CSV format.
 pub struct CsvRenderer;
@@ -113,8 +113,9 @@ impl Renderer for CsvRenderer {
                     opt(c.map(|c| c.high)),
                     cmp.level,
                     match v.basis {
-                        crate::stats::significance::Basis::Runs => "runs",
-                        crate::stats::significance::Basis::SamplesOfOneRun => "samples_of_one_run",
+                        ctxbench_stats::stats::significance::Basis::Runs => "runs",
+                        ctxbench_stats::stats::significance::Basis::SamplesOfOneRun =>
+                            "samples_of_one_run",
                     },
                     r.n_a,
                     r.n_b,

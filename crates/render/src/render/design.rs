@@ -4,8 +4,8 @@
 
 use super::doc::{Align, Block, Item, List, ListKind, Para, Table};
 use super::{fmt_ctx, num};
-use crate::record::IntervalBasis;
-use crate::report::design::{DesignPoint, DesignReport, Figure, Obtained};
+use ctxbench_schema::record::IntervalBasis;
+use ctxbench_stats::report::design::{DesignPoint, DesignReport, Figure, Obtained};
 
 /// What the account is, said above its table.
 pub fn title(d: &DesignReport) -> String {

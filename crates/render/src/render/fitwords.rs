@@ -1,8 +1,8 @@
 //! Fits and their coefficients in words: shared by the terminal, Markdown and HTML.
 
 use super::{fmt_ctx, num};
-use crate::report::ScalingFit;
-use crate::stats::fit::Model;
+use ctxbench_stats::report::ScalingFit;
+use ctxbench_stats::stats::fit::Model;
 
 /// A coefficient: plain when readable, scientific when tiny or huge.
 pub fn coef(x: f64) -> String {

@@ -1,8 +1,8 @@
 //! JSON: the whole report or comparison model, for scripts and dashboards.
 
 use super::{RenderError, Renderer};
-use crate::compare::Comparison;
-use crate::report::Report;
+use ctxbench_stats::compare::Comparison;
+use ctxbench_stats::report::Report;
 
 /// The JSON format (pretty-printed; non-finite numbers become `null`).
 pub struct JsonRenderer;

@@ -166,7 +166,7 @@ mod tests {
             let r = ctxbench_schema::testdata::golden(&format!("{n}.jsonl"));
             vec![(n.to_owned(), format!("{n}.jsonl"), r)]
         };
-        let cmp = crate::compare::build(
+        let cmp = ctxbench_stats::compare::build(
             &[loaded("sweep"), loaded("two-point")],
             true,
             &Default::default(),

@@ -4,8 +4,8 @@
 
 use super::doc::{Align, Block, Para, Table, Text};
 use super::num;
-use crate::stats::prompts::{Components, PromptsReport};
-use crate::units::fmt_ctx;
+use ctxbench_schema::units::fmt_ctx;
+use ctxbench_stats::stats::prompts::{Components, PromptsReport};
 
 /// The section's tables (empty when the runs have nothing to show).
 pub fn tables(p: &PromptsReport) -> Vec<(String, Table)> {

@@ -8,9 +8,9 @@ use super::doc::{
 };
 use super::fmt_ctx;
 use super::text::{self, Layout};
-use crate::model::ModelFacts;
-use crate::roofline::versus::{Fraction, RooflineComparison};
-use crate::roofline::{bytes, flops, ms, pct, Roofline};
+use ctxbench_schema::model::ModelFacts;
+use ctxbench_stats::roofline::versus::{Fraction, RooflineComparison};
+use ctxbench_stats::roofline::{bytes, flops, ms, pct, Roofline};
 
 /// The section's heading.
 pub const HEADING: &str = "Roofline: how far from the hardware's limit";

@@ -14,9 +14,9 @@ use super::doc::{
 };
 use super::fitwords::{equation, fit_notes};
 use super::{fmt_ctx, num, svg, RenderError};
-use crate::compare::{Comparison, Verdict, Versus};
-use crate::report::{Report, RunReport, ScalingFit};
-use crate::stats::Spread;
+use ctxbench_stats::compare::{Comparison, Verdict, Versus};
+use ctxbench_stats::report::{Report, RunReport, ScalingFit};
+use ctxbench_stats::stats::Spread;
 
 /// The document of a report of one or more runs.
 pub fn report(report: &Report, target: Target) -> Result<Document, RenderError> {
@@ -320,7 +320,7 @@ fn results(run: &RunReport, target: Target) -> Vec<Block> {
 }
 
 /// Why each point stopped taking repetitions.
-fn stops_table(stops: &[crate::record::PointRecord]) -> Table {
+fn stops_table(stops: &[ctxbench_schema::record::PointRecord]) -> Table {
     let mut t = Table::new([("context", Align::Left), ("repetitions", Align::Left)]);
     t.compact = true;
     for p in stops {
@@ -351,7 +351,7 @@ fn warm_table(run: &RunReport) -> Table {
 }
 
 /// Needle retrieval per context (down) and depth (across): `pass/answered`.
-pub fn needle_table(cells: &[crate::integrity::NeedleCell]) -> Table {
+pub fn needle_table(cells: &[ctxbench_stats::integrity::NeedleCell]) -> Table {
     let mut depths: Vec<u32> = cells.iter().map(|c| c.depth_pct).collect();
     depths.sort_unstable();
     depths.dedup();
@@ -487,12 +487,12 @@ pub fn compare(cmp: &Comparison, target: Target) -> Result<Document, RenderError
 
 /// The warm cells of one comparison: a heading, the table (when any cell was on both
 /// sides) and the notes (what counts, which side the cache served, why nothing was compared).
-fn warm_compare_blocks(w: &crate::compare::warm::WarmComparison) -> Vec<Block> {
+fn warm_compare_blocks(w: &ctxbench_stats::compare::warm::WarmComparison) -> Vec<Block> {
     let mut b = vec![Block::Heading(3, "Warm cells".into())];
     if !w.rows.is_empty() {
         b.push(Block::Table(super::warm::compare_table(w)));
     }
-    for n in crate::compare::warm::notes(w) {
+    for n in ctxbench_stats::compare::warm::notes(w) {
         b.push(Block::Paragraph(n.into(), Para::Note));
     }
     b
@@ -500,7 +500,7 @@ fn warm_compare_blocks(w: &crate::compare::warm::WarmComparison) -> Vec<Block> {
 
 /// One run B against the baseline: what differs, the table, output agreement.
 fn versus_blocks(cmp: &Comparison, v: &Versus, target: Target) -> Vec<Block> {
-    let note = crate::compare::method_note(cmp, v);
+    let note = ctxbench_stats::compare::method_note(cmp, v);
     let mut b = match target {
         Target::Markdown => markdown_differences(cmp, v, &note),
         Target::Html => html_differences(v, &note),

@@ -8,8 +8,8 @@ use super::doc::Target;
 use super::doc::{Align, Block, Callout, Cell, Figure, Item, Para, Span, Table, Text, Tone};
 use super::fitwords::{coef, tokens};
 use super::{fmt_ctx, num, svg, text, RenderError};
-use crate::stats::significance::{Basis, RatioInterval};
-use crate::stats::speculation::{
+use ctxbench_stats::stats::significance::{Basis, RatioInterval};
+use ctxbench_stats::stats::speculation::{
     LStar, MeanInterval, Payoff, SpecAnalysis, Speculation, SpeedupFit,
 };
 
@@ -156,7 +156,7 @@ pub fn l_star_text(l: &LStar) -> String {
 
 /// The fit in words: both lines, R², and the crossing (marked when extrapolated).
 pub fn fit_lines(f: &SpeedupFit) -> Vec<String> {
-    let line = |name: &str, x: &crate::stats::fit::Fit| {
+    let line = |name: &str, x: &ctxbench_stats::stats::fit::Fit| {
         format!(
             "{name} ms/token ≈ {} + {}·L (R² {:.3})",
             coef(x.coef[0]),
@@ -210,8 +210,8 @@ pub fn method_text(a: &SpecAnalysis) -> String {
         a.speculative,
         a.plain,
         match a.detection {
-            crate::stats::speculation::Detection::Samples => "found from which side's samples report acceptance",
-            crate::stats::speculation::Detection::Given => "as --spec-side said",
+            ctxbench_stats::stats::speculation::Detection::Samples => "found from which side's samples report acceptance",
+            ctxbench_stats::stats::speculation::Detection::Given => "as --spec-side said",
         },
         a.level * 100.0
     )

@@ -14,10 +14,10 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use super::{fmt_ctx, RenderError};
-use crate::compare::Comparison;
-use crate::report::{Report, RunReport};
-use crate::stats::metric::Metric;
-use crate::stats::Spread;
+use ctxbench_stats::compare::Comparison;
+use ctxbench_stats::report::{Report, RunReport};
+use ctxbench_stats::stats::metric::Metric;
+use ctxbench_stats::stats::Spread;
 
 /// One rendered plot.
 #[derive(Debug, Clone)]
@@ -513,7 +513,7 @@ pub fn compare_plot(cmp: &Comparison) -> Result<String, RenderError> {
                 // Spread the metrics a little along x so that their whiskers do not overlap.
                 let shift = 0.06 * (mi as f64 - 1.5) + 0.03 * vi as f64;
                 // Only cells with an interval: a ratio without one is not a result.
-                let pts: Vec<(f64, f64, crate::stats::significance::RatioInterval)> = v
+                let pts: Vec<(f64, f64, ctxbench_stats::stats::significance::RatioInterval)> = v
                     .rows
                     .iter()
                     .filter(|r| r.metric == m)
@@ -604,7 +604,7 @@ impl CapMetric {
 
     /// The cell's value; for the aggregate of a cell without a common window, the
     /// whole-wave output rate (drawn hollow, like every cell that did not run together).
-    fn value(self, c: &crate::capacity::Cell) -> Option<f64> {
+    fn value(self, c: &ctxbench_stats::capacity::Cell) -> Option<f64> {
         match self {
             CapMetric::Aggregate => c
                 .aggregate_decode_tokens_per_s
@@ -630,7 +630,7 @@ enum CellMark {
     Failed,
 }
 
-fn cell_mark(c: &crate::capacity::Cell) -> CellMark {
+fn cell_mark(c: &ctxbench_stats::capacity::Cell) -> CellMark {
     if c.queued > 0 || c.preempted > 0 {
         CellMark::Queued
     } else if c.failed > 0 {
@@ -714,7 +714,7 @@ pub fn capacity_plots(report: &Report) -> Result<Vec<Plot>, RenderError> {
 
 /// One capacity-map metric: concurrency across, one line per context, the legend beside.
 fn capacity_plot(
-    map: &crate::capacity::CapacityMap,
+    map: &ctxbench_stats::capacity::CapacityMap,
     metric: CapMetric,
     suffix: &str,
     of: &str,
@@ -761,7 +761,7 @@ fn capacity_plot(
 
 /// Per context: (x, y, mark) of each cell that has this metric.
 fn capacity_rows(
-    map: &crate::capacity::CapacityMap,
+    map: &ctxbench_stats::capacity::CapacityMap,
     metric: CapMetric,
 ) -> Vec<(u64, Vec<CapPoint>)> {
     let mut contexts: Vec<u64> = map.cells.iter().map(|c| c.context_tokens).collect();
@@ -851,7 +851,7 @@ fn capacity_frame<'a, 'b>(
 /// One context's line and cell markers; rings its knee and says whether it did.
 fn draw_capacity_line(
     chart: &mut Chart,
-    map: &crate::capacity::CapacityMap,
+    map: &ctxbench_stats::capacity::CapacityMap,
     ctx: u64,
     pts: &[CapPoint],
     col: RGBColor,

@@ -5,10 +5,10 @@ use std::fmt::Write;
 use super::fitwords::{equation, fit_notes};
 use super::text::{self, Columns, Layout};
 use super::{fmt_ctx, summary_table, RenderError, Renderer};
-use crate::capacity as ctxbench_capacity;
-use crate::compare::Comparison;
-use crate::report::{Report, RunReport, ScalingFit};
-use crate::stats::metric::Metric;
+use ctxbench_stats::capacity as ctxbench_capacity;
+use ctxbench_stats::compare::Comparison;
+use ctxbench_stats::report::{Report, RunReport, ScalingFit};
+use ctxbench_stats::stats::metric::Metric;
 
 /// The terminal format.
 pub struct TableRenderer;
@@ -136,7 +136,7 @@ pub fn details(run: &RunReport) -> String {
 }
 
 /// B against A as aligned text, a blank line between contexts.
-fn compare_rows(v: &crate::compare::Versus) -> String {
+fn compare_rows(v: &ctxbench_stats::compare::Versus) -> String {
     let t = super::sections::compare_table(v);
     let cols = Columns::fit(&t, &Layout::default());
     let mut out = format!("{}\n{}\n", cols.line(&t.head), cols.rule());
@@ -197,7 +197,7 @@ impl Renderer for TableRenderer {
                 "B = {} vs A = {} (cold usable samples)\n{}",
                 v.run.label,
                 cmp.baseline.label,
-                crate::compare::method_note(cmp, v)
+                ctxbench_stats::compare::method_note(cmp, v)
             );
             if v.differences.is_empty() {
                 let _ = writeln!(out, "recorded differences: none (server flags are not recorded; say what you changed)");

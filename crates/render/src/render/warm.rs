@@ -3,8 +3,8 @@
 
 use super::doc::{Align, Table, Text};
 use super::{fmt_ctx, med_range, num};
-use crate::stats::warm::WarmReport;
-use crate::warm::WarmMode;
+use ctxbench_schema::warm::WarmMode;
+use ctxbench_stats::stats::warm::WarmReport;
 
 /// A titled part of the warm section: a table, or only lines.
 pub struct Part {
@@ -112,7 +112,7 @@ fn append(w: &WarmReport, mut notes: Vec<String>) -> Part {
         notes.push("fit: needs at least three cells with usable samples".to_owned());
     }
     if let Some(target) = w.config.ttft_target_ms {
-        for c in crate::stats::warm::levels(&w.append) {
+        for c in ctxbench_stats::stats::warm::levels(&w.append) {
             let items: Vec<String> = w
                 .budget
                 .iter()
@@ -265,9 +265,9 @@ fn tiers(w: &WarmReport, mut notes: Vec<String>) -> Part {
 
 /// The warm cells of a comparison: TTFT_inc of B against A per (L, N) (and tier), each
 /// side's hits and misses, ratio, interval and verdict.
-pub fn compare_table(w: &crate::compare::warm::WarmComparison) -> Table {
+pub fn compare_table(w: &ctxbench_stats::compare::warm::WarmComparison) -> Table {
     use super::doc::{Cell, Tone};
-    use crate::compare::Verdict;
+    use ctxbench_stats::compare::Verdict;
     let mut t = Table::new([
         ("L + N", Align::Left),
         ("A ms", Align::Right),
@@ -308,7 +308,7 @@ pub fn compare_table(w: &crate::compare::warm::WarmComparison) -> Table {
 }
 
 /// The warm part of a comparison as plain text (table and notes); empty when not warm.
-pub fn compare_text(w: &crate::compare::warm::WarmComparison) -> String {
+pub fn compare_text(w: &ctxbench_stats::compare::warm::WarmComparison) -> String {
     let mut out = String::new();
     if !w.rows.is_empty() {
         let t = compare_table(w);
@@ -318,7 +318,7 @@ pub fn compare_text(w: &crate::compare::warm::WarmComparison) -> String {
             super::text::render(&t, &super::text::Layout::default())
         ));
     }
-    for n in crate::compare::warm::notes(w) {
+    for n in ctxbench_stats::compare::warm::notes(w) {
         out.push_str(&format!("{n}\n"));
     }
     out

@@ -4,7 +4,7 @@
 //! then a prime that puts a new prefix of L tokens in the cache (its own fresh nonce at
 //! token 0, so nothing before it shares it), then that prefix + N new tokens with reuse
 //! allowed. The append's cached count must reach L (within the family's allowance,
-//! [`crate::warm`]); a miss is flagged and kept out of the summaries.
+//! [`ctxbench_schema::warm`]); a miss is flagged and kept out of the summaries.
 
 use std::collections::HashMap;
 
@@ -13,9 +13,9 @@ use super::{
     protocol::{flush, record},
     RunCtx, Step, Tally,
 };
-use crate::error::RecordError;
-use crate::record::Phase;
-use crate::warm::WarmInfo;
+use ctxbench_schema::error::RecordError;
+use ctxbench_schema::record::Phase;
+use ctxbench_schema::warm::WarmInfo;
 
 /// Whether L + N plus the output fits the server's context.
 fn fits(max_context: Option<u64>, total: u64, output: u32) -> bool {
@@ -100,7 +100,7 @@ async fn cell(
     let Some(prime) = prime(ctx, &full, (l, n, rep), flushed).await else {
         return Ok(Step::Interrupted);
     };
-    let primed = prime.status == crate::record::Status::Ok;
+    let primed = prime.status == ctxbench_schema::record::Status::Ok;
     let prefix = prime.prompt_tokens.unwrap_or(l);
     if let Some(r) = record(ctx.writer, tally, ctx.observer, settings, &prime)? {
         return Ok(Step::Stopped(r));

@@ -11,9 +11,9 @@ use super::protocol::{before_sample, flush, record, scrape};
 use super::warm_steps::{prime, request, WarmSettings};
 use super::wave::{check_wave_idle, measure_wave, prepare_wave, release, wave_deltas, WaveRequest};
 use super::{RunCtx, Step, Tally};
-use crate::error::RecordError;
-use crate::record::{Phase, Sample, Status};
-use crate::warm::{self, WarmInfo};
+use ctxbench_schema::error::RecordError;
+use ctxbench_schema::record::{Phase, Sample, Status};
+use ctxbench_schema::warm::{self, WarmInfo};
 
 /// One repetition of the cell (L, N, c): the cold wave, the c primes, the append wave.
 /// `window` is the next free prompt window (each prompt takes its own nonce).

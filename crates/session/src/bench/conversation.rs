@@ -9,10 +9,10 @@
 
 use super::warm_steps::{measure_warm, request, WarmSettings};
 use super::{record, RunCtx, Tally};
-use crate::client::{Backend, Generated};
-use crate::error::RecordError;
-use crate::record::{Phase, Status};
-use crate::warm::WarmInfo;
+use ctxbench_client::client::{Backend, Generated};
+use ctxbench_schema::error::RecordError;
+use ctxbench_schema::record::{Phase, Status};
+use ctxbench_schema::warm::WarmInfo;
 
 /// Runs the conversation; every turn is written as it is measured.
 pub async fn run(mut ctx: RunCtx<'_>, warm: &WarmSettings<'_>) -> Result<Tally, RecordError> {

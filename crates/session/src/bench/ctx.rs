@@ -7,10 +7,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::adaptive::RepPolicy;
-use crate::client::{Backend, Scraper, Timeouts};
 use crate::prompt::PromptBuilder;
-use crate::record::{PointRecord, ResultsWriter, Sample};
 use crate::sample::Target;
+use ctxbench_client::client::{Backend, Scraper, Timeouts};
+use ctxbench_schema::record::{PointRecord, ResultsWriter, Sample};
 
 /// The least time an unmeasured request (warmup, calibration) is allowed.
 pub const UNMEASURED_TIMEOUT: Duration = Duration::from_secs(60);

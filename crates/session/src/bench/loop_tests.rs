@@ -11,9 +11,9 @@ use async_trait::async_trait;
 
 use super::*;
 use crate::adaptive::RepPolicy;
-use crate::client::{BackendKind, Counts, GenOutcome, Http, OnceOutcome, StreamStats};
 use crate::corpus::Corpus;
-use crate::record::ResultsWriter;
+use ctxbench_client::client::{BackendKind, Counts, GenOutcome, Http, OnceOutcome, StreamStats};
+use ctxbench_schema::record::ResultsWriter;
 
 /// One scripted answer.
 #[derive(Clone)]
@@ -648,7 +648,7 @@ async fn run_grid_loop(
         ctx,
         contexts,
         levels,
-        &crate::capacity::Limits::default(),
+        &ctxbench_stats::capacity::Limits::default(),
         &[],
     )
     .await
@@ -793,7 +793,7 @@ fn designed(precision: f64, run_budget_s: Option<f64>) -> BenchSettings {
         max_reps: 30,
         point_budget_s: None,
         run_budget_s,
-        design: Some(crate::record::DesignMode::Auto),
+        design: Some(ctxbench_schema::record::DesignMode::Auto),
     };
     s
 }
@@ -831,7 +831,11 @@ async fn with_equal_relative_noise_the_design_reaches_the_precision_for_far_less
             continue;
         }
         assert_eq!(p.stop_reason, StopReason::PrecisionReached, "{p:?}");
-        assert_eq!(d.basis, crate::record::IntervalBasis::Shared, "{p:?}");
+        assert_eq!(
+            d.basis,
+            ctxbench_schema::record::IntervalBasis::Shared,
+            "{p:?}"
+        );
         assert!(p.reps >= crate::design::FLOOR, "{p:?}");
         assert!(d.why.contains("within ±5.0%"), "{}", d.why);
     }
@@ -850,7 +854,7 @@ async fn with_equal_relative_noise_the_design_reaches_the_precision_for_far_less
     assert_eq!(p16.reps, 0);
     assert!(o.samples().iter().all(|s| s.context_tokens != 16384));
     let d16 = p16.design.as_ref().unwrap();
-    assert_eq!(d16.basis, crate::record::IntervalBasis::Fit);
+    assert_eq!(d16.basis, ctxbench_schema::record::IntervalBasis::Fit);
     let pr = d16
         .predicted
         .as_deref()
@@ -872,7 +876,7 @@ async fn with_equal_relative_noise_the_design_reaches_the_precision_for_far_less
     assert!(reps_at(&o, 1024) > reps_at(&o, 32768), "{points:?}");
     // A fixed sweep pools nothing: at 2% noise it needs 4 samples everywhere for ±5% (t
     // with 3 df); the design's server time is well under its, and half of `--reps 6`'s.
-    let n = crate::stats::noise::own_reps_needed(0.05, 0.02, 30).unwrap();
+    let n = ctxbench_stats::stats::noise::own_reps_needed(0.05, 0.02, 30).unwrap();
     assert_eq!(n, 4);
     let d = server_s(&o);
     for (reps, ratio) in [(n, 0.7), (6, 0.5)] {
@@ -940,7 +944,11 @@ async fn a_noisier_largest_length_is_measured_more_and_its_point_line_says_why()
         .find(|p| p.context_tokens == 32768)
         .unwrap();
     let d = last.design.as_ref().unwrap();
-    assert_eq!(d.basis, crate::record::IntervalBasis::Own, "{last:?}");
+    assert_eq!(
+        d.basis,
+        ctxbench_schema::record::IntervalBasis::Own,
+        "{last:?}"
+    );
     let why = d
         .regime_change
         .as_deref()
@@ -962,7 +970,7 @@ async fn a_noisier_largest_length_is_measured_more_and_its_point_line_says_why()
         .unwrap();
     assert_eq!(
         p16.design.unwrap().basis,
-        crate::record::IntervalBasis::Shared
+        ctxbench_schema::record::IntervalBasis::Shared
     );
 }
 

@@ -21,12 +21,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::ctx::{BenchSettings, Observer, OnError, RunCtx, Tally};
-use crate::client::{Backend, GenOutcome, GenRequest};
-use crate::error::{ClientError, RecordError};
 use crate::idle::{IdleCheck, Waited};
-use crate::metrics;
-use crate::record::{ErrorKind, Flag, ResultsWriter, Sample, ServerTimings};
 use crate::sample::apply_metric_deltas;
+use ctxbench_client::client::{Backend, GenOutcome, GenRequest};
+use ctxbench_client::metrics;
+use ctxbench_schema::error::{ClientError, RecordError};
+use ctxbench_schema::record::{ErrorKind, Flag, ResultsWriter, Sample, ServerTimings};
 
 /// What the steps before a request found, for the steps after it.
 pub struct Before {
@@ -44,7 +44,7 @@ pub struct Before {
 /// the wait for all to be idle took and whether it ran out.
 type FleetBefore = (
     Vec<crate::fleet::WorkerState>,
-    Vec<crate::record::WorkerFlush>,
+    Vec<ctxbench_schema::record::WorkerFlush>,
     Duration,
     bool,
 );
@@ -145,7 +145,7 @@ async fn after_fleet(
         s.flags.push(Flag::IdleWaitExpired);
     }
     // A failed request enters no summary; its counters prove nothing about others' work.
-    if fleet.check && s.status == crate::record::Status::Ok && !j.foreign.is_empty() {
+    if fleet.check && s.status == ctxbench_schema::record::Status::Ok && !j.foreign.is_empty() {
         if !s.has(&Flag::ForeignLoad) {
             s.flags.push(Flag::ForeignLoad);
         }
@@ -155,7 +155,7 @@ async fn after_fleet(
             None => why,
         });
     }
-    s.fleet = Some(crate::record::FleetSample {
+    s.fleet = Some(ctxbench_schema::record::FleetSample {
         served_by: j.served_by,
         how: j.how,
         flush,
@@ -332,11 +332,11 @@ pub async fn before_sample(
 /// checks after it show another client's work.
 pub async fn after_sample(
     check: Option<&IdleCheck>,
-    s: &mut crate::record::Sample,
+    s: &mut ctxbench_schema::record::Sample,
     waited: Option<Waited>,
     requests: u64,
 ) {
-    use crate::record::Flag;
+    use ctxbench_schema::record::Flag;
     let (Some(check), Some(w)) = (check, waited) else {
         return;
     };
@@ -345,7 +345,7 @@ pub async fn after_sample(
     }
     // A failed request enters no summary, and its server may be going away (one shutting
     // down holds open connections silent): nothing more is read.
-    if s.status != crate::record::Status::Ok {
+    if s.status != ctxbench_schema::record::Status::Ok {
         return;
     }
     let generated = match &s.two_point {
@@ -355,7 +355,7 @@ pub async fn after_sample(
     let served = s
         .metrics
         .as_ref()
-        .and_then(|d| crate::client::metrics_vocabularies().find_map(|v| v.served(d)));
+        .and_then(|d| ctxbench_client::client::metrics_vocabularies().find_map(|v| v.served(d)));
     let mut why = Vec::new();
     if w.expired {
         s.flags.push(Flag::IdleWaitExpired);

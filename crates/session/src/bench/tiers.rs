@@ -19,10 +19,10 @@
 use super::protocol::{flush, record, send};
 use super::warm_steps::{measure_warm, request, WarmSettings, PRIME_TOKENS};
 use super::{RunCtx, Step, Tally};
-use crate::client::{slots, BackendKind};
-use crate::error::RecordError;
-use crate::record::{Flag, Phase, Sample, Status};
-use crate::warm::{Tier, WarmInfo};
+use ctxbench_client::client::{slots, BackendKind};
+use ctxbench_schema::error::RecordError;
+use ctxbench_schema::record::{Flag, Phase, Sample, Status};
+use ctxbench_schema::warm::{Tier, WarmInfo};
 
 /// Tokens of the prompt that displaces the prefix from the slot.
 const DISPLACE_TOKENS: u64 = 64;
@@ -262,7 +262,7 @@ async fn save_erase_restore(
             return Err(Step::Go);
         }
     };
-    let erased = crate::client::llamacpp::erase_slots(http, 1).await;
+    let erased = ctxbench_client::client::llamacpp::erase_slots(http, 1).await;
     let restored = slots::restore(http, 0, &file).await;
     match (erased, restored) {
         (Ok(e), Ok(r)) => Ok((
@@ -381,7 +381,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        crate::warm::judge(&mut s);
+        ctxbench_schema::warm::judge(&mut s);
         attribute_host_split(&mut s);
         s
     }

@@ -14,13 +14,13 @@ use super::protocol::{
 };
 use super::{point_record, BenchSettings, Tally};
 use crate::adaptive::{Decide, PointProgress};
-use crate::capacity::{analyse_wave, apply_wave, Fit, Limits, RequestTimes};
-use crate::client::{Backend, GenRequest};
 use crate::costmodel::{CostModel, Observation};
-use crate::error::{ClientError, RecordError};
 use crate::prompt::PromptBuilder;
-use crate::record::{ErrorKind, Line, Phase, Sample, Status};
 use crate::sample::make_sample;
+use ctxbench_client::client::{Backend, GenRequest};
+use ctxbench_schema::error::{ClientError, RecordError};
+use ctxbench_schema::record::{ErrorKind, Line, Phase, Sample, Status};
+use ctxbench_stats::capacity::{analyse_wave, apply_wave, Fit, Limits, RequestTimes};
 
 /// Samples of a cell recorded earlier (resume), grouped by wave.
 fn prior_waves(prior: &[Sample], context: u64, c: u32) -> BTreeMap<u32, Vec<&Sample>> {
@@ -120,7 +120,7 @@ pub async fn run_grid(
             if let Fit::Queues(why) = limits.predict(context, settings.output_tokens, c) {
                 observer.warn(&format!(
                     "{} × {c}: {why}; measured anyway (waiting is a finding)",
-                    crate::units::fmt_ctx(context)
+                    ctxbench_schema::units::fmt_ctx(context)
                 ));
             }
             let mut next_wave = 0u32;
@@ -252,7 +252,7 @@ fn observe(
     prog: &PointProgress,
     samples: &[Sample],
 ) {
-    let med = |v: Vec<f64>| crate::stats::Spread::of(v).map(|s| s.median);
+    let med = |v: Vec<f64>| ctxbench_stats::stats::Spread::of(v).map(|s| s.median);
     let steps = samples
         .iter()
         .filter(|s| s.usable())
@@ -272,7 +272,7 @@ fn observe(
 async fn record_wave(
     backend: &dyn Backend,
     (writer, tally, observer, settings): (
-        &mut crate::record::ResultsWriter,
+        &mut ctxbench_schema::record::ResultsWriter,
         &mut Tally,
         &mut dyn super::Observer,
         &BenchSettings,
@@ -305,12 +305,13 @@ async fn record_wave(
 /// counter rose during it: the counter is server-wide, so it cannot say which request was
 /// redone.
 fn flag_preemptions(samples: &mut [Sample], d: &std::collections::BTreeMap<String, f64>) {
-    let preempted =
-        |v: &dyn crate::client::MetricsVocabulary| v.preemptions(d).is_some_and(|n| n > 0.0);
-    if crate::client::metrics_vocabularies().any(preempted) {
+    let preempted = |v: &dyn ctxbench_client::client::MetricsVocabulary| {
+        v.preemptions(d).is_some_and(|n| n > 0.0)
+    };
+    if ctxbench_client::client::metrics_vocabularies().any(preempted) {
         for s in samples.iter_mut().filter(|s| s.status == Status::Ok) {
-            if !s.has(&crate::record::Flag::Preempted) {
-                s.flags.push(crate::record::Flag::Preempted);
+            if !s.has(&ctxbench_schema::record::Flag::Preempted) {
+                s.flags.push(ctxbench_schema::record::Flag::Preempted);
             }
         }
     }
@@ -369,7 +370,7 @@ pub(super) struct WaveRequest {
     pub c: u32,
     pub wave: u32,
     pub nonce: u64,
-    pub timeouts: crate::client::Timeouts,
+    pub timeouts: ctxbench_client::client::Timeouts,
 }
 
 /// One cold wave: c prompts, each with its own nonce, all prepared (text built, lengths
@@ -458,7 +459,7 @@ async fn fleet_wave(
     samples: &mut [Sample],
     (before, flushed): (
         Vec<crate::fleet::WorkerState>,
-        Vec<crate::record::WorkerFlush>,
+        Vec<ctxbench_schema::record::WorkerFlush>,
     ),
     output_tokens: u32,
 ) {
@@ -475,15 +476,15 @@ async fn fleet_wave(
     );
     for (i, s) in samples.iter_mut().enumerate() {
         if fleet.check && served > ok && s.status == Status::Ok {
-            if !s.has(&crate::record::Flag::ForeignLoad) {
-                s.flags.push(crate::record::Flag::ForeignLoad);
+            if !s.has(&ctxbench_schema::record::Flag::ForeignLoad) {
+                s.flags.push(ctxbench_schema::record::Flag::ForeignLoad);
             }
             s.foreign_load = Some(format!(
                 "the workers served {served} request(s) during a wave of {ok} completed: {}",
                 words.join(", ")
             ));
         }
-        s.fleet = Some(crate::record::FleetSample {
+        s.fleet = Some(ctxbench_schema::record::FleetSample {
             served_by: None,
             how: how.clone(),
             flush: if i == 0 { flushed.clone() } else { Vec::new() },
@@ -529,7 +530,7 @@ pub(super) async fn release(
         p?;
         backend.generate(r).await
     }));
-    let results: Vec<Result<crate::client::GenOutcome, ClientError>> = tokio::select! {
+    let results: Vec<Result<ctxbench_client::client::GenOutcome, ClientError>> = tokio::select! {
         r = all => r,
         _ = watch_server(backend) => (0..c).map(|_| Err(gone_error(backend))).collect(),
         _ = interrupt.wait_for(|v| *v) => return None,
@@ -568,10 +569,10 @@ pub(super) async fn release(
 pub(super) async fn wave_deltas(
     settings: &BenchSettings,
     samples: &mut [Sample],
-    before: Option<crate::metrics::Snapshot>,
+    before: Option<ctxbench_client::metrics::Snapshot>,
 ) -> Option<std::collections::BTreeMap<String, f64>> {
     let (b, a) = (before?, scrape(settings).await?);
-    let d = crate::metrics::deltas(&b, &a, &crate::client::kept_metric_names());
+    let d = ctxbench_client::metrics::deltas(&b, &a, &ctxbench_client::client::kept_metric_names());
     flag_preemptions(samples, &d);
     Some(d)
 }
@@ -600,8 +601,9 @@ pub(super) async fn check_wave_idle(
             ));
         }
         let generated = samples.iter().map(|s| s.output_tokens).sum::<Option<u64>>();
-        let served =
-            deltas.and_then(|d| crate::client::metrics_vocabularies().find_map(|v| v.served(d)));
+        let served = deltas.and_then(|d| {
+            ctxbench_client::client::metrics_vocabularies().find_map(|v| v.served(d))
+        });
         why.extend(
             check
                 .after(w.before.as_ref(), samples.len() as u64, generated, served)
@@ -613,10 +615,10 @@ pub(super) async fn check_wave_idle(
             s.idle_wait_ms = Some(waited_ms);
         }
         if w.expired && all_ok {
-            s.flags.push(crate::record::Flag::IdleWaitExpired);
+            s.flags.push(ctxbench_schema::record::Flag::IdleWaitExpired);
         }
         if !why.is_empty() {
-            s.flags.push(crate::record::Flag::ForeignLoad);
+            s.flags.push(ctxbench_schema::record::Flag::ForeignLoad);
             s.foreign_load = Some(why.join("; "));
         }
     }
@@ -660,7 +662,7 @@ mod tests {
             .map(|s| {
                 s.flags
                     .iter()
-                    .filter(|f| **f == crate::record::Flag::Preempted)
+                    .filter(|f| **f == ctxbench_schema::record::Flag::Preempted)
                     .count()
             })
             .collect();
@@ -674,7 +676,7 @@ mod tests {
                 prompt_tokens: Some(1024),
                 ..Sample::default()
             };
-            s.flags.push(crate::record::Flag::CacheUnverified);
+            s.flags.push(ctxbench_schema::record::Flag::CacheUnverified);
             s
         };
         let d = |hits: f64| {
@@ -692,7 +694,7 @@ mod tests {
                 assert!(s.cache_verified, "{s:?}");
                 assert_eq!(s.contaminated, !cold, "{s:?}");
                 assert_eq!(s.cached_tokens, Some(hits as u64));
-                assert!(!s.has(&crate::record::Flag::CacheUnverified));
+                assert!(!s.has(&ctxbench_schema::record::Flag::CacheUnverified));
             }
         }
     }

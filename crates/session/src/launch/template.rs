@@ -101,9 +101,9 @@ pub enum TemplateError {
     },
 }
 
-impl From<TemplateError> for crate::error::UsageError {
+impl From<TemplateError> for ctxbench_schema::error::UsageError {
     fn from(e: TemplateError) -> Self {
-        crate::error::UsageError::Invalid(e.to_string())
+        ctxbench_schema::error::UsageError::Invalid(e.to_string())
     }
 }
 

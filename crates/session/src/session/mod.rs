@@ -18,19 +18,19 @@ pub use output::{new_run_id, NonceHistory, Output, OutputError};
 
 use crate::adaptive::RepPolicy;
 use crate::bench::{self, BenchSettings, Observer, OnError, RunCtx, Tally};
-use crate::capacity;
-use crate::client::family::ConnectOptions;
-use crate::client::openai::EndpointChoice;
-use crate::client::{family, Backend, BackendKind, Http, Scraper, ServerProfile};
 use crate::corpus::{Corpus, CorpusError, CorpusSpec};
-use crate::error::{ClientError, RecordError, UsageError};
 use crate::plan;
-use crate::probe::{self, ProbeError};
 use crate::prompt::{PromptBuilder, NONCE_TOKENS};
-use crate::record::{
+use ctxbench_client::client::family::ConnectOptions;
+use ctxbench_client::client::openai::EndpointChoice;
+use ctxbench_client::client::{family, Backend, BackendKind, Http, Scraper, ServerProfile};
+use ctxbench_client::probe::{self, ProbeError};
+use ctxbench_schema::error::{ClientError, RecordError, UsageError};
+use ctxbench_schema::record::{
     self, CorpusInfo, EndRecord, FlushChoice, Host, Line, ResultsWriter, RunConfig, RunHeader,
     Sample, ServerInfo, SCHEMA_VERSION,
 };
+use ctxbench_stats::capacity;
 
 /// Every value of one sweep, validated: nothing is read from the command line after it.
 #[derive(Clone)]
@@ -75,9 +75,9 @@ pub struct SweepPlan {
     pub price_per_hour: Option<f64>,
     /// `--model-config`: the model's size from a Hugging Face config, recorded in the
     /// header (completing what the server says of itself).
-    pub model_facts: Option<crate::model::ModelFacts>,
+    pub model_facts: Option<ctxbench_schema::model::ModelFacts>,
     /// `--hardware`, `--memory-bandwidth`, `--peak-tflops`: the end report's roofline.
-    pub roofline: Option<crate::roofline::Limits>,
+    pub roofline: Option<ctxbench_stats::roofline::Limits>,
     /// The points, sorted; `None`: the default ladder from the server's limit.
     pub contexts: Option<Vec<u64>>,
     /// The text prompts are cut from.
@@ -121,7 +121,7 @@ pub struct SweepPlan {
     /// Concurrency levels (`[1]`: one request at a time).
     pub concurrency: Vec<u32>,
     /// `--mode append|conversation|tiers`: a warm measurement instead of the cold sweep.
-    pub warm: Option<crate::warm::WarmConfig>,
+    pub warm: Option<ctxbench_schema::warm::WarmConfig>,
     /// `--prompts K`: distinct prompts per context (see `RunConfig::prompts`).
     pub prompts: Option<u32>,
     /// `--worker URL`: workers behind a router that ctxbench reads and flushes itself
@@ -276,7 +276,7 @@ impl Session {
             &mut told,
         )
         .await?;
-        crate::client::openai::choose_endpoint(&mut profile, plan.endpoint)?;
+        ctxbench_client::client::openai::choose_endpoint(&mut profile, plan.endpoint)?;
         if let Some(u) = plan.tokenizer_url.as_deref() {
             adopt_tokenizer(&mut profile, u).await?;
         }
@@ -422,7 +422,7 @@ impl Session {
             server_kind: self.profile.server_kind.clone(),
             slots: self.profile.total_slots,
             kv_pool_tokens: self.profile.kv_pool_tokens,
-            flags: crate::client::family_of_server(&self.profile.server_kind)
+            flags: ctxbench_client::client::family_of_server(&self.profile.server_kind)
                 .map(|f| f.capacity_flags())
                 .unwrap_or_default(),
         }
@@ -566,7 +566,7 @@ async fn adopt_tokenizer(p: &mut ServerProfile, url: &str) -> Result<(), Session
         .into());
     }
     let h = Http::new(url, None, None).map_err(UsageError::Invalid)?;
-    crate::client::openai::adopt_tokenizer(p, &h)
+    ctxbench_client::client::openai::adopt_tokenizer(p, &h)
         .await
         .map_err(|e| UsageError::Invalid(e.to_string()).into())
 }
@@ -767,7 +767,7 @@ async fn idle_check(
     }
     let fam = profile.detected.or(Some(profile.backend)).and_then(family);
     // Dynamo's frontend is spoken to as a generic OpenAI server; its gauges are its own.
-    let sources = crate::client::dynamo::busy_sources(&profile.server_kind)
+    let sources = ctxbench_client::client::dynamo::busy_sources(&profile.server_kind)
         .unwrap_or_else(|| fam.map_or(&[][..], |f| f.busy_sources()));
     // The finished-work counter, if the page carries one (read from a scrape's values).
     let mut counter = None;
@@ -775,12 +775,12 @@ async fn idle_check(
         Some(m) if !plan.dry_run => m.scrape().await.ok(),
         _ => None,
     } {
-        let d = crate::metrics::deltas(
+        let d = ctxbench_client::metrics::deltas(
             &Default::default(),
             &snap,
-            &crate::client::kept_metric_names(),
+            &ctxbench_client::client::kept_metric_names(),
         );
-        counter = crate::client::metrics_vocabularies()
+        counter = ctxbench_client::client::metrics_vocabularies()
             .find_map(|v| v.served(&d))
             .map(|s| s.counter);
     }
@@ -862,7 +862,7 @@ async fn open_fleet(
     profile: &mut ServerProfile,
 ) -> Result<Option<crate::fleet::Fleet>, SessionError> {
     if profile.router.is_none() && !plan.workers.is_empty() {
-        profile.router = Some(crate::record::RouterInfo {
+        profile.router = Some(ctxbench_schema::record::RouterInfo {
             kind: "router".to_owned(),
             evidence: "--worker given".to_owned(),
             ..Default::default()
@@ -894,7 +894,7 @@ async fn open_fleet(
             profile.server_kind
         )
     });
-    r.meaning = crate::client::router::meaning(r, reachable, &family);
+    r.meaning = ctxbench_client::client::router::meaning(r, reachable, &family);
     if reachable == 0 {
         return Ok(None);
     }
@@ -920,7 +920,7 @@ async fn fanout_flush(
     http: &Http,
     reachable: &[String],
     listed: &[String],
-) -> Vec<crate::record::WorkerFlush> {
+) -> Vec<ctxbench_schema::record::WorkerFlush> {
     let workers = if reachable.is_empty() {
         listed
     } else {
@@ -938,7 +938,7 @@ async fn fanout_flush(
         }
         Err(e) => (0, e.to_string()),
     };
-    crate::client::router::judge_fanout_flush(status, &body, workers)
+    ctxbench_client::client::router::judge_fanout_flush(status, &body, workers)
 }
 
 /// The measuring loop's settings; flush, metrics and the nonce's end are set once known.
@@ -1000,7 +1000,7 @@ async fn warm_up(
     if !server_adds_bos {
         warm.server_added = 0;
     }
-    let chat = profile.endpoint.as_deref() == Some(crate::client::openai::CHAT);
+    let chat = profile.endpoint.as_deref() == Some(ctxbench_client::client::openai::CHAT);
     let template_note = match (chat, server_adds_bos) {
         (true, false) => Some("chat template: its tokens are inside every length (calibration aims usage.prompt_tokens, template included, at the target)".to_owned()),
         (true, true) => Some(format!(
@@ -1043,10 +1043,10 @@ async fn cache_evidence_from_metrics(
 ) {
     let Some(m) = metrics else { return };
     let Ok(snap) = m.scrape().await else { return };
-    let d = crate::metrics::deltas(
+    let d = ctxbench_client::metrics::deltas(
         &Default::default(),
         &snap,
-        &crate::client::kept_metric_names(),
+        &ctxbench_client::client::kept_metric_names(),
     );
     if crate::sample::metrics_cache_evidence(&d).is_some() {
         profile.reports_cached_tokens = Some(true);

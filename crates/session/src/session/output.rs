@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::bench::Observer;
-use crate::error::{RecordError, UsageError};
-use crate::record::{self, Line, ResultsWriter, ResumeRecord, RunHeader, Sample};
+use ctxbench_schema::error::{RecordError, UsageError};
+use ctxbench_schema::record::{self, Line, ResultsWriter, ResumeRecord, RunHeader, Sample};
 
 /// The results file, opened early so an unwritable path fails before any request.
 pub struct Output {

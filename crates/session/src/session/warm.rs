@@ -3,9 +3,9 @@
 
 use crate::bench::warm_steps::WarmSettings;
 use crate::bench::{self, RunCtx, Tally};
-use crate::client::{family, ServerProfile};
-use crate::error::{RecordError, UsageError};
-use crate::warm::{WarmConfig, WarmMode};
+use ctxbench_client::client::{family, ServerProfile};
+use ctxbench_schema::error::{RecordError, UsageError};
+use ctxbench_schema::warm::{WarmConfig, WarmMode};
 
 /// Refuses, before anything is sent, what a warm mode cannot do with the plan's
 /// `--concurrency` levels or this server.
@@ -23,8 +23,8 @@ pub fn check(
         ));
     }
     let tiered = [
-        crate::client::BackendKind::Llamacpp,
-        crate::client::BackendKind::Sglang,
+        ctxbench_client::client::BackendKind::Llamacpp,
+        ctxbench_client::client::BackendKind::Sglang,
     ];
     if w.mode == WarmMode::Tiers && !tiered.contains(&profile.backend) {
         return bad(format!(
@@ -32,7 +32,7 @@ pub fn check(
             profile.server_kind,
             profile.backend.as_str(),
             match profile.detected {
-                Some(crate::client::BackendKind::Sglang) => " (or --backend sglang)",
+                Some(ctxbench_client::client::BackendKind::Sglang) => " (or --backend sglang)",
                 _ => "",
             }
         ));

@@ -205,7 +205,7 @@ mod tests {
     use super::*;
     use crate::compare::warm::tests::run;
     use crate::stats::significance::Settings;
-    use crate::warm::{Tier, WarmMode};
+    use ctxbench_schema::warm::{Tier, WarmMode};
 
     fn gate(a: super::super::Loaded, b: super::super::Loaded, threshold: f64) -> Gate {
         let cmp = crate::compare::build(&[vec![a], vec![b]], false, &Settings::default())
@@ -222,12 +222,12 @@ mod tests {
         let longest = b.samples.iter().map(|s| s.context_tokens).max().unwrap();
         b.samples.retain(|s| s.context_tokens != longest);
         b.points.retain(|p| p.context_tokens != longest);
-        b.points.push(crate::record::PointRecord {
+        b.points.push(ctxbench_schema::record::PointRecord {
             run_id: b.header.run_id.clone(),
             context_tokens: longest,
             reps: 0,
             usable: 0,
-            stop_reason: crate::record::StopReason::Predicted,
+            stop_reason: ctxbench_schema::record::StopReason::Predicted,
             ttft_ci_rel: Some(0.04),
             decode_ci_rel: Some(0.04),
             concurrency: None,
@@ -320,7 +320,7 @@ mod tests {
         let tiered = |ttft: f64, hit: bool| {
             let mut r = run(WarmMode::Tiers, ttft, hit);
             for s in &mut r.2.samples {
-                s.phase = crate::record::Phase::Tier;
+                s.phase = ctxbench_schema::record::Phase::Tier;
                 if let Some(w) = s.warm.as_mut() {
                     w.tier = Some(Tier::Disk);
                 }

@@ -10,10 +10,10 @@
 use serde::Serialize;
 
 use super::Loaded;
-use crate::record::{Flag, Phase, Sample, Status};
 use crate::stats::metric::Metric;
 use crate::stats::significance::{self, RatioInterval, Settings, Verdict};
-use crate::warm::{self, WarmMode};
+use ctxbench_schema::record::{Flag, Phase, Sample, Status};
+use ctxbench_schema::warm::{self, WarmMode};
 
 /// B against A on the warm cells of two warm runs.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -70,8 +70,8 @@ impl WarmRow {
     pub fn label(&self) -> String {
         let mut base = format!(
             "{} + {}",
-            crate::units::fmt_ctx(self.prefix_tokens),
-            crate::units::fmt_ctx(self.new_tokens)
+            ctxbench_schema::units::fmt_ctx(self.prefix_tokens),
+            ctxbench_schema::units::fmt_ctx(self.new_tokens)
         );
         if self.concurrency > 1 {
             base.push_str(&format!(" ×{}", self.concurrency));
@@ -146,7 +146,7 @@ fn keys(g: &[Loaded]) -> Vec<Key> {
     k
 }
 
-fn at<'a>(r: &'a crate::record::Results, k: &'a Key) -> impl Iterator<Item = &'a Sample> {
+fn at<'a>(r: &'a ctxbench_schema::record::Results, k: &'a Key) -> impl Iterator<Item = &'a Sample> {
     r.samples
         .iter()
         .filter(move |s| counted(s) && key(s).as_ref() == Some(k))
@@ -235,7 +235,10 @@ pub fn compare(a: &[Loaded], b: &[Loaded], s: &Settings) -> Option<WarmCompariso
 }
 
 /// Why two warm runs did not measure the same warm cells (different mode or appends).
-pub fn mismatches(a: &crate::record::Results, b: &crate::record::Results) -> Vec<String> {
+pub fn mismatches(
+    a: &ctxbench_schema::record::Results,
+    b: &ctxbench_schema::record::Results,
+) -> Vec<String> {
     let (x, y) = (a.header.config.warm.as_ref(), b.header.config.warm.as_ref());
     match (x, y) {
         (Some(x), Some(y)) if x.mode != y.mode => vec![format!(
@@ -282,8 +285,8 @@ pub fn notes(w: &WarmComparison) -> Vec<String> {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::record::{Results, Sample};
-    use crate::warm::{WarmConfig, WarmInfo};
+    use ctxbench_schema::record::{Results, Sample};
+    use ctxbench_schema::warm::{WarmConfig, WarmInfo};
 
     /// A run of `mode` with eight append samples at 4k + 128 of TTFT `ttft`, `ttft` + 1, …
     /// ms, all proven hits (`hit`) or all misses.

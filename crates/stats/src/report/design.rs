@@ -6,11 +6,11 @@
 
 use serde::Serialize;
 
-use crate::record::{IntervalBasis, Phase, Prediction, Results, Sample, StopReason};
 use crate::stats::fit::{self, Model};
 use crate::stats::noise::{self, LogSpread};
 use crate::stats::precision::{self, Length};
 use crate::stats::predicted::{self, Measured};
+use ctxbench_schema::record::{IntervalBasis, Phase, Prediction, Results, Sample, StopReason};
 
 /// How a figure was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -371,7 +371,7 @@ fn length_spread(j: &precision::Judgement, l: &Length<'_>) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{DesignMode, RepPolicy, Status};
+    use ctxbench_schema::record::{DesignMode, RepPolicy, Status};
 
     const Z: [f64; 8] = [0.0, 0.67, -0.67, 1.15, -1.15, 0.32, -0.32, 1.53];
 
@@ -479,7 +479,7 @@ mod tests {
             .concat(),
         );
         // The samples' TTFT is L/10 ms (a straight line, on the quadratic model); decode 100.
-        r.points.push(crate::record::PointRecord {
+        r.points.push(ctxbench_schema::record::PointRecord {
             run_id: r.header.run_id.clone(),
             context_tokens: 16384,
             reps: 0,

@@ -3,7 +3,7 @@
 //! sent when they are the run's norm — then the server, not the sample, is what is wrong.
 
 use super::{warn, Warning};
-use crate::record::{Check, Flag, Impossible, Sample, Status};
+use ctxbench_schema::record::{Check, Flag, Impossible, Sample, Status};
 
 /// The event quoted in the note is cut to this many characters: enough to show its fields.
 const QUOTED_CHARS: usize = 160;
@@ -76,7 +76,7 @@ fn range(xs: impl Iterator<Item = f64>) -> Option<String> {
     let (lo, hi) = xs.fold(None, |acc: Option<(f64, f64)>, x| {
         Some(acc.map_or((x, x), |(l, h)| (l.min(x), h.max(x))))
     })?;
-    let fmt = |x: f64| crate::units::num(x);
+    let fmt = |x: f64| ctxbench_schema::units::num(x);
     Some(if lo == hi {
         fmt(lo)
     } else {
@@ -106,7 +106,7 @@ fn opening(flagged: &[&Impossible]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::Contradiction;
+    use ctxbench_schema::record::Contradiction;
 
     fn flagged(ttft: f64, prompt_ms: f64, first: &str) -> Sample {
         Sample {

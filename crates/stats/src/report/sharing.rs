@@ -2,7 +2,7 @@
 //! flagged (`foreign_load`, `idle_wait_expired`, `held_back_stream`), read from the samples.
 
 use super::{warn, Warning};
-use crate::record::{Flag, Sample, ServerInfo};
+use ctxbench_schema::record::{Flag, Sample, ServerInfo};
 
 /// What a run's samples say about sharing the server.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -179,7 +179,7 @@ pub fn fleet_warning(server: &ServerInfo, samples: &[Sample]) -> Option<Warning>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::RouterInfo;
+    use ctxbench_schema::record::RouterInfo;
 
     fn held_back() -> Vec<Sample> {
         vec![Sample {

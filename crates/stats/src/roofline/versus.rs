@@ -5,8 +5,8 @@
 use serde::Serialize;
 
 use super::{decode_bound_ms, pct, prefill_flops, Limits};
-use crate::model::ModelFacts;
-use crate::units::fmt_ctx;
+use ctxbench_schema::model::ModelFacts;
+use ctxbench_schema::units::fmt_ctx;
 
 /// One side of the comparison, as the roofline needs it.
 #[derive(Debug, Clone, Copy)]

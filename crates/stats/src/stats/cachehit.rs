@@ -20,7 +20,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::record::{Sample, Status};
+use ctxbench_schema::record::{Sample, Status};
 
 /// The sample flag.
 pub const FLAG: &str = "suspected_cache_hit";
@@ -47,7 +47,7 @@ pub fn is_suspect(ttft_ms: f64, others_same: &[f64], shorter_median: Option<f64>
 
 fn candidate(s: &Sample) -> bool {
     s.status == Status::Ok
-        && s.phase == crate::record::Phase::Cold
+        && s.phase == ctxbench_schema::record::Phase::Cold
         && !s.cache_verified
         && s.ttft_ms.is_some()
 }
@@ -57,7 +57,7 @@ fn candidate(s: &Sample) -> bool {
 pub fn suspects(samples: &[Sample]) -> HashSet<usize> {
     let mut by_len: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
     for (i, s) in samples.iter().enumerate() {
-        if s.status == Status::Ok && s.phase == crate::record::Phase::Cold {
+        if s.status == Status::Ok && s.phase == ctxbench_schema::record::Phase::Cold {
             by_len.entry(s.context_tokens).or_default().push(i);
         }
     }

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::{PointSummary, Spread};
-use crate::record::Sample;
+use ctxbench_schema::record::Sample;
 
 /// A measured quantity of one sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

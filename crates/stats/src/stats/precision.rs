@@ -8,7 +8,7 @@
 //! length whose spread is not the model's is judged on its own samples.
 
 use super::noise::{self, Consistency, LogSpread};
-use crate::record::IntervalBasis;
+use ctxbench_schema::record::IntervalBasis;
 
 /// One length's usable samples.
 #[derive(Debug, Clone, Copy, PartialEq)]

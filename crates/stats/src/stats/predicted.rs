@@ -16,7 +16,7 @@
 //! Only interpolation: a length is never predicted beyond the longest measured one.
 
 use super::fit::{self, Model};
-use crate::record::Prediction;
+use ctxbench_schema::record::Prediction;
 
 /// One measured length: its medians and their relative 95% half-widths.
 #[derive(Debug, Clone, Copy, PartialEq)]

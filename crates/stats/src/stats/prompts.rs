@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::record::{CorpusSpec, Flag, Results, RunConfig, Sample};
 use crate::stats::significance::t_quantile;
+use ctxbench_schema::record::{CorpusSpec, Flag, Results, RunConfig, Sample};
 
 /// A one-way random-effects ANOVA of one metric at one point, prompts as the groups.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -300,7 +300,7 @@ fn pair_key(r: &Results) -> String {
         corpus: CorpusSpec::Repeat,
         url: String::new(),
         metrics_url: None,
-        ..crate::record::identity(&r.header.config)
+        ..ctxbench_schema::record::identity(&r.header.config)
     };
     format!(
         "{}|{:?}",

@@ -34,8 +34,8 @@ use serde::Serialize;
 use super::fit::{self, Fit, Model};
 use super::metric::Metric;
 use super::significance::{self, t_quantile, Basis, RatioInterval, Settings};
-use crate::record::{Phase, Results, Sample};
-use crate::units::fmt_ctx;
+use ctxbench_schema::record::{Phase, Results, Sample};
+use ctxbench_schema::units::fmt_ctx;
 
 /// Which side of a comparison is the speculative one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -759,7 +759,7 @@ pub fn analyse(a: &Side, b: &Side, side: SpecSide, s: &Settings) -> Option<Specu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{Sample, Status};
+    use ctxbench_schema::record::{Sample, Status};
 
     fn sample(c: u64, ms: f64, ttft: f64, spec: Option<(f64, f64)>) -> Sample {
         Sample {

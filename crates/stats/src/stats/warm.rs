@@ -1,14 +1,14 @@
 //! Summaries of the warm modes: the append grid TTFT_inc(L, N) beside the cold TTFT of
 //! L + N, its fit and the turn budget; a conversation's trajectory and the turns where the
 //! cache was lost; the cache-tier table. Only samples whose reuse is proven
-//! ([`crate::warm::usable`]) enter a median. No I/O.
+//! ([`ctxbench_schema::warm::usable`]) enter a median. No I/O.
 
 use serde::Serialize;
 
 use super::fit::nnls3;
 use super::Spread;
-use crate::record::{Flag, Phase, Sample, Status};
-use crate::warm::{self, Tier, WarmConfig, WarmMode};
+use ctxbench_schema::record::{Flag, Phase, Sample, Status};
+use ctxbench_schema::warm::{self, Tier, WarmConfig, WarmMode};
 
 /// One cell of the append grid.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -445,7 +445,7 @@ pub fn restore_crossover(rows: &[TierRow]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::warm::WarmInfo;
+    use ctxbench_schema::warm::WarmInfo;
 
     fn append(l: u64, n: u64, cached: u64, ttft: f64) -> Sample {
         let mut s = Sample {

@@ -4,9 +4,9 @@
 use plotters::prelude::*;
 
 use super::{box_key, color, dot_key, dotted_line, frame, legend, line_key, lx, perr, Plot, SIZE};
-use crate::compare::Comparison;
 use crate::render::RenderError;
-use crate::stats::speculation::{LStar, MeanInterval, SpecAnalysis, Speculation};
+use ctxbench_stats::compare::Comparison;
+use ctxbench_stats::stats::speculation::{LStar, MeanInterval, SpecAnalysis, Speculation};
 
 /// One labelled acceptance series (a run, a variant, a corpus): (context, mean with interval).
 #[derive(Debug, Clone)]

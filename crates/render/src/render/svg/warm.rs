@@ -7,9 +7,9 @@ use plotters::prelude::*;
 
 use super::{color, frame, legend, line_key, lx, perr, Plot, SIZE};
 use crate::render::RenderError;
-use crate::report::Report;
-use crate::stats::warm::AppendCell;
-use crate::stats::Spread;
+use ctxbench_stats::report::Report;
+use ctxbench_stats::stats::warm::AppendCell;
+use ctxbench_stats::stats::Spread;
 
 /// One plot per run with append cells (named `warm_ttft_inc`, suffixed by the run's number
 /// when several runs have them).
@@ -53,8 +53,8 @@ fn lines(cells: &[AppendCell]) -> Vec<(String, Line, Line)> {
                 .iter()
                 .filter(move |c| (c.concurrency, c.new_tokens) == (k, n));
             let name = match k {
-                1 => format!("N = {}", crate::units::fmt_ctx(n)),
-                k => format!("N = {} ×{k} sessions", crate::units::fmt_ctx(n)),
+                1 => format!("N = {}", ctxbench_schema::units::fmt_ctx(n)),
+                k => format!("N = {} ×{k} sessions", ctxbench_schema::units::fmt_ctx(n)),
             };
             let warm = here
                 .clone()

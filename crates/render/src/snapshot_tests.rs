@@ -1,13 +1,14 @@
 //! Snapshot tests of every renderer. The input is what a sweep writes: the header and the
 //! sample lines come from results files recorded with the reference llama-server
-//! (`tests/fixtures/golden/`), and only the timings are replaced by a formula, so the fits
+//! (`crates/schema/testdata/golden/`), and only the timings are replaced by a formula, so the fits
 //! have a known answer. A change in the writer shows here.
 
-use crate::compare::{self, Comparison};
-use crate::record::{
-    Flag, Phase, PointRecord, RepPolicy, Results, RunHeader, Sample, SpecStats, Status, StopReason,
+use ctxbench_schema::record::{
+    ErrorKind, Flag, Phase, PointRecord, RepPolicy, Results, RunHeader, Sample, SampleError,
+    SpecStats, Status, StopReason,
 };
-use crate::report::{self, Report};
+use ctxbench_stats::compare::{self, Comparison};
+use ctxbench_stats::report::{self, Report};
 
 use crate::render::{renderer, svg, ReportFormat};
 use ctxbench_schema::testdata::golden;
@@ -82,8 +83,7 @@ fn sample(
     if let Some(a) = accept {
         let a = a - l / 65536.0;
         let steps = ((n - 1) as f64 / a).round() as u64;
-        crate::sample::set_spec(
-            &mut s,
+        s.set_spec(
             SpecStats {
                 source: "llamacpp.timings".into(),
                 verify_steps: Some(steps),
@@ -116,28 +116,18 @@ fn results(run_id: &str, speed: f64, accept: Option<f64>) -> Results {
     samples.push(sample(warm.clone(), run_id, 16384, 0, 0.5, accept));
     samples.push(sample(warm, run_id, 16384, 1, 0.52, accept));
     // A failed request, as the loop records it.
-    // The loop's unit-test settings at 8192: run "r", no tolerance, 33 tokens asked for.
-    let target = crate::sample::Target {
-        run_id: "r",
-        tolerance: 0,
-        output_tokens: 33,
-        nonce_end: None,
-    };
-    let failed = crate::sample::make_sample(
-        &target,
-        8192,
-        3,
-        8191,
-        "2026-01-01T00:00:09Z".into(),
-        Err(crate::error::ClientError::Transport {
+    // As the loop records a transport error at 8192 (33 tokens asked for, 8191 sent).
+    let mut failed = Sample::blank(run_id, 8192, 3, 8191, "2026-01-01T00:00:09Z".into(), None);
+    failed.status = Status::Failed;
+    failed.error = Some(SampleError {
+        kind: ErrorKind::Transport,
+        message: ctxbench_schema::error::ClientError::Transport {
             endpoint: "/completion".into(),
             detail: "connection reset by peer".into(),
-        }),
-    );
-    samples.push(Sample {
-        run_id: run_id.into(),
-        ..failed
+        }
+        .to_string(),
     });
+    samples.push(failed);
     let mut header = header(run_id, &contexts);
     let mut points = Vec::new();
     if accept.is_some() {
@@ -268,7 +258,7 @@ fn designed_results() -> Results {
         max_reps: 30,
         point_budget_s: None,
         run_budget_s: None,
-        design: Some(crate::record::DesignMode::Auto),
+        design: Some(ctxbench_schema::record::DesignMode::Auto),
     };
     r
 }
@@ -387,7 +377,7 @@ fn compare_verdicts_of_a_20_percent_speedup() {
     let v = &c.versus[0];
     // B is 0.8× A everywhere over 3 runs each that drift by ±2%: clearly faster at every
     // point, with the run as the unit.
-    assert_eq!(v.basis, crate::stats::significance::Basis::Runs);
+    assert_eq!(v.basis, ctxbench_stats::stats::significance::Basis::Runs);
     for r in &v.rows {
         assert_eq!(r.verdict, compare::Verdict::Faster, "{r:?}");
         assert_eq!((r.n_a, r.n_b), (3, 3), "{r:?}");
@@ -406,7 +396,10 @@ fn one_run_of_3_samples_per_side_gives_too_few_samples_not_a_verdict() {
     let c = compare::build(&[one("a", 1.0), one("b", 0.8)], false, &Default::default())
         .expect("comparable");
     let v = &c.versus[0];
-    assert_eq!(v.basis, crate::stats::significance::Basis::SamplesOfOneRun);
+    assert_eq!(
+        v.basis,
+        ctxbench_stats::stats::significance::Basis::SamplesOfOneRun
+    );
     for r in &v.rows {
         assert_eq!(r.verdict, compare::Verdict::TooFewSamples, "{r:?}");
         assert!(r.ratio.is_some() && r.interval.is_none(), "{r:?}");
@@ -481,7 +474,7 @@ fn capacity_results() -> Results {
                         ms_per_step: Some(1000.0 / per_req),
                         ..Sample::default()
                     };
-                    let stats = crate::record::WaveStats {
+                    let stats = ctxbench_schema::record::WaveStats {
                         slot,
                         first_token_ms: Some(ttft),
                         window_decode_tokens_per_s: window,
@@ -492,7 +485,7 @@ fn capacity_results() -> Results {
                         ..Default::default()
                     };
                     if c > 1 {
-                        crate::capacity::apply_wave(
+                        ctxbench_stats::capacity::apply_wave(
                             std::slice::from_mut(&mut s),
                             vec![stats],
                             c,
@@ -737,11 +730,16 @@ fn a_capacity_grid_is_priced_per_cell_at_its_aggregate_rate() {
 /// token, 2 GFLOPs per prompt token and 100,000 × L² attention FLOPs, on 4000 GB/s and
 /// 100 TFLOPs. Its steps (0.5 + 4e-4·L ms) cost 4e-4 ms × 4 TB/s = 1.6 MB per context
 /// token: 16× the cache.
-fn roofline_inputs(bandwidth: f64) -> (crate::roofline::Limits, crate::model::ModelFacts) {
-    let limits = crate::roofline::Limits::resolve(None, Some(bandwidth), Some(100.0))
+fn roofline_inputs(
+    bandwidth: f64,
+) -> (
+    ctxbench_stats::roofline::Limits,
+    ctxbench_schema::model::ModelFacts,
+) {
+    let limits = ctxbench_stats::roofline::Limits::resolve(None, Some(bandwidth), Some(100.0))
         .unwrap()
         .unwrap();
-    let facts = crate::model::ModelFacts {
+    let facts = ctxbench_schema::model::ModelFacts {
         source: "config.json".into(),
         weight_bytes: Some(1_000_000_000),
         kv_bytes_per_token: Some(100_000),
