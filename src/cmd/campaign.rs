@@ -10,7 +10,6 @@ use anyhow::{Context, Result};
 
 use crate::cmd::cli::{ReportFormat, SweepArgs};
 use crate::cmd::{report, sweep, Ending};
-use ctxbench_render::render;
 use ctxbench_schema::error::UsageError;
 use ctxbench_schema::record;
 use ctxbench_session::launch::{
@@ -375,17 +374,17 @@ fn summarise(
         .collect();
     // Each run's model facts are in its header: only the limits are needed here.
     let rep = ctxbench_stats::report::build(&pooled).with_roofline(limits, None);
-    out.push_str(&render::renderer(ReportFormat::Table).report(&rep)?);
+    out.push_str(&ctxbench_render::renderer(ReportFormat::Table).report(&rep)?);
     if sides.len() > 1 {
         let cmp = ctxbench_stats::compare::build(&sides, false, &Settings::default())?
             .with_roofline(&sides, limits, None);
         out.push('\n');
-        out.push_str(&render::renderer(ReportFormat::Table).compare(&cmp)?);
-        let md = render::renderer(ReportFormat::Md).compare(&cmp)?;
+        out.push_str(&ctxbench_render::renderer(ReportFormat::Table).compare(&cmp)?);
+        let md = ctxbench_render::renderer(ReportFormat::Md).compare(&cmp)?;
         let p = dir.join("compare.md");
         std::fs::write(&p, md).with_context(|| format!("writing {}", p.display()))?;
         // Speculation against no speculation: the speedup and acceptance plots beside it.
-        for plot in render::svg::speculation_plots(&cmp)? {
+        for plot in ctxbench_render::svg::speculation_plots(&cmp)? {
             let p = dir.join(format!("{}.svg", plot.name));
             std::fs::write(&p, plot.svg).with_context(|| format!("writing {}", p.display()))?;
             out.push_str(&format!("plot: {}\n", p.display()));

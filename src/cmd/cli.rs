@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use ctxbench_client::client::BackendKind;
+use ctxbench_client::BackendKind;
 use ctxbench_session::bench::OnError;
 
 /// Benchmark how an LLM inference server's speed changes with context length.
@@ -85,7 +85,7 @@ With --a and --b: several runs per side (interleave them: A B A B ...); each run
 a Welch t-interval, at least 3 runs per side for a verdict.
 Exit codes: 0 ok, 2 usage error, 3 --fail-if-slower found a regression.";
 
-pub use ctxbench_render::render::ReportFormat;
+pub use ctxbench_render::ReportFormat;
 
 /// Options of `ctxbench report`.
 #[derive(Debug, Args, Clone)]
@@ -389,7 +389,7 @@ pub struct SweepArgs {
     /// /extras/tokenize with their detokenize); with neither (a gateway or hosted API) they
     /// are calibrated against the server's usage.prompt_tokens, within 1%.
     #[arg(help_heading = "Server", long, value_enum, default_value = "auto")]
-    pub endpoint: ctxbench_client::client::openai::EndpointChoice,
+    pub endpoint: ctxbench_client::openai::EndpointChoice,
 
     /// Context lengths in tokens, e.g. `1k,4k,32k` [default: 1k, 2k, 4k, … to the server's maximum].
     ///

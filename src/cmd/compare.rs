@@ -11,7 +11,7 @@ use ctxbench_stats::compare::{self, Comparison};
 use ctxbench_stats::stats::significance::Settings;
 
 use super::report;
-use ctxbench_render::render::{self, svg};
+use ctxbench_render::svg;
 
 /// `ctxbench compare`. `Ending::Regressed` when the gate found a regression.
 pub fn run(args: &CompareArgs) -> Result<Ending> {
@@ -52,7 +52,7 @@ pub fn run(args: &CompareArgs) -> Result<Ending> {
         .collect::<Result<Vec<_>>>()?;
     let cmp = compare::build_with(&sides, args.allow_mismatch, &settings, args.spec_side)?
         .with_roofline(&sides, limits.as_ref(), facts.as_ref());
-    let text = render::renderer(args.format).compare(&cmp)?;
+    let text = ctxbench_render::renderer(args.format).compare(&cmp)?;
     match &args.out {
         Some(p) => super::report::write_creating_folders(p, text.as_bytes())?,
         None => {

@@ -98,7 +98,7 @@ pub async fn run(
 fn combined_report(paths: &[PathBuf], out: &Path) -> Result<()> {
     let loaded = crate::cmd::report::load(paths)?;
     let report = ctxbench_stats::report::build(&loaded);
-    let text = ctxbench_render::render::prompts::text(&report.prompts);
+    let text = ctxbench_render::prompts::text(&report.prompts);
     if !text.is_empty() {
         println!("\n{text}");
     }

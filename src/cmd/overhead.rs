@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use ctxbench_client::client::llamacpp::LlamaCpp;
-use ctxbench_client::client::{Backend, GenRequest, Http, Timeouts};
+use ctxbench_client::llamacpp::LlamaCpp;
+use ctxbench_client::{Backend, GenRequest, Http, Timeouts};
 
 /// One run's figures.
 #[derive(Debug, Clone, Copy)]

@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use ctxbench_render::render::fmt_ctx;
+use ctxbench_render::fmt_ctx;
 use ctxbench_schema::record::{Sample, Status};
 use ctxbench_session::bench::{Observer, PointRecord};
 

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 
 use crate::cmd::cli::{ReportArgs, RooflineArgs};
 use anyhow::{Context, Result};
-use ctxbench_render::render::ReportFormat;
-use ctxbench_render::render::{self, svg};
+use ctxbench_render::svg;
+use ctxbench_render::ReportFormat;
 use ctxbench_schema::error::UsageError;
 use ctxbench_schema::model::ModelFacts;
 use ctxbench_schema::record::{self, Results};
@@ -112,7 +112,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     let report = build(&loaded)
         .with_price(args.price_per_hour)
         .with_roofline(limits.as_ref(), facts.as_ref());
-    let text = render::renderer(args.format).report(&report)?;
+    let text = ctxbench_render::renderer(args.format).report(&report)?;
     match &args.out {
         Some(p) => write_creating_folders(p, text.as_bytes())?,
         None => {
@@ -132,7 +132,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
 /// The report a sweep writes when it ends: `<results>.md`, `<results>.html` and
 /// `<results>-plots/` beside the results file, and the fits on the terminal.
 pub fn after_sweep(report: &Report, results_path: &Path) -> Result<()> {
-    let fits = render::table::fits_text(report);
+    let fits = ctxbench_render::table::fits_text(report);
     if !fits.is_empty() {
         println!("\n{fits}");
     }
@@ -152,10 +152,16 @@ pub fn after_sweep(report: &Report, results_path: &Path) -> Result<()> {
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "results".into());
     let plots = results_path.with_file_name(format!("{stem}-plots"));
-    std::fs::write(&md, render::renderer(ReportFormat::Md).report(report)?)
-        .with_context(|| format!("writing {}", md.display()))?;
-    std::fs::write(&html, render::renderer(ReportFormat::Html).report(report)?)
-        .with_context(|| format!("writing {}", html.display()))?;
+    std::fs::write(
+        &md,
+        ctxbench_render::renderer(ReportFormat::Md).report(report)?,
+    )
+    .with_context(|| format!("writing {}", md.display()))?;
+    std::fs::write(
+        &html,
+        ctxbench_render::renderer(ReportFormat::Html).report(report)?,
+    )
+    .with_context(|| format!("writing {}", html.display()))?;
     write_plots(report, &plots)?;
     eprintln!(
         "report: {} · {} · {}/",

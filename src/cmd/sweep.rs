@@ -9,8 +9,7 @@ use std::path::Path;
 use anyhow::{bail, Result};
 
 use crate::cmd::cli::SweepArgs;
-use ctxbench_client::client::ServerProfile;
-use ctxbench_render::render;
+use ctxbench_client::ServerProfile;
 use ctxbench_schema::record;
 use ctxbench_schema::units;
 use ctxbench_session::bench;
@@ -220,10 +219,10 @@ fn summary_text(
             writeln!(
                 summary,
                 "\n{}",
-                render::summary_table(&run.points, run.design.as_ref())
+                ctxbench_render::summary_table(&run.points, run.design.as_ref())
             )?;
         }
-        write!(summary, "{}", render::table::details(run))?;
+        write!(summary, "{}", ctxbench_render::table::details(run))?;
     }
     writeln!(
         summary,

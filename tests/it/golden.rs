@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ctxbench_render::render::{renderer, ReportFormat};
+use ctxbench_render::{renderer, ReportFormat};
 use ctxbench_schema::record::{self, Line, Phase, Results};
 use ctxbench_stats::report;
 use serde_json::Value;

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::client::family::{Answers, Server};
-use crate::client::{family, get_u64, BackendKind, Family, ServerProfile, FAMILIES};
+use crate::family::{Answers, Server};
+use crate::{family, get_u64, BackendKind, Family, ServerProfile, FAMILIES};
 use ctxbench_schema::error::{ClientError, UsageError};
 
 /// Why probing failed: the server could not be read, or the options do not fit it.
@@ -46,7 +46,7 @@ pub async fn probe(
             // The server's own words first, ctxbench's guess after.
             let (status, body) = s.get("/v1/models").await?;
             let said = body
-                .map(|b| crate::client::http::error_message(&b.to_string()))
+                .map(|b| crate::http::error_message(&b.to_string()))
                 .filter(|m| !m.is_empty() && m != "(empty body)")
                 .map_or_else(String::new, |m| format!("{m} — "));
             return Err(ClientError::Http {
@@ -91,10 +91,10 @@ pub async fn probe(
         p.backend_reason = format!("--backend {} given", requested.as_str());
     }
     chosen.capabilities(&s, &mut p).await?;
-    p.router = crate::client::router::detect(&s).await?;
+    p.router = crate::router::detect(&s).await?;
     if let Some(r) = &mut p.router {
         // Until the session reaches the workers, none is known to be readable.
-        r.meaning = crate::client::router::meaning(r, 0, &p.server_kind);
+        r.meaning = crate::router::meaning(r, 0, &p.server_kind);
     }
     Ok(p)
 }
@@ -225,8 +225,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::client::openai::calibrated;
-    use crate::client::openai::TokenizeDialect;
+    use crate::openai::calibrated;
+    use crate::openai::TokenizeDialect;
 
     /// A server made of canned answers: GET path → (status, body), POST path → JSON
     /// answer; anything else is a 404. The first `refuse` requests find no listener.

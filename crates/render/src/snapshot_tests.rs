@@ -10,7 +10,7 @@ use ctxbench_schema::record::{
 use ctxbench_stats::compare::{self, Comparison};
 use ctxbench_stats::report::{self, Report};
 
-use crate::render::{renderer, svg, ReportFormat};
+use crate::{renderer, svg, ReportFormat};
 use ctxbench_schema::testdata::golden;
 
 /// The recorded header, made independent of the machine and port it was recorded on.
@@ -404,7 +404,7 @@ fn one_run_of_3_samples_per_side_gives_too_few_samples_not_a_verdict() {
         assert_eq!(r.verdict, compare::Verdict::TooFewSamples, "{r:?}");
         assert!(r.ratio.is_some() && r.interval.is_none(), "{r:?}");
     }
-    let t = crate::render::renderer(crate::render::ReportFormat::Table)
+    let t = crate::renderer(crate::ReportFormat::Table)
         .compare(&c)
         .expect("renders");
     assert!(
@@ -423,11 +423,11 @@ fn a_top_point_above_the_fit_warns_that_the_extrapolation_is_low() {
         s.ttft_ms = Some(5.0 + 1e-7 * l.powf(2.3));
     }
     let report = report::build(&[("steep".to_owned(), "steep.jsonl".to_owned(), r)]);
-    let text = crate::render::table::fits_text(&report);
+    let text = crate::table::fits_text(&report);
     assert!(text.contains("above the fit"), "{text}");
     assert!(text.contains("likely too low"), "{text}");
     // The fixture's exact quadratic carries no such warning.
-    assert!(!crate::render::table::fits_text(&fixture()).contains("above the fit"));
+    assert!(!crate::table::fits_text(&fixture()).contains("above the fit"));
 }
 
 /// A capacity grid 1k, 4k × c = 1, 2, 4, 8 on a server with 4 slots: at 1k the aggregate
@@ -766,7 +766,7 @@ fn report_roofline_in_text_markdown_html_and_json() {
         (fit.kv_ratio().unwrap() - 16.0).abs() < 0.5 && fit.reads_far_more(),
         "{fit:?}"
     );
-    insta::assert_snapshot!("roofline_table", crate::render::roofline::text(roof));
+    insta::assert_snapshot!("roofline_table", crate::roofline::text(roof));
     let md = renderer(ReportFormat::Md).report(&r).unwrap();
     let section = &md[md.find("### Roofline").expect("the section")..];
     let section = &section[..section.find("\n## ").unwrap_or(section.len())];
@@ -842,10 +842,7 @@ fn compare_roofline_side_by_side() {
         .notes
         .iter()
         .any(|n| n.starts_with("B decodes speculatively")));
-    insta::assert_snapshot!(
-        "roofline_compare_table",
-        crate::render::roofline::versus_text(roof)
-    );
+    insta::assert_snapshot!("roofline_compare_table", crate::roofline::versus_text(roof));
     let md = renderer(ReportFormat::Md).compare(&c).unwrap();
     assert!(
         md.contains("| context | bound ms | A bandwidth used |"),

@@ -17,7 +17,7 @@ use crate::sample::{make_sample, make_two_point_sample, make_warm_sample, TwoPoi
 pub use ctx::{
     BenchSettings, NeedleSettings, Observer, OnError, RunCtx, Step, Tally, UNMEASURED_TIMEOUT,
 };
-use ctxbench_client::client::{Backend, GenRequest, Timeouts};
+use ctxbench_client::{Backend, GenRequest, Timeouts};
 use ctxbench_schema::error::{ClientError, RecordError};
 pub use ctxbench_schema::record::PointRecord;
 use ctxbench_schema::record::{ErrorKind, Flag, Line, Phase, Sample, Status};

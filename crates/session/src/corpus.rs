@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use rand::{RngExt, SeedableRng};
 
-use ctxbench_client::client::Backend;
+use ctxbench_client::Backend;
 use ctxbench_schema::error::ClientError;
 
 pub mod natural;

@@ -13,8 +13,8 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use ctxbench_client::client::busy::Reading;
-use ctxbench_client::client::Http;
+use ctxbench_client::busy::Reading;
+use ctxbench_client::Http;
 use ctxbench_schema::record::WorkerFlush;
 
 /// The counter a llama-server worker's generated tokens are read from.
@@ -146,8 +146,7 @@ impl Fleet {
                 Ok((200, Some(Value::Array(a)))) => a.len() as u64,
                 _ => 1,
             };
-            let (ok, detail) = match ctxbench_client::client::llamacpp::erase_slots(h, slots).await
-            {
+            let (ok, detail) = match ctxbench_client::llamacpp::erase_slots(h, slots).await {
                 Ok(what) => (true, what),
                 Err(e) => (false, e.to_string()),
             };
@@ -233,7 +232,7 @@ pub fn wave_spread(
 
 async fn read_worker(h: &Http) -> WorkerState {
     let busy = match h.get_probe("/slots", TIMEOUT).await {
-        Ok((200, Some(v))) => ctxbench_client::client::llamacpp::parse_slots(&v),
+        Ok((200, Some(v))) => ctxbench_client::llamacpp::parse_slots(&v),
         _ => None,
     };
     let snap = match h.get_text("/metrics", TIMEOUT).await {
@@ -244,7 +243,7 @@ async fn read_worker(h: &Http) -> WorkerState {
         .as_ref()
         .and_then(|s| s.counters.get(GENERATED).copied());
     let queued = snap.as_ref().and_then(|s| {
-        ctxbench_client::client::busy::gauge_sum(
+        ctxbench_client::busy::gauge_sum(
             s,
             &["llamacpp:requests_processing", "llamacpp:requests_deferred"],
         )

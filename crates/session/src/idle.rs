@@ -18,10 +18,10 @@ use std::time::Duration;
 // tokio's clock, so the wait can be tested on a paused clock.
 use tokio::time::Instant;
 
-use ctxbench_client::client::{Http, Scraper};
+use ctxbench_client::{Http, Scraper};
 use ctxbench_schema::error::ClientError;
 
-pub use ctxbench_client::client::busy::{BusySource, Reading, Served, ServedUnit};
+pub use ctxbench_client::busy::{BusySource, Reading, Served, ServedUnit};
 
 /// How the loop tells whether the server is idle; built once per run by the session.
 #[derive(Clone)]
@@ -94,7 +94,7 @@ impl IdleCheck {
                 detail: "no busy signal on this server".to_owned(),
             });
         };
-        ctxbench_client::client::busy::read(&self.http, source, self.scraper.as_ref()).await
+        ctxbench_client::busy::read(&self.http, source, self.scraper.as_ref()).await
     }
 
     /// Waits until the server reads idle (and, once it was busy, still reads idle

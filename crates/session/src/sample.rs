@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use ctxbench_client::client::{GenOutcome, OnceOutcome};
 use ctxbench_client::metrics;
+use ctxbench_client::{GenOutcome, OnceOutcome};
 use ctxbench_schema::error::ClientError;
 use ctxbench_schema::record::{Check, Contradiction, Impossible};
 use ctxbench_schema::record::{
@@ -302,9 +302,9 @@ pub const HELD_BACK_MIN_EVENTS: usize = 4;
 /// generates four tokens in well under a millisecond, and they arrive together because they
 /// were made together, not because anything held them back.
 fn held_back(
-    st: &ctxbench_client::client::StreamStats,
+    st: &ctxbench_client::StreamStats,
     span_ms: f64,
-    server: Option<&ctxbench_client::client::ServerTimings>,
+    server: Option<&ctxbench_client::ServerTimings>,
 ) -> bool {
     let n = st.token_events;
     let too_quick_to_tell = server
@@ -323,9 +323,9 @@ pub const HELD_BACK_MIN_DECODE_MS: f64 = 5.0;
 /// can legitimately bring several), or the client saw the tokens
 /// spread over less than half the time the server says it spent generating them.
 fn coalesced(
-    st: &ctxbench_client::client::StreamStats,
+    st: &ctxbench_client::StreamStats,
     span_ms: f64,
-    server: Option<&ctxbench_client::client::ServerTimings>,
+    server: Option<&ctxbench_client::ServerTimings>,
 ) -> bool {
     let burst = st.token_events >= 4 && st.first_read_token_events * 4 >= st.token_events * 3;
     // Buffered delivery the read count misses (recorded on a default vLLM 0.32.0: 32 events
@@ -380,7 +380,7 @@ fn impossible_margin(server_ms: f64, floor_ms: f64) -> f64 {
 /// Both times run from just before the request was written, so a true sample meets each
 /// bound whatever the network, the queue or the client's scheduling did.
 pub fn impossible(
-    st: &ctxbench_client::client::StreamStats,
+    st: &ctxbench_client::StreamStats,
     server: Option<&ServerTimings>,
     server_tokens: Option<u64>,
 ) -> Option<Impossible> {
@@ -485,7 +485,7 @@ pub fn count_every_step(mut spec: SpecStats, after_first: Option<u64>) -> SpecSt
 /// Adds Prometheus deltas to a sample; speculative statistics come from them when the
 /// response itself had none (read in the families' `/metrics` vocabularies).
 pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &metrics::Snapshot) {
-    let d = metrics::deltas(before, after, &ctxbench_client::client::kept_metric_names());
+    let d = metrics::deltas(before, after, &ctxbench_client::kept_metric_names());
     // Counted verify steps beat derived ones (llama.cpp's timings have none; its newest
     // /metrics do).
     let derived = s
@@ -493,7 +493,7 @@ pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &m
         .as_deref()
         .is_some_and(|x| x.contains("derived"));
     if s.spec_source.is_none() || derived {
-        let spec = ctxbench_client::client::metrics_vocabularies().find_map(|v| v.spec(&d));
+        let spec = ctxbench_client::metrics_vocabularies().find_map(|v| v.spec(&d));
         if let Some(spec) = spec.flatten() {
             // The counter counts the steps that verified a draft: kept as the server's own
             // number before the steps without a draft are added (llama.cpp drafts nothing when
@@ -517,7 +517,7 @@ pub fn apply_metric_deltas(s: &mut Sample, before: &metrics::Snapshot, after: &m
 /// (whichever protocol is spoken to it). Other traffic on the server during the sample
 /// counts too, so a hit here is at worst a false alarm, never a missed hit.
 pub fn metrics_cache_evidence(d: &std::collections::BTreeMap<String, f64>) -> Option<(f64, f64)> {
-    ctxbench_client::client::metrics_vocabularies().find_map(|v| v.cache_evidence(d))
+    ctxbench_client::metrics_vocabularies().find_map(|v| v.cache_evidence(d))
 }
 
 /// Applies the server's prefix-cache counter deltas to a cold sample the response did not
@@ -553,7 +553,7 @@ pub fn apply_cache_evidence(s: &mut Sample, d: &std::collections::BTreeMap<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ctxbench_client::client::{Counts, ServerTimings, StreamStats};
+    use ctxbench_client::{Counts, ServerTimings, StreamStats};
     use std::time::Instant;
 
     /// The target of unit-test samples: exact lengths, 33 output tokens.

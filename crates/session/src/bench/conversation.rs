@@ -9,7 +9,7 @@
 
 use super::warm_steps::{measure_warm, request, WarmSettings};
 use super::{record, RunCtx, Tally};
-use ctxbench_client::client::{Backend, Generated};
+use ctxbench_client::{Backend, Generated};
 use ctxbench_schema::error::RecordError;
 use ctxbench_schema::record::{Phase, Status};
 use ctxbench_schema::warm::WarmInfo;

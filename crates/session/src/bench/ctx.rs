@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::adaptive::RepPolicy;
 use crate::prompt::PromptBuilder;
 use crate::sample::Target;
-use ctxbench_client::client::{Backend, Scraper, Timeouts};
+use ctxbench_client::{Backend, Scraper, Timeouts};
 use ctxbench_schema::record::{PointRecord, ResultsWriter, Sample};
 
 /// The least time an unmeasured request (warmup, calibration) is allowed.

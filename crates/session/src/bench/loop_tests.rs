@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use super::*;
 use crate::adaptive::RepPolicy;
 use crate::corpus::Corpus;
-use ctxbench_client::client::{BackendKind, Counts, GenOutcome, Http, OnceOutcome, StreamStats};
+use ctxbench_client::{BackendKind, Counts, GenOutcome, Http, OnceOutcome, StreamStats};
 use ctxbench_schema::record::ResultsWriter;
 
 /// One scripted answer.

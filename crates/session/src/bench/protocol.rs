@@ -23,8 +23,8 @@ use tokio::time::Instant;
 use super::ctx::{BenchSettings, Observer, OnError, RunCtx, Tally};
 use crate::idle::{IdleCheck, Waited};
 use crate::sample::apply_metric_deltas;
-use ctxbench_client::client::{Backend, GenOutcome, GenRequest};
 use ctxbench_client::metrics;
+use ctxbench_client::{Backend, GenOutcome, GenRequest};
 use ctxbench_schema::error::{ClientError, RecordError};
 use ctxbench_schema::record::{ErrorKind, Flag, ResultsWriter, Sample, ServerTimings};
 
@@ -355,7 +355,7 @@ pub async fn after_sample(
     let served = s
         .metrics
         .as_ref()
-        .and_then(|d| ctxbench_client::client::metrics_vocabularies().find_map(|v| v.served(d)));
+        .and_then(|d| ctxbench_client::metrics_vocabularies().find_map(|v| v.served(d)));
     let mut why = Vec::new();
     if w.expired {
         s.flags.push(Flag::IdleWaitExpired);

@@ -19,7 +19,7 @@
 use super::protocol::{flush, record, send};
 use super::warm_steps::{measure_warm, request, WarmSettings, PRIME_TOKENS};
 use super::{RunCtx, Step, Tally};
-use ctxbench_client::client::{slots, BackendKind};
+use ctxbench_client::{slots, BackendKind};
 use ctxbench_schema::error::RecordError;
 use ctxbench_schema::record::{Flag, Phase, Sample, Status};
 use ctxbench_schema::warm::{Tier, WarmInfo};
@@ -262,7 +262,7 @@ async fn save_erase_restore(
             return Err(Step::Go);
         }
     };
-    let erased = ctxbench_client::client::llamacpp::erase_slots(http, 1).await;
+    let erased = ctxbench_client::llamacpp::erase_slots(http, 1).await;
     let restored = slots::restore(http, 0, &file).await;
     match (erased, restored) {
         (Ok(e), Ok(r)) => Ok((

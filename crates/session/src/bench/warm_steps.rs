@@ -6,7 +6,7 @@
 use super::protocol::{self, note_flush, now, record, send};
 use super::{measure_cold, ColdRequest, RunCtx, Step, Tally};
 use crate::sample::make_sample;
-use ctxbench_client::client::{GenRequest, Generated, Timeouts};
+use ctxbench_client::{GenRequest, Generated, Timeouts};
 use ctxbench_schema::error::{ClientError, RecordError};
 use ctxbench_schema::record::{Phase, Sample};
 use ctxbench_schema::warm::{self, WarmConfig, WarmInfo};
@@ -22,7 +22,7 @@ pub struct WarmSettings<'a> {
     /// `--concurrency`: sessions at once (`append` only; `[1]`: one session).
     pub concurrency: &'a [u32],
     /// The protocol spoken (`tiers` reaches each tier its own way per server).
-    pub backend: ctxbench_client::client::BackendKind,
+    pub backend: ctxbench_client::BackendKind,
     /// The server's KV pool in tokens, when it says (`tiers` on SGLang: the filler that
     /// evicts a prefix from device memory).
     pub kv_pool_tokens: Option<u64>,

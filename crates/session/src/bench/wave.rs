@@ -17,7 +17,7 @@ use crate::adaptive::{Decide, PointProgress};
 use crate::costmodel::{CostModel, Observation};
 use crate::prompt::PromptBuilder;
 use crate::sample::make_sample;
-use ctxbench_client::client::{Backend, GenRequest};
+use ctxbench_client::{Backend, GenRequest};
 use ctxbench_schema::error::{ClientError, RecordError};
 use ctxbench_schema::record::{ErrorKind, Line, Phase, Sample, Status};
 use ctxbench_stats::capacity::{analyse_wave, apply_wave, Fit, Limits, RequestTimes};
@@ -305,10 +305,9 @@ async fn record_wave(
 /// counter rose during it: the counter is server-wide, so it cannot say which request was
 /// redone.
 fn flag_preemptions(samples: &mut [Sample], d: &std::collections::BTreeMap<String, f64>) {
-    let preempted = |v: &dyn ctxbench_client::client::MetricsVocabulary| {
-        v.preemptions(d).is_some_and(|n| n > 0.0)
-    };
-    if ctxbench_client::client::metrics_vocabularies().any(preempted) {
+    let preempted =
+        |v: &dyn ctxbench_client::MetricsVocabulary| v.preemptions(d).is_some_and(|n| n > 0.0);
+    if ctxbench_client::metrics_vocabularies().any(preempted) {
         for s in samples.iter_mut().filter(|s| s.status == Status::Ok) {
             if !s.has(&ctxbench_schema::record::Flag::Preempted) {
                 s.flags.push(ctxbench_schema::record::Flag::Preempted);
@@ -370,7 +369,7 @@ pub(super) struct WaveRequest {
     pub c: u32,
     pub wave: u32,
     pub nonce: u64,
-    pub timeouts: ctxbench_client::client::Timeouts,
+    pub timeouts: ctxbench_client::Timeouts,
 }
 
 /// One cold wave: c prompts, each with its own nonce, all prepared (text built, lengths
@@ -530,7 +529,7 @@ pub(super) async fn release(
         p?;
         backend.generate(r).await
     }));
-    let results: Vec<Result<ctxbench_client::client::GenOutcome, ClientError>> = tokio::select! {
+    let results: Vec<Result<ctxbench_client::GenOutcome, ClientError>> = tokio::select! {
         r = all => r,
         _ = watch_server(backend) => (0..c).map(|_| Err(gone_error(backend))).collect(),
         _ = interrupt.wait_for(|v| *v) => return None,
@@ -572,7 +571,7 @@ pub(super) async fn wave_deltas(
     before: Option<ctxbench_client::metrics::Snapshot>,
 ) -> Option<std::collections::BTreeMap<String, f64>> {
     let (b, a) = (before?, scrape(settings).await?);
-    let d = ctxbench_client::metrics::deltas(&b, &a, &ctxbench_client::client::kept_metric_names());
+    let d = ctxbench_client::metrics::deltas(&b, &a, &ctxbench_client::kept_metric_names());
     flag_preemptions(samples, &d);
     Some(d)
 }
@@ -601,9 +600,8 @@ pub(super) async fn check_wave_idle(
             ));
         }
         let generated = samples.iter().map(|s| s.output_tokens).sum::<Option<u64>>();
-        let served = deltas.and_then(|d| {
-            ctxbench_client::client::metrics_vocabularies().find_map(|v| v.served(d))
-        });
+        let served =
+            deltas.and_then(|d| ctxbench_client::metrics_vocabularies().find_map(|v| v.served(d)));
         why.extend(
             check
                 .after(w.before.as_ref(), samples.len() as u64, generated, served)

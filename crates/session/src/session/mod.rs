@@ -21,10 +21,10 @@ use crate::bench::{self, BenchSettings, Observer, OnError, RunCtx, Tally};
 use crate::corpus::{Corpus, CorpusError, CorpusSpec};
 use crate::plan;
 use crate::prompt::{PromptBuilder, NONCE_TOKENS};
-use ctxbench_client::client::family::ConnectOptions;
-use ctxbench_client::client::openai::EndpointChoice;
-use ctxbench_client::client::{family, Backend, BackendKind, Http, Scraper, ServerProfile};
+use ctxbench_client::family::ConnectOptions;
+use ctxbench_client::openai::EndpointChoice;
 use ctxbench_client::probe::{self, ProbeError};
+use ctxbench_client::{family, Backend, BackendKind, Http, Scraper, ServerProfile};
 use ctxbench_schema::error::{ClientError, RecordError, UsageError};
 use ctxbench_schema::record::{
     self, CorpusInfo, EndRecord, FlushChoice, Host, Line, ResultsWriter, RunConfig, RunHeader,
@@ -276,7 +276,7 @@ impl Session {
             &mut told,
         )
         .await?;
-        ctxbench_client::client::openai::choose_endpoint(&mut profile, plan.endpoint)?;
+        ctxbench_client::openai::choose_endpoint(&mut profile, plan.endpoint)?;
         if let Some(u) = plan.tokenizer_url.as_deref() {
             adopt_tokenizer(&mut profile, u).await?;
         }
@@ -422,7 +422,7 @@ impl Session {
             server_kind: self.profile.server_kind.clone(),
             slots: self.profile.total_slots,
             kv_pool_tokens: self.profile.kv_pool_tokens,
-            flags: ctxbench_client::client::family_of_server(&self.profile.server_kind)
+            flags: ctxbench_client::family_of_server(&self.profile.server_kind)
                 .map(|f| f.capacity_flags())
                 .unwrap_or_default(),
         }
@@ -566,7 +566,7 @@ async fn adopt_tokenizer(p: &mut ServerProfile, url: &str) -> Result<(), Session
         .into());
     }
     let h = Http::new(url, None, None).map_err(UsageError::Invalid)?;
-    ctxbench_client::client::openai::adopt_tokenizer(p, &h)
+    ctxbench_client::openai::adopt_tokenizer(p, &h)
         .await
         .map_err(|e| UsageError::Invalid(e.to_string()).into())
 }
@@ -767,7 +767,7 @@ async fn idle_check(
     }
     let fam = profile.detected.or(Some(profile.backend)).and_then(family);
     // Dynamo's frontend is spoken to as a generic OpenAI server; its gauges are its own.
-    let sources = ctxbench_client::client::dynamo::busy_sources(&profile.server_kind)
+    let sources = ctxbench_client::dynamo::busy_sources(&profile.server_kind)
         .unwrap_or_else(|| fam.map_or(&[][..], |f| f.busy_sources()));
     // The finished-work counter, if the page carries one (read from a scrape's values).
     let mut counter = None;
@@ -778,9 +778,9 @@ async fn idle_check(
         let d = ctxbench_client::metrics::deltas(
             &Default::default(),
             &snap,
-            &ctxbench_client::client::kept_metric_names(),
+            &ctxbench_client::kept_metric_names(),
         );
-        counter = ctxbench_client::client::metrics_vocabularies()
+        counter = ctxbench_client::metrics_vocabularies()
             .find_map(|v| v.served(&d))
             .map(|s| s.counter);
     }
@@ -894,7 +894,7 @@ async fn open_fleet(
             profile.server_kind
         )
     });
-    r.meaning = ctxbench_client::client::router::meaning(r, reachable, &family);
+    r.meaning = ctxbench_client::router::meaning(r, reachable, &family);
     if reachable == 0 {
         return Ok(None);
     }
@@ -938,7 +938,7 @@ async fn fanout_flush(
         }
         Err(e) => (0, e.to_string()),
     };
-    ctxbench_client::client::router::judge_fanout_flush(status, &body, workers)
+    ctxbench_client::router::judge_fanout_flush(status, &body, workers)
 }
 
 /// The measuring loop's settings; flush, metrics and the nonce's end are set once known.
@@ -1000,7 +1000,7 @@ async fn warm_up(
     if !server_adds_bos {
         warm.server_added = 0;
     }
-    let chat = profile.endpoint.as_deref() == Some(ctxbench_client::client::openai::CHAT);
+    let chat = profile.endpoint.as_deref() == Some(ctxbench_client::openai::CHAT);
     let template_note = match (chat, server_adds_bos) {
         (true, false) => Some("chat template: its tokens are inside every length (calibration aims usage.prompt_tokens, template included, at the target)".to_owned()),
         (true, true) => Some(format!(
@@ -1046,7 +1046,7 @@ async fn cache_evidence_from_metrics(
     let d = ctxbench_client::metrics::deltas(
         &Default::default(),
         &snap,
-        &ctxbench_client::client::kept_metric_names(),
+        &ctxbench_client::kept_metric_names(),
     );
     if crate::sample::metrics_cache_evidence(&d).is_some() {
         profile.reports_cached_tokens = Some(true);

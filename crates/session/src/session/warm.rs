@@ -3,7 +3,7 @@
 
 use crate::bench::warm_steps::WarmSettings;
 use crate::bench::{self, RunCtx, Tally};
-use ctxbench_client::client::{family, ServerProfile};
+use ctxbench_client::{family, ServerProfile};
 use ctxbench_schema::error::{RecordError, UsageError};
 use ctxbench_schema::warm::{WarmConfig, WarmMode};
 
@@ -23,8 +23,8 @@ pub fn check(
         ));
     }
     let tiered = [
-        ctxbench_client::client::BackendKind::Llamacpp,
-        ctxbench_client::client::BackendKind::Sglang,
+        ctxbench_client::BackendKind::Llamacpp,
+        ctxbench_client::BackendKind::Sglang,
     ];
     if w.mode == WarmMode::Tiers && !tiered.contains(&profile.backend) {
         return bad(format!(
@@ -32,7 +32,7 @@ pub fn check(
             profile.server_kind,
             profile.backend.as_str(),
             match profile.detected {
-                Some(ctxbench_client::client::BackendKind::Sglang) => " (or --backend sglang)",
+                Some(ctxbench_client::BackendKind::Sglang) => " (or --backend sglang)",
                 _ => "",
             }
         ));

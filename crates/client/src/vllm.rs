@@ -119,8 +119,8 @@ impl super::Family for Family {
     }
 
     /// Its scheduler's gauges on `/metrics` (always on).
-    fn busy_sources(&self) -> &'static [crate::client::busy::BusySource] {
-        &[crate::client::busy::BusySource::MetricsGauges(&[
+    fn busy_sources(&self) -> &'static [crate::busy::BusySource] {
+        &[crate::busy::BusySource::MetricsGauges(&[
             "vllm:num_requests_running",
             "vllm:num_requests_waiting",
         ])]
@@ -168,11 +168,11 @@ impl MetricsVocabulary for Metrics {
     }
 
     /// Finished requests, over every `finished_reason` label.
-    fn served(&self, d: &BTreeMap<String, f64>) -> Option<crate::client::busy::Served> {
+    fn served(&self, d: &BTreeMap<String, f64>) -> Option<crate::busy::Served> {
         let counter = "vllm:request_success_total";
-        Some(crate::client::busy::Served {
+        Some(crate::busy::Served {
             counter,
-            unit: crate::client::busy::ServedUnit::Requests,
+            unit: crate::busy::ServedUnit::Requests,
             count: sum(d, counter)?,
         })
     }
@@ -318,7 +318,7 @@ mod tests {
     /// Speculative statistics as a sample reads them: in the first vocabulary whose names
     /// the deltas carry.
     fn spec_from_deltas(d: &BTreeMap<String, f64>) -> Option<SpecStats> {
-        crate::client::metrics_vocabularies()
+        crate::metrics_vocabularies()
             .find_map(|v| v.spec(d))
             .flatten()
     }
@@ -331,11 +331,11 @@ mod tests {
     #[test]
     fn a_refused_reset_is_busy_and_a_confirmed_one_is_done() {
         let busy = recorded_body(include_str!(
-            "../../../../tests/fixtures/recorded/vllm-0.32.0/reset_prefix_cache_busy.json"
+            "../../../tests/fixtures/recorded/vllm-0.32.0/reset_prefix_cache_busy.json"
         ));
         assert!(matches!(reset_answer(&busy), Err(ClientError::Busy { .. })));
         let idle = recorded_body(include_str!(
-            "../../../../tests/fixtures/recorded/vllm-0.32.0/reset_prefix_cache_idle.json"
+            "../../../tests/fixtures/recorded/vllm-0.32.0/reset_prefix_cache_idle.json"
         ));
         assert_eq!(reset_answer(&idle).unwrap(), "vllm /reset_prefix_cache");
         assert!(reset_answer("").unwrap().contains("unconfirmed"));
@@ -370,7 +370,7 @@ vllm:cache_config_info{block_size="16",num_gpu_blocks="1000",engine="0"} 1.0
                 .replace("} 20.0", "} 44.0"),
         )
         .unwrap();
-        let d = deltas(&before, &after, &crate::client::kept_metric_names());
+        let d = deltas(&before, &after, &crate::kept_metric_names());
         assert_eq!(
             d.get("vllm:prompt_tokens_total{engine=\"0\",model_name=\"m\"}"),
             Some(&1024.0)
@@ -387,7 +387,7 @@ vllm:cache_config_info{block_size="16",num_gpu_blocks="1000",engine="0"} 1.0
     #[test]
     fn no_spec_counters_or_no_drafts_means_no_spec_stats() {
         let s = parse(VLLM_BEFORE).unwrap();
-        assert!(spec_from_deltas(&deltas(&s, &s, &crate::client::kept_metric_names())).is_none());
+        assert!(spec_from_deltas(&deltas(&s, &s, &crate::kept_metric_names())).is_none());
         let plain =
             parse("# TYPE llamacpp:prompt_tokens_total counter\nllamacpp:prompt_tokens_total 5\n")
                 .unwrap();
@@ -395,9 +395,6 @@ vllm:cache_config_info{block_size="16",num_gpu_blocks="1000",engine="0"} 1.0
             plain.counters.get("llamacpp:prompt_tokens_total"),
             Some(&5.0)
         );
-        assert!(
-            spec_from_deltas(&deltas(&plain, &plain, &crate::client::kept_metric_names()))
-                .is_none()
-        );
+        assert!(spec_from_deltas(&deltas(&plain, &plain, &crate::kept_metric_names())).is_none());
     }
 }

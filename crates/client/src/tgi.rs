@@ -98,8 +98,8 @@ impl super::Family for Family {
     }
 
     /// Its router's batch and queue gauges on `/metrics` (always on).
-    fn busy_sources(&self) -> &'static [crate::client::busy::BusySource] {
-        &[crate::client::busy::BusySource::MetricsGauges(&[
+    fn busy_sources(&self) -> &'static [crate::busy::BusySource] {
+        &[crate::busy::BusySource::MetricsGauges(&[
             "tgi_batch_current_size",
             "tgi_queue_size",
         ])]

@@ -1421,7 +1421,7 @@ mod tests {
     #[test]
     fn recorded_vllm_server_decode_rate_excludes_prefill() {
         let fx: Value = serde_json::from_str(include_str!(
-            "../../../../tests/fixtures/recorded/vllm-0.32.0/completions_stream.json"
+            "../../../tests/fixtures/recorded/vllm-0.32.0/completions_stream.json"
         ))
         .unwrap();
         let body = fx["response"]["body_text"].as_str().unwrap();

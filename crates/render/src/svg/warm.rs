@@ -6,7 +6,7 @@
 use plotters::prelude::*;
 
 use super::{color, frame, legend, line_key, lx, perr, Plot, SIZE};
-use crate::render::RenderError;
+use crate::RenderError;
 use ctxbench_stats::report::Report;
 use ctxbench_stats::stats::warm::AppendCell;
 use ctxbench_stats::stats::Spread;

@@ -365,10 +365,10 @@ impl super::Family for Family {
     }
 
     /// `/slots` (on by default, off with `--no-slots`), else the `--metrics` gauges.
-    fn busy_sources(&self) -> &'static [crate::client::busy::BusySource] {
+    fn busy_sources(&self) -> &'static [crate::busy::BusySource] {
         &[
-            crate::client::busy::BusySource::Endpoint(&SLOTS),
-            crate::client::busy::BusySource::MetricsGauges(&[
+            crate::busy::BusySource::Endpoint(&SLOTS),
+            crate::busy::BusySource::MetricsGauges(&[
                 "llamacpp:requests_processing",
                 "llamacpp:requests_deferred",
             ]),
@@ -398,14 +398,11 @@ impl MetricsVocabulary for Metrics {
 
     /// llama.cpp counts no requests; its generated tokens are counted as each slot is
     /// released, before the final answer is sent.
-    fn served(
-        &self,
-        d: &std::collections::BTreeMap<String, f64>,
-    ) -> Option<crate::client::busy::Served> {
+    fn served(&self, d: &std::collections::BTreeMap<String, f64>) -> Option<crate::busy::Served> {
         let counter = "llamacpp:tokens_predicted_total";
-        Some(crate::client::busy::Served {
+        Some(crate::busy::Served {
             counter,
-            unit: crate::client::busy::ServedUnit::GeneratedTokens,
+            unit: crate::busy::ServedUnit::GeneratedTokens,
             count: crate::metrics::sum(d, counter)?,
         })
     }
@@ -413,7 +410,7 @@ impl MetricsVocabulary for Metrics {
 
 /// llama.cpp `GET /slots`: `is_processing` per slot, and the task each slot last took
 /// (`id_task`). Off with `--no-slots` (501).
-pub const SLOTS: crate::client::busy::BusyEndpoint = crate::client::busy::BusyEndpoint {
+pub const SLOTS: crate::busy::BusyEndpoint = crate::busy::BusyEndpoint {
     path: "/slots",
     describe: "GET /slots (is_processing, and the task each slot took)",
     parse: parse_slots,
@@ -425,9 +422,9 @@ pub const SLOTS: crate::client::busy::BusyEndpoint = crate::client::busy::BusyEn
 };
 
 /// Parses llama.cpp's `/slots` answer.
-pub fn parse_slots(v: &Value) -> Option<crate::client::busy::Reading> {
+pub fn parse_slots(v: &Value) -> Option<crate::busy::Reading> {
     let slots = v.as_array()?;
-    let mut r = crate::client::busy::Reading::default();
+    let mut r = crate::busy::Reading::default();
     for s in slots {
         if s.get("is_processing").and_then(Value::as_bool) == Some(true) {
             r.active += 1;

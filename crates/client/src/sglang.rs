@@ -180,10 +180,10 @@ impl super::Family for Family {
     }
 
     /// `/v1/loads` (SGLang 0.5 and later), else the `--enable-metrics` gauges.
-    fn busy_sources(&self) -> &'static [crate::client::busy::BusySource] {
+    fn busy_sources(&self) -> &'static [crate::busy::BusySource] {
         &[
-            crate::client::busy::BusySource::Endpoint(&LOADS),
-            crate::client::busy::BusySource::MetricsGauges(&[
+            crate::busy::BusySource::Endpoint(&LOADS),
+            crate::busy::BusySource::MetricsGauges(&[
                 "sglang:num_running_reqs",
                 "sglang:num_queue_reqs",
             ]),
@@ -208,14 +208,11 @@ impl MetricsVocabulary for Metrics {
     }
 
     /// Finished requests (each counted once as it completes).
-    fn served(
-        &self,
-        d: &std::collections::BTreeMap<String, f64>,
-    ) -> Option<crate::client::busy::Served> {
+    fn served(&self, d: &std::collections::BTreeMap<String, f64>) -> Option<crate::busy::Served> {
         let counter = "sglang:num_requests_total";
-        Some(crate::client::busy::Served {
+        Some(crate::busy::Served {
             counter,
-            unit: crate::client::busy::ServedUnit::Requests,
+            unit: crate::busy::ServedUnit::Requests,
             count: sum(d, counter)?,
         })
     }
@@ -498,7 +495,7 @@ pub async fn flush_cache(http: &Http) -> Result<String, ClientError> {
 
 /// SGLang `GET /v1/loads?include=core`: `num_running_reqs` + `num_waiting_reqs` per
 /// data-parallel rank.
-pub const LOADS: crate::client::busy::BusyEndpoint = crate::client::busy::BusyEndpoint {
+pub const LOADS: crate::busy::BusyEndpoint = crate::busy::BusyEndpoint {
     path: "/v1/loads?include=core",
     describe: "GET /v1/loads (num_running_reqs + num_waiting_reqs)",
     parse: parse_loads,
@@ -507,14 +504,14 @@ pub const LOADS: crate::client::busy::BusyEndpoint = crate::client::busy::BusyEn
 };
 
 /// Parses SGLang's `/v1/loads` answer (`loads[]`, one per data-parallel rank).
-pub fn parse_loads(v: &Value) -> Option<crate::client::busy::Reading> {
+pub fn parse_loads(v: &Value) -> Option<crate::busy::Reading> {
     let loads = v.get("loads")?.as_array()?;
     let mut active = 0;
     for l in loads {
         let n = |k: &str| l.get(k).and_then(Value::as_u64);
         active += n("num_running_reqs")? + n("num_waiting_reqs").unwrap_or(0);
     }
-    Some(crate::client::busy::Reading {
+    Some(crate::busy::Reading {
         active,
         tasks: std::collections::BTreeMap::new(),
     })

@@ -152,10 +152,10 @@ mod tests {
             {"id": 1, "is_processing": false, "id_task": 7},
             {"id": 2, "is_processing": false}
         ]);
-        let r = crate::client::llamacpp::parse_slots(&v).unwrap();
+        let r = crate::llamacpp::parse_slots(&v).unwrap();
         assert_eq!(r.active, 1);
         assert_eq!(r.tasks, BTreeMap::from([(0, 12), (1, 7)]));
-        assert!(crate::client::llamacpp::parse_slots(&json!({"error": "x"})).is_none());
+        assert!(crate::llamacpp::parse_slots(&json!({"error": "x"})).is_none());
     }
 
     #[test]
@@ -164,8 +164,8 @@ mod tests {
             {"dp_rank": 0, "num_running_reqs": 1, "num_waiting_reqs": 2},
             {"dp_rank": 1, "num_running_reqs": 0, "num_waiting_reqs": 0}
         ]});
-        assert_eq!(crate::client::sglang::parse_loads(&v).unwrap().active, 3);
-        assert!(crate::client::sglang::parse_loads(&json!({"loads": [{}]})).is_none());
+        assert_eq!(crate::sglang::parse_loads(&v).unwrap().active, 3);
+        assert!(crate::sglang::parse_loads(&json!({"loads": [{}]})).is_none());
     }
 
     #[test]
