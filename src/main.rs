@@ -61,6 +61,10 @@ fn main() -> ExitCode {
             Command::Sweep(args) if args.server_cmd.is_some() => {
                 cmd::campaign::run(*args, rx).await
             }
+            Command::Sweep(args) if cmd::corpora::split(&args.corpus).len() > 1 => {
+                let corpora = cmd::corpora::split(&args.corpus);
+                cmd::corpora::run(*args, corpora, rx).await
+            }
             Command::Sweep(args) => sweep::run(*args, rx).await,
             Command::Overhead(args) => cmd::overhead::run(args).await.map(|()| Ending::Complete),
             Command::Report(args) => cmd::report::run(&args).map(|()| Ending::Complete),

@@ -121,7 +121,7 @@ fn print_plan(
         writeln!(
             out,
             "{:>8}  {:>5}  {:>13}  {:>13}  {:>15}",
-            ctxbench_render::fmt_ctx(c),
+            ctxbench_schema::units::fmt_ctx(c),
             reps,
             prompt.len() as u64 + builder.server_added(),
             body_bytes,
@@ -200,7 +200,7 @@ pub fn prediction(contexts: &[u64], levels: &[u32], output: u32, limits: &Limits
     let _ = writeln!(s);
     let mut why = Vec::new();
     for &ctx in contexts {
-        let _ = write!(s, "{:>8}", ctxbench_render::fmt_ctx(ctx));
+        let _ = write!(s, "{:>8}", ctxbench_schema::units::fmt_ctx(ctx));
         for &c in levels {
             let fit = limits.predict(ctx, output, c);
             let _ = write!(s, "  {:>6}", fit.word());

@@ -5,8 +5,8 @@ use std::io::IsTerminal;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use ctxbench_render::fmt_ctx;
 use ctxbench_schema::record::{Sample, Status};
+use ctxbench_schema::units::fmt_ctx;
 use ctxbench_session::bench::{Observer, PointRecord};
 
 /// A progress bar on a terminal, one line per sample otherwise (CI logs).

@@ -20,12 +20,9 @@ use ctxbench_stats::stats;
 use crate::cmd::progress::Terminal;
 use crate::cmd::Ending;
 
-/// Runs a sweep; the interrupt receiver turns true on Ctrl-C.
+/// Runs a sweep of one corpus (several are `cmd::corpora`'s); the interrupt receiver turns
+/// true on Ctrl-C.
 pub async fn run(args: SweepArgs, interrupt: tokio::sync::watch::Receiver<bool>) -> Result<Ending> {
-    let corpora = crate::cmd::corpora::split(&args.corpus);
-    if corpora.len() > 1 {
-        return crate::cmd::corpora::run(args, corpora, interrupt).await;
-    }
     // Every option is checked before anything is read, written or sent.
     let plan = crate::cmd::sweep_options::plan(&args)?;
     run_plan(plan, interrupt).await

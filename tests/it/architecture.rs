@@ -141,3 +141,94 @@ fn the_crates_that_build_reports_reach_no_async_runtime_or_http_client() {
         }
     }
 }
+
+mod imports;
+
+/// Every crate's source folder: `crates/*/src` and the binary's `src`.
+fn source_folders() -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<_> = std::fs::read_dir(root().join("crates"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("src"))
+        .collect();
+    dirs.push(root().join("src"));
+    dirs.sort();
+    dirs
+}
+
+#[test]
+fn no_two_modules_of_a_crate_import_each_other_counting_inline_paths() {
+    let mut found = Vec::new();
+    for src in source_folders() {
+        let g = imports::graph(&src);
+        assert!(!g.files.is_empty(), "{}: no modules read", src.display());
+        if std::env::var_os("CTXBENCH_IMPORTS_DEBUG").is_some() {
+            eprintln!("{}: {:#?}", src.display(), g.edges);
+        }
+        for lp in imports::loops(&g) {
+            let detail: Vec<String> = lp
+                .iter()
+                .map(|m| {
+                    let to: Vec<&str> = g.edges[m]
+                        .iter()
+                        .filter(|t| lp.contains(t))
+                        .map(|t| if t.is_empty() { "(root)" } else { t.as_str() })
+                        .collect();
+                    format!(
+                        "{} -> {}",
+                        if m.is_empty() { "(root)" } else { m },
+                        to.join(", ")
+                    )
+                })
+                .collect();
+            found.push(format!("{}: {}", src.display(), detail.join("; ")));
+        }
+    }
+    assert!(found.is_empty(), "import loops:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_import_check_sees_a_loop_through_inline_paths_and_groups() {
+    // Guards the check against a reader that finds nothing: a loop written only with an
+    // inline `crate::` path and a `use super::{…}` group, with decoys in strings and comments;
+    // a test module reaching back into its file is no loop (nothing imports a test module).
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir(src.join("a")).unwrap();
+    std::fs::write(
+        src.join("lib.rs"),
+        "pub mod a;\npub mod b;\npub fn f() {}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("a.rs"),
+        "pub mod c;\n// crate::b::g()\nfn x() { let _ = \"crate::b\"; crate::b::g(); }\n\
+         #[cfg(test)]\nmod tests { fn t() { super::x(); } }\n",
+    )
+    .unwrap();
+    std::fs::write(src.join("b.rs"), "pub fn g() {}\n").unwrap();
+    std::fs::write(src.join("a/c.rs"), "use super::{super::b, x};\n").unwrap();
+    let g = imports::graph(src);
+    assert!(imports::loops(&g).is_empty(), "{:?}", g.edges);
+    assert!(g.edges["a"].contains("b"), "{:?}", g.edges);
+    assert!(g.edges["a::c"].contains("a"), "{:?}", g.edges);
+    assert!(g.edges["a::tests"].contains("a"), "{:?}", g.edges);
+    // Now b calls back into a inline: a loop.
+    std::fs::write(src.join("b.rs"), "pub fn g() { crate::a::x(); }\n").unwrap();
+    let g = imports::graph(src);
+    assert_eq!(
+        imports::loops(&g),
+        vec![vec!["a".to_owned(), "b".to_owned()]]
+    );
+    // A child naming its parent's item through the root is a loop with the root.
+    std::fs::write(src.join("b.rs"), "pub fn g() { crate::f(); }\n").unwrap();
+    std::fs::write(
+        src.join("lib.rs"),
+        "pub mod a;\npub mod b;\npub fn f() { b::g() }\n",
+    )
+    .unwrap();
+    let g = imports::graph(src);
+    assert_eq!(
+        imports::loops(&g),
+        vec![vec![String::new(), "b".to_owned()]]
+    );
+}

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Http, Scraper};
+use crate::http::Http;
+
+use crate::scrape::Scraper;
 use ctxbench_schema::error::ClientError;
 
 /// Where a family's server says whether it is working on requests.

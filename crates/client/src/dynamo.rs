@@ -116,8 +116,9 @@ pub fn failure_hint(server_kind: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::BackendKind;
     use crate::family::Answers;
-    use crate::{BackendKind, ServerProfile};
+    use crate::family::ServerProfile;
     use async_trait::async_trait;
     use ctxbench_schema::error::ClientError;
 
@@ -186,7 +187,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_model_it_does_not_serve_is_named_not_taken_for_a_chat_only_server() {
-        use crate::Family as _;
+        use crate::family::Family as _;
         let s = Server::new(&Recorded);
         let mut p = ServerProfile::new("http://h:1".into(), BackendKind::Openai);
         p.model = Some("no-such-model".into());
@@ -224,7 +225,7 @@ mod tests {
 
     #[test]
     fn its_recorded_engine_failures_are_named_and_a_miss_is_not() {
-        let http = crate::Http::new("http://127.0.0.1:1", None, None).unwrap();
+        let http = crate::http::Http::new("http://127.0.0.1:1", None, None).unwrap();
         let mut o = crate::openai::OpenAi::new(http, None, None, None);
         o.failure_hint = failure_hint(SERVER);
         // 500 to a 9001-token prompt on a mocker of context 8192.

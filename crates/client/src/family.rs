@@ -16,7 +16,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use super::tokenize::{TextTokenizer, TokenizeDialect};
-use super::{Backend, BackendKind, Http};
+use crate::backend::Backend;
+use crate::backend::BackendKind;
+use crate::http::Http;
 use ctxbench_schema::error::{ClientError, UsageError};
 use ctxbench_schema::record::SpecStats;
 
@@ -352,10 +354,9 @@ impl From<&ServerProfile> for ctxbench_schema::record::ServerInfo {
             flush_check: None,
             // Known once the session has tried the server's busy signals.
             idle_check: None,
-            // The family's own words, for the capacity map's advice in reports.
-            capacity_flags: super::family_of_server(server_kind)
-                .map(|f| f.capacity_flags())
-                .filter(|f| *f != CapacityFlags::default()),
+            // The family's own words, for the capacity map's advice in reports: the registry
+            // knows which family the server kind names (`ctxbench_client::server_info`).
+            capacity_flags: None,
             flush_available: None,
             tokenizer: tokenizer.as_ref().map(tokenizer_info),
             endpoint: endpoint.clone(),
@@ -598,20 +599,7 @@ mod tests {
     /// plus what the conversion adds that the profile does not hold (the family's capacity
     /// advice, checked on its own below).
     fn round_trip(p: &ServerProfile) -> ServerInfo {
-        let mut info: ServerInfo =
-            serde_json::from_value(serde_json::to_value(p).unwrap()).unwrap();
-        info.capacity_flags = ServerInfo::from(p).capacity_flags;
-        info
-    }
-
-    #[test]
-    fn the_header_records_the_familys_capacity_advice_and_none_without_one() {
-        let vllm = ServerInfo::from(&every_field_set());
-        let f = vllm.capacity_flags.unwrap();
-        assert!(f.kv_pool.unwrap().contains("--gpu-memory-utilization"));
-        let mut p = every_field_set();
-        p.server_kind = "tgi".into();
-        assert_eq!(ServerInfo::from(&p).capacity_flags, None);
+        serde_json::from_value(serde_json::to_value(p).unwrap()).unwrap()
     }
 
     fn every_field_set() -> ServerProfile {

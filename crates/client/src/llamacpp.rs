@@ -16,11 +16,17 @@ use super::family::{ConnectOptions, FamilyId, Server, ServerProfile};
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::tokenize::{tokenize, TokenizeDialect};
-use super::Http;
-use super::OnceOutcome;
-use super::SpecStats;
-use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
+use crate::backend::Backend;
+use crate::backend::BackendKind;
+use crate::backend::GenOutcome;
+use crate::backend::GenRequest;
+use crate::backend::OnceOutcome;
+use crate::http::Http;
+use crate::timings::get_u64;
+use crate::timings::llamacpp_timings;
 use ctxbench_schema::error::{ClientError, UsageError};
+use ctxbench_schema::record::Counts;
+use ctxbench_schema::record::SpecStats;
 
 /// The llama.cpp native protocol.
 #[derive(Debug, Clone)]
@@ -176,7 +182,7 @@ impl EventReader for CompletionReader {
                 cached_tokens: cached,
                 cached_host_tokens: None,
             };
-            self.got.spec = timings.as_ref().and_then(super::llamacpp_spec);
+            self.got.spec = timings.as_ref().and_then(crate::timings::llamacpp_spec);
             self.got.timings = timings;
             self.got.finish_reason = v
                 .get("stop_type")
@@ -258,7 +264,7 @@ fn body(req: &GenRequest, stream: bool) -> Result<Value, ClientError> {
 pub struct Family;
 
 #[async_trait]
-impl super::Family for Family {
+impl crate::family::Family for Family {
     fn id(&self) -> FamilyId {
         FamilyId::new(
             BackendKind::Llamacpp,

@@ -16,16 +16,24 @@ use super::family::{ConnectOptions, FamilyId, LengthPolicy, Server, ServerProfil
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::textprompt::{CalibratedText, CALIBRATED_TOLERANCE, CALIBRATION_ROUNDS};
-use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest, Http};
-use super::{OnceOutcome, ServerTimings};
+use crate::backend::Backend;
+use crate::backend::BackendKind;
+use crate::backend::GenOutcome;
+use crate::backend::GenRequest;
+use crate::backend::OnceOutcome;
+use crate::http::Http;
+use crate::timings::get_f64;
+use crate::timings::get_u64;
 use ctxbench_schema::error::{ClientError, UsageError};
+use ctxbench_schema::record::Counts;
+use ctxbench_schema::record::ServerTimings;
 
 /// Ollama: recognised by `/api/version`.
 #[derive(Debug, Clone, Copy)]
 pub struct Family;
 
 #[async_trait]
-impl super::Family for Family {
+impl crate::family::Family for Family {
     fn id(&self) -> FamilyId {
         FamilyId::new(
             BackendKind::Ollama,

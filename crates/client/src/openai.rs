@@ -33,9 +33,18 @@ use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::textprompt::{CalibratedText, CALIBRATED_TOLERANCE, CALIBRATION_ROUNDS};
 use super::tokenize::{parse_token_list, tokenize};
-use super::{get_u64, llamacpp_timings, Backend, BackendKind, Counts, GenOutcome, GenRequest};
-use super::{Http, OnceOutcome, ServerTimings, SpecStats};
+use crate::backend::Backend;
+use crate::backend::BackendKind;
+use crate::backend::GenOutcome;
+use crate::backend::GenRequest;
+use crate::backend::OnceOutcome;
+use crate::http::Http;
+use crate::timings::get_u64;
+use crate::timings::llamacpp_timings;
 use ctxbench_schema::error::{ClientError, UsageError};
+use ctxbench_schema::record::Counts;
+use ctxbench_schema::record::ServerTimings;
+use ctxbench_schema::record::SpecStats;
 
 // Their old path, still named by callers outside client/ (the probe's tests).
 pub use super::tokenize::{TextTokenizer, TokenizeDialect};
@@ -46,7 +55,7 @@ pub use super::tokenize::{TextTokenizer, TokenizeDialect};
 pub struct Family;
 
 #[async_trait]
-impl super::Family for Family {
+impl crate::family::Family for Family {
     fn id(&self) -> FamilyId {
         FamilyId::new(
             BackendKind::Openai,
@@ -218,7 +227,8 @@ pub const CHAT: &str = "/v1/chat/completions";
 pub const COMPLETIONS: &str = "/v1/completions";
 
 /// Which OpenAI generation path to use (`--endpoint`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum EndpointChoice {
     /// `/v1/completions`, or `/v1/chat/completions` when the server has no completions.
@@ -284,7 +294,7 @@ pub async fn adopt_tokenizer(
             hint: "no tokenizer endpoint pair answered there (tried /tokenize+/detokenize, /v1/tokenize+/v1/detokenize, /extras/tokenize+/extras/detokenize)".to_owned(),
         });
     };
-    t.url = Some(crate::probe::redact_url(tokenizer_http.base()));
+    t.url = Some(crate::http::redact_url(tokenizer_http.base()));
     t.model = model;
     let takes_ids = p
         .token_id_test
@@ -529,7 +539,7 @@ pub struct OpenAi {
     /// What this backend had to do that the run header should say (counts' sources).
     notes: Mutex<Vec<String>>,
     /// The family the probe recognised behind this protocol, whose flush is kept (see
-    /// [`super::Family::flush`]).
+    /// [`crate::family::Family::flush`]).
     pub flush_with: Option<BackendKind>,
     /// What a 5xx or an error event in a stream may mean on this server, added to its
     /// message (a frontend that does not pass its engine's reason on: Dynamo).
@@ -603,7 +613,7 @@ impl OpenAi {
         let body = self.body_of(json!("Hello"), 2, true);
         let timeout = Duration::from_secs(120);
         if streamed {
-            let timeouts = super::Timeouts {
+            let timeouts = crate::backend::Timeouts {
                 request: timeout,
                 stall: timeout,
             };
@@ -974,7 +984,7 @@ impl EventReader for CompletionsReader {
                 cached_host_tokens: None,
             };
             self.got.spec =
-                usage_spec(u).or_else(|| timings.as_ref().and_then(super::llamacpp_spec));
+                usage_spec(u).or_else(|| timings.as_ref().and_then(crate::timings::llamacpp_spec));
             self.got.timings = timings;
         }
         Ok(EventInfo {
@@ -1058,7 +1068,7 @@ impl Backend for OpenAi {
     async fn flush(&self) -> Result<String, ClientError> {
         // Unrecognised: the generic family's flush, which is none.
         let f = self.flush_with.and_then(super::family).unwrap_or(&Family);
-        super::Family::flush(f, &self.http).await
+        crate::family::Family::flush(f, &self.http).await
     }
 
     async fn tokenize(&self, text: &str) -> Result<Vec<u32>, ClientError> {
@@ -1091,8 +1101,8 @@ impl Backend for OpenAi {
     /// names (or, if it names none, without every optional field). A refusal that no
     /// change cures is returned as it is. Fields that were given up are named, with the
     /// server's words and their cost, in the notes.
-    async fn negotiate(&self) -> Result<super::Negotiated, ClientError> {
-        let mut out = super::Negotiated::default();
+    async fn negotiate(&self) -> Result<crate::backend::Negotiated, ClientError> {
+        let mut out = crate::backend::Negotiated::default();
         for streamed in [true, false] {
             for _ in 0..NEGOTIATION_ROUNDS {
                 let err = match self.try_dialect(streamed).await {

@@ -5,8 +5,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::backend::BackendKind;
+use crate::family;
+use crate::family::Family;
+use crate::family::ServerProfile;
 use crate::family::{Answers, Server};
-use crate::{family, get_u64, BackendKind, Family, ServerProfile, FAMILIES};
+use crate::http::redact_url;
+use crate::timings::get_u64;
+use crate::FAMILIES;
 use ctxbench_schema::error::{ClientError, UsageError};
 
 /// Why probing failed: the server could not be read, or the options do not fit it.
@@ -198,21 +204,6 @@ async fn wait_until_ready(
             told = true;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// Removes `user:password@` from a URL before it is recorded anywhere.
-pub fn redact_url(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = match rest.find('/') {
-                Some(i) => rest.split_at(i),
-                None => (rest, ""),
-            };
-            let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-            format!("{scheme}://{host}{path}")
-        }
-        None => url.to_owned(),
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::metrics::{parse, Snapshot};
 use ctxbench_schema::error::ClientError;
 
-use super::Http;
+use crate::http::Http;
 
 /// Where metrics are scraped from.
 #[derive(Debug, Clone)]

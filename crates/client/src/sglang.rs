@@ -17,10 +17,18 @@ use super::family::{CapacityFlags, MetricsVocabulary};
 use super::stream::{event_json, in_stream_error, EventInfo, EventReader, Framing, Gathered};
 use super::stream::{generate_streamed, generate_unstreamed, StreamEvent};
 use super::tokenize::{tokenize, TokenizeDialect};
-use super::{get_f64, get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest};
-use super::{Http, ServerTimings, SpecStats};
+use crate::backend::Backend;
+use crate::backend::BackendKind;
+use crate::backend::GenOutcome;
+use crate::backend::GenRequest;
+use crate::http::Http;
 use crate::metrics::sum;
+use crate::timings::get_f64;
+use crate::timings::get_u64;
 use ctxbench_schema::error::{ClientError, UsageError};
+use ctxbench_schema::record::Counts;
+use ctxbench_schema::record::ServerTimings;
+use ctxbench_schema::record::SpecStats;
 
 /// SGLang: recognised by its server args at `/server_info` (or the older
 /// `/get_server_info`), or by `owned_by "sglang"` in `/v1/models`.
@@ -44,7 +52,7 @@ fn is_server_info(v: &Value) -> bool {
 }
 
 #[async_trait]
-impl super::Family for Family {
+impl crate::family::Family for Family {
     fn id(&self) -> FamilyId {
         FamilyId::new(
             BackendKind::Sglang,
@@ -439,7 +447,10 @@ impl Backend for Sglang {
         .await
     }
 
-    async fn generate_once(&self, req: &GenRequest) -> Result<super::OnceOutcome, ClientError> {
+    async fn generate_once(
+        &self,
+        req: &GenRequest,
+    ) -> Result<crate::backend::OnceOutcome, ClientError> {
         let reader = GenerateReader::default();
         generate_unstreamed(
             &self.http,

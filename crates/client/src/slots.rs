@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{get_u64, Http};
+use crate::timings::get_u64;
+
+use crate::http::Http;
 use ctxbench_schema::error::ClientError;
 
 /// What a slot save or restore answered.

@@ -9,8 +9,15 @@ use futures_util::StreamExt;
 pub use super::event::StreamEvent;
 use super::ndjson::NdjsonParser;
 use super::sse::SseParser;
-use super::{Counts, GenOutcome, Http, OnceOutcome, ServerTimings, SpecStats, Timeouts};
+use crate::backend::OnceOutcome;
+use crate::backend::Timeouts;
+use crate::backend::{GenOutcome, StreamStats, MAX_TOKEN_TIMES};
+use crate::http::Http;
 use ctxbench_schema::error::ClientError;
+use ctxbench_schema::fingerprint::Generated;
+use ctxbench_schema::record::Counts;
+use ctxbench_schema::record::ServerTimings;
+use ctxbench_schema::record::SpecStats;
 
 /// What a protocol's reader gathered from a stream or from a single answer.
 #[derive(Debug, Clone, Default)]
@@ -30,7 +37,6 @@ pub struct Gathered {
 }
 
 /// The generated output of one request (defined with the fingerprints that hash it).
-pub use ctxbench_schema::fingerprint::Generated;
 
 /// One protocol's reading of its answers. Every API gives its non-streamed answer the shape
 /// of its stream's final event, so one reader serves `generate` and `generate_once`.
@@ -101,61 +107,6 @@ pub struct EventInfo {
     pub is_final: bool,
     /// The stream is over (`[DONE]` or a final record on APIs without `[DONE]`).
     pub ends_stream: bool,
-}
-
-/// Client-side timing of one streamed request.
-#[derive(Debug, Clone)]
-pub struct StreamStats {
-    /// Just before the request was written.
-    pub t_sent: Instant,
-    /// Arrival of the first byte of the response body... or of headers if the body was empty.
-    pub t_first_byte: Option<Instant>,
-    /// Arrival of the chunk that completed the first token-carrying event.
-    pub t_first_token: Option<Instant>,
-    /// Arrival of the chunk that completed the last token-carrying event.
-    pub t_last_token: Option<Instant>,
-    /// When the stream ended.
-    pub t_end: Instant,
-    /// SSE events received.
-    pub events: usize,
-    /// Events that carried at least one generated token.
-    pub token_events: usize,
-    /// Token-carrying events that arrived in the same read as the first one: when most of
-    /// the stream arrives at once (client descheduled, proxy buffering), arrival times no
-    /// longer time the decode.
-    pub first_read_token_events: usize,
-    /// Body bytes received.
-    pub bytes: usize,
-    /// Whether the final record arrived.
-    pub saw_final: bool,
-    /// Arrival of each token-carrying event, in order (at most [`MAX_TOKEN_TIMES`]): a
-    /// concurrent wave counts each request's tokens inside the window where all decoded.
-    pub token_times: Vec<Instant>,
-    /// The first token-carrying event's data as the server sent it (its first 300
-    /// characters): the evidence when that "first token" arrived before the server could
-    /// have made it.
-    pub first_token_event: Option<String>,
-}
-
-/// Token arrival times kept per stream: bounds memory on very long outputs.
-pub const MAX_TOKEN_TIMES: usize = 1 << 16;
-
-impl StreamStats {
-    /// Time to first token.
-    pub fn ttft(&self) -> Option<Duration> {
-        self.t_first_token.map(|t| t - self.t_sent)
-    }
-    /// First-to-last token interval.
-    pub fn decode_span(&self) -> Option<Duration> {
-        match (self.t_first_token, self.t_last_token) {
-            (Some(a), Some(b)) => Some(b - a),
-            _ => None,
-        }
-    }
-    /// Whole request.
-    pub fn e2e(&self) -> Duration {
-        self.t_end - self.t_sent
-    }
 }
 
 /// How a streamed body is cut into events.

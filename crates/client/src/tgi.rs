@@ -15,16 +15,23 @@ use super::family::{ConnectOptions, FamilyId, LengthPolicy, Server, ServerProfil
 use super::stream::{event_json, generate_streamed, in_stream_error, EventInfo, EventReader};
 use super::stream::{Framing, Gathered, StreamEvent};
 use super::textprompt::{exact_text, Pieces, Span};
-use super::ServerTimings;
-use super::{get_u64, Backend, BackendKind, Counts, GenOutcome, GenRequest, Http, OnceOutcome};
+use crate::backend::Backend;
+use crate::backend::BackendKind;
+use crate::backend::GenOutcome;
+use crate::backend::GenRequest;
+use crate::backend::OnceOutcome;
+use crate::http::Http;
+use crate::timings::get_u64;
 use ctxbench_schema::error::{ClientError, UsageError};
+use ctxbench_schema::record::Counts;
+use ctxbench_schema::record::ServerTimings;
 
 /// Hugging Face TGI: recognised by `/info` with `model_id` and its token limits.
 #[derive(Debug, Clone, Copy)]
 pub struct Family;
 
 #[async_trait]
-impl super::Family for Family {
+impl crate::family::Family for Family {
     fn id(&self) -> FamilyId {
         FamilyId::new(
             BackendKind::Tgi,

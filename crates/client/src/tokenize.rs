@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::Http;
+use crate::http::Http;
 use ctxbench_schema::error::ClientError;
 
 /// How a server's `/tokenize` wants its body.

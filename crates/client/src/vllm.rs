@@ -11,7 +11,11 @@ use super::family::{needs_tokenize, ConnectOptions, FamilyId, Server, ServerProf
 use super::family::{CapacityFlags, MetricsVocabulary};
 use super::openai::OpenAi;
 use super::tokenize::TokenizeDialect;
-use super::{Backend, BackendKind, GenOutcome, GenRequest, Http};
+use crate::backend::Backend;
+use crate::backend::BackendKind;
+use crate::backend::GenOutcome;
+use crate::backend::GenRequest;
+use crate::http::Http;
 use crate::metrics::{sum, Snapshot};
 use ctxbench_schema::error::{ClientError, UsageError};
 use ctxbench_schema::record::SpecStats;
@@ -21,7 +25,7 @@ use ctxbench_schema::record::SpecStats;
 pub struct Family;
 
 #[async_trait]
-impl super::Family for Family {
+impl crate::family::Family for Family {
     fn id(&self) -> FamilyId {
         FamilyId::new(
             BackendKind::Vllm,
@@ -257,11 +261,14 @@ impl Backend for Vllm {
         self.inner.generate(req).await
     }
 
-    async fn generate_once(&self, req: &GenRequest) -> Result<super::OnceOutcome, ClientError> {
+    async fn generate_once(
+        &self,
+        req: &GenRequest,
+    ) -> Result<crate::backend::OnceOutcome, ClientError> {
         self.inner.generate_once(req).await
     }
 
-    async fn negotiate(&self) -> Result<super::Negotiated, ClientError> {
+    async fn negotiate(&self) -> Result<crate::backend::Negotiated, ClientError> {
         self.inner.negotiate().await
     }
 

@@ -2,7 +2,9 @@
 
 use std::fmt::Write;
 
-use super::{RenderError, Renderer};
+use crate::format::RenderError;
+
+use crate::format::Renderer;
 use ctxbench_stats::compare::Comparison;
 use ctxbench_stats::report::Report;
 use ctxbench_stats::stats::Spread;

@@ -3,8 +3,9 @@
 //! the terminal details and the Markdown and HTML sections.
 
 use super::doc::{Align, Block, Item, List, ListKind, Para, Table};
-use super::{fmt_ctx, num};
 use ctxbench_schema::record::IntervalBasis;
+use ctxbench_schema::units::fmt_ctx;
+use ctxbench_schema::units::num;
 use ctxbench_stats::report::design::{DesignPoint, DesignReport, Figure, Obtained};
 
 /// What the account is, said above its table.

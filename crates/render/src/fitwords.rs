@@ -1,6 +1,8 @@
 //! Fits and their coefficients in words: shared by the terminal, Markdown and HTML.
 
-use super::{fmt_ctx, num};
+use ctxbench_schema::units::fmt_ctx;
+
+use ctxbench_schema::units::num;
 use ctxbench_stats::report::ScalingFit;
 use ctxbench_stats::stats::fit::Model;
 

@@ -1,6 +1,8 @@
 //! JSON: the whole report or comparison model, for scripts and dashboards.
 
-use super::{RenderError, Renderer};
+use crate::format::RenderError;
+
+use crate::format::Renderer;
 use ctxbench_stats::compare::Comparison;
 use ctxbench_stats::report::Report;
 

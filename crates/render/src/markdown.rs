@@ -173,7 +173,7 @@ mod tests {
         )
         .unwrap();
         assert!(!cmp.versus[0].mismatches.is_empty());
-        let md = crate::Renderer::compare(&MarkdownRenderer, &cmp).unwrap();
+        let md = crate::format::Renderer::compare(&MarkdownRenderer, &cmp).unwrap();
         assert!(
             md.contains("stream vs two-point\n\n| context | metric |"),
             "{md}"

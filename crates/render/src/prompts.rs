@@ -3,8 +3,8 @@
 //! noise between repetitions, and acceptance per draft position.
 
 use super::doc::{Align, Block, Para, Table, Text};
-use super::num;
 use ctxbench_schema::units::fmt_ctx;
+use ctxbench_schema::units::num;
 use ctxbench_stats::stats::prompts::{Components, PromptsReport};
 
 /// The section's tables (empty when the runs have nothing to show).

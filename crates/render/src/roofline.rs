@@ -6,9 +6,9 @@ use std::fmt::Write;
 use super::doc::{
     Align, Block, Callout, Cell, Item, List, ListKind, Para, Span, Table, Text, Tone,
 };
-use super::fmt_ctx;
 use super::text::{self, Layout};
 use ctxbench_schema::model::ModelFacts;
+use ctxbench_schema::units::fmt_ctx;
 use ctxbench_stats::roofline::versus::{Fraction, RooflineComparison};
 use ctxbench_stats::roofline::{bytes, flops, ms, pct, Roofline};
 

@@ -13,7 +13,10 @@ use super::doc::{
     Text, Tone,
 };
 use super::fitwords::{equation, fit_notes};
-use super::{fmt_ctx, num, svg, RenderError};
+use crate::format::RenderError;
+use crate::svg;
+use ctxbench_schema::units::fmt_ctx;
+use ctxbench_schema::units::num;
 use ctxbench_stats::compare::{Comparison, Verdict, Versus};
 use ctxbench_stats::report::{Report, RunReport, ScalingFit};
 use ctxbench_stats::stats::Spread;
@@ -84,7 +87,7 @@ fn run_blocks(run: &RunReport, target: Target) -> Vec<Block> {
         b.extend(capacity(m, target));
     }
     b.extend(results(run, target));
-    let stops = super::shown_stops(run);
+    let stops = crate::describe::shown_stops(run);
     if !stops.is_empty() {
         b.push(Block::Table(stops_table(stops)));
     }
@@ -119,10 +122,16 @@ fn run_blocks(run: &RunReport, target: Target) -> Vec<Block> {
     }
     if let Some(c) = &run.cost {
         b.push(Block::Heading(3, "Price of a token".into()));
-        b.push(Block::Paragraph(super::cost_title(c).into(), Para::Note));
-        b.push(Block::Table(super::cost_table(c)));
-        if let Some(t) = super::cell_cost_table(c) {
-            b.push(Block::Paragraph(super::CELL_COST_TITLE.into(), Para::Note));
+        b.push(Block::Paragraph(
+            crate::describe::cost_title(c).into(),
+            Para::Note,
+        ));
+        b.push(Block::Table(crate::describe::cost_table(c)));
+        if let Some(t) = crate::describe::cell_cost_table(c) {
+            b.push(Block::Paragraph(
+                crate::describe::CELL_COST_TITLE.into(),
+                Para::Note,
+            ));
             b.push(Block::Table(t));
         }
     }
@@ -155,14 +164,14 @@ fn facts(run: &RunReport, target: Target) -> Block {
                 Text::default()
                     .plain(format!(
                         "server: {} at {}, model ",
-                        super::server_name(srv),
+                        crate::describe::server_name(srv),
                         srv.url
                     ))
                     .code(srv.model.as_deref().unwrap_or("–"))
                     .plain(format!(", max context {max_context}")),
                 format!(
                     "measured: {}, corpus: {}",
-                    super::measured_text(&run.config),
+                    crate::describe::measured_text(&run.config),
                     run.corpus.label
                 )
                 .into(),
@@ -206,16 +215,16 @@ fn cards(run: &RunReport) -> Vec<Card> {
     vec![
         Card {
             title: "Server".into(),
-            groups: vec![owned(super::server_items(&run.server))],
+            groups: vec![owned(crate::describe::server_items(&run.server))],
         },
         Card {
             title: "Configuration".into(),
-            groups: vec![owned(super::config_items(&run.config))],
+            groups: vec![owned(crate::describe::config_items(&run.config))],
         },
         Card {
             title: "Corpus and client".into(),
             groups: vec![
-                owned(super::corpus_items(&run.corpus)),
+                owned(crate::describe::corpus_items(&run.corpus)),
                 vec![("host".to_owned(), host)],
             ],
         },
@@ -260,7 +269,7 @@ fn results(run: &RunReport, target: Target) -> Vec<Block> {
             fmt_ctx(p.context_tokens).into(),
             format!("{}/{}", p.usable, p.samples).into(),
         ];
-        row.extend(super::metric_cells(p, spread).map(Cell::from));
+        row.extend(crate::describe::metric_cells(p, spread).map(Cell::from));
         row.push(match ex.is_empty() {
             true => "–".into(),
             false => Cell {
@@ -290,7 +299,7 @@ fn results(run: &RunReport, target: Target) -> Vec<Block> {
     }
     rows.sort_by_key(|r| r.0);
     t.rows.extend(rows.into_iter().map(|r| r.1));
-    let legend = super::exclusion_legend(&run.points);
+    let legend = crate::describe::exclusion_legend(&run.points);
     let note = match target {
         Target::Markdown => {
             let t = Text::from(
@@ -324,7 +333,7 @@ fn stops_table(stops: &[ctxbench_schema::record::PointRecord]) -> Table {
     let mut t = Table::new([("context", Align::Left), ("repetitions", Align::Left)]);
     t.compact = true;
     for p in stops {
-        t.row([fmt_ctx(p.context_tokens), super::stop_text(p)]);
+        t.row([fmt_ctx(p.context_tokens), crate::describe::stop_text(p)]);
     }
     t
 }
@@ -365,7 +374,7 @@ pub fn needle_table(cells: &[ctxbench_stats::integrity::NeedleCell]) -> Table {
             cells
                 .iter()
                 .find(|x| x.context_tokens == c && x.depth_pct == *d)
-                .map_or("–".to_owned(), super::needle_cell)
+                .map_or("–".to_owned(), crate::describe::needle_cell)
         });
         t.row(std::iter::once(fmt_ctx(c)).chain(found));
     }
@@ -506,7 +515,7 @@ fn versus_blocks(cmp: &Comparison, v: &Versus, target: Target) -> Vec<Block> {
         Target::Html => html_differences(v, &note),
     };
     b.push(Block::Table(compare_table(v)));
-    let agreement = super::agreement_section(cmp, v);
+    let agreement = crate::describe::agreement_section(cmp, v);
     if !agreement.is_empty() {
         if target == Target::Html {
             b.push(Block::Heading(3, "Output agreement".into()));
@@ -616,7 +625,7 @@ pub fn compare_table(v: &Versus) -> Table {
                 _ => Tone::Muted,
             },
             strong: matches!(r.verdict, Verdict::Faster | Verdict::Slower),
-            ..Cell::from(super::verdict_text(v, r))
+            ..Cell::from(crate::describe::verdict_text(v, r))
         };
         t.rows.push(vec![
             r.label().into(),
@@ -635,4 +644,21 @@ pub fn compare_table(v: &Versus) -> Table {
         ]);
     }
     t
+}
+
+// A syntax writes the document of its target (hyperfine's blanket `MarkupExporter`).
+impl<M: crate::doc::Markup> crate::format::Renderer for M {
+    fn report(
+        &self,
+        report: &ctxbench_stats::report::Report,
+    ) -> Result<String, crate::format::RenderError> {
+        Ok(crate::doc::write(&self::report(report, M::TARGET)?, self))
+    }
+
+    fn compare(
+        &self,
+        cmp: &ctxbench_stats::compare::Comparison,
+    ) -> Result<String, crate::format::RenderError> {
+        Ok(crate::doc::write(&self::compare(cmp, M::TARGET)?, self))
+    }
 }

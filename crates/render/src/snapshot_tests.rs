@@ -10,7 +10,11 @@ use ctxbench_schema::record::{
 use ctxbench_stats::compare::{self, Comparison};
 use ctxbench_stats::report::{self, Report};
 
-use crate::{renderer, svg, ReportFormat};
+use crate::renderer;
+
+use crate::svg;
+
+use crate::format::ReportFormat;
 use ctxbench_schema::testdata::golden;
 
 /// The recorded header, made independent of the machine and port it was recorded on.
@@ -404,7 +408,7 @@ fn one_run_of_3_samples_per_side_gives_too_few_samples_not_a_verdict() {
         assert_eq!(r.verdict, compare::Verdict::TooFewSamples, "{r:?}");
         assert!(r.ratio.is_some() && r.interval.is_none(), "{r:?}");
     }
-    let t = crate::renderer(crate::ReportFormat::Table)
+    let t = crate::renderer(crate::format::ReportFormat::Table)
         .compare(&c)
         .expect("renders");
     assert!(

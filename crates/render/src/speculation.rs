@@ -7,7 +7,11 @@ use std::fmt::Write;
 use super::doc::Target;
 use super::doc::{Align, Block, Callout, Cell, Figure, Item, Para, Span, Table, Text, Tone};
 use super::fitwords::{coef, tokens};
-use super::{fmt_ctx, num, svg, text, RenderError};
+use crate::format::RenderError;
+use crate::svg;
+use crate::text;
+use ctxbench_schema::units::fmt_ctx;
+use ctxbench_schema::units::num;
 use ctxbench_stats::stats::significance::{Basis, RatioInterval};
 use ctxbench_stats::stats::speculation::{
     LStar, MeanInterval, Payoff, SpecAnalysis, Speculation, SpeedupFit,

@@ -2,7 +2,9 @@
 //! beside it, the fit and the turn budget; the conversation's trajectory; the tier table.
 
 use super::doc::{Align, Table, Text};
-use super::{fmt_ctx, med_range, num};
+use crate::describe::med_range;
+use ctxbench_schema::units::fmt_ctx;
+use ctxbench_schema::units::num;
 use ctxbench_schema::warm::WarmMode;
 use ctxbench_stats::stats::warm::WarmReport;
 

@@ -16,10 +16,10 @@ use ctxbench_schema::record::{self, Results};
 pub use crate::stats::significance::Verdict;
 
 pub mod gate;
+pub mod loaded;
 pub mod warm;
 
-/// One results file as loaded: (label, path, results).
-pub type Loaded = (String, String, Results);
+pub use loaded::Loaded;
 
 /// Runs compared against a baseline.
 #[derive(Debug, Clone, Serialize)]

@@ -5,6 +5,9 @@
 pub mod design;
 pub mod impossible;
 pub mod sharing;
+pub mod warning;
+
+pub use warning::{warn, Warning};
 
 use std::path::PathBuf;
 
@@ -17,10 +20,7 @@ use ctxbench_schema::record::{
 use ctxbench_schema::units::fmt_ctx;
 use serde::Serialize;
 
-/// Bootstrap refits behind an extrapolation band.
-pub const EXTRAPOLATION_RESAMPLES: usize = 400;
-/// Fixed seed: the same results file always gives the same report.
-pub const SEED: u64 = 0x00C7_8BE7;
+pub use crate::stats::bootstrap::{EXTRAPOLATION_RESAMPLES, SEED};
 
 /// Everything a report shows, for one or more runs.
 #[derive(Debug, Clone, Serialize)]
@@ -138,29 +138,6 @@ pub struct Slowdown {
     pub to: f64,
     /// to / from.
     pub ratio: f64,
-}
-
-/// A warning, with a short machine-readable kind.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Warning {
-    /// `contaminated`, `length_mismatch`, `failed`, `cache_unverified`, `two_point_inverted`,
-    /// `cache_bypass_off`, `nonce_off`, `poor_fit`, `no_fit`, `extrapolation`, `torn_line`,
-    /// `synthetic_corpus`, `other_phase`, `prediction_missed`, `shared_server`,
-    /// `idle_unchecked`, `held_back_stream`, `impossible_timing`, `roofline_impossible`, `router`.
-    pub kind: &'static str,
-    /// What happened and what to do.
-    pub message: String,
-}
-
-impl std::fmt::Display for Warning {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-/// A warning of `kind` saying `message`.
-pub fn warn(kind: &'static str, message: String) -> Warning {
-    Warning { kind, message }
 }
 
 /// What the configuration and the server's capabilities mean for every sample of a run:

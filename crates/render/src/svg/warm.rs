@@ -5,8 +5,8 @@
 
 use plotters::prelude::*;
 
-use super::{color, frame, legend, line_key, lx, perr, Plot, SIZE};
-use crate::RenderError;
+use super::draw::{color, frame, legend, line_key, lx, perr, Plot, SIZE};
+use crate::format::RenderError;
 use ctxbench_stats::report::Report;
 use ctxbench_stats::stats::warm::AppendCell;
 use ctxbench_stats::stats::Spread;

@@ -5,7 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 /// Which measurement a run makes (`--mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum WarmMode {
     /// Append N new tokens to a cached prefix of L tokens (grid L × N), beside the cold

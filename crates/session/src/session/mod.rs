@@ -28,7 +28,7 @@ use ctxbench_client::{family, Backend, BackendKind, Http, Scraper, ServerProfile
 use ctxbench_schema::error::{ClientError, RecordError, UsageError};
 use ctxbench_schema::record::{
     self, CorpusInfo, EndRecord, FlushChoice, Host, Line, ResultsWriter, RunConfig, RunHeader,
-    Sample, ServerInfo, SCHEMA_VERSION,
+    Sample, SCHEMA_VERSION,
 };
 use ctxbench_stats::capacity;
 
@@ -133,7 +133,7 @@ impl std::fmt::Debug for SweepPlan {
     // Hand-written so the API key never reaches a log.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SweepPlan")
-            .field("url", &probe::redact_url(&self.url))
+            .field("url", &ctxbench_client::http::redact_url(&self.url))
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("backend", &self.backend)
             .field("contexts", &self.contexts)
@@ -444,7 +444,7 @@ impl Session {
     /// prepared, the corpus, ctxbench and the host.
     pub fn header(&self, run_id: &str) -> Result<RunHeader, SessionError> {
         let p = self.ready()?;
-        let mut server = ServerInfo::from(&self.profile);
+        let mut server = ctxbench_client::server_info(&self.profile);
         server.flush_check = p.flush.clone();
         server.idle_check = p.idle_check.clone();
         // Tried (auto or always) and either working or not; `--flush never` tries nothing.
@@ -737,7 +737,7 @@ async fn metrics_scraper(
         if let Err(e) = m.scrape().await {
             let note = format!(
                 "--metrics-url {} does not answer ({e}); every sample will be flagged metrics_unavailable",
-                probe::redact_url(&m.url())
+                ctxbench_client::http::redact_url(&m.url())
             );
             observer.warn(&note);
             profile.notes.push(note);
@@ -1052,7 +1052,7 @@ async fn cache_evidence_from_metrics(
         profile.reports_cached_tokens = Some(true);
         let n = format!(
             "cached tokens: from each sample's {} prefix-cache counter deltas (usage carries no count)",
-            probe::redact_url(&m.url())
+            ctxbench_client::http::redact_url(&m.url())
         );
         observer.note(&n, false);
         profile.notes.push(n);
@@ -1085,7 +1085,10 @@ fn run_config(plan: &SweepPlan, profile: &ServerProfile, p: &Prepared) -> RunCon
         two_point_tokens: s.two_point,
         decode_samples: plan.decode_samples,
         flush: Some(plan.flush.clone()),
-        metrics_url: p.metrics.as_ref().map(|m| probe::redact_url(&m.url())),
+        metrics_url: p
+            .metrics
+            .as_ref()
+            .map(|m| ctxbench_client::http::redact_url(&m.url())),
         server_cmd: plan.managed_cmd.clone(),
         prompt_seed: plan.prompt_seed,
         needle_depths: plan.needle_depths.clone(),

@@ -9,7 +9,7 @@
 
 use serde::Serialize;
 
-use super::Loaded;
+use super::loaded::Loaded;
 use crate::stats::metric::Metric;
 use crate::stats::significance::{self, RatioInterval, Settings, Verdict};
 use ctxbench_schema::record::{Flag, Phase, Sample, Status};

@@ -145,8 +145,8 @@ fn extrapolations(samples: &[Sample], max_context: Option<u64>, target: f64) -> 
                 model,
                 &obs,
                 c,
-                crate::report::EXTRAPOLATION_RESAMPLES,
-                crate::report::SEED,
+                crate::stats::bootstrap::EXTRAPOLATION_RESAMPLES,
+                crate::stats::bootstrap::SEED,
             )
         }) else {
             continue;

@@ -2,7 +2,7 @@
 //! (`impossible_timing`): a count when they are few, and one line naming what the server
 //! sent when they are the run's norm — then the server, not the sample, is what is wrong.
 
-use super::{warn, Warning};
+use super::warning::{warn, Warning};
 use ctxbench_schema::record::{Check, Flag, Impossible, Sample, Status};
 
 /// The event quoted in the note is cut to this many characters: enough to show its fields.

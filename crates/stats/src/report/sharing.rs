@@ -1,7 +1,7 @@
 //! What the report says about sharing the server: the idle guard's waits and the samples it
 //! flagged (`foreign_load`, `idle_wait_expired`, `held_back_stream`), read from the samples.
 
-use super::{warn, Warning};
+use super::warning::{warn, Warning};
 use ctxbench_schema::record::{Flag, Sample, ServerInfo};
 
 /// What a run's samples say about sharing the server.

@@ -10,6 +10,11 @@ use serde::Serialize;
 
 use super::quantile;
 
+/// Bootstrap refits behind an extrapolation band.
+pub const EXTRAPOLATION_RESAMPLES: usize = 400;
+/// Fixed seed: the same results file always gives the same report.
+pub const SEED: u64 = 0x00C7_8BE7;
+
 /// Ratio of medians with a percentile bootstrap interval.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct RatioCi {

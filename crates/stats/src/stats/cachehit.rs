@@ -89,7 +89,7 @@ pub fn suspects(samples: &[Sample]) -> HashSet<usize> {
             .filter(|i| !out.contains(i) && samples[**i].usable())
             .filter_map(|&i| samples[i].ttft_ms)
             .collect();
-        if let Some(m) = crate::stats::Spread::of(kept).map(|s| s.median) {
+        if let Some(m) = crate::stats::spread::Spread::of(kept).map(|s| s.median) {
             shorter_median = Some(m);
         }
     }

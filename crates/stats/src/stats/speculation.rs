@@ -38,7 +38,8 @@ use ctxbench_schema::record::{Phase, Results, Sample};
 use ctxbench_schema::units::fmt_ctx;
 
 /// Which side of a comparison is the speculative one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 #[serde(rename_all = "snake_case")]
 pub enum SpecSide {
     /// The side whose samples report speculative statistics (acceptance, drafted tokens).
