@@ -133,7 +133,12 @@ fn the_crates_that_build_reports_reach_no_async_runtime_or_http_client() {
         client.contains("tokio") && client.contains("reqwest"),
         "{client:?}"
     );
-    for krate in ["ctxbench-schema", "ctxbench-stats", "ctxbench-render"] {
+    for krate in [
+        "ctxbench-schema",
+        "ctxbench-stats",
+        "ctxbench-render",
+        "ctxbench-trace",
+    ] {
         let deps = reach(&graph, krate);
         assert!(deps.contains("serde"), "{krate}: {deps:?}");
         for net in ["tokio", "hyper", "reqwest", "mio"] {
@@ -230,5 +235,59 @@ fn the_import_check_sees_a_loop_through_inline_paths_and_groups() {
     assert_eq!(
         imports::loops(&g),
         vec![vec![String::new(), "b".to_owned()]]
+    );
+}
+
+#[test]
+fn a_library_crates_lib_rs_declares_no_type_trait_or_impl() {
+    let mut found = Vec::new();
+    for src in source_folders() {
+        let lib = src.join("lib.rs");
+        let Ok(text) = std::fs::read_to_string(&lib) else {
+            continue;
+        };
+        let mut in_tests = false;
+        for (n, line) in text.lines().enumerate() {
+            // A `#[cfg(test)] mod tests { … }` block is the registry's tests, not its items.
+            if line.starts_with("mod tests {") {
+                in_tests = true;
+            }
+            let item = line
+                .trim_start_matches("pub ")
+                .trim_start_matches("pub(crate) ");
+            let declares = [
+                "struct ", "enum ", "trait ", "impl ", "impl<", "type ", "union ",
+            ]
+            .iter()
+            .any(|k| item.starts_with(k));
+            if declares && !in_tests {
+                found.push(format!("{}:{}: {line}", lib.display(), n + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "types in a crate's front door:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn every_file_the_architecture_page_names_exists() {
+    let text = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();
+    let named: Vec<String> = ticked(&text)
+        .into_iter()
+        .map(|t| t.split("::").next().unwrap_or_default().to_owned())
+        .filter(|t| {
+            ["crates/", "src/", "tests/", "scripts/", "docs/"]
+                .iter()
+                .any(|p| t.starts_with(p))
+        })
+        .collect();
+    assert!(named.len() > 20, "found only {named:?}");
+    let missing: Vec<&String> = named.iter().filter(|p| !root().join(p).exists()).collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md names missing paths: {missing:?}"
     );
 }

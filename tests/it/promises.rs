@@ -128,20 +128,30 @@ fn source_roots() -> Vec<PathBuf> {
     roots
 }
 
-/// The file a test's module path names: `it::m::name` → tests/it/m.rs, `a::b::name` →
-/// a/b.rs (or a/b/mod.rs) under src/ or one crate's src/ (module names are unique across
-/// the workspace: each crate's lib.rs re-exports the layers below under their own names).
+/// The file a test's module path names: `it::m::name` → tests/it/m.rs, `cmd::m::name` →
+/// src/cmd/m.rs (the binary), `ctxbench_x::a::b::name` → crates/x/src/a/b.rs (or a/b/mod.rs,
+/// or lib.rs for a test at the crate's root).
 fn file_of(path: &str) -> Option<PathBuf> {
     let (module, _) = path.rsplit_once("::")?;
-    let (bases, module) = match module.strip_prefix("it::") {
-        Some(m) => (vec![root().join("tests/it")], m),
-        None => (source_roots(), module),
+    let (base, module) = if let Some(m) = module.strip_prefix("it::") {
+        (root().join("tests/it"), m.to_owned())
+    } else if module.starts_with("cmd") {
+        (root().join("src"), module.to_owned())
+    } else {
+        let (krate, m) = module.split_once("::").unwrap_or((module, ""));
+        let dir = krate.strip_prefix("ctxbench_")?;
+        (root().join("crates").join(dir).join("src"), m.to_owned())
     };
+    if module.is_empty() {
+        return Some(base.join("lib.rs")).filter(|p| p.is_file());
+    }
     let rel = module.replace("::", "/");
-    bases
-        .iter()
-        .flat_map(|b| [b.join(format!("{rel}.rs")), b.join(format!("{rel}/mod.rs"))])
-        .find(|p| p.is_file())
+    [
+        base.join(format!("{rel}.rs")),
+        base.join(format!("{rel}/mod.rs")),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
 }
 
 /// Every `#[test]` function name in tests/, src/ and the crates' src/.
@@ -196,7 +206,7 @@ fn every_row_names_tests_that_exist_in_the_file_their_path_names() {
         assert!(!names.is_empty(), "{key}: no test named");
         for n in names {
             let file = file_of(&n).unwrap_or_else(|| {
-                panic!("{key}: `{n}` names no file (`it::module::test` or `src_module::test`)")
+                panic!("{key}: `{n}` names no file (`it::module::test`, `cmd::module::test` or `ctxbench_crate::module::test`)")
             });
             let test = n.rsplit("::").next().unwrap_or_default();
             assert!(
@@ -213,9 +223,15 @@ fn a_module_path_names_its_file() {
     // Guards the check above against a reader that resolves nothing (and so misses nothing).
     let f = file_of("it::promises::a_module_path_names_its_file").expect("this file");
     assert!(tests_in(&f).contains(&"a_module_path_names_its_file".to_owned()));
-    assert!(file_of("sample::x").is_some_and(|p| p.ends_with("crates/session/src/sample.rs")));
-    assert!(file_of("client::openai::x")
-        .is_some_and(|p| p.ends_with("crates/client/src/client/openai.rs")));
+    assert!(file_of("ctxbench_session::sample::x")
+        .is_some_and(|p| p.ends_with("crates/session/src/sample.rs")));
+    assert!(file_of("ctxbench_client::openai::x")
+        .is_some_and(|p| p.ends_with("crates/client/src/openai.rs")));
+    assert!(file_of("ctxbench_client::x").is_some_and(|p| p.ends_with("crates/client/src/lib.rs")));
+    assert!(
+        file_of("sample::x").is_none(),
+        "a path without its crate names no file"
+    );
     assert!(file_of("cmd::cli::x").is_some_and(|p| p == root().join("src/cmd/cli.rs")));
     assert!(file_of("it::no_such_module::x").is_none());
 }
