@@ -1,6 +1,6 @@
 //! The request model every trace format is read into, the formats, and what can go wrong.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The trace formats ctxbench reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
