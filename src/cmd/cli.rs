@@ -95,7 +95,7 @@ pub struct ReportArgs {
     pub files: Vec<PathBuf>,
 
     /// Output format.
-    #[arg(long, value_enum, default_value = "table")]
+    #[arg(value_name = "FORMAT", long, value_enum, default_value = "table")]
     pub format: ReportFormat,
 
     /// Write the report here instead of to standard output.
@@ -215,7 +215,7 @@ pub struct CompareArgs {
     pub fail_if_slower: Option<String>,
 
     /// Output format.
-    #[arg(long, value_enum, default_value = "table")]
+    #[arg(value_name = "FORMAT", long, value_enum, default_value = "table")]
     pub format: ReportFormat,
 
     /// Write the comparison here instead of to standard output.
@@ -232,26 +232,26 @@ pub struct CompareArgs {
     pub allow_mismatch: bool,
 
     /// Confidence level of the intervals.
-    #[arg(long, default_value_t = 0.95)]
+    #[arg(value_name = "LEVEL", long, default_value_t = 0.95)]
     pub confidence: f64,
 
     /// Noise band as a fraction: a change is called faster or slower only when its whole
     /// interval lies beyond ±noise (runs drift by a few percent on a real host).
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(value_name = "FRACTION", long, default_value_t = 0.05)]
     pub noise: f64,
 
     /// Runs per side needed for a verdict when a side has several runs.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
+    #[arg(value_name = "N", long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
     pub min_runs: u32,
 
     /// Samples per side needed for a verdict when each side is one run.
-    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
+    #[arg(value_name = "N", long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
     pub min_samples: u32,
 
     /// Which side runs speculative decoding, for the "does speculation pay" answer (net
     /// decode speedup, TTFT cost, acceptance and L* per context length): `auto` takes the
     /// side whose samples report acceptance; `a` or `b` say so; `off` leaves it out.
-    #[arg(long, value_enum, default_value = "auto")]
+    #[arg(value_name = "SIDE", long, value_enum, default_value = "auto")]
     pub spec_side: ctxbench_stats::stats::speculation::SpecSide,
 
     /// Also write the speculation plots (speedup.svg, acceptance.svg) into this folder.
@@ -285,6 +285,7 @@ k means ×1024: 4k = 4096 tokens. Results: one JSON line per sample (docs/result
 pub struct SweepArgs {
     /// Server base URL, without /v1.
     #[arg(
+        value_name = "URL",
         help_heading = "Server",
         long,
         env = "CTXBENCH_URL",
@@ -343,7 +344,7 @@ pub struct SweepArgs {
     ///
     /// With --server-cmd: runs of each variant, interleaved (A B A B ...), each on a fresh
     /// server; the comparison takes the run as its unit (3 or more for a verdict).
-    #[arg(help_heading = "Campaigns (--server-cmd)", long, default_value_t = 1, requires = "server_cmd", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(value_name = "N", help_heading = "Campaigns (--server-cmd)", long, default_value_t = 1, requires = "server_cmd", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub runs: u32,
 
     /// With --server-cmd: the variant the others are compared with [default: the first].
@@ -376,7 +377,13 @@ pub struct SweepArgs {
     /// Server protocol; `auto` probes the server and says what it chose.
     ///
     /// Server protocol; `auto` probes the server and says what it chose.
-    #[arg(help_heading = "Server", long, value_enum, default_value = "auto")]
+    #[arg(
+        value_name = "PROTOCOL",
+        help_heading = "Server",
+        long,
+        value_enum,
+        default_value = "auto"
+    )]
     pub backend: BackendKind,
 
     /// OpenAI protocol only: `completions`, `chat` or `auto`.
@@ -388,7 +395,13 @@ pub struct SweepArgs {
     /// exact with token ids or a tokenizer endpoint pair (/tokenize, /v1/tokenize,
     /// /extras/tokenize with their detokenize); with neither (a gateway or hosted API) they
     /// are calibrated against the server's usage.prompt_tokens, within 1%.
-    #[arg(help_heading = "Server", long, value_enum, default_value = "auto")]
+    #[arg(
+        value_name = "ENDPOINT",
+        help_heading = "Server",
+        long,
+        value_enum,
+        default_value = "auto"
+    )]
     pub endpoint: ctxbench_client::openai::EndpointChoice,
 
     /// Context lengths in tokens, e.g. `1k,4k,32k` [default: 1k, 2k, 4k, … to the server's maximum].
@@ -470,7 +483,7 @@ pub struct SweepArgs {
     pub wave_output_tokens: Option<u32>,
 
     /// Tokens to generate per request (EOS ignored).
-    #[arg(help_heading = "What to measure", long, default_value_t = 32, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
+    #[arg(value_name = "N", help_heading = "What to measure", long, default_value_t = 32, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
     pub output_tokens: u32,
 
     /// Distinct prompts per context length, each measured --reps times.
@@ -483,7 +496,7 @@ pub struct SweepArgs {
     pub prompts: Option<u32>,
 
     /// Measured repetitions per context length (fixed; see --precision for adaptive).
-    #[arg(help_heading = "What to measure", long, default_value_t = 3, conflicts_with = "precision", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(value_name = "N", help_heading = "What to measure", long, default_value_t = 3, conflicts_with = "precision", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub reps: u32,
 
     /// Adaptive repetitions: repeat each point until its 95% interval is within ±P (e.g. 0.05).
@@ -495,11 +508,11 @@ pub struct SweepArgs {
     pub precision: Option<f64>,
 
     /// With --precision: repetitions always taken.
-    #[arg(help_heading = "What to measure", long, default_value_t = 3, requires = "precision", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(value_name = "N", help_heading = "What to measure", long, default_value_t = 3, requires = "precision", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub min_reps: u32,
 
     /// With --precision: repetitions never exceeded.
-    #[arg(help_heading = "What to measure", long, default_value_t = 30, requires = "precision", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(value_name = "N", help_heading = "What to measure", long, default_value_t = 30, requires = "precision", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub max_reps: u32,
 
     /// With --precision: seconds one context point may take beyond --min-reps.
@@ -569,11 +582,16 @@ pub struct SweepArgs {
     pub corpus: String,
 
     /// Seed for `--corpus random` (nonces are always fresh).
-    #[arg(help_heading = "Prompts and corpus", long, default_value_t = 0)]
+    #[arg(
+        value_name = "N",
+        help_heading = "Prompts and corpus",
+        long,
+        default_value_t = 0
+    )]
     pub seed: u64,
 
     /// Results file (JSON Lines) [default: ctxbench-<UTC time>.jsonl].
-    #[arg(help_heading = "Output", long, short)]
+    #[arg(value_name = "FILE", help_heading = "Output", long, short)]
     pub out: Option<PathBuf>,
 
     /// What this run is, e.g. the server flag under test ("-t 2").
@@ -593,7 +611,7 @@ pub struct SweepArgs {
     pub resume: bool,
 
     /// Model name sent in OpenAI requests [default: the first of /v1/models].
-    #[arg(help_heading = "Server", long)]
+    #[arg(value_name = "NAME", help_heading = "Server", long)]
     pub model: Option<String>,
 
     /// Name of the environment variable holding the API key (sent as a Bearer token).
@@ -614,7 +632,12 @@ pub struct SweepArgs {
     /// Allowed difference between the server's prompt count and the target. 0 by default:
     /// prompts are sent as token ids and the server's BOS is measured by the warmup, so any
     /// difference means the server changed the prompt.
-    #[arg(help_heading = "Prompts and corpus", long, default_value_t = 0)]
+    #[arg(
+        value_name = "TOKENS",
+        help_heading = "Prompts and corpus",
+        long,
+        default_value_t = 0
+    )]
     pub length_tolerance: u64,
 
     /// Request timeout: SECONDS plus --timeout-per-1k for every 1000 context tokens.
@@ -655,6 +678,7 @@ pub struct SweepArgs {
     ///
     /// What to do when a request fails (a dead server always stops the sweep).
     #[arg(
+        value_name = "POLICY",
         help_heading = "Timeouts and errors",
         long,
         value_enum,
@@ -667,7 +691,13 @@ pub struct SweepArgs {
     /// Trap demonstration: `off` lets the server reuse cached prompts (llama.cpp
     /// `cache_prompt`).
     /// Samples that hit the cache are flagged and excluded.
-    #[arg(help_heading = "Cache defence", long, value_enum, default_value = "on")]
+    #[arg(
+        value_name = "SWITCH",
+        help_heading = "Cache defence",
+        long,
+        value_enum,
+        default_value = "on"
+    )]
     pub cache_bypass: Switch,
 
     /// Trap demonstration: `off` drops the per-request nonce.
@@ -678,7 +708,13 @@ pub struct SweepArgs {
     /// slowest other sample at its length (or of the median at the next shorter length) is
     /// flagged suspected_cache_hit and excluded: a reuse of more than about 3/4 of the prompt;
     /// a partial reuse (e.g. half) is not caught.
-    #[arg(help_heading = "Cache defence", long, value_enum, default_value = "on")]
+    #[arg(
+        value_name = "SWITCH",
+        help_heading = "Cache defence",
+        long,
+        value_enum,
+        default_value = "on"
+    )]
     pub nonce: Switch,
 
     /// `stream`: timestamps as bytes arrive (primary).
@@ -687,6 +723,7 @@ pub struct SweepArgs {
     /// A and B tokens, decode = (B − A)/(t_B − t_A), each request with its own nonce; a sample
     /// where t_B ≤ t_A is flagged with the reason.
     #[arg(
+        value_name = "METHOD",
         help_heading = "What to measure",
         long,
         value_enum,
@@ -742,6 +779,7 @@ pub struct SweepArgs {
     /// erase), `always` (fail if it cannot), `never`. The nonce and the cached-token check stay
     /// on regardless.
     #[arg(
+        value_name = "MODE",
         help_heading = "Cache defence",
         long,
         value_enum,
@@ -770,6 +808,7 @@ pub struct SweepArgs {
     /// another client's work overlapped (foreign_load, kept out of the summaries and taken
     /// again); `off` checks nothing.
     #[arg(
+        value_name = "MODE",
         help_heading = "Cache defence",
         long,
         value_enum,
@@ -905,13 +944,13 @@ impl Switch {
 #[derive(Debug, Clone, Args)]
 pub struct OverheadArgs {
     /// Tokens streamed per run.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(value_name = "N", long, default_value_t = 200_000)]
     pub tokens: u32,
     /// Runs (the median is reported).
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    #[arg(value_name = "N", long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub runs: u32,
     /// Concurrent streams (many-streams mode: --tokens is split between them, and the
     /// client's CPU is the whole process's minus the loopback server's thread).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(value_name = "N", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub streams: u32,
 }
