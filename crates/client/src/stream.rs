@@ -36,8 +36,6 @@ pub struct Gathered {
     pub flags: Vec<ctxbench_schema::record::Flag>,
 }
 
-/// The generated output of one request (defined with the fingerprints that hash it).
-
 /// One protocol's reading of its answers. Every API gives its non-streamed answer the shape
 /// of its stream's final event, so one reader serves `generate` and `generate_once`.
 pub trait EventReader: Send {
