@@ -1,0 +1,127 @@
+//! Issue 42's first contacts, each reproduced by a scripted server with one quirk
+//! (tests/it/scripted/quirks.rs): a server that counts nothing (usage of all zeros), a
+//! chat template whose cached system prefix is honestly reported, and a refusal of token
+//! ids that is not the absence of `/v1/completions`.
+
+use std::os::unix::process::CommandExt;
+use std::process::Output;
+
+use crate::common;
+use crate::scripted::quirks::{QuirkServer, Quirks};
+use ctxbench_schema::record::Flag;
+
+/// The address space ctxbench may use in these runs: a few times what a run here needs
+/// (its threads' stacks and allocator arenas are reserved, not used), far below what an
+/// unbounded calibration reached (22.8 GB resident; a 4 GiB allocation under a 3 GB cap).
+const AS_CAP: u64 = 2 << 30;
+
+/// `ctxbench sweep --url URL ARGS --out <tmp>` under an address-space cap of [`AS_CAP`].
+fn capped_sweep(url: &str, args: &[&str]) -> (Output, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r.jsonl");
+    let mut cmd = common::ctxbench();
+    cmd.args(["sweep", "--url", url])
+        .args(args)
+        .arg("--out")
+        .arg(&out)
+        .env_remove("CTXBENCH_API_KEY")
+        .env_remove("CTXBENCH_URL");
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: AS_CAP as libc::rlim_t,
+                rlim_max: AS_CAP as libc::rlim_t,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    (cmd.output().expect("run ctxbench"), dir)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn scripted_zero_usage_server_ends_calibration_with_a_clear_error_in_bounded_memory() {
+    let srv = QuirkServer::start(Quirks {
+        zero_usage: true,
+        completions: true,
+        ..Quirks::default()
+    });
+    let (out, _dir) = capped_sweep(
+        &srv.url,
+        &common::argv("--backend openai --contexts 2048 --reps 1 --output-tokens 4"),
+    );
+    let stderr = text(&out.stderr);
+    // Ended by ctxbench itself (an exit code), not by the allocator's abort or the kernel.
+    let code = out.status.code();
+    assert!(
+        matches!(code, Some(1..=2)),
+        "exit {:?}\n{stderr}",
+        out.status
+    );
+    for needle in [
+        "counts nothing",
+        "all zeros",
+        "--tokenizer-url",
+        "a server that counts",
+    ] {
+        assert!(stderr.contains(needle), "no {needle:?} in:\n{stderr}");
+    }
+    // Recognised after the first answer to a calibration text: no prompt ever grew.
+    let seen = srv.seen();
+    let calib: Vec<_> = seen
+        .iter()
+        .filter(|s| !s.streamed && s.max_tokens == 1 && s.text.is_some())
+        .collect();
+    assert_eq!(calib.len(), 1, "{seen:#?}");
+    let longest = seen.iter().map(|s| s.tokens).max().unwrap_or(0);
+    assert!(longest <= 2048 + 64, "a prompt of {longest} words was sent");
+}
+
+#[test]
+fn scripted_zero_usage_server_with_a_lent_tokenizer_is_measured_not_called_truncated() {
+    let lender = QuirkServer::start(Quirks {
+        completions: true,
+        tokenizer: true,
+        ..Quirks::default()
+    });
+    let srv = QuirkServer::start(Quirks {
+        zero_usage: true,
+        completions: true,
+        ..Quirks::default()
+    });
+    let args = format!(
+        "--backend openai --tokenizer-url {} --contexts 256 --reps 2 --output-tokens 8",
+        lender.url
+    );
+    let (out, dir) = capped_sweep(&srv.url, &common::argv(&args));
+    let stderr = text(&out.stderr);
+    // Complete streams (content, finish reason, [DONE]) were read as such, never as cut short.
+    assert!(
+        !stderr.contains("without its final usage"),
+        "a complete stream called truncated:\n{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("the server counts nothing"), "{stderr}");
+    let r = ctxbench_schema::record::read_results(&dir.path().join("r.jsonl"), false).unwrap();
+    assert_eq!(r.samples.len(), 2, "{stderr}");
+    for s in &r.samples {
+        // Exact by construction through the lent tokenizer, not confirmed by the server.
+        assert!(s.usable(), "{s:?}");
+        assert!(s.has(&Flag::LengthUnreported), "{s:?}");
+        assert_eq!(s.output_tokens, Some(8), "{s:?}");
+    }
+    // One non-streamed repeat taught that the server counts nothing; no more were sent.
+    let repeats = srv
+        .seen()
+        .iter()
+        .filter(|s| !s.streamed && s.max_tokens == 1 && s.text.is_some())
+        .count();
+    assert_eq!(repeats, 1);
+}
