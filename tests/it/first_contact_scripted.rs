@@ -125,3 +125,44 @@ fn scripted_zero_usage_server_with_a_lent_tokenizer_is_measured_not_called_trunc
         .count();
     assert_eq!(repeats, 1);
 }
+
+#[test]
+fn scripted_refusal_of_token_ids_with_a_404_is_not_a_missing_completions_endpoint() {
+    // Text prompts are taken on /v1/completions; chat has a cached system prefix (which
+    // ctxbench must not be sent into by a wrong "chat-only").
+    let srv = QuirkServer::start(Quirks {
+        refuse_ids_404: true,
+        completions: true,
+        chat_template: Some((24, 6)),
+        ..Quirks::default()
+    });
+    let run = common::sweep(
+        &srv.url,
+        &common::argv("--backend openai --contexts 256 --reps 2 --output-tokens 8"),
+    );
+    let r = run.results();
+    let h = &r.header.server;
+    assert_eq!(
+        h.endpoint.as_deref(),
+        Some("/v1/completions"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("chat-only") && !h.notes.iter().any(|n| n.contains("chat-only")),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("ids refused, not the endpoint missing"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(r.samples.len(), 2);
+    assert!(r.samples.iter().all(|s| s.usable()), "{:?}", r.samples);
+    assert!(
+        srv.seen().iter().all(|s| s.path == "/v1/completions"),
+        "a request went to chat"
+    );
+}

@@ -140,7 +140,7 @@ impl crate::family::Family for Family {
             p.notes.push(format!("no tokenizer endpoint pair answered (tried /tokenize+/detokenize, /v1/tokenize+/v1/detokenize, /extras/tokenize+/extras/detokenize): prompt lengths are calibrated against the server's own usage.prompt_tokens (up to {CALIBRATION_ROUNDS} requests with max_tokens 1 per new length, before it is measured), within {}%, not exact; --tokenizer-url lends the tokenizer of a server of the same model", CALIBRATED_TOLERANCE * 100.0));
         }
         if p.completions_missing {
-            p.notes.push("POST /v1/completions answered 404: this server is chat-only; --endpoint auto uses /v1/chat/completions".into());
+            p.notes.push(format!("{CHAT_ONLY_NOTE} to token ids and to text: this server is chat-only; --endpoint auto uses /v1/chat/completions"));
         }
         Ok(())
     }
@@ -222,6 +222,9 @@ fn calibrated_method(chat: bool) -> String {
     )
 }
 
+/// How the note of a server without `/v1/completions` begins.
+const CHAT_ONLY_NOTE: &str = "POST /v1/completions answered 404";
+
 /// `/v1/chat/completions`.
 pub const CHAT: &str = "/v1/chat/completions";
 /// `/v1/completions`.
@@ -260,6 +263,10 @@ pub fn choose_endpoint(p: &mut ServerProfile, choice: EndpointChoice) -> Result<
         EndpointChoice::Auto => p.completions_missing,
     };
     p.endpoint = Some(if chat { CHAT } else { COMPLETIONS }.to_owned());
+    if !chat {
+        // Each capability stated once: no chat-only note beside generations on completions.
+        p.notes.retain(|n| !n.starts_with(CHAT_ONLY_NOTE));
+    }
     if chat {
         p.prompt_method = match &p.tokenizer {
             Some(t) => format!(
@@ -444,12 +451,31 @@ async fn completions_answer(
         }) if model.is_some() && message.to_lowercase().contains("model") => {
             (Completions::UnknownModel, message)
         }
+        // A 404 may refuse the ids rather than lack the path (a JSON error body saying
+        // `text input must be of type str`): a text prompt tells the two apart.
         Err(ClientError::Http {
-            status: 404 | 405, ..
-        }) => (
-            Completions::Missing,
-            "POST /v1/completions answered 404".to_owned(),
-        ),
+            status: status @ (404 | 405),
+            message,
+            ..
+        }) => {
+            let mut text = json!({"prompt": "hello world", "max_tokens": 1});
+            if let Some(m) = model {
+                text["model"] = json!(m);
+            }
+            match s.post(COMPLETIONS, &text).await {
+                Ok(v) if v.get("choices").is_some() => (
+                    Completions::RefusesTokenIds,
+                    format!(
+                        "a token-id prompt was refused with HTTP {status} ({}) and a text prompt taken: ids refused, not the endpoint missing",
+                        super::http::snippet(&message)
+                    ),
+                ),
+                _ => (
+                    Completions::Missing,
+                    format!("POST /v1/completions answered {status} to token ids and to text"),
+                ),
+            }
+        }
         Err(e) => (
             Completions::RefusesTokenIds,
             format!(
