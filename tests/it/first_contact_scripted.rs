@@ -166,3 +166,33 @@ fn scripted_refusal_of_token_ids_with_a_404_is_not_a_missing_completions_endpoin
         "a request went to chat"
     );
 }
+
+#[test]
+fn scripted_cached_chat_template_prefix_on_calibrated_text_is_cold() {
+    // Chat only, no tokenizer: lengths are calibrated; every prompt starts with the same 24
+    // system-prompt tokens, which the server honestly reports as cached.
+    let srv = QuirkServer::start(Quirks {
+        chat_template: Some((24, 6)),
+        ..Quirks::default()
+    });
+    let run = common::sweep(
+        &srv.url,
+        &common::argv("--backend openai --contexts 256 --reps 2 --output-tokens 8"),
+    );
+    let r = run.results();
+    assert_eq!(
+        r.header.server.endpoint.as_deref(),
+        Some("/v1/chat/completions"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(r.samples.len(), 2);
+    for s in &r.samples {
+        // The template's prefix was in the cache, and that is no reuse past the nonce.
+        assert!(s.cached_tokens.is_some_and(|c| c >= 24), "{s:?}");
+        assert!(s.nonce_end.is_some_and(|e| e >= 24 + 8), "{s:?}");
+        assert!(!s.contaminated && s.usable(), "{s:?}");
+        assert!(s.has(&Flag::CachedBeforeNonceEnd), "{s:?}");
+    }
+}

@@ -1204,6 +1204,20 @@ impl Backend for OpenAi {
         .map_err(|e| self.hinted(e))
     }
 
+    /// The server's count of a message of only the prompt's first `units` (calibrated
+    /// prompts only): the template's tokens and BOS are in it, wherever they sit.
+    async fn counted_prefix(
+        &self,
+        req: &GenRequest,
+        units: usize,
+    ) -> Result<Option<u64>, ClientError> {
+        let Some(c) = &self.calibrated else {
+            return Ok(None);
+        };
+        let text = c.text_of(&req.prompt[..units.min(req.prompt.len())]);
+        Ok(Some(self.count(req, text).await? as u64))
+    }
+
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
         // Prepared (or built now) before t0: tokenizer round-trips and calibration requests
         // are not part of the measurement.

@@ -242,6 +242,11 @@ impl CalibratedText {
         Ok(out)
     }
 
+    /// The text of the units `ids`, as they are.
+    pub fn text_of(&self, ids: &[u32]) -> String {
+        self.text(ids, ids.len())
+    }
+
     /// The text of `n` units of `ids`, wrapping over the body (after the nonce) if needed.
     fn text(&self, ids: &[u32], n: usize) -> String {
         let Ok(u) = self.units.lock() else {

@@ -39,6 +39,9 @@ pub struct Warmup {
     pub reports_timings: bool,
     /// Server-reported busy time of the warmup (prompt + generation), in ms.
     pub server_busy_ms: f64,
+    /// Calibrated prompts: the server's count of a message of only the warmup's nonce (BOS
+    /// and chat template included; see [`Backend::counted_prefix`]).
+    pub counted_nonce: Option<u64>,
 }
 
 /// Tokens in the warmup prompt.
@@ -69,7 +72,11 @@ pub async fn warmup(
         other => other?,
     };
     let reported = out.counts.prompt_tokens;
+    let counted_nonce = backend
+        .counted_prefix(&req, crate::prompt::NONCE_TOKENS)
+        .await?;
     Ok(Warmup {
+        counted_nonce,
         sent,
         reported,
         server_added: reported.map_or(0, |r| r.saturating_sub(sent)),

@@ -373,9 +373,13 @@ impl Session {
         )
         .await?;
         // The server's own tokens in front (BOS, a chat template's prefix), then the nonce.
-        settings.nonce_end = plan
-            .nonce
-            .then_some(warm.server_added + plan.nonce_tokens() as u64);
+        // Calibrated prompts know neither as tokens: the server's count of the warmup's
+        // nonce alone holds both (the whole template, as on the tokenizer path), and one
+        // token more per nonce unit covers nonces of longer words.
+        settings.nonce_end = plan.nonce.then(|| match warm.counted_nonce {
+            Some(c) => c + plan.nonce_tokens() as u64,
+            None => warm.server_added + plan.nonce_tokens() as u64,
+        });
         if let Some(w) = &plan.warm {
             warm::check(w, &plan.concurrency, &self.profile)?;
         }
@@ -1002,7 +1006,10 @@ async fn warm_up(
     }
     let chat = profile.endpoint.as_deref() == Some(ctxbench_client::openai::CHAT);
     let template_note = match (chat, server_adds_bos) {
-        (true, false) => Some("chat template: its tokens are inside every length (calibration aims usage.prompt_tokens, template included, at the target)".to_owned()),
+        (true, false) => Some(format!(
+            "chat template: its tokens are inside every length (calibration aims usage.prompt_tokens, template included, at the target){}",
+            warm.counted_nonce.map_or_else(String::new, |c| format!("; {c} tokens for a message of the nonce alone (template included), so a cached count up to {} (one more per nonce word) is cold", c + crate::prompt::NONCE_TOKENS as u64))
+        )),
         (true, true) => Some(format!(
             "chat template: {} tokens around the user message (usage.prompt_tokens − content tokens of the warmup), counted in every context length",
             warm.server_added
