@@ -196,3 +196,64 @@ fn scripted_cached_chat_template_prefix_on_calibrated_text_is_cold() {
         assert!(s.has(&Flag::CachedBeforeNonceEnd), "{s:?}");
     }
 }
+
+#[test]
+fn scripted_slow_server_gets_timeouts_from_the_warmups_pace() {
+    // 2 ms per prompt token: a 384-token request takes ~0.8 s, four times the 0.2 s the
+    // static timeout allows; the warmup (64 tokens) showed the pace before it was sent.
+    let srv = QuirkServer::start(Quirks {
+        completions: true,
+        tokenizer: true,
+        prefill_per_token: std::time::Duration::from_millis(2),
+        ..Quirks::default()
+    });
+    let run = common::sweep(
+        &srv.url,
+        &common::argv(
+            "--backend openai --contexts 384 --reps 2 --output-tokens 4 --timeout 0.2 --timeout-per-1k 0",
+        ),
+    );
+    let r = run.results();
+    assert_eq!(r.samples.len(), 2, "{}", run.stderr);
+    for s in &r.samples {
+        assert_eq!(s.status, ctxbench_schema::record::Status::Ok, "{s:?}");
+    }
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+#[test]
+fn scripted_client_side_timeout_says_the_next_sample_cannot_know_the_server_is_idle() {
+    // The first measured request (the first streamed one of 100 tokens or more: the warmup
+    // has 64) is held 3 s:
+    // the client gives up on it; this server exposes no load, so nothing can tell when it
+    // is done, and the run says so.
+    let srv = QuirkServer::start(Quirks {
+        completions: true,
+        tokenizer: true,
+        stall: Some((100, std::time::Duration::from_secs(3))),
+        ..Quirks::default()
+    });
+    let run = common::sweep(
+        &srv.url,
+        &common::argv(
+            "--backend openai --contexts 128 --reps 2 --output-tokens 4 --timeout 0.5 --timeout-per-1k 0",
+        ),
+    );
+    let r = run.results();
+    let timed_out = r
+        .samples
+        .iter()
+        .filter(|s| {
+            s.error
+                .as_ref()
+                .is_some_and(|e| e.kind.as_str() == "timeout")
+        })
+        .count();
+    assert_eq!(timed_out, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("timed out on the client's side")
+            && run.stderr.contains("cannot know when it is idle"),
+        "{}",
+        run.stderr
+    );
+}

@@ -39,6 +39,8 @@ pub struct Warmup {
     pub reports_timings: bool,
     /// Server-reported busy time of the warmup (prompt + generation), in ms.
     pub server_busy_ms: f64,
+    /// Seconds per token (prompt and output together) the warmup took end to end.
+    pub s_per_token: Option<f64>,
     /// Calibrated prompts: the server's count of a message of only the warmup's nonce (BOS
     /// and chat template included; see [`Backend::counted_prefix`]).
     pub counted_nonce: Option<u64>,
@@ -72,10 +74,17 @@ pub async fn warmup(
         other => other?,
     };
     let reported = out.counts.prompt_tokens;
+    let took = out
+        .stream
+        .t_end
+        .saturating_duration_since(out.stream.t_sent);
+    let tokens = reported.unwrap_or(sent) + out.counts.completion_tokens.unwrap_or(2);
+    let s_per_token = (tokens > 0).then(|| took.as_secs_f64() / tokens as f64);
     let counted_nonce = backend
         .counted_prefix(&req, crate::prompt::NONCE_TOKENS)
         .await?;
     Ok(Warmup {
+        s_per_token,
         counted_nonce,
         sent,
         reported,
@@ -839,6 +848,7 @@ pub(crate) mod tests {
     /// Settings for unit tests: one fixed repetition, 33 output tokens.
     pub(crate) fn settings() -> BenchSettings {
         BenchSettings {
+            warmup_s_per_token: None,
             nonce_end: None,
             prompts: None,
             extrapolate_to: None,

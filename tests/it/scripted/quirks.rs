@@ -32,6 +32,9 @@ pub struct Quirks {
     pub tokenizer: bool,
     /// Prefill time per uncached token.
     pub prefill_per_token: Duration,
+    /// The first streamed request of at least so many tokens waits this long before
+    /// answering, as a server busy with something else would.
+    pub stall: Option<(u64, Duration)>,
 }
 
 /// One generation request as the server saw it.
@@ -237,6 +240,14 @@ fn answer(
         (s.seen.len() - 1, cached)
     };
     thread::sleep(q.prefill_per_token * (tokens - cached) as u32);
+    if let Some((min, pause)) = q.stall {
+        let first = !st.lock().unwrap().seen[..me]
+            .iter()
+            .any(|s| s.streamed && s.tokens >= min);
+        if streamed && tokens >= min && first {
+            thread::sleep(pause);
+        }
+    }
     let usage = if q.zero_usage {
         json!({"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0})
     } else {

@@ -376,6 +376,7 @@ impl Session {
         // Calibrated prompts know neither as tokens: the server's count of the warmup's
         // nonce alone holds both (the whole template, as on the tokenizer path), and one
         // token more per nonce unit covers nonces of longer words.
+        settings.warmup_s_per_token = warm.s_per_token;
         settings.nonce_end = plan.nonce.then(|| match warm.counted_nonce {
             Some(c) => c + plan.nonce_tokens() as u64,
             None => warm.server_added + plan.nonce_tokens() as u64,
@@ -977,6 +978,7 @@ fn bench_settings(
                 nonce_tokens: plan.nonce_tokens(),
             }),
         nonce_end: None,
+        warmup_s_per_token: None,
         idle: None,
         fleet: None,
         fleet_flush: false,
