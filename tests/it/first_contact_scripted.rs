@@ -7,8 +7,9 @@ use std::os::unix::process::CommandExt;
 use std::process::Output;
 
 use crate::common;
-use crate::scripted::quirks::{QuirkServer, Quirks};
+use crate::scripted::quirks::{fact_token, QuirkServer, Quirks};
 use ctxbench_schema::record::Flag;
+use ctxbench_schema::record::NeedleVerdict;
 
 /// The address space ctxbench may use in these runs: a few times what a run here needs
 /// (its threads' stacks and allocator arenas are reserved, not used), far below what an
@@ -255,5 +256,82 @@ fn scripted_client_side_timeout_says_the_next_sample_cannot_know_the_server_is_i
             && run.stderr.contains("cannot know when it is idle"),
         "{}",
         run.stderr
+    );
+}
+
+#[test]
+fn scripted_needle_text_prompts_keep_the_question_whole_and_each_fact_at_its_depth() {
+    // Token ids refused, a tokenizer pair: text of exact length. The fact's trailing newline
+    // merges with the filler after it when the text is re-tokenized, so the length fit must
+    // pad somewhere: in the filler, not after the question.
+    let srv = QuirkServer::start(Quirks {
+        completions: true,
+        refuse_ids_404: true,
+        tokenizer: true,
+        answer_needles: true,
+        ..Quirks::default()
+    });
+    let run = common::sweep(
+        &srv.url,
+        &common::argv("--backend openai --contexts 512 --reps 1 --output-tokens 4 --needle"),
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let r = run.results();
+    let needles: Vec<_> = r.samples.iter().filter(|s| s.phase == "needle").collect();
+    assert_eq!(needles.len(), 3, "{}", run.stderr);
+    for s in &needles {
+        let n = s.needle.as_ref().unwrap();
+        assert_eq!(n.verdict, NeedleVerdict::Pass, "{s:?}");
+        assert_eq!(s.length_ok, Some(true), "{s:?}");
+    }
+    // What the server was sent: the question whole at the end, the fact at its depth.
+    let sent: Vec<_> = srv
+        .seen()
+        .into_iter()
+        .filter(|s| s.streamed && s.text.as_deref().is_some_and(|t| t.contains("Question:")))
+        .collect();
+    assert_eq!(sent.len(), 3);
+    for (s, depth) in sent.iter().zip([10u64, 50, 90]) {
+        let text = s.text.as_deref().unwrap();
+        assert!(
+            text.ends_with(ctxbench_session::needle::QUESTION.trim_start()),
+            "{text:?}"
+        );
+        assert_eq!(s.tokens, 512, "the context length, BOS included");
+        let at = fact_token(text).expect("no fact") as u64;
+        let want = 8 + (512 - 8 - 20) * depth / 100;
+        assert!(
+            at.abs_diff(want) <= 12,
+            "fact at token {at}, {depth}% wants ~{want}"
+        );
+    }
+}
+
+#[test]
+fn scripted_needle_on_calibrated_lengths_is_refused_with_the_reason() {
+    let srv = QuirkServer::start(Quirks {
+        completions: true,
+        answer_needles: true,
+        ..Quirks::default()
+    });
+    let run = common::sweep(
+        &srv.url,
+        &common::argv("--backend openai --contexts 512 --reps 1 --output-tokens 4 --needle"),
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    for needle in [
+        "--needle needs prompts of exact length",
+        "calibrated",
+        "--tokenizer-url",
+    ] {
+        assert!(
+            run.stderr.contains(needle),
+            "no {needle:?} in {}",
+            run.stderr
+        );
+    }
+    assert!(
+        !srv.seen().iter().any(|s| s.streamed),
+        "a prompt was measured"
     );
 }

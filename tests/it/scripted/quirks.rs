@@ -35,6 +35,9 @@ pub struct Quirks {
     /// The first streamed request of at least so many tokens waits this long before
     /// answering, as a server busy with something else would.
     pub stall: Option<(u64, Duration)>,
+    /// A needle prompt whose text ends with the question and holds the fact is answered
+    /// with its value (a model that reads well); anything else with words.
+    pub answer_needles: bool,
 }
 
 /// One generation request as the server saw it.
@@ -255,11 +258,18 @@ fn answer(
                "prompt_tokens_details": {"cached_tokens": cached}})
     };
     let end = || st.lock().unwrap().seen[me].ended = Some(Instant::now());
+    let needle = q
+        .answer_needles
+        .then(|| needle_answer(&st.lock().unwrap().seen[me]));
     let piece = |i: u64, fr: Value| {
+        let t = match (&needle, i) {
+            (Some(a), 0) => a.clone(),
+            _ => format!(" w{i}"),
+        };
         if chat {
-            json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": format!(" w{i}")}, "finish_reason": fr}]})
+            json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": t}, "finish_reason": fr}]})
         } else {
-            json!({"object": "text_completion", "choices": [{"index": 0, "text": format!(" w{i}"), "finish_reason": fr}]})
+            json!({"object": "text_completion", "choices": [{"index": 0, "text": t, "finish_reason": fr}]})
         }
     };
     if !streamed {
@@ -289,4 +299,27 @@ fn answer(
     end();
     conn.write_all(format!("data: {u}\r\n\r\ndata: [DONE]\r\n\r\n").as_bytes())?;
     conn.flush()
+}
+
+/// The answer of a model that finds the fact where the prompt ends with the question.
+fn needle_answer(seen: &Seen) -> String {
+    let text = seen.text.as_deref().unwrap_or_default();
+    let value = text
+        .split("The secret number is ")
+        .nth(1)
+        .and_then(|r| r.split('.').next())
+        .filter(|v| !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()));
+    match value {
+        Some(v) if text.ends_with("The secret number is") => format!(" {v}."),
+        _ => " I do not know.".to_owned(),
+    }
+}
+
+/// Where the needle's fact sits in a prompt's text, in the server's tokens (`None`: none).
+pub fn fact_token(text: &str) -> Option<usize> {
+    let at = text.find("The secret number is ")?;
+    // The question ends with the same words: the fact is the one followed by a digit.
+    let rest = &text[at + "The secret number is ".len()..];
+    rest.starts_with(|c: char| c.is_ascii_digit())
+        .then(|| words(&text[..at]).len())
 }
