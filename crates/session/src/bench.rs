@@ -678,7 +678,7 @@ async fn needle_check(
             s.phase = Phase::Needle;
             let at_len = (placed.fact_at as u64, fact_len as u64, q_len as u64);
             let mut n = needle_record(depth, value, at_len, None, &s);
-            n.verdict = crate::record::NeedleVerdict::Excluded;
+            n.verdict = ctxbench_schema::record::NeedleVerdict::Excluded;
             s.needle = Some(n);
             return Some(s);
         }
@@ -707,7 +707,7 @@ fn needle_record(
         // The server counted another length than the prompt was built for: the fact and
         // the question may not be where they were put, so the answer proves nothing.
         (Status::Ok, Some(_)) if s.length_ok == Some(false) => {
-            crate::record::NeedleVerdict::Excluded
+            ctxbench_schema::record::NeedleVerdict::Excluded
         }
         (Status::Ok, Some(a)) if a.is_empty() && s.output_fingerprint.is_none() => {
             ctxbench_schema::record::NeedleVerdict::Unseen

@@ -3,7 +3,7 @@
 //! fact, and the result is verified before it is sent (the question's tokens whole at the
 //! end, the fact once, at its depth).
 
-use crate::client::{Backend, GenRequest};
+use ctxbench_client::{Backend, GenRequest};
 
 /// Rounds of fit → count before giving up.
 const ROUNDS: usize = 4;
