@@ -7,12 +7,24 @@ The weights are dequantized (Q4_1 included; transformers reads them with the `gg
 float32, and the tokenizer is rebuilt from the GGUF's vocabulary and merges, with the chat
 template the GGUF carries. Run by scripts/real-server for `transformers serve --real-model`:
 that server loads Hugging Face folders. Offline: nothing is fetched from a hub.
+
+Needs the Python packages torch, transformers, gguf (transformers' GGUF loader) and accelerate
+(transformers loads a GGUF's weights through it); a missing one is named before anything runs.
 """
+import importlib.util
 import os
 import sys
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+# Every package this script needs, checked first: transformers names a missing `gguf` or
+# `accelerate` only deep inside a load, after minutes of work.
+NEEDED = ("torch", "transformers", "gguf", "accelerate")
+_missing = [m for m in NEEDED if importlib.util.find_spec(m) is None]
+if _missing:
+    sys.exit(f"gguf-to-hf: missing Python package(s): {' '.join(_missing)} "
+             f"(pip install {' '.join(_missing)}); it needs {', '.join(NEEDED)}")
+
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 
 def main() -> None:

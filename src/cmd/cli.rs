@@ -642,9 +642,11 @@ pub struct SweepArgs {
 
     /// Request timeout: SECONDS plus --timeout-per-1k for every 1000 context tokens.
     ///
-    /// A floor, not a cap: once the server has been measured, a request is allowed at least
-    /// SECONDS plus 4× its predicted cost; the unmeasured warmup and calibration requests get
-    /// at least 60 s.
+    /// A floor, not a cap: once the server has been measured (by the warmup's pace until a
+    /// point is measured, then by the cost model), a request is allowed at least SECONDS plus
+    /// 4× its predicted cost; the unmeasured warmup and calibration requests get at least
+    /// 60 s. After a request times out, the next sample waits for the server to read idle
+    /// where it exposes its load (--idle-wait), and the run says so where it cannot know.
     #[arg(
         help_heading = "Timeouts and errors",
         long,

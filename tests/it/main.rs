@@ -15,6 +15,7 @@ mod design_llamacpp;
 mod efficiency;
 mod faults_llamacpp;
 mod faults_scripted;
+mod first_contact_scripted;
 mod fleet_llamacpp;
 mod fork_scripted;
 mod golden;

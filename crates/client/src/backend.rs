@@ -123,6 +123,17 @@ pub trait Backend: Send + Sync {
     async fn prepare(&self, _req: &mut GenRequest) -> Result<(), ClientError> {
         Ok(())
     }
+    /// Where prompt lengths are calibrated against the server's count (no tokenizer): the
+    /// server's count of a prompt of only the first `units` of `req`'s prompt, its BOS and
+    /// chat template included: where those units end in what the server sees (a cached
+    /// template prefix lies before). The default: not learned this way.
+    async fn counted_prefix(
+        &self,
+        _req: &GenRequest,
+        _units: usize,
+    ) -> Result<Option<u64>, ClientError> {
+        Ok(None)
+    }
     /// Streams one generation and times it. An unprepared request is prepared first
     /// (still before t0, but a wave's requests would no longer leave together).
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError>;

@@ -21,6 +21,7 @@
 //! delta (chat: `delta.content`, so the role-only first chunk is not a token).
 
 use ctxbench_schema::record::Flag;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -139,7 +140,7 @@ impl crate::family::Family for Family {
             p.notes.push(format!("no tokenizer endpoint pair answered (tried /tokenize+/detokenize, /v1/tokenize+/v1/detokenize, /extras/tokenize+/extras/detokenize): prompt lengths are calibrated against the server's own usage.prompt_tokens (up to {CALIBRATION_ROUNDS} requests with max_tokens 1 per new length, before it is measured), within {}%, not exact; --tokenizer-url lends the tokenizer of a server of the same model", CALIBRATED_TOLERANCE * 100.0));
         }
         if p.completions_missing {
-            p.notes.push("POST /v1/completions answered 404: this server is chat-only; --endpoint auto uses /v1/chat/completions".into());
+            p.notes.push(format!("{CHAT_ONLY_NOTE} to token ids and to text: this server is chat-only; --endpoint auto uses /v1/chat/completions"));
         }
         Ok(())
     }
@@ -221,6 +222,9 @@ fn calibrated_method(chat: bool) -> String {
     )
 }
 
+/// How the note of a server without `/v1/completions` begins.
+const CHAT_ONLY_NOTE: &str = "POST /v1/completions answered 404";
+
 /// `/v1/chat/completions`.
 pub const CHAT: &str = "/v1/chat/completions";
 /// `/v1/completions`.
@@ -259,6 +263,10 @@ pub fn choose_endpoint(p: &mut ServerProfile, choice: EndpointChoice) -> Result<
         EndpointChoice::Auto => p.completions_missing,
     };
     p.endpoint = Some(if chat { CHAT } else { COMPLETIONS }.to_owned());
+    if !chat {
+        // Each capability stated once: no chat-only note beside generations on completions.
+        p.notes.retain(|n| !n.starts_with(CHAT_ONLY_NOTE));
+    }
     if chat {
         p.prompt_method = match &p.tokenizer {
             Some(t) => format!(
@@ -443,12 +451,31 @@ async fn completions_answer(
         }) if model.is_some() && message.to_lowercase().contains("model") => {
             (Completions::UnknownModel, message)
         }
+        // A 404 may refuse the ids rather than lack the path (a JSON error body saying
+        // `text input must be of type str`): a text prompt tells the two apart.
         Err(ClientError::Http {
-            status: 404 | 405, ..
-        }) => (
-            Completions::Missing,
-            "POST /v1/completions answered 404".to_owned(),
-        ),
+            status: status @ (404 | 405),
+            message,
+            ..
+        }) => {
+            let mut text = json!({"prompt": "hello world", "max_tokens": 1});
+            if let Some(m) = model {
+                text["model"] = json!(m);
+            }
+            match s.post(COMPLETIONS, &text).await {
+                Ok(v) if v.get("choices").is_some() => (
+                    Completions::RefusesTokenIds,
+                    format!(
+                        "a token-id prompt was refused with HTTP {status} ({}) and a text prompt taken: ids refused, not the endpoint missing",
+                        super::http::snippet(&message)
+                    ),
+                ),
+                _ => (
+                    Completions::Missing,
+                    format!("POST /v1/completions answered {status} to token ids and to text"),
+                ),
+            }
+        }
         Err(e) => (
             Completions::RefusesTokenIds,
             format!(
@@ -538,6 +565,9 @@ pub struct OpenAi {
     nonce_tokens: usize,
     /// What this backend had to do that the run header should say (counts' sources).
     notes: Mutex<Vec<String>>,
+    /// The server answered a complete stream and its non-streamed repeat with no count (usage
+    /// of all zeros or none): repeats are not sent again.
+    counts_nothing: AtomicBool,
     /// The family the probe recognised behind this protocol, whose flush is kept (see
     /// [`crate::family::Family::flush`]).
     pub flush_with: Option<BackendKind>,
@@ -601,6 +631,7 @@ impl OpenAi {
             chat: false,
             nonce_tokens: 0,
             notes: Mutex::new(Vec::new()),
+            counts_nothing: Default::default(),
             flush_with: None,
             failure_hint: None,
             dialect: Mutex::new(Dialect::default()),
@@ -835,6 +866,9 @@ impl OpenAi {
             .http
             .post_json(path, &body, req.timeouts.request)
             .await?;
+        if v.get("usage").is_some_and(zero_usage) {
+            return Err(counts_nothing(path, "a non-streamed calibration request"));
+        }
         let n = v
             .get("usage")
             .and_then(|u| get_u64(u, "prompt_tokens"))
@@ -992,6 +1026,17 @@ impl EventReader for CompletionsReader {
             is_final,
             ends_stream: false,
         })
+    }
+}
+
+/// The error of a server whose answers carry no token count (usage absent or all zeros)
+/// where one is needed: no prompt length can be known or checked on it.
+fn counts_nothing(path: &str, what: &str) -> ClientError {
+    ClientError::Unsupported {
+        what: "a prompt length on this server".to_owned(),
+        hint: format!(
+            "{what} to POST {path} answered usage of all zeros or none (prompt_tokens 0, completion_tokens 0): this server counts nothing, so no prompt length can be known or checked on it; --tokenizer-url URL lends the tokenizer of a server of the same model (its lengths are then exact), or measure a server that counts its tokens"
+        ),
     }
 }
 
@@ -1159,6 +1204,20 @@ impl Backend for OpenAi {
         .map_err(|e| self.hinted(e))
     }
 
+    /// The server's count of a message of only the prompt's first `units` (calibrated
+    /// prompts only): the template's tokens and BOS are in it, wherever they sit.
+    async fn counted_prefix(
+        &self,
+        req: &GenRequest,
+        units: usize,
+    ) -> Result<Option<u64>, ClientError> {
+        let Some(c) = &self.calibrated else {
+            return Ok(None);
+        };
+        let text = c.text_of(&req.prompt[..units.min(req.prompt.len())]);
+        Ok(Some(self.count(req, text).await? as u64))
+    }
+
     async fn generate(&self, req: &GenRequest) -> Result<GenOutcome, ClientError> {
         // Prepared (or built now) before t0: tokenizer round-trips and calibration requests
         // are not part of the measurement.
@@ -1174,18 +1233,41 @@ impl Backend for OpenAi {
         )
         .await
         .map_err(|e| self.hinted(e))?;
-        if out.counts.prompt_tokens.is_none() {
+        if out.counts.prompt_tokens.is_none() && !self.counts_nothing.load(Ordering::Relaxed) {
             // The stream carried no usage (llama-cpp-python): ask for the server's own count
             // of the same prompt, after the measurement so it cannot warm it.
-            let again = generate_unstreamed(
+            let again = match generate_unstreamed(
                 &self.http,
                 self.path(),
                 &Self::unstreamed(body, Some(1)),
                 req.timeouts.request,
                 self.reader(),
             )
-            .await?;
-            if let Some(n) = again.counts.prompt_tokens {
+            .await
+            {
+                // Not a stream cut short: a complete answer (choices, finish reason) whose
+                // usage counts nothing, after a complete stream that counted nothing either.
+                // Lengths made exact by construction (token ids, text through a tokenizer)
+                // stand without the server's word; calibrated ones cannot.
+                Err(ClientError::Truncated { .. }) if out.finish_reason.is_some() => {
+                    if self.calibrated.is_some() {
+                        return Err(counts_nothing(
+                            self.path(),
+                            &format!(
+                                "a complete stream ({} token chunk(s), finish reason {:?}) and its non-streamed repeat",
+                                out.stream.token_events,
+                                out.finish_reason.as_deref().unwrap_or_default()
+                            ),
+                        ));
+                    }
+                    self.counts_nothing.store(true, Ordering::Relaxed);
+                    self.note("the server counts nothing (usage of all zeros or none, streamed and not): prompt lengths are exact by construction but not confirmed by the server (flag length_unreported)");
+                    None
+                }
+                other => Some(other?),
+            };
+            let again = again.map(|a| a.counts.prompt_tokens);
+            if let Some(n) = again.flatten() {
                 out.counts.prompt_tokens = Some(n);
                 out.flags.push(Flag::PromptTokensFromRepeat);
                 self.note("the stream carries no usage: each prompt count is usage.prompt_tokens of a non-streamed repeat of the same request (max_tokens 1) sent after the measurement (flag prompt_tokens_from_repeat)");

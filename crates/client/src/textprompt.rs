@@ -126,6 +126,24 @@ pub const CALIBRATION_ROUNDS: usize = 5;
 /// so the closest the calibration gets may be a few tokens off the target.
 pub const CALIBRATED_TOLERANCE: f64 = 0.01;
 
+/// The most units a calibration text of `target` tokens may have: a whitespace-led unit is at
+/// least one token in any tokenizer but a rare merge, so four per target token (and a margin
+/// for short targets) bounds the text, and with it memory, whatever a server counts.
+pub fn max_units(target: usize) -> usize {
+    target.saturating_mul(4).max(target.saturating_add(64))
+}
+
+/// The error of a server that counted no token at all for a calibration text: lengths
+/// cannot be calibrated against it.
+fn counts_nothing(units: usize) -> ClientError {
+    ClientError::Unsupported {
+        what: "a prompt length on this server".to_owned(),
+        hint: format!(
+            "it counted 0 prompt tokens for a calibration text of {units} words (usage of all zeros: it counts nothing), so no length can be calibrated against it; --tokenizer-url URL lends the tokenizer of a server of the same model, or measure a server that counts its tokens"
+        ),
+    }
+}
+
 /// Leading units reversed in a calibration prompt, at least.
 const REVERSED: usize = 8;
 
@@ -224,6 +242,11 @@ impl CalibratedText {
         Ok(out)
     }
 
+    /// The text of the units `ids`, as they are.
+    pub fn text_of(&self, ids: &[u32]) -> String {
+        self.text(ids, ids.len())
+    }
+
     /// The text of `n` units of `ids`, wrapping over the body (after the nonce) if needed.
     fn text(&self, ids: &[u32], n: usize) -> String {
         let Ok(u) = self.units.lock() else {
@@ -277,7 +300,9 @@ impl CalibratedText {
         if k > 1 && probe_ids[0] == ids[0] {
             probe_ids.swap(0, 1);
         }
-        let mut units = ((target as f64) / ratio.unwrap_or(1.0)).round().max(1.0) as usize;
+        let mut units = ((target as f64) / ratio.unwrap_or(1.0).max(1e-3))
+            .round()
+            .clamp(1.0, max_units(target) as f64) as usize;
         // (distance from the target, units, count)
         let mut best = (usize::MAX, units, 0);
         // The most units counted short of the target and the fewest counted beyond it: the
@@ -288,7 +313,13 @@ impl CalibratedText {
         for _ in 0..CALIBRATION_ROUNDS {
             self.requests.fetch_add(1, Ordering::Relaxed);
             sent += 1;
-            let counted = count(self.text(&probe_ids, units)).await?;
+            let text = self.text(&probe_ids, units);
+            let counted = count(text).await?;
+            if counted == 0 {
+                // A server that counts nothing (usage of all zeros) would otherwise send
+                // the step towards infinity: the prompt grows without bound.
+                return Err(counts_nothing(units));
+            }
             let r = counted as f64 / units as f64;
             if let Ok(mut c) = self.calib.lock() {
                 c.ratio = Some(r);
@@ -309,9 +340,12 @@ impl CalibratedText {
                 break;
             }
             let step = ((target as f64 - counted as f64) / r.max(1e-9)).round() as i64;
-            let next = (units as i64 + step).max(1) as usize;
-            // Strictly inside the bracket.
-            units = next.clamp(below + 1, above.saturating_sub(1).max(below + 1));
+            let next = (units as i64).saturating_add(step).max(1) as usize;
+            // Strictly inside the bracket, and never beyond what any tokenizer could count
+            // as the target: memory stays bounded whatever the server answers.
+            units = next
+                .clamp(below + 1, above.saturating_sub(1).max(below + 1))
+                .min(max_units(target));
         }
         if let Ok(mut c) = self.calib.lock() {
             c.units_for.insert(target, (best.1, best.2));
@@ -441,5 +475,32 @@ mod tests {
         // Once no unit lies between a count short of the target and one beyond it,
         // calibration stops: no rounds spent oscillating.
         assert!(even.requests <= 3, "{} requests", even.requests);
+    }
+
+    #[test]
+    fn a_server_that_counts_nothing_or_almost_nothing_never_grows_the_prompt_without_bound() {
+        let c = CalibratedText::new(4);
+        let corpus: String = (0..400).map(|i| format!(" w{i}")).collect();
+        let ids = c.units(&corpus).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        // All-zero usage: refused at the first answer, with what would help.
+        let e = rt
+            .block_on(c.prompt(&ids[..300], |_| async { Ok(0) }))
+            .unwrap_err();
+        assert!(e.to_string().contains("counts nothing"), "{e}");
+        assert!(e.to_string().contains("--tokenizer-url"), "{e}");
+        assert_eq!(c.requests(), 1);
+        // A count of 1 whatever the text: every calibration text stays within the bound.
+        let longest = std::cell::Cell::new(0);
+        let p = rt
+            .block_on(c.prompt(&ids[..300], |t: String| {
+                longest.set(longest.get().max(t.split_whitespace().count()));
+                async { Ok(1) }
+            }))
+            .unwrap();
+        assert!(longest.get() <= max_units(300), "{}", longest.get());
+        assert!(p.text.split_whitespace().count() <= max_units(300));
     }
 }

@@ -143,6 +143,9 @@ string_enum! {
         /// The server answered, but this protocol shows no answer text (SGLang's native
         /// stream): nothing was seen, so neither pass nor fail.
         Unseen = "unseen",
+        /// The prompt missed its length or structure (question whole at the end, the fact
+        /// at its depth): a test of the prompt, not of the model, so neither pass nor fail.
+        Excluded = "excluded",
     }
 }
 

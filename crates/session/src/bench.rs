@@ -39,6 +39,11 @@ pub struct Warmup {
     pub reports_timings: bool,
     /// Server-reported busy time of the warmup (prompt + generation), in ms.
     pub server_busy_ms: f64,
+    /// Seconds per token (prompt and output together) the warmup took end to end.
+    pub s_per_token: Option<f64>,
+    /// Calibrated prompts: the server's count of a message of only the warmup's nonce (BOS
+    /// and chat template included; see [`Backend::counted_prefix`]).
+    pub counted_nonce: Option<u64>,
 }
 
 /// Tokens in the warmup prompt.
@@ -69,7 +74,18 @@ pub async fn warmup(
         other => other?,
     };
     let reported = out.counts.prompt_tokens;
+    let took = out
+        .stream
+        .t_end
+        .saturating_duration_since(out.stream.t_sent);
+    let tokens = reported.unwrap_or(sent) + out.counts.completion_tokens.unwrap_or(2);
+    let s_per_token = (tokens > 0).then(|| took.as_secs_f64() / tokens as f64);
+    let counted_nonce = backend
+        .counted_prefix(&req, crate::prompt::NONCE_TOKENS)
+        .await?;
     Ok(Warmup {
+        s_per_token,
+        counted_nonce,
         sent,
         reported,
         server_added: reported.map_or(0, |r| r.saturating_sub(sent)),
@@ -634,23 +650,46 @@ async fn needle_check(
         prepared: None,
         max_tokens: crate::needle::ANSWER_TOKENS,
         cache_bypass: settings.cache_bypass,
-        timeouts: settings.timeouts_for(context),
+        timeouts: settings.timeouts_with_prediction(context, None),
     };
-    let prepared = tokio::select! {
-        r = ctx.backend.prepare(&mut req) => r,
-        e = watch_server(ctx.backend) => Err(e),
+    let fact_text = crate::needle::fact(&value);
+    let parts = needle_fit::Parts {
+        fact_text: &fact_text,
+        question: question.unwrap_or_default(),
+        fact_at: placed.fact_at,
+        fact_len,
+        filler: &base[nonce_tokens.min(base.len())..],
+    };
+    // The question whole at the end and the fact at its depth, verified before sending;
+    // a prompt that cannot hold them is not sent as a test of the model.
+    let fitted = tokio::select! {
+        r = needle_fit::fit(ctx.backend, &mut req, &parts) => r,
+        e = watch_server(ctx.backend) => Err(e.to_string()),
         _ = ctx.interrupt.wait_for(|v| *v) => return None,
     };
-    let before = protocol::before(ctx, (context, rep), true).await?;
-    let r = match prepared {
-        Ok(()) => send(ctx.backend, &req, ctx.interrupt).await?,
-        Err(e) => Err(e),
+    let fact_at = match fitted {
+        Ok(at) => at,
+        Err(why) => {
+            let e = ClientError::Unsupported {
+                what: format!("a needle prompt of {context} tokens with the question whole at its end and the fact at {depth}%"),
+                hint: format!("{why}; the check is left out of the verdicts"),
+            };
+            let mut s = make_sample(&target, context, rep, sent, at, Err(e));
+            s.phase = Phase::Needle;
+            let at_len = (placed.fact_at as u64, fact_len as u64, q_len as u64);
+            let mut n = needle_record(depth, value, at_len, None, &s);
+            n.verdict = ctxbench_schema::record::NeedleVerdict::Excluded;
+            s.needle = Some(n);
+            return Some(s);
+        }
     };
+    let before = protocol::before(ctx, (context, rep), true).await?;
+    let r = send(ctx.backend, &req, ctx.interrupt).await?;
     let answer = r.as_ref().ok().map(|o| o.output.text.clone());
     let mut s = make_sample(&target, context, rep, sent, at, r);
     s.phase = Phase::Needle;
     protocol::after(settings, &mut s, before, 1).await;
-    let at_len = (placed.fact_at as u64, fact_len as u64, q_len as u64);
+    let at_len = (fact_at as u64, fact_len as u64, q_len as u64);
     s.needle = Some(needle_record(depth, value, at_len, answer, &s));
     Some(s)
 }
@@ -665,6 +704,11 @@ fn needle_record(
     s: &Sample,
 ) -> ctxbench_schema::record::NeedleCheck {
     let verdict = match (&s.status, &answer) {
+        // The server counted another length than the prompt was built for: the fact and
+        // the question may not be where they were put, so the answer proves nothing.
+        (Status::Ok, Some(_)) if s.length_ok == Some(false) => {
+            ctxbench_schema::record::NeedleVerdict::Excluded
+        }
         (Status::Ok, Some(a)) if a.is_empty() && s.output_fingerprint.is_none() => {
             ctxbench_schema::record::NeedleVerdict::Unseen
         }
@@ -832,6 +876,7 @@ pub(crate) mod tests {
     /// Settings for unit tests: one fixed repetition, 33 output tokens.
     pub(crate) fn settings() -> BenchSettings {
         BenchSettings {
+            warmup_s_per_token: None,
             nonce_end: None,
             prompts: None,
             extrapolate_to: None,
@@ -932,6 +977,7 @@ pub mod append;
 mod append_wave;
 pub mod conversation;
 pub mod ctx;
+mod needle_fit;
 pub mod protocol;
 pub mod tiers;
 pub mod warm_steps;

@@ -10,6 +10,7 @@
 #![allow(dead_code)]
 
 pub mod fork;
+pub mod quirks;
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};

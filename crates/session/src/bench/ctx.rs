@@ -107,6 +107,10 @@ pub struct BenchSettings {
     /// The server's maximum context, where a designed run's fits are extrapolated to
     /// (`None`: not known).
     pub extrapolate_to: Option<u64>,
+    /// Seconds per token the warmup took end to end (prompt and output tokens together):
+    /// before any point is measured, a request's predicted cost is this times its tokens
+    /// (`None`: no warmup timed).
+    pub warmup_s_per_token: Option<f64>,
 }
 
 /// How the needle checks are made (see [`crate::needle`]).
@@ -154,11 +158,21 @@ impl BenchSettings {
         t
     }
 
+    /// A request's cost at the warmup's pace: its context and output tokens at the warmup's
+    /// seconds per token (prefill is at least linear in the context, so this is a floor).
+    pub fn warmup_predicted_s(&self, context: u64) -> Option<f64> {
+        self.warmup_s_per_token
+            .map(|r| r * (context as f64 + f64::from(self.output_tokens)))
+    }
+
     /// Timeouts once the cost model predicts the request: the static allowance or four
     /// times the prediction above the base, whichever is larger, so a slow-but-healthy
     /// long point is never cut while a hung short one is caught early.
     pub fn timeouts_with_prediction(&self, context: u64, predicted_s: Option<f64>) -> Timeouts {
         let mut t = self.timeouts_for(context);
+        // Before the cost model has a measured point, the warmup's pace predicts: a server
+        // measured at 9 prompt tokens/s needs a minute for 512, beyond the static 62.6 s.
+        let predicted_s = predicted_s.or_else(|| self.warmup_predicted_s(context));
         if let Some(p) = predicted_s.filter(|p| p.is_finite() && *p > 0.0) {
             t.request = t
                 .request
@@ -185,6 +199,8 @@ pub struct Tally {
     pub stopped: Option<String>,
     /// The user interrupted.
     pub interrupted: bool,
+    /// What a client-side timeout leaves behind was said (once per run).
+    pub timeout_told: bool,
 }
 
 impl Tally {

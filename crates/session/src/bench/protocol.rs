@@ -178,12 +178,32 @@ pub fn record(
     observer.sample_done(sample);
     if let Some(e) = &sample.error {
         tally.failed += 1;
+        if e.kind == ErrorKind::Timeout && !tally.timeout_told {
+            tally.timeout_told = true;
+            observer.warn(&after_timeout(settings));
+        }
         let fatal = matches!(e.kind, ErrorKind::Connect | ErrorKind::Unauthorized);
         if fatal || settings.on_error == OnError::Stop {
             return Ok(Some(e.message.clone()));
         }
     }
     Ok(None)
+}
+
+/// What a request the client gave up on leaves behind: the server may still be computing
+/// it, so the next sample either waits for the server to be idle or may queue behind it.
+pub fn after_timeout(settings: &BenchSettings) -> String {
+    let idle = settings
+        .idle
+        .as_ref()
+        .filter(|c| c.source().is_some() && !c.wait.is_zero());
+    match idle {
+        Some(c) => format!(
+            "a request timed out on the client's side; the server may still be computing it: each next sample waits (up to --idle-wait {} s) for the server to read idle before it is sent",
+            c.wait.as_secs_f64()
+        ),
+        None => "a request timed out on the client's side; the server may still be computing it, and ctxbench cannot know when it is idle again (no busy signal read on this server, or --idle-wait 0): the next samples may queue behind it and be slower or time out too; raise --timeout, or give a server that exposes its load (e.g. /metrics)".to_owned(),
+    }
 }
 
 /// The wall-clock instant a sample is stamped with.

@@ -313,6 +313,15 @@ impl Session {
             },
         )?;
         let length = fam.length_policy(&self.profile);
+        if plan.needle_depths.is_some() && length.tolerance_pct > 0.0 {
+            // A calibrated length is only near the target: the fit would cut the question
+            // or move the fact, and a check of such a prompt tests the prompt, not the model.
+            return Err(UsageError::Invalid(format!(
+                "--needle needs prompts of exact length, and on this server lengths are calibrated against its own count (within {}%: no tokenizer endpoint answered), so neither the question at the end nor each fact at its depth can be guaranteed; --tokenizer-url URL lends the tokenizer of a server of the same model, or leave out --needle",
+                length.tolerance_pct * 100.0
+            ))
+            .into());
+        }
         negotiate(backend.as_ref(), &mut self.profile, observer).await?;
         let corpus = prepare_corpus(
             plan,
@@ -373,9 +382,14 @@ impl Session {
         )
         .await?;
         // The server's own tokens in front (BOS, a chat template's prefix), then the nonce.
-        settings.nonce_end = plan
-            .nonce
-            .then_some(warm.server_added + plan.nonce_tokens() as u64);
+        // Calibrated prompts know neither as tokens: the server's count of the warmup's
+        // nonce alone holds both (the whole template, as on the tokenizer path), and one
+        // token more per nonce unit covers nonces of longer words.
+        settings.warmup_s_per_token = warm.s_per_token;
+        settings.nonce_end = plan.nonce.then(|| match warm.counted_nonce {
+            Some(c) => c + plan.nonce_tokens() as u64,
+            None => warm.server_added + plan.nonce_tokens() as u64,
+        });
         if let Some(w) = &plan.warm {
             warm::check(w, &plan.concurrency, &self.profile)?;
         }
@@ -973,6 +987,7 @@ fn bench_settings(
                 nonce_tokens: plan.nonce_tokens(),
             }),
         nonce_end: None,
+        warmup_s_per_token: None,
         idle: None,
         fleet: None,
         fleet_flush: false,
@@ -1002,7 +1017,10 @@ async fn warm_up(
     }
     let chat = profile.endpoint.as_deref() == Some(ctxbench_client::openai::CHAT);
     let template_note = match (chat, server_adds_bos) {
-        (true, false) => Some("chat template: its tokens are inside every length (calibration aims usage.prompt_tokens, template included, at the target)".to_owned()),
+        (true, false) => Some(format!(
+            "chat template: its tokens are inside every length (calibration aims usage.prompt_tokens, template included, at the target){}",
+            warm.counted_nonce.map_or_else(String::new, |c| format!("; {c} tokens for a message of the nonce alone (template included), so a cached count up to {} (one more per nonce word) is cold", c + crate::prompt::NONCE_TOKENS as u64))
+        )),
         (true, true) => Some(format!(
             "chat template: {} tokens around the user message (usage.prompt_tokens − content tokens of the warmup), counted in every context length",
             warm.server_added
