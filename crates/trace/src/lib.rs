@@ -7,6 +7,7 @@
 
 pub mod detect;
 pub mod request;
+pub mod synthetic;
 
 pub use detect::detect;
 pub use request::{TraceError, TraceFormat, TraceRequest};
