@@ -34,6 +34,7 @@ mod protocol_sglang;
 mod protocol_tgi;
 mod protocol_vllm;
 mod real_model_llamacpp;
+mod replay_trace;
 mod report;
 mod roofline;
 mod roofline_llamacpp;
