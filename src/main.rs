@@ -69,6 +69,8 @@ fn main() -> ExitCode {
             Command::Overhead(args) => cmd::overhead::run(args).await.map(|()| Ending::Complete),
             Command::Report(args) => cmd::report::run(&args).map(|()| Ending::Complete),
             Command::Compare(args) => cmd::compare::run(&args),
+            Command::Replay(args) if args.dry_run => cmd::replay_dry::run(&args),
+            Command::Replay(args) => cmd::replay::run(*args, rx).await,
             Command::Completions(args) => cmd::shell::completions(&args).map(|()| Ending::Complete),
             Command::Man(args) => cmd::shell::man(&args).map(|()| Ending::Complete),
         }
@@ -92,7 +94,8 @@ fn main() -> ExitCode {
 }
 
 /// Whether the error is the user's to fix (exit 2): a usage error, an API key the server
-/// refused, a resume with other options than the file's, a corpus without text.
+/// refused, a resume with other options than the file's, a corpus without text, a trace
+/// that cannot be read or is invalid.
 fn user_mistake(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {
         c.downcast_ref::<UsageError>().is_some()
@@ -104,6 +107,7 @@ fn user_mistake(e: &anyhow::Error) -> bool {
                 c.downcast_ref::<RecordError>(),
                 Some(RecordError::ConfigMismatch { .. })
             )
+            || c.downcast_ref::<ctxbench_trace::TraceError>().is_some()
             || matches!(
                 c.downcast_ref::<CorpusError>(),
                 Some(CorpusError::Empty(_) | CorpusError::Read { .. })

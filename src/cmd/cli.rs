@@ -7,6 +7,9 @@ use clap::{Args, Parser, Subcommand};
 use ctxbench_client::BackendKind;
 use ctxbench_session::bench::OnError;
 
+pub use crate::cmd::replay_args::ReplayArgs;
+use crate::cmd::replay_args::{REPLAY_EXAMPLES, REPLAY_USAGE};
+
 /// Benchmark how an LLM inference server's speed changes with context length.
 #[derive(Debug, Parser)]
 #[command(name = "ctxbench", version = ctxbench_session::VERSION, about, long_about = None)]
@@ -31,6 +34,10 @@ pub enum Command {
     /// take the run as the unit; `--fail-if-slower` gates CI.
     #[command(after_help = COMPARE_EXAMPLES)]
     Compare(CompareArgs),
+    /// Replay a request trace (Mooncake, Weka, TraceLab, Azure, ctxbench's own) or a
+    /// synthetic agent workload, proving each request's prefix reuse.
+    #[command(after_help = REPLAY_EXAMPLES, override_usage = REPLAY_USAGE)]
+    Replay(Box<ReplayArgs>),
     /// Print a shell completion script to standard output.
     #[command(after_help = COMPLETIONS_EXAMPLES)]
     Completions(CompletionsArgs),

@@ -5,8 +5,21 @@
 
 #![warn(missing_docs)]
 
+pub mod azure;
+pub mod clock;
 pub mod detect;
+pub mod mooncake;
+pub mod own;
+pub mod plan;
+pub mod reader;
 pub mod request;
+pub mod shape;
+pub mod synthetic;
+pub mod tracelab;
+pub mod weka;
 
-pub use detect::detect;
-pub use request::{TraceError, TraceFormat, TraceRequest};
+mod fields;
+
+pub use detect::{detect, open, open_as};
+pub use reader::TraceReader;
+pub use request::{TraceError, TraceFormat, TraceRequest, DEFAULT_BLOCK};

@@ -51,7 +51,7 @@ pub struct TraceRequest {
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     /// The file could not be read.
-    #[error("{path}: {source}")]
+    #[error("{path}: cannot read the trace")]
     Io {
         /// The trace file.
         path: PathBuf,
@@ -79,3 +79,26 @@ pub enum TraceError {
         reason: String,
     },
 }
+
+impl TraceFormat {
+    /// The format's name, as the header and the dry run print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TraceFormat::Mooncake => "Mooncake / timed-trace JSONL",
+            TraceFormat::Weka => "Weka / kv-cache-tester JSON",
+            TraceFormat::TraceLab => "TraceLab round JSONL",
+            TraceFormat::AzureCsv => "Azure LLM inference CSV",
+            TraceFormat::Ctxbench => "ctxbench trace JSONL",
+        }
+    }
+}
+
+impl std::fmt::Display for TraceFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Block size given to requests without blocks (Azure rows, own-format requests that name
+/// none): a placeholder, since no block of theirs is shared.
+pub const DEFAULT_BLOCK: u32 = 64;
