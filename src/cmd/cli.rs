@@ -113,9 +113,11 @@ pub struct ReportArgs {
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,
 
-    /// What the server costs, USD per hour: adds the price per million input tokens (cold
-    /// prefill, from the median TTFT) and output tokens (from the median decode rate) at
-    /// each context length, one request at a time.
+    /// What the server costs, USD per hour: adds the price per million input and output
+    /// tokens at each context length.
+    ///
+    /// Input tokens are priced from the cold prefill's median TTFT, output tokens from the
+    /// median decode rate, one request at a time.
     #[arg(long, value_name = "USD", value_parser = positive_price)]
     pub price_per_hour: Option<f64>,
 
@@ -131,34 +133,34 @@ pub struct ReportArgs {
 pub struct RooflineArgs {
     /// Hold the run against an accelerator's limits: h100-sxm, h200, b200, a100-80gb, l40s, mi300x.
     ///
-    /// Hold the run against an accelerator's memory bandwidth and dense BF16 peak, from its
-    /// data sheet (docs/roofline.md names each source): h100-sxm, h200, b200, a100-80gb,
-    /// l40s, mi300x. --memory-bandwidth and --peak-tflops override its figures.
+    /// The limits are its memory bandwidth and dense BF16 peak, from its data sheet
+    /// (docs/roofline.md names each source); --memory-bandwidth and --peak-tflops override
+    /// them.
     #[arg(long, value_name = "NAME", value_parser = accelerator)]
     pub hardware: Option<String>,
 
-    /// Memory bandwidth in GB/s: the decode step's bound (for a CPU or unlisted hardware).
+    /// Memory bandwidth in GB/s: the decode step's bound (for a CPU or hardware not in
+    /// --hardware's table).
     ///
-    /// Memory bandwidth in GB/s (10⁹ bytes/s): each decode step is held against
-    /// (weight bytes + L × KV bytes per token) / bandwidth. For a CPU or hardware not in
-    /// --hardware's table; overrides the table's figure.
+    /// A GB is 10⁹ bytes. Each decode step is held against (weight bytes + L × KV bytes per
+    /// token) / bandwidth. Overrides --hardware's figure.
     #[arg(long, value_name = "GB/s", value_parser = positive_limit)]
     pub memory_bandwidth: Option<f64>,
 
-    /// Peak TFLOPs (dense, of the type served): prefill MFU.
+    /// Peak TFLOPs (dense, of the type the model is served in): prefill MFU.
     ///
-    /// Peak TFLOPs (dense, of the type the model is served in): each prefill's FLOPs over
-    /// its TTFT as a fraction of it (MFU). Overrides --hardware's BF16 figure.
+    /// Each prefill's FLOPs over its TTFT, as a fraction of this peak, is its MFU. Overrides
+    /// --hardware's BF16 figure.
     #[arg(long, value_name = "N", value_parser = positive_limit)]
     pub peak_tflops: Option<f64>,
 
-    /// The model's Hugging Face config.json: layers, heads, KV heads, dtype.
+    /// The served model's Hugging Face config.json: layers, heads, KV heads, dtype.
     ///
-    /// The served model's Hugging Face config.json (num_hidden_layers, num_attention_heads,
-    /// num_key_value_heads, head_dim or hidden_size, torch_dtype, intermediate_size,
-    /// vocab_size): weight bytes, KV bytes per token and FLOPs per token, for any server.
-    /// Completes what the server says of itself (llama.cpp's /v1/models meta); a sweep
-    /// records it in the results header.
+    /// From num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim or
+    /// hidden_size, torch_dtype, intermediate_size and vocab_size come the weight bytes, KV
+    /// bytes per token and FLOPs per token, for any server; they complete what the server
+    /// says of itself (llama.cpp's /v1/models meta). A sweep records the file in the results
+    /// header.
     #[arg(long, value_name = "FILE")]
     pub model_config: Option<PathBuf>,
 }
@@ -215,9 +217,10 @@ pub struct CompareArgs {
     pub b: Vec<PathBuf>,
 
     /// CI gate: exit with code 3 when any metric of B is significantly worse than A by more
-    /// than this (`5%` or `0.05`), and print which. Warm runs' cells (TTFT_inc per L + N,
-    /// and tier) are gated too. Cells without a verdict (too few runs or samples) never fail
-    /// the gate.
+    /// than this (`5%` or `0.05`).
+    ///
+    /// The metrics that failed are printed. Warm runs' cells (TTFT_inc per L + N, and tier)
+    /// are gated too. Cells without a verdict (too few runs or samples) never fail the gate.
     #[arg(long, value_name = "PERCENT")]
     pub fail_if_slower: Option<String>,
 
@@ -255,9 +258,11 @@ pub struct CompareArgs {
     #[arg(value_name = "N", long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
     pub min_samples: u32,
 
-    /// Which side runs speculative decoding, for the "does speculation pay" answer (net
-    /// decode speedup, TTFT cost, acceptance and L* per context length): `auto` takes the
-    /// side whose samples report acceptance; `a` or `b` say so; `off` leaves it out.
+    /// Which side runs speculative decoding, for the "does speculation pay" answer.
+    ///
+    /// The answer gives the net decode speedup, TTFT cost, acceptance and L* per context
+    /// length. `auto` takes the side whose samples report acceptance; `a` or `b` say so;
+    /// `off` leaves it out.
     #[arg(value_name = "SIDE", long, value_enum, default_value = "auto")]
     pub spec_side: ctxbench_stats::stats::speculation::SpecSide,
 
@@ -302,10 +307,9 @@ pub struct SweepArgs {
 
     /// Start the server yourself: a command with `{port}`, and `{NAME}` for each -L list.
     ///
-    /// Start the server yourself: a command with `{port}` where ctxbench puts the free port
-    /// it picked, and `{NAME}` for each -L list. ctxbench waits until it is ready, sweeps,
-    /// stops it (SIGTERM, then SIGKILL) and logs its output beside the results. --out is then
-    /// a folder: one results file per variant and run.
+    /// ctxbench puts the free port it picked in `{port}`, waits until the server is ready,
+    /// sweeps, stops it (SIGTERM, then SIGKILL) and logs its output beside the results. --out
+    /// is then a folder: one results file per variant and run.
     #[arg(
         help_heading = "Campaigns (--server-cmd)",
         long,
@@ -316,8 +320,8 @@ pub struct SweepArgs {
 
     /// With --server-cmd: `-L NAME V1,V2,...`, one variant per value.
     ///
-    /// With --server-cmd: `-L NAME V1,V2,...` makes one variant per value (several lists
-    /// make a grid, the first changing fastest; `\,` is a literal comma), as in hyperfine.
+    /// As in hyperfine: several lists make a grid, the first changing fastest; `\,` is a
+    /// literal comma.
     #[arg(
         help_heading = "Campaigns (--server-cmd)",
         short = 'L',
@@ -332,9 +336,9 @@ pub struct SweepArgs {
 
     /// With --server-cmd: `-F NAME ',FLAGS1,FLAGS2'`, one variant per group of flags.
     ///
-    /// With --server-cmd: `-F NAME ',FLAGS1,FLAGS2'` makes one variant per group of flags,
-    /// put where the word `{NAME}` stands (split like a shell does); an empty group adds no
-    /// flags. Speculation on against off: `-F spec ',-md draft.gguf --spec-type draft-simple'`.
+    /// Each group is put where the word `{NAME}` stands (split like a shell does); an empty
+    /// group adds no flags. Speculation on against off: `-F spec ',-md draft.gguf --spec-type
+    /// draft-simple'`.
     #[arg(
         help_heading = "Campaigns (--server-cmd)",
         short = 'F',
@@ -347,17 +351,16 @@ pub struct SweepArgs {
     )]
     pub flag_list: Vec<String>,
 
-    /// With --server-cmd: runs of each variant, interleaved, each on a fresh server [default: 1].
+    /// With --server-cmd: runs of each variant, interleaved, each on a fresh server.
     ///
-    /// With --server-cmd: runs of each variant, interleaved (A B A B ...), each on a fresh
-    /// server; the comparison takes the run as its unit (3 or more for a verdict).
+    /// Interleaved as A B A B ...; the comparison takes the run as its unit (3 or more for a
+    /// verdict).
     #[arg(value_name = "N", help_heading = "Campaigns (--server-cmd)", long, default_value_t = 1, requires = "server_cmd", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub runs: u32,
 
     /// With --server-cmd: the variant the others are compared with [default: the first].
     ///
-    /// With --server-cmd: the variant the others are compared with, by its short name
-    /// (`t=2`, `default`) [default: the first].
+    /// NAME is the variant's short name (`t=2`, `default`).
     #[arg(
         help_heading = "Campaigns (--server-cmd)",
         long,
@@ -382,8 +385,6 @@ pub struct SweepArgs {
     pub managed_cmd: Option<String>,
 
     /// Server protocol; `auto` probes the server and says what it chose.
-    ///
-    /// Server protocol; `auto` probes the server and says what it chose.
     #[arg(
         value_name = "PROTOCOL",
         help_heading = "Server",
@@ -395,10 +396,10 @@ pub struct SweepArgs {
 
     /// OpenAI protocol only: `completions`, `chat` or `auto`.
     ///
-    /// OpenAI protocol only: `completions` (/v1/completions, raw prompt), `chat`
-    /// (/v1/chat/completions, one user message; the chat template's tokens are measured and
-    /// counted in every length; TTFT on the first chunk with generated content, not the role
-    /// chunk), or `auto` (completions, chat when /v1/completions answers 404). Lengths are
+    /// `completions` sends a raw prompt to /v1/completions. `chat` sends one user message to
+    /// /v1/chat/completions: the chat template's tokens are measured and counted in every
+    /// length, and TTFT is taken on the first chunk with generated content, not the role
+    /// chunk. `auto` uses completions, chat when /v1/completions answers 404. Lengths are
     /// exact with token ids or a tokenizer endpoint pair (/tokenize, /v1/tokenize,
     /// /extras/tokenize with their detokenize); with neither (a gateway or hosted API) they
     /// are calibrated against the server's usage.prompt_tokens, within 1%.
@@ -411,8 +412,6 @@ pub struct SweepArgs {
     )]
     pub endpoint: ctxbench_client::openai::EndpointChoice,
 
-    /// Context lengths in tokens, e.g. `1k,4k,32k` [default: 1k, 2k, 4k, … to the server's maximum].
-    ///
     /// Context lengths in tokens, e.g. `1k,4k,32k` [default: 1k, 2k, 4k, … up to the
     /// server's maximum minus a 10% margin].
     #[arg(
@@ -425,15 +424,14 @@ pub struct SweepArgs {
 
     /// Warm context at depth instead of the cold sweep: `append`, `conversation` or `tiers`.
     ///
-    /// Warm context at depth instead of the cold sweep: `append` (a prefix of L tokens
-    /// from the --contexts ladder put in the cache, then L + N with N from --append; beside
-    /// it the cold prefill of L + N), `conversation` (one conversation growing by
-    /// --turn-tokens and its generated answer per turn, up to the server's maximum),
-    /// `tiers` (llama-server with -np 1: live cache, --cache-ram host memory, slot
-    /// save/restore from --slot-save-path, and cold recompute at each L; SGLang: live cache,
-    /// HiCache host memory after evicting the prefix from the device pool, cold). Every warm sample
-    /// proves its reuse from the server's cached-token count; a miss is flagged cache_miss
-    /// and kept out of the summaries.
+    /// `append` puts a prefix of L tokens from the --contexts ladder in the cache, then sends
+    /// L + N with N from --append, beside the cold prefill of L + N. `conversation` grows one
+    /// conversation by --turn-tokens and its generated answer per turn, up to the server's
+    /// maximum. `tiers` measures each cache tier at each L: on llama-server with -np 1 the
+    /// live cache, --cache-ram host memory, slot save/restore from --slot-save-path, and cold
+    /// recompute; on SGLang the live cache, HiCache host memory after evicting the prefix
+    /// from the device pool, and cold. Every warm sample proves its reuse from the server's
+    /// cached-token count; a miss is flagged cache_miss and kept out of the summaries.
     #[arg(
         help_heading = "Warm modes",
         long,
@@ -445,7 +443,7 @@ pub struct SweepArgs {
     /// With --mode append or tiers: new tokens appended to each cached prefix (N)
     /// [default: 128,512,2048].
     ///
-    /// A list, e.g. `128,512,2048`; --mode tiers uses the first.
+    /// A comma list; --mode tiers uses its first value.
     #[arg(help_heading = "Warm modes", long, value_name = "LIST")]
     pub append: Option<String>,
 
@@ -469,7 +467,7 @@ pub struct SweepArgs {
     /// concurrency).
     ///
     /// Each cell sends c cold requests of exactly the context length, each with its own nonce,
-    /// released together; a repetition repeats the whole wave. The default, 1, measures one
+    /// released together; a repetition repeats the whole wave. A level of 1 measures one
     /// request at a time. With --mode append: c sessions at once, each appending to its own
     /// cached prefix (on llama-server give each a slot: -np c).
     #[arg(
@@ -482,8 +480,8 @@ pub struct SweepArgs {
 
     /// Output tokens per request when --concurrency has a level above 1 [default: 128].
     ///
-    /// Every cell of the grid, 1 included, so cells compare. Longer than --output-tokens on purpose: the
-    /// concurrent decode rate is timed only in the window where all c requests decode at
+    /// Every cell of the grid, 1 included, so cells compare. Longer than --output-tokens on
+    /// purpose: the concurrent decode rate is timed only in the window where all c requests decode at
     /// once (last first token to first last token), and with short outputs the first
     /// request finishes before the last one starts, leaving no window to time.
     #[arg(help_heading = "What to measure", long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
@@ -495,10 +493,10 @@ pub struct SweepArgs {
 
     /// Distinct prompts per context length, each measured --reps times.
     ///
-    /// Distinct prompts per context length (different corpus windows), each measured
-    /// --reps times (or adaptively, then --min-reps/--max-reps count per prompt); the report
-    /// splits the spread between prompts from the noise between repetitions. Default: every
-    /// repetition reads its own window (K = repetitions, one each).
+    /// Each prompt is a different corpus window. With --precision, --min-reps and --max-reps
+    /// count per prompt. The report splits the spread between prompts from the noise between
+    /// repetitions. Default: every repetition reads its own window (K = repetitions, one
+    /// each).
     #[arg(help_heading = "Prompts and corpus", long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub prompts: Option<u32>,
 
@@ -508,9 +506,9 @@ pub struct SweepArgs {
 
     /// Adaptive repetitions: repeat each point until its 95% interval is within ±P (e.g. 0.05).
     ///
-    /// Adaptive repetitions: repeat each point until the 95% confidence interval of the
-    /// median TTFT and decode rate is within ±P (e.g. 0.05 = ±5%), between --min-reps and
-    /// --max-reps, within the time budgets.
+    /// The interval is the 95% confidence interval of the median TTFT and decode rate; P =
+    /// 0.05 means ±5%. Repetitions stay between --min-reps and --max-reps, within the time
+    /// budgets.
     #[arg(help_heading = "What to measure", long, value_name = "P")]
     pub precision: Option<f64>,
 
@@ -575,11 +573,11 @@ pub struct SweepArgs {
 
     /// Prompt text: `repeat`, `random`, `natural`, or your own file or folder; a comma list measures each.
     ///
-    /// Prompt text: `repeat` (one sentence repeated; inflates speculative acceptance),
-    /// `random` (random token ids), `natural` (English prose already on this machine:
-    /// Python's own documentation, pydoc_data/topics.py), or a file or folder of your own
-    /// text. A comma list (`repeat,natural`) measures the same ladder once per corpus, into
-    /// one results file each (OUT.repeat.jsonl, …), and reports the acceptance inflation.
+    /// `repeat` is one sentence repeated (it inflates speculative acceptance), `random` random
+    /// token ids, `natural` English prose already on this machine (Python's own
+    /// documentation, pydoc_data/topics.py); a file or folder holds text of your own. With a
+    /// list (`repeat,natural`), the same ladder is measured once per corpus, into one results
+    /// file each (OUT.repeat.jsonl, …), and the report gives the acceptance inflation.
     #[arg(
         help_heading = "Prompts and corpus",
         long,
@@ -603,8 +601,7 @@ pub struct SweepArgs {
 
     /// What this run is, e.g. the server flag under test ("-t 2").
     ///
-    /// What this run is, e.g. the server flag under test ("-t 2", "draft window 4096");
-    /// reports and comparisons name the run by it.
+    /// Any text will do ("draft window 4096"); reports and comparisons name the run by it.
     #[arg(
         help_heading = "Output",
         long,
@@ -636,9 +633,8 @@ pub struct SweepArgs {
 
     /// Allowed difference between the server's prompt count and the target.
     ///
-    /// Allowed difference between the server's prompt count and the target. 0 by default:
-    /// prompts are sent as token ids and the server's BOS is measured by the warmup, so any
-    /// difference means the server changed the prompt.
+    /// None is needed: prompts are sent as token ids and the server's BOS is measured by the
+    /// warmup, so any difference means the server changed the prompt.
     #[arg(
         value_name = "TOKENS",
         help_heading = "Prompts and corpus",
@@ -684,8 +680,6 @@ pub struct SweepArgs {
     pub stall_timeout: f64,
 
     /// What to do when a request fails (a dead server always stops the sweep).
-    ///
-    /// What to do when a request fails (a dead server always stops the sweep).
     #[arg(
         value_name = "POLICY",
         help_heading = "Timeouts and errors",
@@ -697,9 +691,8 @@ pub struct SweepArgs {
 
     /// Trap demonstration: `off` lets the server reuse cached prompts.
     ///
-    /// Trap demonstration: `off` lets the server reuse cached prompts (llama.cpp
-    /// `cache_prompt`).
-    /// Samples that hit the cache are flagged and excluded.
+    /// On llama.cpp the switch is `cache_prompt`. Samples that hit the cache are flagged and
+    /// excluded.
     #[arg(
         value_name = "SWITCH",
         help_heading = "Cache defence",
@@ -711,9 +704,8 @@ pub struct SweepArgs {
 
     /// Trap demonstration: `off` drops the per-request nonce.
     ///
-    /// Trap demonstration: `off` drops the per-request nonce, so repetitions send identical
-    /// prompts, which a server may answer from its prefix cache.
-    /// Where the server reports no cached-token count, a sample whose TTFT is below 1/4 of the
+    /// Repetitions then send identical prompts, which a server may answer from its prefix
+    /// cache. Where the server reports no cached-token count, a sample whose TTFT is below 1/4 of the
     /// slowest other sample at its length (or of the median at the next shorter length) is
     /// flagged suspected_cache_hit and excluded: a reuse of more than about 3/4 of the prompt;
     /// a partial reuse (e.g. half) is not caught.
@@ -726,7 +718,7 @@ pub struct SweepArgs {
     )]
     pub nonce: Switch,
 
-    /// `stream`: timestamps as bytes arrive (primary).
+    /// How a sample is timed: `stream`, timestamps as bytes arrive (primary), or `two-point`.
     ///
     /// `two-point`: the classic difference method, non-streamed requests of --two-point-tokens
     /// A and B tokens, decode = (B − A)/(t_B − t_A), each request with its own nonce; a sample
@@ -746,28 +738,27 @@ pub struct SweepArgs {
 
     /// Decode at depth: K more requests with each cold sample's prompt, reusing its prefix.
     ///
-    /// Decode at depth: after each cold sample, K more requests with the same prompt that
-    /// reuse its prefix on purpose; recorded with phase `warm`, summarised apart.
+    /// They follow the cold sample and reuse its prefix on purpose; they are recorded with
+    /// phase `warm` and summarised apart.
     #[arg(help_heading = "What to measure", long, default_value_t = 0, value_name = "K", value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub decode_samples: u32,
 
     /// Seed the prompts, so that another run with the same seed sends identical prompts.
     ///
-    /// Seed the prompts (nonces and needle values included) so that another run with the
-    /// same seed and options sends identical prompts: `compare` then reports how many greedy
-    /// outputs agree. The cache defence still holds (flush, per-request switch, verified
+    /// The seed covers nonces and needle values too; the other options must match. `compare`
+    /// then reports how many greedy outputs agree. The cache defence still holds (flush, per-request switch, verified
     /// cached-token counts; a reused prompt that hits a cache is flagged, never counted).
     #[arg(help_heading = "Prompts and corpus", long, value_name = "N")]
     pub prompt_seed: Option<u64>,
 
     /// Retrieval checks: a fact with a random value at each depth; the answer must hold it.
     ///
-    /// Retrieval checks: at each context, after the speed samples, one extra cold prompt per
-    /// depth holding a short fact with a random 5-digit value ("The secret number is …")
-    /// and ending with a question ("… Answer: The secret number is"). The prompt is plain
-    /// text for the completions API, no chat template, so base and instruction-tuned models
-    /// both continue it; the greedy answer passes if it holds the value. Recorded with phase
-    /// `needle`, never in the speed summaries; a failed request is an error, not a fail.
+    /// At each context, after the speed samples, one extra cold prompt per depth holds a
+    /// short fact with a random 5-digit value ("The secret number is …") and ends with a
+    /// question ("… Answer: The secret number is"). The prompt is plain text for the
+    /// completions API, no chat template, so base and instruction-tuned models both continue
+    /// it; the answer is greedy. Recorded with phase `needle`, never in the speed summaries;
+    /// a failed request is an error, not a fail.
     #[arg(help_heading = "What to measure", long)]
     pub needle: bool,
 
@@ -783,10 +774,9 @@ pub struct SweepArgs {
 
     /// Flush the server's prefix cache before every measured request.
     ///
-    /// Flush the server's prefix cache before every measured request: `auto` when the server
-    /// has a flush endpoint (SGLang /flush_cache, vLLM /reset_prefix_cache, llama.cpp slot
-    /// erase), `always` (fail if it cannot), `never`. The nonce and the cached-token check stay
-    /// on regardless.
+    /// `auto` flushes when the server has a flush endpoint (SGLang /flush_cache, vLLM
+    /// /reset_prefix_cache, llama.cpp slot erase), `always` fails if it cannot, `never` does
+    /// not flush. The nonce and the cached-token check stay on regardless.
     #[arg(
         value_name = "MODE",
         help_heading = "Cache defence",
@@ -798,9 +788,9 @@ pub struct SweepArgs {
 
     /// Seconds a flush refused because the server is busy is retried.
     ///
-    /// Seconds a flush the server refuses because it is busy (SGLang answers 400, vLLM
-    /// `success: false` while another request runs) is retried, with backoff, before the
-    /// sample is measured anyway and flagged flush_failed. Flushing stays on either way.
+    /// While another request runs, SGLang refuses with 400 and vLLM with `success: false`.
+    /// The retries back off; when the time runs out the sample is measured anyway and flagged
+    /// flush_failed. Flushing stays on either way.
     #[arg(
         help_heading = "Cache defence",
         long,
@@ -811,9 +801,8 @@ pub struct SweepArgs {
 
     /// Check that the server is idle around every measured request.
     ///
-    /// Check that the server is idle around every measured request, from what it exposes
-    /// (llama.cpp /slots, SGLang /v1/loads, vLLM's running/waiting gauges, and the request
-    /// counters of /metrics): `auto` waits for idle before each sample and flags a sample
+    /// ctxbench reads what the server exposes: llama.cpp /slots, SGLang /v1/loads, vLLM's
+    /// running/waiting gauges, and the request counters of /metrics. `auto` waits for idle before each sample and flags a sample
     /// another client's work overlapped (foreign_load, kept out of the summaries and taken
     /// again); `off` checks nothing.
     #[arg(
@@ -827,8 +816,8 @@ pub struct SweepArgs {
 
     /// Seconds to wait for a busy server to be idle before each sample.
     ///
-    /// Seconds to wait for a busy server to be idle before each sample; when it runs out
-    /// the sample is measured anyway and flagged idle_wait_expired and foreign_load.
+    /// When the time runs out the sample is measured anyway and flagged idle_wait_expired and
+    /// foreign_load.
     #[arg(
         help_heading = "Cache defence",
         long,
@@ -837,18 +826,16 @@ pub struct SweepArgs {
     )]
     pub idle_wait: f64,
 
-    /// Prometheus endpoint scraped before and after each sample, or `off`.
+    /// Prometheus endpoint scraped before and after each sample [default: the server's
+    /// /metrics when it answers].
     ///
-    /// Prometheus endpoint scraped before and after each sample [default: the server's /metrics
-    /// when it answers]; `off` disables scraping.
-    /// A path (`/metrics`) is relative to --url.
+    /// A path (`/metrics`) is relative to --url; `off` disables scraping.
     #[arg(help_heading = "Cache defence", long, value_name = "URL|PATH|off")]
     pub metrics_url: Option<String>,
 
     /// A worker behind the router at --url, read and flushed by ctxbench itself (repeatable).
     ///
-    /// A worker behind the router at --url (its base URL), read and flushed by ctxbench
-    /// itself; repeat it for each worker. Workers the router lists itself (vllm-router's
+    /// Give the worker's base URL, once per worker. Workers the router lists itself (vllm-router's
     /// /list_workers, sglang-router's /workers) are added without it. Behind a router, the
     /// idle guard reads every worker's /slots and generated-token counter before and after
     /// each sample, the flush erases each worker's slots, and each sample records the worker
@@ -857,11 +844,10 @@ pub struct SweepArgs {
     #[arg(help_heading = "Cache defence", long, value_name = "URL")]
     pub worker: Vec<String>,
 
-    /// A server with the same model whose tokenizer ctxbench may use (for a gateway that hides its own).
+    /// A server with the same model whose tokenizer endpoints ctxbench may use (for a gateway
+    /// that hides its own).
     ///
-    /// A server with the same model whose tokenizer endpoints ctxbench may use, for a
-    /// server that hides its own (a gateway such as the LiteLLM proxy: give the server
-    /// behind it). Prompts become token ids of exact length where the measured server
+    /// For a gateway such as the LiteLLM proxy, give the server behind it. Prompts become token ids of exact length where the measured server
     /// takes ids, else text of exact length; without it such a server gets calibrated text.
     #[arg(help_heading = "Server", long, value_name = "URL")]
     pub tokenizer_url: Option<String>,
@@ -881,10 +867,9 @@ pub struct SweepArgs {
     #[arg(help_heading = "Output", long, short)]
     pub quiet: bool,
 
-    /// What the server costs, USD per hour: the report adds the price per million tokens.
+    /// What the server costs, USD per hour: the end report adds the price per million tokens.
     ///
-    /// What the server costs, USD per hour: the end report adds the price per million
-    /// input and output tokens at each context length (as `ctxbench report` does).
+    /// Input and output tokens apart, at each context length, as `ctxbench report` does.
     #[arg(help_heading = "Output", long, value_name = "USD", value_parser = positive_price)]
     pub price_per_hour: Option<f64>,
 
@@ -958,8 +943,10 @@ pub struct OverheadArgs {
     /// Runs (the median is reported).
     #[arg(value_name = "N", long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub runs: u32,
-    /// Concurrent streams (many-streams mode: --tokens is split between them, and the
-    /// client's CPU is the whole process's minus the loopback server's thread).
+    /// Concurrent streams (many-streams mode).
+    ///
+    /// --tokens is split between them, and the client's CPU is the whole process's minus the
+    /// loopback server's thread.
     #[arg(value_name = "N", long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub streams: u32,
 }

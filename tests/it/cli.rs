@@ -801,3 +801,124 @@ fn every_flag_that_needs_a_mode_or_another_flag_is_a_usage_error_naming_what_it_
         );
     }
 }
+
+/// One argument of a help page: its name line and the paragraphs of its text.
+struct HelpEntry {
+    name: String,
+    paragraphs: Vec<String>,
+}
+
+/// The arguments of a `ctxbench <cmd> --help` (or `-h`) page, in both of clap's layouts:
+/// the text on the name's line after two spaces, or indented below it in paragraphs.
+fn help_entries(page: &str) -> Vec<HelpEntry> {
+    let mut entries: Vec<HelpEntry> = Vec::new();
+    // The examples and notes after the options are free text, not arguments.
+    for line in page.lines().take_while(|l| !l.starts_with("Examples:")) {
+        let text = line.trim_start();
+        let indent = line.len() - text.len();
+        if (2..=6).contains(&indent) && text.starts_with(['-', '<', '[']) {
+            entries.push(entry(text));
+        } else if indent == 0 && !text.is_empty() {
+            // A heading (`Server:`): clap puts a blank line before it.
+        } else if let Some(last) = entries.last_mut() {
+            if text.is_empty() {
+                last.paragraphs.push(String::new());
+            } else if let Some(p) = last.paragraphs.last_mut() {
+                if !p.is_empty() {
+                    p.push(' ');
+                }
+                p.push_str(text);
+            }
+        }
+    }
+    for e in &mut entries {
+        e.paragraphs.retain(|p| !p.is_empty());
+    }
+    entries
+}
+
+/// An entry from its name line (`  -o, --out <FILE>  Results file ...`).
+fn entry(line: &str) -> HelpEntry {
+    let (name, text) = line.split_once("  ").unwrap_or((line, ""));
+    HelpEntry {
+        name: name.to_owned(),
+        paragraphs: vec![text.trim().to_owned()],
+    }
+}
+
+/// The first `n` words of `text`, lowercase, without the punctuation around them.
+fn first_words(text: &str, n: usize) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .filter(|w| !w.is_empty())
+        .take(n)
+        .collect()
+}
+
+/// The sentences of `text`: split after a full stop that a capital letter follows, so that
+/// "e.g. `1k`" stays inside its sentence.
+fn sentences(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, _) in text.match_indices(". ") {
+        if text[i + 2..].starts_with(char::is_uppercase) {
+            out.push(&text[start..i]);
+            start = i + 2;
+        }
+    }
+    out.push(text[start..].trim_end_matches('.'));
+    out
+}
+
+#[test]
+fn every_flags_long_help_continues_its_summary_and_states_a_default_once() {
+    let mut problems = Vec::new();
+    for cmd in [
+        "sweep",
+        "report",
+        "compare",
+        "overhead",
+        "completions",
+        "man",
+    ] {
+        for flag in ["-h", "--help"] {
+            let (code, page, stderr) = run(&[cmd, flag]);
+            assert_eq!(code, 0, "{cmd} {flag}: {stderr}");
+            let entries = help_entries(&page);
+            assert!(
+                entries.iter().any(|e| e.name.contains("--help")),
+                "{cmd} {flag}: no arguments read from\n{page}"
+            );
+            for e in entries {
+                let text = e.paragraphs.join("\n");
+                if text.matches("[default:").count() > 1 {
+                    problems.push(format!("{cmd} {flag}: {} states its default twice", e.name));
+                }
+                let [summary, rest @ ..] = &e.paragraphs[..] else {
+                    continue;
+                };
+                if let Some(second) = rest.first() {
+                    let head = first_words(summary, 4);
+                    if head.len() == 4 && head == first_words(second, 4) {
+                        problems.push(format!(
+                            "{cmd} {flag}: {} opens its long help with its summary again",
+                            e.name
+                        ));
+                    }
+                }
+                // A sentence of the summary said again anywhere below it.
+                for sentence in sentences(summary) {
+                    if sentence.split_whitespace().count() >= 4
+                        && rest.iter().any(|p| p.contains(sentence))
+                    {
+                        problems.push(format!("{cmd} {flag}: {} repeats \"{sentence}\"", e.name));
+                    }
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
