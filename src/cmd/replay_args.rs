@@ -65,28 +65,25 @@ pub struct ReplayArgs {
     #[arg(help_heading = "Output", long, requires = "output")]
     pub resume: bool,
 
-    /// Print the plan (format, requests, sessions, tokens, ideal reuse, span), send nothing.
+    /// Print the plan (format, requests, sessions, tokens, ideal reuse ratio, span), send nothing.
     ///
-    /// Print the plan: the format detected and how its rules were applied, requests,
-    /// sessions, input and output tokens, the trace's ideal reuse ratio, its span, what was
-    /// scaled or skipped, and a predicted server time with --cost-model. Reads the whole
-    /// trace once, in bounded memory; needs no server.
+    /// The plan also says how the format's rules were applied, input and output tokens apart,
+    /// what was scaled or skipped, and a predicted server time with --cost-model. It reads the
+    /// whole trace once, in bounded memory, and needs no server.
     #[arg(help_heading = "What to replay", long)]
     pub dry_run: bool,
 
     /// Multiply every length (input, output, block size) by F, keeping the reuse shape.
     ///
-    /// Multiply every length by F: input and output tokens and the block size, so requests
-    /// that shared k blocks still share k blocks. A 100k-token trace runs on a small server
-    /// with --scale 0.1. The header and report say so.
+    /// Requests that shared k blocks still share k blocks. A 100k-token trace runs on a small
+    /// server with --scale 0.1. The header and report say so.
     #[arg(help_heading = "What to replay", long, value_name = "F", value_parser = positive_factor)]
     pub scale: Option<f64>,
 
-    /// Skip requests longer than TOKENS (input + output) [default: the server's context].
-    ///
-    /// Requests whose input plus output exceed TOKENS are counted and skipped, never
-    /// truncated; the header and report say how many [default: the server's context size;
+    /// Skip requests longer than TOKENS (input + output) [default: the server's context size;
     /// none on a dry run].
+    ///
+    /// They are counted and skipped, never truncated; the header and report say how many.
     #[arg(help_heading = "What to replay", long, value_name = "TOKENS", value_parser = token_count)]
     pub context_limit: Option<u64>,
 
@@ -96,8 +93,8 @@ pub struct ReplayArgs {
 
     /// Predicted server time for --dry-run: `prefill=TOK/S,decode=TOK/S`.
     ///
-    /// A cost model for --dry-run's predicted server time: prefill and decode rates in
-    /// tokens per second, e.g. `prefill=2000,decode=30` (from a sweep of the same server).
+    /// Prefill and decode rates in tokens per second, e.g. `prefill=2000,decode=30` (from a
+    /// sweep of the same server).
     /// Each request costs its uncached input (ideal reuse) over the prefill rate plus its
     /// output over the decode rate.
     #[arg(
@@ -107,13 +104,13 @@ pub struct ReplayArgs {
     )]
     pub cost_model: Option<String>,
 
-    /// `trace`: open loop at the trace's timestamps; `session`: after the previous answer plus think time.
+    /// How requests are scheduled: `trace` or `session` [default: `trace` where the trace has
+    /// timestamps, `session` where it has only think times (TraceLab)].
     ///
     /// `trace`: open loop, each request sent at its timestamp (÷ --speed) whatever the
     /// server is doing. `session`: within a session, the next request is sent after the
     /// previous answer plus the trace's think time (÷ --speed); sessions start at their first
-    /// request's timestamp [default: `trace` where the trace has timestamps, `session` where it
-    /// has only think times (TraceLab)].
+    /// request's timestamp.
     #[arg(
         help_heading = "Timing",
         long,
@@ -126,20 +123,19 @@ pub struct ReplayArgs {
     #[arg(help_heading = "Timing", long, default_value_t = 1.0, value_name = "X", value_parser = positive_factor)]
     pub speed: f64,
 
-    /// Cap every gap (and think time) at SECONDS; by default gaps are replayed whole.
+    /// Cap every gap between requests (and every think time) at SECONDS; by default gaps are
+    /// replayed whole.
     ///
-    /// Cap every gap between requests (and every think time) at SECONDS. By default gaps are
-    /// replayed whole, since idle-time eviction is part of what a trace tests; the report
-    /// says when they were capped.
+    /// Replayed whole, they keep idle-time eviction, part of what a trace tests; the report
+    /// says when gaps were capped.
     #[arg(help_heading = "Timing", long, value_name = "SECONDS", value_parser = positive_factor)]
     pub max_gap: Option<f64>,
 
     /// Reproduce a run's prompts exactly (the seed its header recorded) [default: a fresh salt].
     ///
     /// Each block id maps to one fixed block of token ids, deterministic from the run's salt
-    /// and the id. By default every run draws a fresh salt, so a rerun never hits the cache
-    /// of the previous one; --prompt-seed N reuses a salt (an A/B of two servers on
-    /// identical prompts).
+    /// and the id. A fresh salt per run means a rerun never hits the cache of the previous
+    /// one; --prompt-seed N reuses a salt (an A/B of two servers on identical prompts).
     #[arg(help_heading = "Prompts and corpus", long, value_name = "N")]
     pub prompt_seed: Option<u64>,
 

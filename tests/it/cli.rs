@@ -875,8 +875,18 @@ fn sentences(text: &str) -> Vec<&str> {
 
 #[test]
 fn every_flags_long_help_continues_its_summary_and_states_a_default_once() {
-    let mut problems = Vec::new();
-    for cmd in [
+    // Every subcommand `ctxbench --help` lists, so that a new one is checked too.
+    let (code, top, stderr) = run(&["--help"]);
+    assert_eq!(code, 0, "{stderr}");
+    let commands: Vec<&str> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    for expected in [
         "sweep",
         "report",
         "compare",
@@ -884,6 +894,10 @@ fn every_flags_long_help_continues_its_summary_and_states_a_default_once() {
         "completions",
         "man",
     ] {
+        assert!(commands.contains(&expected), "{expected} not in\n{top}");
+    }
+    let mut problems = Vec::new();
+    for cmd in commands {
         for flag in ["-h", "--help"] {
             let (code, page, stderr) = run(&[cmd, flag]);
             assert_eq!(code, 0, "{cmd} {flag}: {stderr}");
