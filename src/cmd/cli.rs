@@ -481,8 +481,8 @@ pub struct SweepArgs {
     /// Output tokens per request when --concurrency has a level above 1 [default: 128].
     ///
     /// Every cell of the grid, 1 included, so cells compare. Longer than --output-tokens on
-    /// purpose: the concurrent decode rate is timed only in the window where all c requests decode at
-    /// once (last first token to first last token), and with short outputs the first
+    /// purpose: the concurrent decode rate is timed only in the window where all c requests
+    /// decode at once (last first token to first last token), and with short outputs the first
     /// request finishes before the last one starts, leaving no window to time.
     #[arg(help_heading = "What to measure", long, value_name = "N", value_parser = clap::value_parser!(u32).range(2..=1_000_000))]
     pub wave_output_tokens: Option<u32>,
@@ -543,17 +543,17 @@ pub struct SweepArgs {
     ///
     /// `auto`: cheap lengths first, then the longest, then the ones between, one sample per
     /// length per pass (so each length's samples span the run, and a drift of the server's
-    /// speed shows as spread); a noise model shared across lengths (the relative spread of
-    /// TTFT and decode rate, pooled over the cheap lengths and checked at every other); each
-    /// length takes the samples that bring its median TTFT, prefill and decode rate within ±P
-    /// at 95% (at least 2; a length noisier than the model is judged on its own samples and
-    /// says why), cheap lengths take extra samples while they save more server time at the
-    /// expensive ones, and the longest takes more while the fits' extrapolation to the
-    /// server's maximum is over ±P and they narrow it. The longest length is always measured; a length between may be
+    /// speed shows as spread); a noise model shared across lengths (the relative spread of TTFT
+    /// and decode rate, pooled over the cheap lengths and checked at every other); each length
+    /// takes the samples that bring its median TTFT, prefill and decode rate within ±P at 95%
+    /// (at least 2; a length noisier than the model is judged on its own samples and says why),
+    /// cheap lengths take extra samples while they save more server time at the expensive ones,
+    /// and the longest takes more while the fits' extrapolation to the server's maximum is over
+    /// ±P and they narrow it. The longest length is always measured; a length between may be
     /// predicted from the fits when the prediction, model error included, is within ±P (it is
     /// marked predicted everywhere, and never compared or gated). The end report gives the
-    /// server time spent and what a fixed --reps sweep of the same precision would have
-    /// needed. Not with --min-reps, --prompts, --concurrency, --mode or --method two-point.
+    /// server time spent and what a fixed --reps sweep of the same precision would have needed.
+    /// Not with --min-reps, --prompts, --concurrency, --mode or --method two-point.
     #[arg(
         help_heading = "What to measure",
         long,
@@ -571,13 +571,14 @@ pub struct SweepArgs {
     #[arg(help_heading = "What to measure", long)]
     pub dry_run: bool,
 
-    /// Prompt text: `repeat`, `random`, `natural`, or your own file or folder; a comma list measures each.
+    /// Prompt text: `repeat`, `random`, `natural`, or your own file or folder; a comma list
+    /// measures each.
     ///
     /// `repeat` is one sentence repeated (it inflates speculative acceptance), `random` random
-    /// token ids, `natural` English prose already on this machine (Python's own
-    /// documentation, pydoc_data/topics.py); a file or folder holds text of your own. With a
-    /// list (`repeat,natural`), the same ladder is measured once per corpus, into one results
-    /// file each (OUT.repeat.jsonl, …), and the report gives the acceptance inflation.
+    /// token ids, `natural` English prose already on this machine (Python's own documentation,
+    /// pydoc_data/topics.py); a file or folder holds text of your own. With a list
+    /// (`repeat,natural`), the same ladder is measured once per corpus, into one results file
+    /// each (OUT.repeat.jsonl, …), and the report gives the acceptance inflation.
     #[arg(
         help_heading = "Prompts and corpus",
         long,
@@ -705,10 +706,10 @@ pub struct SweepArgs {
     /// Trap demonstration: `off` drops the per-request nonce.
     ///
     /// Repetitions then send identical prompts, which a server may answer from its prefix
-    /// cache. Where the server reports no cached-token count, a sample whose TTFT is below 1/4 of the
-    /// slowest other sample at its length (or of the median at the next shorter length) is
-    /// flagged suspected_cache_hit and excluded: a reuse of more than about 3/4 of the prompt;
-    /// a partial reuse (e.g. half) is not caught.
+    /// cache. Where the server reports no cached-token count, a sample whose TTFT is below 1/4
+    /// of the slowest other sample at its length (or of the median at the next shorter length)
+    /// is flagged suspected_cache_hit and excluded: a reuse of more than about 3/4 of the
+    /// prompt; a partial reuse (e.g. half) is not caught.
     #[arg(
         value_name = "SWITCH",
         help_heading = "Cache defence",
@@ -746,8 +747,9 @@ pub struct SweepArgs {
     /// Seed the prompts, so that another run with the same seed sends identical prompts.
     ///
     /// The seed covers nonces and needle values too; the other options must match. `compare`
-    /// then reports how many greedy outputs agree. The cache defence still holds (flush, per-request switch, verified
-    /// cached-token counts; a reused prompt that hits a cache is flagged, never counted).
+    /// then reports how many greedy outputs agree. The cache defence still holds (flush,
+    /// per-request switch, verified cached-token counts; a reused prompt that hits a cache is
+    /// flagged, never counted).
     #[arg(help_heading = "Prompts and corpus", long, value_name = "N")]
     pub prompt_seed: Option<u64>,
 
@@ -802,9 +804,9 @@ pub struct SweepArgs {
     /// Check that the server is idle around every measured request.
     ///
     /// ctxbench reads what the server exposes: llama.cpp /slots, SGLang /v1/loads, vLLM's
-    /// running/waiting gauges, and the request counters of /metrics. `auto` waits for idle before each sample and flags a sample
-    /// another client's work overlapped (foreign_load, kept out of the summaries and taken
-    /// again); `off` checks nothing.
+    /// running/waiting gauges, and the request counters of /metrics. `auto` waits for idle
+    /// before each sample and flags a sample another client's work overlapped (foreign_load,
+    /// kept out of the summaries and taken again); `off` checks nothing.
     #[arg(
         value_name = "MODE",
         help_heading = "Cache defence",
@@ -847,8 +849,9 @@ pub struct SweepArgs {
     /// A server with the same model whose tokenizer endpoints ctxbench may use (for a gateway
     /// that hides its own).
     ///
-    /// For a gateway such as the LiteLLM proxy, give the server behind it. Prompts become token ids of exact length where the measured server
-    /// takes ids, else text of exact length; without it such a server gets calibrated text.
+    /// For a gateway such as the LiteLLM proxy, give the server behind it. Prompts become token
+    /// ids of exact length where the measured server takes ids, else text of exact length;
+    /// without it such a server gets calibrated text.
     #[arg(help_heading = "Server", long, value_name = "URL")]
     pub tokenizer_url: Option<String>,
 
