@@ -100,6 +100,7 @@ fn settings() -> BenchSettings {
         fleet: None,
         fleet_flush: false,
         extrapolate_to: None,
+        warmup_s_per_token: None,
     }
 }
 
