@@ -40,7 +40,7 @@ pub fn run(args: &ReplayArgs) -> Result<Ending> {
 }
 
 /// The trace named for the plan, and its reader.
-fn open(args: &ReplayArgs) -> Result<(String, TraceReader)> {
+pub(crate) fn open(args: &ReplayArgs) -> Result<(String, TraceReader)> {
     match (&args.synthetic, &args.trace) {
         (Some(_), _) => Ok((
             "synthetic agent workload".to_owned(),

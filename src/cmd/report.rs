@@ -109,24 +109,55 @@ pub fn roofline_inputs(
 pub fn run(args: &ReportArgs) -> Result<()> {
     let (limits, facts) = roofline_inputs(&args.roofline, true)?;
     let loaded = load(&args.files)?;
+    if let [(_, _, results)] = loaded.as_slice() {
+        if let Some(r) = ctxbench_stats::replay_report::build(results) {
+            return write_out(args, &replay_text(&r, args.format)?);
+        }
+    }
     let report = build(&loaded)
         .with_price(args.price_per_hour)
         .with_roofline(limits.as_ref(), facts.as_ref());
     let text = ctxbench_render::renderer(args.format).report(&report)?;
-    match &args.out {
-        Some(p) => write_creating_folders(p, text.as_bytes())?,
-        None => {
-            use std::io::Write;
-            let mut o = std::io::stdout().lock();
-            o.write_all(text.as_bytes())?;
-        }
-    }
+    write_out(args, &text)?;
     if let Some(dir) = &args.plots {
         for p in write_plots(&report, dir)? {
             eprintln!("plot: {}", p.display());
         }
     }
     Ok(())
+}
+
+/// Writes a report to `--out`, or to stdout.
+fn write_out(args: &ReportArgs, text: &str) -> Result<()> {
+    match &args.out {
+        Some(p) => write_creating_folders(p, text.as_bytes()),
+        None => {
+            use std::io::Write;
+            let mut o = std::io::stdout().lock();
+            o.write_all(text.as_bytes())?;
+            Ok(())
+        }
+    }
+}
+
+/// A replay run's report in `format` (a replay has no CSV: its rows are its results file).
+pub fn replay_text(
+    r: &ctxbench_stats::replay_report::ReplayReport,
+    format: ReportFormat,
+) -> Result<String> {
+    use ctxbench_render::replay;
+    Ok(match format {
+        ReportFormat::Table => replay::text(r),
+        ReportFormat::Md => replay::markdown(r),
+        ReportFormat::Html => replay::html(r),
+        ReportFormat::Json => replay::json(r)?,
+        ReportFormat::Csv => {
+            return Err(UsageError::Invalid(
+                "--format csv: a replay run's rows are its results file (one JSON line per request); use table, md, html or json".into(),
+            )
+            .into())
+        }
+    })
 }
 
 /// The report a sweep writes when it ends: `<results>.md`, `<results>.html` and

@@ -52,13 +52,13 @@ fn router_paths() -> &'static RouterPaths {
 }
 
 /// Two reference llama-servers, one slot each, slot erase enabled (ctxbench's own flush).
-struct Workers {
+pub(crate) struct Workers {
     servers: Vec<RefServer>,
     _slots: tempfile::TempDir,
 }
 
 impl Workers {
-    fn start() -> Workers {
+    pub(crate) fn start() -> Workers {
         let slots = tempfile::tempdir().unwrap();
         let dir = slots.path().to_str().unwrap().to_owned();
         let servers = (0..2)
@@ -70,13 +70,13 @@ impl Workers {
         }
     }
 
-    fn urls(&self) -> Vec<String> {
+    pub(crate) fn urls(&self) -> Vec<String> {
         self.servers.iter().map(RefServer::url).collect()
     }
 }
 
 /// A router process, killed on drop.
-struct Router {
+pub(crate) struct Router {
     child: Child,
     port: u16,
     log: PathBuf,
@@ -84,7 +84,7 @@ struct Router {
 }
 
 #[derive(Clone, Copy)]
-enum Kind {
+pub(crate) enum Kind {
     Vllm,
     Sglang,
 }
@@ -93,6 +93,11 @@ impl Router {
     /// Starts the router in front of `workers` with `--policy round_robin`, on loopback,
     /// and waits until it says both are healthy (`/readiness`).
     fn start(kind: Kind, workers: &[String]) -> Router {
+        Self::start_with(kind, workers, "round_robin")
+    }
+
+    /// Like [`Router::start`], with another `--policy`.
+    pub(crate) fn start_with(kind: Kind, workers: &[String], policy: &str) -> Router {
         let p = router_paths();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("router.log");
@@ -109,7 +114,7 @@ impl Router {
         cmd.args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .arg("--worker-urls")
             .args(workers)
-            .args(["--policy", "round_robin"])
+            .args(["--policy", policy])
             // Both bind their Prometheus port on 0.0.0.0 unless told.
             .args(["--prometheus-host", "127.0.0.1"])
             .args(["--prometheus-port", &metrics_port]);
@@ -129,7 +134,7 @@ impl Router {
         r
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 

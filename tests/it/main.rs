@@ -35,6 +35,8 @@ mod protocol_sglang;
 mod protocol_tgi;
 mod protocol_vllm;
 mod real_model_llamacpp;
+mod replay_fleet_llamacpp;
+mod replay_llamacpp;
 mod replay_trace;
 mod report;
 mod roofline;

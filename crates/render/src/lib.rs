@@ -16,6 +16,8 @@ pub mod html;
 pub mod json;
 pub mod markdown;
 pub mod prompts;
+/// The replay report, in every format.
+pub mod replay;
 pub mod roofline;
 pub mod sections;
 pub mod speculation;

@@ -3,6 +3,7 @@
 //! `resume` markers and an `end` line. Written and read only through this module.
 //! Schema: `docs/results-schema.md`.
 
+pub mod replay;
 pub mod warm_plan;
 
 use std::collections::BTreeMap;
@@ -118,6 +119,9 @@ string_enum! {
         Turn = "turn",
         /// `--mode tiers`: a request served from a stated cache tier (`warm.tier`).
         Tier = "tier",
+        /// `ctxbench replay`: one request of a trace, its reuse proven against what the
+        /// trace lets it reuse (`replay`); summarised by the replay report only.
+        Replay = "replay",
     }
 }
 
@@ -270,6 +274,13 @@ string_enum! {
         /// `sample::impossible`; both numbers in `impossible`). The sample has no TTFT,
         /// prefill or decode figure and is kept out of every summary and fit.
         ImpossibleTiming = "impossible_timing",
+        /// A replayed request whose cached count is below what its leading blocks, already
+        /// answered in this run, prove reusable (`replay.expected_reuse`); the shortfall and
+        /// the likely cause are in `replay`.
+        ReuseShort = "reuse_short",
+        /// A replayed request with a reusable prefix whose server reported no cached count:
+        /// its reuse is not proven either way.
+        ReuseUnverified = "reuse_unverified",
     }
 }
 
@@ -580,6 +591,10 @@ pub struct RunConfig {
     /// repetition reads its own window.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompts: Option<u32>,
+    /// `ctxbench replay`: the trace, its timing and the salt of its prompts (absent: a
+    /// sweep).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<replay::ReplayConfig>,
 }
 
 /// Whether a concurrency list means today's one-request-at-a-time sweep (not written).
@@ -1102,6 +1117,10 @@ pub struct Sample {
     /// Behind a router: the worker that served this sample and the workers' flushes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<FleetSample>,
+    /// `ctxbench replay`: the request's place in the trace, its schedule and the proof of
+    /// its reuse.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<replay::ReplayInfo>,
 }
 
 /// One request of a concurrent wave: times relative to the wave's start (`t0`, when all its
@@ -1204,6 +1223,7 @@ impl Sample {
             spec_accepted_per_position: None,
             spec_drafts: None,
             fleet: None,
+            replay: None,
         }
     }
 
@@ -1408,8 +1428,10 @@ impl ResultsWriter {
             path: path.display().to_string(),
             cause: e,
         };
+        // Append mode, so a second writer of the same file (a replay's writer thread)
+        // never writes over this one's lines.
         let file = OpenOptions::new()
-            .write(true)
+            .append(true)
             .create_new(true)
             .open(path)
             .map_err(io)?;

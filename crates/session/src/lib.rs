@@ -15,6 +15,7 @@ pub mod launch;
 pub mod needle;
 pub mod plan;
 pub mod prompt;
+pub mod replay;
 pub mod sample;
 pub mod session;
 

@@ -8,6 +8,7 @@ pub mod capacity;
 pub mod compare;
 pub mod integrity;
 pub mod price;
+pub mod replay_report;
 pub mod report;
 pub mod roofline;
 pub mod stats;

@@ -172,6 +172,18 @@ pub fn record(
     sample: &Sample,
 ) -> Result<Option<String>, RecordError> {
     writer.sample(sample)?;
+    Ok(count(tally, observer, settings, sample))
+}
+
+/// Counts a sample already written and tells the observer; returns why the run must stop,
+/// if it must (a replay writes on a thread of its own, so its scheduler never waits on a
+/// disk sync).
+pub fn count(
+    tally: &mut Tally,
+    observer: &mut dyn Observer,
+    settings: &BenchSettings,
+    sample: &Sample,
+) -> Option<String> {
     tally.recorded += 1;
     tally.contaminated += sample.contaminated as usize;
     tally.server_busy_ms += server_busy_ms(sample);
@@ -184,10 +196,10 @@ pub fn record(
         }
         let fatal = matches!(e.kind, ErrorKind::Connect | ErrorKind::Unauthorized);
         if fatal || settings.on_error == OnError::Stop {
-            return Ok(Some(e.message.clone()));
+            return Some(e.message.clone());
         }
     }
-    Ok(None)
+    None
 }
 
 /// What a request the client gave up on leaves behind: the server may still be computing

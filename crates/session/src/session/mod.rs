@@ -454,6 +454,20 @@ impl Session {
         Ok((p.backend.as_ref(), &mut p.builder, &p.settings))
     }
 
+    /// What a trace replay drives (once prepared): the protocol, the tokenized corpus, the
+    /// loop's settings and the tokens the server adds in front of a token-id prompt.
+    pub fn replay_parts(
+        &self,
+    ) -> Result<(&dyn Backend, Arc<Corpus>, &BenchSettings, u64), SessionError> {
+        let p = self.ready()?;
+        Ok((
+            p.backend.as_ref(),
+            Arc::clone(&p.corpus),
+            &p.settings,
+            p.builder.server_added(),
+        ))
+    }
+
     /// The results header of this run: the plan's identity, the server as probed and
     /// prepared, the corpus, ctxbench and the host.
     pub fn header(&self, run_id: &str) -> Result<RunHeader, SessionError> {
@@ -1113,5 +1127,6 @@ fn run_config(plan: &SweepPlan, profile: &ServerProfile, p: &Prepared) -> RunCon
         concurrency: plan.concurrency.clone(),
         warm: plan.warm.clone(),
         prompts: plan.prompts,
+        replay: None,
     }
 }

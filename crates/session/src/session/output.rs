@@ -86,6 +86,11 @@ impl Output {
         })
     }
 
+    /// The header of the file being resumed (`None` for a new run).
+    pub fn prior_header(&self) -> Option<&RunHeader> {
+        self.resume.as_ref().map(|r| &r.header)
+    }
+
     /// Writes the header (new run) or checks it against the file's (resume); returns the
     /// writer and the samples already measured.
     pub fn start(

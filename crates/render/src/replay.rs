@@ -1,0 +1,246 @@
+//! The replay report (`ctxbench report` on a replay's results, and the end of `ctxbench
+//! replay`): one document, written for the terminal, Markdown, HTML and JSON.
+
+use ctxbench_stats::replay_report::{Quantile, ReplayReport, ReuseRow, TtftRow};
+
+use crate::doc::{self, Align, Block, Document, Item, List, ListKind, Para, Table, Target};
+use crate::RenderError;
+
+fn pct(x: Option<f64>) -> String {
+    x.map_or("–".to_owned(), |v| format!("{:.1}%", v * 100.0))
+}
+
+fn q(x: &Quantile) -> String {
+    match x {
+        Quantile::Value(v) => format!("{v:.1}"),
+        Quantile::TooFew { need } => format!("(n<{need})"),
+    }
+}
+
+fn reuse_table(title: &str, rows: &[ReuseRow]) -> Table {
+    let r = |h| (h, Align::Right);
+    let mut t = Table::new([
+        (title, Align::Left),
+        r("requests"),
+        r("input tok"),
+        r("ideal reuse"),
+        r("proven reuse"),
+        r("reuse_short"),
+        r("unverified"),
+    ]);
+    for row in rows {
+        t.row([
+            row.label.clone(),
+            row.requests.to_string(),
+            row.input_tokens.to_string(),
+            pct(row.ideal_ratio()),
+            pct(row.proven_ratio()),
+            row.short.to_string(),
+            row.unverified.to_string(),
+        ]);
+    }
+    t
+}
+
+fn ttft_table(title: &str, rows: &[TtftRow]) -> Table {
+    let r = |h| (h, Align::Right);
+    let mut t = Table::new([
+        (title, Align::Left),
+        r("n"),
+        r("TTFT p50 ms"),
+        r("p90 ms"),
+        r("p99 ms"),
+    ]);
+    for row in rows {
+        t.row([
+            row.label.clone(),
+            row.n.to_string(),
+            q(&row.p50),
+            q(&row.p90),
+            q(&row.p99),
+        ]);
+    }
+    t
+}
+
+fn bullets(lines: Vec<String>) -> Block {
+    Block::List(List {
+        kind: ListKind::Bullets,
+        items: lines.into_iter().map(Item::new).collect(),
+    })
+}
+
+/// The lines that head the report: the trace, the plan, reuse overall, time.
+fn summary(r: &ReplayReport) -> Vec<String> {
+    let c = &r.config;
+    let mut v = vec![
+        format!(
+            "trace: {} ({}), {} request(s) in {} session(s); {} planned, {} skipped beyond the server's context{}",
+            c.trace,
+            c.format,
+            c.requests,
+            c.sessions,
+            c.planned,
+            c.skipped_beyond_context,
+            c.scale.map_or(String::new(), |s| format!(", every length scaled by {s}"))
+        ),
+        format!(
+            "timing: {}, speed {}×, gaps {}; salt {}",
+            c.timing.as_str(),
+            c.speed,
+            c.max_gap_s
+                .map_or("replayed whole".to_owned(), |g| format!("capped at {g} s")),
+            c.salt
+        ),
+        format!(
+            "recorded {} request(s), {} failed",
+            r.recorded, r.failed
+        ),
+        format!(
+            "reuse: the trace's ideal {}, this run's ideal (blocks answered before each request) {}, proven by the server's cached counts {}",
+            pct(r.trace_ideal_ratio),
+            pct(r.overall.ideal_ratio()),
+            pct(r.overall.proven_ratio())
+        ),
+        format!(
+            "requests short of their proven reuse: {} (reuse_short); without a cached count: {} (reuse_unverified)",
+            r.overall.short, r.overall.unverified
+        ),
+        format!(
+            "cold start: {} request(s) with nothing to reuse had cached counts of at most {} token(s)",
+            r.cold_start.0, r.cold_start.1
+        ),
+        format!(
+            "the cache saved {} prefill tokens{}",
+            r.saved_tokens,
+            r.saved_server_s.map_or(String::new(), |s| format!(
+                ", about {s:.2} server seconds at this run's cold prefill rate"
+            ))
+        ),
+    ];
+    if let Some((p50, p99, max)) = r.lateness_ms {
+        v.push(format!(
+            "lateness (sent − due): p50 {p50:.2} ms, p99 {p99:.2} ms, max {max:.2} ms"
+        ));
+    }
+    if r.last_due_s > 0.0 {
+        v.push(format!(
+            "wall / trace span: last request sent at {:.2} s, due at {:.2} s = {:.2}",
+            r.last_sent_s,
+            r.last_due_s,
+            r.last_sent_s / r.last_due_s
+        ));
+    }
+    if let Some(g) = &r.goodput {
+        v.push(format!(
+            "goodput under the SLO ({}{}): {} of {} request(s){}",
+            g.ttft_ms
+                .map_or(String::new(), |t| format!("TTFT ≤ {t} ms")),
+            g.tpot_ms
+                .map_or(String::new(), |t| format!(" TPOT ≤ {t} ms")),
+            g.met,
+            g.of,
+            g.per_s
+                .map_or(String::new(), |p| format!(", {p:.2} per second"))
+        ));
+    }
+    v
+}
+
+/// The report as a document for `target`.
+pub fn document(r: &ReplayReport, _target: Target) -> Document {
+    let mut blocks = vec![
+        Block::Heading(1, "ctxbench replay report".into()),
+        bullets(summary(r)),
+    ];
+    if !r.causes.is_empty() {
+        blocks.push(Block::Heading(
+            2,
+            "Why requests reused less than proven possible".into(),
+        ));
+        let mut t = Table::new([
+            ("cause", Align::Left),
+            ("requests", Align::Right),
+            ("shortfall tok", Align::Right),
+            ("evidence (one request)", Align::Left),
+        ]);
+        for c in &r.causes {
+            t.row([
+                c.cause.clone(),
+                c.requests.to_string(),
+                c.shortfall_tokens.to_string(),
+                c.example.clone(),
+            ]);
+        }
+        blocks.push(Block::Table(t));
+    }
+    blocks.push(Block::Heading(2, "Reuse".into()));
+    blocks.push(Block::Table(reuse_table(
+        "overall",
+        std::slice::from_ref(&r.overall),
+    )));
+    blocks.push(Block::Table(reuse_table("turn depth", &r.by_turn)));
+    blocks.push(Block::Table(reuse_table("input tokens", &r.by_input)));
+    if !r.by_worker.is_empty() {
+        blocks.push(Block::Table(reuse_table("worker", &r.by_worker)));
+    }
+    blocks.push(Block::Heading(2, "TTFT".into()));
+    blocks.push(Block::Table(ttft_table("input tokens", &r.ttft_by_input)));
+    blocks.push(Block::Table(ttft_table(
+        "uncached tokens",
+        &r.ttft_by_uncached,
+    )));
+    blocks.push(Block::Paragraph(
+        "A quantile is given only where its bucket has the samples it needs (p50: 2, p90: 10, p99: 100); (n<k) marks one that has fewer.".into(),
+        Para::Note,
+    ));
+    Document {
+        title: format!("ctxbench replay report: {}", r.config.trace),
+        blocks,
+    }
+}
+
+/// The report for the terminal: the summary lines, then aligned tables.
+pub fn text(r: &ReplayReport) -> String {
+    let layout = crate::text::Layout {
+        indent: "  ",
+        rule: true,
+        min_widths: &[],
+    };
+    let mut out = String::new();
+    for b in document(r, Target::Markdown).blocks {
+        match b {
+            Block::Heading(_, t) => out.push_str(&format!("\n{}\n", t.to_plain())),
+            Block::List(l) => {
+                for i in &l.items {
+                    out.push_str(&format!("  {}\n", i.text.to_plain()));
+                }
+            }
+            Block::Table(t) => {
+                out.push_str(&crate::text::render(&t, &layout));
+                out.push('\n');
+            }
+            Block::Paragraph(t, _) => out.push_str(&format!("{}\n", t.to_plain())),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The report as Markdown.
+pub fn markdown(r: &ReplayReport) -> String {
+    doc::write(
+        &document(r, Target::Markdown),
+        &crate::markdown::MarkdownRenderer,
+    )
+}
+
+/// The report as a self-contained HTML page.
+pub fn html(r: &ReplayReport) -> String {
+    doc::write(&document(r, Target::Html), &crate::html::HtmlRenderer)
+}
+
+/// The report model as JSON.
+pub fn json(r: &ReplayReport) -> Result<String, RenderError> {
+    Ok(serde_json::to_string_pretty(r)? + "\n")
+}

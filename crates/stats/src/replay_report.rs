@@ -1,0 +1,414 @@
+//! The replay report's model, from the results file alone: ideal vs proven reuse overall, by
+//! turn depth, by input length and by worker; the prefill tokens and server seconds the cache
+//! saved; TTFT by input length and by uncached tokens (each quantile only where the bucket
+//! has the samples it needs); goodput under an SLO; how late the client sent; wall time over
+//! the trace's span. Pure: no I/O.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use ctxbench_schema::record::replay::ReplayConfig;
+use ctxbench_schema::record::{Flag, Results, Sample, Status};
+
+/// Reuse of a group of requests.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct ReuseRow {
+    /// What the group is (`all`, `turn 2–3`, `4k–8k`, a worker).
+    pub label: String,
+    /// Requests answered.
+    pub requests: u64,
+    /// Their prompt tokens (the server's count where it gave one).
+    pub input_tokens: u64,
+    /// Tokens their leading blocks shared with requests answered before (the run's ideal).
+    pub shared_tokens: u64,
+    /// Tokens the server said it reused, each request counted up to its shared prefix.
+    pub proven_tokens: u64,
+    /// Requests flagged `reuse_short`.
+    pub short: u64,
+    /// Requests flagged `reuse_unverified`.
+    pub unverified: u64,
+}
+
+impl ReuseRow {
+    fn add(&mut self, s: &Sample) {
+        let Some(r) = &s.replay else { return };
+        self.requests += 1;
+        self.input_tokens += s.prompt_tokens.unwrap_or(r.input_tokens);
+        self.shared_tokens += r.shared_prefix_tokens;
+        self.proven_tokens += s.cached_tokens.unwrap_or(0).min(r.shared_prefix_tokens);
+        self.short += u64::from(s.has(&Flag::ReuseShort));
+        self.unverified += u64::from(s.has(&Flag::ReuseUnverified));
+    }
+
+    /// Shared over input tokens.
+    pub fn ideal_ratio(&self) -> Option<f64> {
+        (self.input_tokens > 0).then(|| self.shared_tokens as f64 / self.input_tokens as f64)
+    }
+
+    /// Proven reuse over input tokens.
+    pub fn proven_ratio(&self) -> Option<f64> {
+        (self.input_tokens > 0).then(|| self.proven_tokens as f64 / self.input_tokens as f64)
+    }
+}
+
+/// A quantile, or why it is not given.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum Quantile {
+    /// The value, ms.
+    Value(f64),
+    /// The bucket has fewer samples than this quantile needs (`n < need`).
+    TooFew {
+        /// Samples the quantile needs.
+        need: usize,
+    },
+}
+
+/// TTFT of a bucket.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TtftRow {
+    /// The bucket (`1k–2k` tokens).
+    pub label: String,
+    /// Requests with a TTFT.
+    pub n: usize,
+    /// p50, p90, p99.
+    pub p50: Quantile,
+    /// p90.
+    pub p90: Quantile,
+    /// p99.
+    pub p99: Quantile,
+}
+
+/// A shortfall's cause and how many requests it named.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CauseRow {
+    /// `eviction`, `other_worker`, `boundary`, `idle`, or `unnamed`.
+    pub cause: String,
+    /// Requests.
+    pub requests: u64,
+    /// Their shortfall, tokens.
+    pub shortfall_tokens: u64,
+    /// One request's evidence, as an example.
+    pub example: String,
+}
+
+/// Goodput under an SLO.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Goodput {
+    /// The TTFT goal, ms.
+    pub ttft_ms: Option<f64>,
+    /// The time-per-output-token goal, ms.
+    pub tpot_ms: Option<f64>,
+    /// Requests that met every goal.
+    pub met: u64,
+    /// Requests answered.
+    pub of: u64,
+    /// Requests meeting the SLO per second of replay.
+    pub per_s: Option<f64>,
+}
+
+/// The whole replay report of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplayReport {
+    /// The replay's plan as recorded.
+    pub config: ReplayConfig,
+    /// Requests recorded, and of them failed.
+    pub recorded: u64,
+    /// Failed requests.
+    pub failed: u64,
+    /// The trace's ideal reuse ratio (every earlier request's blocks cached forever).
+    pub trace_ideal_ratio: Option<f64>,
+    /// Reuse overall.
+    pub overall: ReuseRow,
+    /// By turn depth.
+    pub by_turn: Vec<ReuseRow>,
+    /// By input length.
+    pub by_input: Vec<ReuseRow>,
+    /// By worker (behind a router; empty otherwise).
+    pub by_worker: Vec<ReuseRow>,
+    /// The causes of the shortfalls.
+    pub causes: Vec<CauseRow>,
+    /// The first requests (nothing shared yet) whose cached counts prove a cold start:
+    /// how many, and the largest cached count among them.
+    pub cold_start: (u64, u64),
+    /// Prefill tokens the cache saved (proven reuse).
+    pub saved_tokens: u64,
+    /// Server seconds those would have cost at the run's own cold prefill rate (median
+    /// tokens per server prompt second of requests that reused nothing).
+    pub saved_server_s: Option<f64>,
+    /// TTFT by input length.
+    pub ttft_by_input: Vec<TtftRow>,
+    /// TTFT by uncached tokens (prompt − cached).
+    pub ttft_by_uncached: Vec<TtftRow>,
+    /// Goodput under the SLO, when one was given.
+    pub goodput: Option<Goodput>,
+    /// Lateness p50, p99 and max, ms.
+    pub lateness_ms: Option<(f64, f64, f64)>,
+    /// The last request's send and due instants, s after the start: their ratio is wall
+    /// over trace span (1.00: the client kept the trace's pace).
+    pub last_sent_s: f64,
+    /// See `last_sent_s`.
+    pub last_due_s: f64,
+}
+
+/// Samples a quantile `q` needs: at least one beyond it (p50: 2, p90: 10, p99: 100).
+pub fn needed(q: f64) -> usize {
+    (1.0 / (1.0 - q)).round() as usize
+}
+
+/// The `q` quantile of sorted values (nearest rank), or how many it needs.
+pub fn quantile(sorted: &[f64], q: f64) -> Quantile {
+    let need = needed(q);
+    if sorted.len() < need {
+        return Quantile::TooFew { need };
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    Quantile::Value(sorted[rank - 1])
+}
+
+/// A power-of-two bucket of tokens: `[lo, 2·lo)`, labelled.
+fn bucket(tokens: u64) -> (u64, String) {
+    if tokens < 1024 {
+        return (0, "<1k".to_owned());
+    }
+    let lo = 1u64 << (63 - tokens.leading_zeros());
+    let k = |t: u64| match t >= 1024 {
+        true => format!("{}k", t / 1024),
+        false => t.to_string(),
+    };
+    (lo, format!("{}–{}", k(lo), k(lo * 2)))
+}
+
+/// Turn depth buckets: 0, 1, 2–3, 4–7, …
+fn turn_bucket(turn: u32) -> (u32, String) {
+    if turn < 2 {
+        return (turn, format!("turn {turn}"));
+    }
+    let lo = 1u32 << (31 - turn.leading_zeros());
+    (lo, format!("turn {}–{}", lo, lo * 2 - 1))
+}
+
+fn ttft_rows(mut v: Vec<(u64, f64)>) -> Vec<TtftRow> {
+    let mut by: BTreeMap<u64, (String, Vec<f64>)> = BTreeMap::new();
+    v.sort_by(|a, b| a.1.total_cmp(&b.1));
+    for (tokens, t) in v {
+        let (k, label) = bucket(tokens);
+        by.entry(k).or_insert_with(|| (label, Vec::new())).1.push(t);
+    }
+    by.into_values()
+        .map(|(label, t)| TtftRow {
+            label,
+            n: t.len(),
+            p50: quantile(&t, 0.5),
+            p90: quantile(&t, 0.9),
+            p99: quantile(&t, 0.99),
+        })
+        .collect()
+}
+
+/// Whether a file is a replay run.
+pub fn is_replay(r: &Results) -> bool {
+    r.header.config.replay.is_some()
+}
+
+/// The replay report of a results file, `None` for a sweep's.
+pub fn build(r: &Results) -> Option<ReplayReport> {
+    let config = r.header.config.replay.clone()?;
+    // A resumed request may appear twice (failed, then measured): the last line counts.
+    let mut last: BTreeMap<u64, &Sample> = BTreeMap::new();
+    for s in &r.samples {
+        if let Some(i) = s.replay.as_ref().map(|x| x.index) {
+            last.insert(i, s);
+        }
+    }
+    let samples: Vec<&Sample> = last.into_values().collect();
+    let ok: Vec<&Sample> = samples
+        .iter()
+        .copied()
+        .filter(|s| s.status == Status::Ok)
+        .collect();
+    let rows = |key: &dyn Fn(&Sample) -> Option<(u64, String)>| {
+        let mut by: BTreeMap<u64, ReuseRow> = BTreeMap::new();
+        for s in &ok {
+            if let Some((k, label)) = key(s) {
+                by.entry(k)
+                    .or_insert_with(|| ReuseRow {
+                        label,
+                        ..Default::default()
+                    })
+                    .add(s);
+            }
+        }
+        by.into_values().collect::<Vec<_>>()
+    };
+    let mut overall = ReuseRow {
+        label: "all".into(),
+        ..Default::default()
+    };
+    ok.iter().for_each(|s| overall.add(s));
+    let by_turn = rows(&|s| {
+        let (k, l) = turn_bucket(s.replay.as_ref()?.turn);
+        Some((u64::from(k), l))
+    });
+    let by_input = rows(&|s| Some(bucket(s.prompt_tokens.unwrap_or(s.context_tokens))));
+    let mut workers: Vec<String> = ok
+        .iter()
+        .filter_map(|s| s.replay.as_ref()?.worker.clone())
+        .collect();
+    workers.sort();
+    workers.dedup();
+    let by_worker = rows(&|s| {
+        let w = s.replay.as_ref()?.worker.as_ref()?;
+        let k = workers.iter().position(|x| x == w)? as u64;
+        Some((k, w.clone()))
+    });
+    let timed: Vec<&Sample> = ok.iter().copied().filter(|s| s.clean()).collect();
+    let ttft_by_input = ttft_rows(
+        timed
+            .iter()
+            .filter_map(|s| Some((s.prompt_tokens.unwrap_or(s.context_tokens), s.ttft_ms?)))
+            .collect(),
+    );
+    let ttft_by_uncached = ttft_rows(
+        timed
+            .iter()
+            .filter_map(|s| {
+                let p = s.prompt_tokens?;
+                Some((p.saturating_sub(s.cached_tokens?), s.ttft_ms?))
+            })
+            .collect(),
+    );
+    let mut late: Vec<f64> = samples
+        .iter()
+        .filter_map(|s| Some(s.replay.as_ref()?.lateness_ms))
+        .collect();
+    late.sort_by(f64::total_cmp);
+    let pick = |q: f64| match quantile(&late, q) {
+        Quantile::Value(v) => v,
+        // Fewer than a p99 needs: the largest seen.
+        Quantile::TooFew { .. } => late.last().copied().unwrap_or(0.0),
+    };
+    let lateness_ms = (!late.is_empty()).then(|| (pick(0.5), pick(0.99), pick(1.0)));
+    let (last_sent_s, last_due_s) = samples
+        .iter()
+        .filter_map(|s| s.replay.as_ref())
+        .fold((0.0f64, 0.0f64), |(a, b), r| {
+            (a.max(r.sent_ms / 1000.0), b.max(r.scheduled_ms / 1000.0))
+        });
+    let goodput = goodput(&config, &ok, last_sent_s);
+    Some(ReplayReport {
+        recorded: samples.len() as u64,
+        failed: (samples.len() - ok.len()) as u64,
+        trace_ideal_ratio: (config.input_tokens > 0)
+            .then(|| config.ideal_reuse_tokens as f64 / config.input_tokens as f64),
+        causes: causes(&ok),
+        cold_start: cold_start(&ok),
+        saved_tokens: overall.proven_tokens,
+        saved_server_s: saved_server_s(&ok, overall.proven_tokens),
+        config,
+        overall,
+        by_turn,
+        by_input,
+        by_worker,
+        ttft_by_input,
+        ttft_by_uncached,
+        goodput,
+        lateness_ms,
+        last_sent_s,
+        last_due_s,
+    })
+}
+
+fn causes(ok: &[&Sample]) -> Vec<CauseRow> {
+    let mut by: BTreeMap<String, CauseRow> = BTreeMap::new();
+    for s in ok.iter().filter(|s| s.has(&Flag::ReuseShort)) {
+        let Some(r) = &s.replay else { continue };
+        let name = r.cause.map_or("unnamed", |c| c.as_str()).to_owned();
+        let row = by.entry(name.clone()).or_insert_with(|| CauseRow {
+            cause: name,
+            requests: 0,
+            shortfall_tokens: 0,
+            example: r.cause_evidence.clone().unwrap_or_default(),
+        });
+        row.requests += 1;
+        row.shortfall_tokens += r.shortfall.unwrap_or(0);
+    }
+    by.into_values().collect()
+}
+
+/// Requests with nothing shared yet and a cached count: how many, and their largest count.
+fn cold_start(ok: &[&Sample]) -> (u64, u64) {
+    ok.iter()
+        .filter(|s| {
+            s.replay
+                .as_ref()
+                .is_some_and(|r| r.shared_prefix_tokens == 0)
+        })
+        .filter_map(|s| s.cached_tokens)
+        .fold((0, 0), |(n, m), c| (n + 1, m.max(c)))
+}
+
+/// Server seconds the proven reuse saved, at the median cold prefill rate of this run.
+fn saved_server_s(ok: &[&Sample], saved: u64) -> Option<f64> {
+    let mut rates: Vec<f64> = ok
+        .iter()
+        .filter(|s| s.cached_tokens.is_some_and(|c| c <= 1))
+        .filter_map(|s| {
+            let t = s.server.as_ref()?;
+            let (n, ms) = (t.prompt_n?, t.prompt_ms?);
+            (ms > 0.0 && n > 0).then(|| n as f64 / (ms / 1000.0))
+        })
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    let median = *rates.get(rates.len() / 2)?;
+    Some(saved as f64 / median)
+}
+
+fn goodput(c: &ReplayConfig, ok: &[&Sample], wall_s: f64) -> Option<Goodput> {
+    if c.slo_ttft_ms.is_none() && c.slo_tpot_ms.is_none() {
+        return None;
+    }
+    let meets = |s: &Sample| {
+        let ttft = c
+            .slo_ttft_ms
+            .is_none_or(|g| s.ttft_ms.is_some_and(|t| t <= g));
+        let tpot = c
+            .slo_tpot_ms
+            .is_none_or(|g| s.ms_per_step.is_some_and(|t| t <= g));
+        ttft && tpot && s.clean()
+    };
+    let met = ok.iter().filter(|s| meets(s)).count() as u64;
+    Some(Goodput {
+        ttft_ms: c.slo_ttft_ms,
+        tpot_ms: c.slo_tpot_ms,
+        met,
+        of: ok.len() as u64,
+        per_s: (wall_s > 0.0).then(|| met as f64 / wall_s),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quantile_is_given_only_with_the_samples_it_needs() {
+        let v: Vec<f64> = (1..=9).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), Quantile::Value(5.0));
+        assert_eq!(quantile(&v, 0.9), Quantile::TooFew { need: 10 });
+        assert_eq!(quantile(&v[..1], 0.5), Quantile::TooFew { need: 2 });
+        let w: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&w, 0.99), Quantile::Value(99.0));
+        assert_eq!(quantile(&w, 0.9), Quantile::Value(90.0));
+    }
+
+    #[test]
+    fn buckets_are_powers_of_two() {
+        assert_eq!(bucket(900).1, "<1k");
+        assert_eq!(bucket(1024).1, "1k–2k");
+        assert_eq!(bucket(5000).1, "4k–8k");
+        assert_eq!(turn_bucket(0).1, "turn 0");
+        assert_eq!(turn_bucket(5).1, "turn 4–7");
+    }
+}
