@@ -116,9 +116,12 @@ fn scripted_zero_usage_server_with_a_lent_tokenizer_is_measured_not_called_trunc
     let r = ctxbench_schema::record::read_results(&dir.path().join("r.jsonl"), false).unwrap();
     assert_eq!(r.samples.len(), 2, "{stderr}");
     for s in &r.samples {
-        // Exact by construction through the lent tokenizer, not confirmed by the server; an
-        // 8-token decode may lose its timing to a loaded host, never its verdicts.
-        assert!(common::usable_but_for_the_host(s), "{s:?}");
+        // Measured, exact by construction through the lent tokenizer, not confirmed by the
+        // server. Not asserted usable: with no cached count, the TTFT cache-hit rule judges
+        // each sample against the others, and a scripted server's sub-millisecond TTFTs can
+        // differ by the factor it catches (seen once in six runs: suspected_cache_hit).
+        assert_eq!(s.status, ctxbench_schema::record::Status::Ok, "{s:?}");
+        assert!(!s.contaminated && s.length_ok != Some(false), "{s:?}");
         assert!(s.has(&Flag::LengthUnreported), "{s:?}");
         assert_eq!(s.output_tokens, Some(16), "{s:?}");
     }
