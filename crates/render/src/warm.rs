@@ -57,6 +57,7 @@ pub fn parts(w: &WarmReport) -> Vec<Part> {
         WarmMode::Append => out.push(append(w, proof)),
         WarmMode::Conversation => out.push(conversation(w, proof)),
         WarmMode::Tiers => out.push(tiers(w, proof)),
+        WarmMode::Retention => out.extend(super::retention::parts(w, proof)),
     }
     out
 }

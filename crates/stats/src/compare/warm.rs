@@ -298,6 +298,8 @@ pub(super) mod tests {
             turn_tokens: None,
             ttft_target_ms: None,
             negative_control: !hit,
+            gaps_s: Vec::new(),
+            pressure: Vec::new(),
         });
         r.samples = (0..8)
             .map(|i| {
