@@ -31,7 +31,9 @@ fn axis(list: &str, flag: &str) -> Result<Vec<f64>, UsageError> {
         }
     }
     if v.is_empty() {
-        return Err(UsageError::Invalid(format!("{flag}: give at least one value")));
+        return Err(UsageError::Invalid(format!(
+            "{flag}: give at least one value"
+        )));
     }
     v.sort_by(f64::total_cmp);
     v.dedup();
@@ -61,7 +63,9 @@ pub fn warm_config(
             return bad("--turn-tokens belongs to the warm modes: add --mode conversation".into());
         }
         if args.gaps.is_some() || args.pressure.is_some() {
-            return bad("--gaps and --pressure belong to the retention map: add --mode retention".into());
+            return bad(
+                "--gaps and --pressure belong to the retention map: add --mode retention".into(),
+            );
         }
         return Ok(None);
     };

@@ -67,7 +67,12 @@ fn edge_words(e: &Edge, unit: &str) -> String {
         format!("came back up to {} ({}/{})", at(p.value), p.hits, p.judged)
     });
     let lost = e.lost.map_or("never lost".to_owned(), |p| {
-        format!("lost at {} ({}/{} came back)", at(p.value), p.hits, p.judged)
+        format!(
+            "lost at {} ({}/{} came back)",
+            at(p.value),
+            p.hits,
+            p.judged
+        )
     });
     let sharp = match e.recovered_after {
         true => "; a larger value came back again: not a sharp edge",

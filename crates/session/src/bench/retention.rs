@@ -128,7 +128,12 @@ pub async fn run(
         .filter_map(|s| {
             let w = s.warm.as_ref()?;
             let r = w.retention.as_ref()?;
-            Some((w.prefix_tokens, r.gap_s.to_bits(), r.pressure.to_bits(), s.rep))
+            Some((
+                w.prefix_tokens,
+                r.gap_s.to_bits(),
+                r.pressure.to_bits(),
+                s.rep,
+            ))
         })
         .collect();
     let cold_done: HashSet<(u64, u32)> = prior
@@ -239,7 +244,11 @@ async fn sessions(
     tally: &mut Tally,
 ) -> Result<Step, RecordError> {
     let s = sessions_at_once(warm, l, n);
-    let mut pending: Vec<Unit> = units.iter().copied().filter(|u| u.pressure == 0.0).collect();
+    let mut pending: Vec<Unit> = units
+        .iter()
+        .copied()
+        .filter(|u| u.pressure == 0.0)
+        .collect();
     pending.sort_by(|a, b| b.gap.total_cmp(&a.gap));
     let mut pending = std::collections::VecDeque::from(pending);
     let mut live: Vec<Live> = Vec::new();
@@ -249,9 +258,8 @@ async fn sessions(
     loop {
         let next_due = live.iter().map(|x| x.due).min();
         let room = live.len() < s && !(appended && !live.is_empty());
-        let fits = next_due.is_none_or(|d| {
-            Instant::now() + Duration::from_secs_f64(1.5 * prime_s + 0.2) <= d
-        });
+        let fits = next_due
+            .is_none_or(|d| Instant::now() + Duration::from_secs_f64(1.5 * prime_s + 0.2) <= d);
         if let (Some(&u), true, true) = (pending.front(), room, fits) {
             pending.pop_front();
             appended = appended && !live.is_empty();
@@ -395,8 +403,8 @@ async fn foreign(
     Some(f)
 }
 
-/// `GET /slots` in words, and whether any slot still holds at least `prefix` tokens.
-async fn slots_said(ctx: &RunCtx<'_>, prefix: u64) -> Option<(String, bool)> {
+/// `GET /slots` in words.
+async fn slots_said(ctx: &RunCtx<'_>) -> Option<String> {
     let s = slots::state(ctx.backend.http()).await.ok()?;
     let words: Vec<String> = s
         .iter()
@@ -409,10 +417,10 @@ async fn slots_said(ctx: &RunCtx<'_>, prefix: u64) -> Option<(String, bool)> {
             )
         })
         .collect();
-    let holds = s
-        .iter()
-        .any(|x| x.n_prompt_tokens.is_some_and(|t| t >= prefix));
-    Some((format!("GET /slots before the append: {}", words.join(", ")), holds))
+    Some(format!(
+        "GET /slots before the append: {}",
+        words.join(", ")
+    ))
 }
 
 /// The foreign traffic (pressure units), then the append, judged and its miss named.
@@ -436,11 +444,16 @@ async fn append(
     };
     let llama = warm.backend == BackendKind::Llamacpp;
     let said = match llama {
-        true => slots_said(ctx, x.prefix).await,
+        true => slots_said(ctx).await,
         false => None,
     };
     let idle_s = x.primed.elapsed().as_secs_f64();
-    let req = request(x.full, settings.output_tokens, false, settings.timeouts_for(total));
+    let req = request(
+        x.full,
+        settings.output_tokens,
+        false,
+        settings.timeouts_for(total),
+    );
     ctx.observer.sample_started(total, x.u.rep);
     let info = WarmInfo {
         prefix_tokens: x.prefix,
@@ -459,7 +472,8 @@ async fn append(
         }),
         ..Default::default()
     };
-    let Some((mut s, _)) = measure_warm(ctx, warm, &req, (total, x.u.rep), info, Phase::Append).await
+    let Some((mut s, _)) =
+        measure_warm(ctx, warm, &req, (total, x.u.rep), info, Phase::Append).await
     else {
         return Ok(Step::Interrupted);
     };
@@ -481,10 +495,12 @@ async fn append(
 
 /// Names a retention append's outcome: the evidence always, the cause of a miss (`slots`:
 /// llama-server's slot count).
-fn name(s: &mut Sample, slots: Option<u64>, f: &Foreign, said: Option<(String, bool)>) {
+fn name(s: &mut Sample, slots: Option<u64>, f: &Foreign, said: Option<String>) {
     let missed = s.has(&Flag::CacheMiss);
     let Some(w) = s.warm.as_mut() else { return };
-    let Some(r) = w.retention.as_mut() else { return };
+    let Some(r) = w.retention.as_mut() else {
+        return;
+    };
     let mut ev = vec![format!(
         "cached {} of {} after {:.1} s idle",
         s.cached_tokens.map_or("?".to_owned(), |c| c.to_string()),
@@ -507,17 +523,22 @@ fn name(s: &mut Sample, slots: Option<u64>, f: &Foreign, said: Option<(String, b
             r.pool_source
         ));
     }
-    let holds = said.as_ref().map(|x| x.1);
-    if let Some((words, _)) = said {
+    if let Some(words) = said {
         ev.push(words);
+    }
+    // llama-server gives a new prompt the least recently used slot: k foreign prompts took
+    // every one of k slots.
+    let all_taken = slots.is_some_and(|k| u64::from(f.prompts) >= k);
+    if !missed && s.status == Status::Ok && all_taken {
+        ev.push("every slot took a foreign prompt since the prime, yet the prefix came back: from the host-memory prompt cache (--cache-ram)".to_owned());
     }
     if missed && s.status == Status::Ok {
         // Prompts that wanted a slot since the prime: the live sessions and the foreign ones.
         let wanted = u64::from(r.sessions.max(1)) + u64::from(f.prompts);
-        r.cause = Some(match (slots, holds) {
-            (Some(k), Some(false)) if wanted > k => {
+        r.cause = Some(match slots {
+            Some(k) if wanted > k => {
                 ev.push(format!(
-                    "{wanted} prompts for {k} slot(s): another took the prefix's slot"
+                    "{wanted} prompts for {k} slot(s) since the prime: another took the prefix's slot"
                 ));
                 MissCause::SlotReuse
             }

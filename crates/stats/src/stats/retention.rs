@@ -177,7 +177,9 @@ pub fn cells(samples: &[Sample]) -> Vec<RetentionCell> {
                     here.iter()
                         .filter_map(|s| info(s).map(|r| r.foreign_tokens)),
                 ),
-                pool_tokens: here.iter().find_map(|s| info(s).and_then(|r| r.pool_tokens)),
+                pool_tokens: here
+                    .iter()
+                    .find_map(|s| info(s).and_then(|r| r.pool_tokens)),
                 ttft_ms: Spread::of(hits.iter().filter_map(|s| s.ttft_ms)),
                 miss_ttft_ms: Spread::of(missed.iter().filter_map(|s| s.ttft_ms)),
                 cold_ttft_ms: cold_of(samples, k.0 + k.1),
