@@ -257,7 +257,8 @@ async fn sessions(
     let mut appended = false;
     loop {
         let next_due = live.iter().map(|x| x.due).min();
-        let room = live.len() < s && !(appended && !live.is_empty());
+        // On llama-server a prime after an append would take a live session's slot.
+        let room = (live.is_empty() || !appended) && live.len() < s;
         let fits = next_due
             .is_none_or(|d| Instant::now() + Duration::from_secs_f64(1.5 * prime_s + 0.2) <= d);
         if let (Some(&u), true, true) = (pending.front(), room, fits) {
