@@ -81,6 +81,15 @@ fn edge_words(e: &Edge, unit: &str) -> String {
     format!("{held}, {lost}{sharp}")
 }
 
+/// The warm section's parts of any warm report: the retention map's for `--mode retention`,
+/// the `warm` module's otherwise.
+pub fn warm_parts(w: &WarmReport) -> Vec<Part> {
+    match w.config.mode {
+        ctxbench_schema::warm::WarmMode::Retention => parts(w, crate::warm::proof(w)),
+        _ => crate::warm::parts(w),
+    }
+}
+
 /// The retention map's parts: the two maps, then the cells.
 pub fn parts(w: &WarmReport, mut notes: Vec<String>) -> Vec<Part> {
     let pool = w.retention.iter().find_map(|c| c.pool_tokens);
