@@ -565,6 +565,79 @@ mod tests {
         assert_eq!(cells(&[5.0], &[1.0]), vec![(5.0, 0.0), (0.0, 1.0)]);
     }
 
+    fn miss(sessions: u32) -> Sample {
+        let mut s = Sample {
+            cached_tokens: Some(0),
+            warm: Some(WarmInfo {
+                prefix_tokens: 1000,
+                new_tokens: 100,
+                expected_cached: 1000,
+                allowance: 1,
+                retention: Some(Retention {
+                    sessions,
+                    pool_tokens: Some(4096),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        ctxbench_schema::warm::judge(&mut s);
+        s
+    }
+
+    fn cause(s: &Sample) -> Option<MissCause> {
+        s.warm.as_ref().and_then(|w| w.retention.as_ref()?.cause)
+    }
+
+    #[test]
+    fn a_miss_is_named_by_what_came_between_the_prime_and_the_append() {
+        let none = Foreign::default();
+        let two = Foreign {
+            prompts: 2,
+            tokens: 4096,
+            short: None,
+        };
+        // A gap alone: time. On llama-server too, while every session had a slot.
+        let mut s = miss(1);
+        name(&mut s, None, &none, None);
+        assert_eq!(cause(&s), Some(MissCause::TimeEviction));
+        let mut s = miss(2);
+        name(
+            &mut s,
+            Some(2),
+            &none,
+            Some("GET /slots before the append: …".into()),
+        );
+        assert_eq!(cause(&s), Some(MissCause::TimeEviction));
+        // Foreign traffic: capacity; on llama-server with more prompts than slots, slot reuse
+        // with the count and the slots' reading as its evidence.
+        let mut s = miss(1);
+        name(&mut s, None, &two, None);
+        assert_eq!(cause(&s), Some(MissCause::CapacityEviction));
+        let mut s = miss(1);
+        name(
+            &mut s,
+            Some(2),
+            &two,
+            Some("GET /slots before the append: slot 0 held 2049 tokens".into()),
+        );
+        assert_eq!(cause(&s), Some(MissCause::SlotReuse));
+        let ev = s.warm.unwrap().evidence.unwrap();
+        assert!(
+            ev.contains("3 prompts for 2 slot(s)") && ev.contains("slot 0 held"),
+            "{ev}"
+        );
+        // A hit has no cause, only its evidence.
+        let mut s = miss(1);
+        s.cached_tokens = Some(1000);
+        s.flags.clear();
+        name(&mut s, Some(1), &two, None);
+        assert_eq!(cause(&s), None);
+        let ev = s.warm.unwrap().evidence.unwrap();
+        assert!(ev.contains("host-memory prompt cache"), "{ev}");
+    }
+
     #[test]
     fn overlapping_gaps_wait_for_the_longest_of_each_batch() {
         // 3 reps of 0, 10, 300 s: 930 s one at a time.
