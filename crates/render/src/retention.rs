@@ -3,7 +3,7 @@
 //! costs, and the cells with their cached counts, TTFT beside the cold TTFT and named causes.
 
 use crate::describe::med_range;
-use crate::doc::{Align, Table, Text};
+use crate::doc::{Align, Cell, Table, Text, Tone};
 use crate::warm::Part;
 use ctxbench_schema::units::{fmt_ctx, num};
 use ctxbench_stats::stats::retention::{Edge, RetentionCell};
@@ -44,14 +44,24 @@ fn map(w: &WarmReport, gap: bool) -> Option<Table> {
     let mut ls: Vec<u64> = w.retention.iter().map(|c| c.prefix_tokens).collect();
     ls.dedup();
     for l in ls {
-        let mut row = vec![Text::from(fmt_ctx(l))];
+        let mut row = vec![Cell::from(fmt_ctx(l))];
         for v in &values {
             let cell = w
                 .retention
                 .iter()
                 .filter(on_axis)
                 .find(|c| c.prefix_tokens == l && value(c) == *v);
-            row.push(Text::from(cell.map_or("–".to_owned(), kn)));
+            // The heat map's colour: every repetition came back, or not.
+            let tone = match cell {
+                Some(c) if c.judged > 0 && c.hits == c.judged => Tone::Good,
+                Some(c) if c.judged > 0 => Tone::Bad,
+                _ => Tone::Muted,
+            };
+            row.push(Cell {
+                text: Text::from(cell.map_or("–".to_owned(), kn)),
+                tone,
+                strong: false,
+            });
         }
         t.row(row);
     }
