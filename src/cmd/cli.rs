@@ -422,7 +422,8 @@ pub struct SweepArgs {
     )]
     pub contexts: Option<String>,
 
-    /// Warm context at depth instead of the cold sweep: `append`, `conversation` or `tiers`.
+    /// Warm context at depth instead of the cold sweep: `append`, `conversation`, `tiers` or
+    /// `retention`.
     ///
     /// `append` puts a prefix of L tokens from the --contexts ladder in the cache, then sends
     /// L + N with N from --append, beside the cold prefill of L + N. `conversation` grows one
@@ -430,13 +431,16 @@ pub struct SweepArgs {
     /// maximum. `tiers` measures each cache tier at each L: on llama-server with -np 1 the
     /// live cache, --cache-ram host memory, slot save/restore from --slot-save-path, and cold
     /// recompute; on SGLang the live cache, HiCache host memory after evicting the prefix
-    /// from the device pool, and cold. Every warm sample proves its reuse from the server's
-    /// cached-token count; a miss is flagged cache_miss and kept out of the summaries.
+    /// from the device pool, and cold. `retention` primes a prefix at each L, then waits an
+    /// idle gap from --gaps or sends foreign traffic from --pressure, then sends the append:
+    /// the map of when the cache forgets (docs/retention.md). Every warm sample proves its
+    /// reuse from the server's cached-token count; a miss is flagged cache_miss and kept out
+    /// of the summaries.
     #[arg(
         help_heading = "Warm modes",
         long,
         value_enum,
-        value_name = "append|conversation|tiers"
+        value_name = "append|conversation|tiers|retention"
     )]
     pub mode: Option<ctxbench_schema::warm::WarmMode>,
 
@@ -446,6 +450,25 @@ pub struct SweepArgs {
     /// A comma list; --mode tiers uses its first value.
     #[arg(help_heading = "Warm modes", long, value_name = "LIST")]
     pub append: Option<String>,
+
+    /// With --mode retention: idle seconds between the prime and the append
+    /// [default: 0,1,10,60,300].
+    ///
+    /// A list, e.g. `0,1,10,60,300`: each gap is a column of the retention map (at pressure
+    /// 0). Gaps of different sessions overlap where the server has room for several prefixes
+    /// (llama-server slots), so the map costs the longest gaps, not their sum.
+    #[arg(help_heading = "Warm modes", long, value_name = "LIST")]
+    pub gaps: Option<String>,
+
+    /// With --mode retention: foreign traffic between the prime and the append, as fractions
+    /// of the server's KV pool [default: 0,0.25,0.5,1,2].
+    ///
+    /// A list, e.g. `0,0.25,0.5,1,2`: other prompts, each with its own prefix, totalling that
+    /// fraction of the pool (SGLang max_total_num_tokens, vLLM num_gpu_blocks × block size,
+    /// llama.cpp slots × context; otherwise one context of tokens, noted), each counted by
+    /// the server. Each value is a column of the map (at gap 0).
+    #[arg(help_heading = "Warm modes", long, value_name = "LIST")]
+    pub pressure: Option<String>,
 
     /// With --mode conversation: tokens of each new user turn [default: 512].
     #[arg(help_heading = "Warm modes", long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]

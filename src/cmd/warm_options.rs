@@ -8,6 +8,38 @@ use ctxbench_schema::warm::{WarmConfig, WarmMode};
 /// `--append` when not given: N of each append cell.
 const DEFAULT_APPENDS: &str = "128,512,2048";
 
+/// `--gaps` when not given: idle seconds.
+const DEFAULT_GAPS: &str = "0,1,10,60,300";
+
+/// `--pressure` when not given: fractions of the KV pool.
+const DEFAULT_PRESSURE: &str = "0,0.25,0.5,1,2";
+
+/// N of the retention append when `--append` is not given.
+const RETENTION_APPEND: u64 = 128;
+
+/// A retention axis: non-negative finite numbers, ascending and without repeats.
+fn axis(list: &str, flag: &str) -> Result<Vec<f64>, UsageError> {
+    let mut v = Vec::new();
+    for part in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.parse::<f64>() {
+            Ok(x) if x.is_finite() && x >= 0.0 => v.push(x),
+            _ => {
+                return Err(UsageError::Invalid(format!(
+                    "{flag} {list}: `{part}` is not a number ≥ 0"
+                )))
+            }
+        }
+    }
+    if v.is_empty() {
+        return Err(UsageError::Invalid(format!(
+            "{flag}: give at least one value"
+        )));
+    }
+    v.sort_by(f64::total_cmp);
+    v.dedup();
+    Ok(v)
+}
+
 /// `--turn-tokens` when not given.
 const DEFAULT_TURN_TOKENS: u64 = 512;
 
@@ -30,6 +62,11 @@ pub fn warm_config(
         if args.turn_tokens.is_some() {
             return bad("--turn-tokens belongs to the warm modes: add --mode conversation".into());
         }
+        if args.gaps.is_some() || args.pressure.is_some() {
+            return bad(
+                "--gaps and --pressure belong to the retention map: add --mode retention".into(),
+            );
+        }
         return Ok(None);
     };
     let m = mode.as_str();
@@ -41,6 +78,11 @@ pub fn warm_config(
     if args.turn_tokens.is_some() && mode != WarmMode::Conversation {
         return bad(format!(
             "--turn-tokens gives the turns of --mode conversation, not --mode {m} (which appends --append)"
+        ));
+    }
+    if (args.gaps.is_some() || args.pressure.is_some()) && mode != WarmMode::Retention {
+        return bad(format!(
+            "--gaps and --pressure give the axes of --mode retention, not --mode {m}"
         ));
     }
     // What the warm loops do not do (yet), refused with what to do instead.
@@ -58,7 +100,7 @@ pub fn warm_config(
     for (given, flag) in [
         (args.decode_samples > 0, "--decode-samples"),
         (args.needle, "--needle"),
-        (args.resume, "--resume"),
+        (args.resume && mode != WarmMode::Retention, "--resume"),
         (args.dry_run, "--dry-run"),
         (args.prompts.is_some(), "--prompts"),
     ] {
@@ -67,6 +109,11 @@ pub fn warm_config(
                 "--mode {m} does not take {flag} (yet): run it without, or as a cold sweep"
             ));
         }
+    }
+    if mode == WarmMode::Retention && args.negative_control {
+        return bad(
+            "--mode retention judges each append by the hit rule itself; --negative-control is for append and conversation".into(),
+        );
     }
     if mode == WarmMode::Tiers && args.negative_control {
         return bad(
@@ -91,12 +138,29 @@ pub fn warm_config(
     if appends.contains(&0) {
         return bad("--append: every N must be at least 1 token".into());
     }
+    let (gaps_s, pressure) = match mode {
+        WarmMode::Retention => (
+            axis(args.gaps.as_deref().unwrap_or(DEFAULT_GAPS), "--gaps")?,
+            axis(
+                args.pressure.as_deref().unwrap_or(DEFAULT_PRESSURE),
+                "--pressure",
+            )?,
+        ),
+        _ => (Vec::new(), Vec::new()),
+    };
     Ok(Some(WarmConfig {
         mode,
         appends: match mode {
             WarmMode::Conversation => Vec::new(),
+            // One N: the map's axes are the gap and the pressure.
+            WarmMode::Retention => match args.append {
+                Some(_) => appends.into_iter().take(1).collect(),
+                None => vec![RETENTION_APPEND],
+            },
             _ => appends,
         },
+        gaps_s,
+        pressure,
         turn_tokens: (mode == WarmMode::Conversation)
             .then_some(args.turn_tokens.unwrap_or(DEFAULT_TURN_TOKENS)),
         ttft_target_ms: args.ttft_target,

@@ -780,6 +780,16 @@ fn every_flag_that_needs_a_mode_or_another_flag_is_a_usage_error_naming_what_it_
         ),
         (&["--ttft-target", "100"][..], "--mode append"),
         (&["--negative-control"][..], "--mode append"),
+        (&["--gaps", "0,1"][..], "--mode retention"),
+        (&["--pressure", "0,1"][..], "--mode retention"),
+        (
+            &["--mode", "append", "--gaps", "0,1"][..],
+            "--mode retention",
+        ),
+        (
+            &["--mode", "retention", "--gaps", "0,x"][..],
+            "not a number",
+        ),
         (&["--wave-output-tokens", "64"][..], "--concurrency"),
         (&["--min-reps", "3"][..], "--precision"),
         (&["--max-reps", "9"][..], "--precision"),

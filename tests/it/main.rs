@@ -39,6 +39,7 @@ mod replay_fleet_llamacpp;
 mod replay_llamacpp;
 mod replay_trace;
 mod report;
+mod retention_llamacpp;
 mod roofline;
 mod roofline_llamacpp;
 mod scripted_fidelity;

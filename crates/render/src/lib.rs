@@ -18,6 +18,7 @@ pub mod markdown;
 pub mod prompts;
 /// The replay report, in every format.
 pub mod replay;
+pub mod retention;
 pub mod roofline;
 pub mod sections;
 pub mod speculation;

@@ -95,7 +95,7 @@ fn run_blocks(run: &RunReport, target: Target) -> Vec<Block> {
         b.extend(super::design::blocks(d));
     }
     if let Some(w) = &run.warm {
-        for part in super::warm::parts(w) {
+        for part in super::retention::warm_parts(w) {
             b.push(Block::Heading(3, part.heading.into()));
             b.push(Block::Paragraph(part.title.into(), Para::Note));
             if let Some(t) = part.table {

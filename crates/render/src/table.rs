@@ -82,7 +82,7 @@ pub fn details(run: &RunReport) -> String {
         }
     }
     if let Some(w) = &run.warm {
-        for part in super::warm::parts(w) {
+        for part in super::retention::warm_parts(w) {
             let _ = writeln!(out, "{} — {}:", part.heading, part.title);
             if let Some(t) = &part.table {
                 let layout = Layout {

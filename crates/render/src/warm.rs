@@ -24,9 +24,23 @@ fn opt(x: Option<u64>) -> String {
     x.map_or("–".to_owned(), |v| v.to_string())
 }
 
-/// The warm section's parts, in reading order.
+/// The warm section's parts, in reading order (`retention`: none here, its own module
+/// renders them from [`proof`]).
 pub fn parts(w: &WarmReport) -> Vec<Part> {
     let mut out = Vec::new();
+    let proof = proof(w);
+    match w.config.mode {
+        WarmMode::Append => out.push(append(w, proof)),
+        WarmMode::Conversation => out.push(conversation(w, proof)),
+        WarmMode::Tiers => out.push(tiers(w, proof)),
+        WarmMode::Retention => {}
+    }
+    out
+}
+
+/// The lines every warm part opens its notes with: the hit rule, the misses, the unproven
+/// and the bypassed samples.
+pub fn proof(w: &WarmReport) -> Vec<String> {
     let mut proof = vec![format!(
         "reuse proven per sample from the server's cached-token count: cached ≥ expected − allowance ({})",
         if w.allowance_rules.is_empty() {
@@ -53,12 +67,7 @@ pub fn parts(w: &WarmReport) -> Vec<Part> {
             w.bypassed
         ));
     }
-    match w.config.mode {
-        WarmMode::Append => out.push(append(w, proof)),
-        WarmMode::Conversation => out.push(conversation(w, proof)),
-        WarmMode::Tiers => out.push(tiers(w, proof)),
-    }
-    out
+    proof
 }
 
 fn append(w: &WarmReport, mut notes: Vec<String>) -> Part {

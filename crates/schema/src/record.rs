@@ -268,6 +268,10 @@ string_enum! {
         /// cached prefix (less the tokens the server always recomputes, `warm.allowance`):
         /// the prefix was recomputed, wholly or partly; kept out of the warm summaries.
         CacheMiss = "cache_miss",
+        /// A retention append whose foreign traffic stopped short of its planned pressure (a
+        /// foreign prompt refused, failed, or not counted whole by the server): kept, its
+        /// `warm.retention.foreign_tokens` says what went through.
+        ForeignShort = "foreign_short",
         /// The client's timings contradict the server's own for the same request: a first
         /// token before the server finished the prompt, a last token before it finished
         /// decoding, or more token events than tokens it generated (rule in

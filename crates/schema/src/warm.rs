@@ -6,7 +6,7 @@
 
 use crate::record::{Flag, Sample, Status};
 
-pub use crate::record::warm_plan::{Tier, WarmConfig, WarmInfo, WarmMode};
+pub use crate::record::warm_plan::{MissCause, Retention, Tier, WarmConfig, WarmInfo, WarmMode};
 
 /// Judges a warm sample's reuse from its server-reported cached count: below
 /// [`WarmInfo::least_cached`] is a miss (flag `cache_miss`), no count at all is unproven

@@ -979,6 +979,7 @@ pub mod conversation;
 pub mod ctx;
 mod needle_fit;
 pub mod protocol;
+pub mod retention;
 pub mod tiers;
 pub mod warm_steps;
 pub mod wave;

@@ -217,7 +217,8 @@ fn contexts(r: &Results) -> Vec<u64> {
         (Some(w), false) => {
             let ns: Vec<u64> = match w.mode {
                 ctxbench_schema::warm::WarmMode::Append => w.appends.clone(),
-                ctxbench_schema::warm::WarmMode::Tiers => {
+                ctxbench_schema::warm::WarmMode::Tiers
+                | ctxbench_schema::warm::WarmMode::Retention => {
                     vec![w.appends.first().copied().unwrap_or(128)]
                 }
                 ctxbench_schema::warm::WarmMode::Conversation => Vec::new(),

@@ -8,6 +8,7 @@ pub mod noise;
 pub mod precision;
 pub mod predicted;
 pub mod prompts;
+pub mod retention;
 pub mod significance;
 pub mod speculation;
 pub mod spread;

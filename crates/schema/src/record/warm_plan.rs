@@ -16,6 +16,9 @@ pub enum WarmMode {
     Conversation,
     /// The TTFT at each L from each cache tier the server offers (llama.cpp).
     Tiers,
+    /// The retention map: whether a primed prefix is still cached after an idle gap
+    /// (`--gaps`) or after foreign traffic (`--pressure`), at each L.
+    Retention,
 }
 
 impl WarmMode {
@@ -25,6 +28,7 @@ impl WarmMode {
             WarmMode::Append => "append",
             WarmMode::Conversation => "conversation",
             WarmMode::Tiers => "tiers",
+            WarmMode::Retention => "retention",
         }
     }
 }
@@ -48,6 +52,13 @@ pub struct WarmConfig {
     /// flagged `cache_miss`.
     #[serde(default)]
     pub negative_control: bool,
+    /// `retention`: idle seconds between the prime and the append (`--gaps`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps_s: Vec<f64>,
+    /// `retention`: foreign traffic between the prime and the append, as fractions of the
+    /// server's KV pool (`--pressure`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pressure: Vec<f64>,
 }
 
 /// A cache tier a `tiers` sample was served from (proven per sample, see `evidence`).
@@ -106,6 +117,65 @@ pub struct WarmInfo {
     /// The request asked the server not to reuse its cache (`--negative-control`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub bypass: bool,
+    /// `retention`: what happened between the prime and this append.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<Retention>,
+}
+
+/// Why a retention append missed its prefix (named with its evidence in
+/// [`WarmInfo::evidence`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MissCause {
+    /// Nothing but idle time passed since the prime: the server dropped it by time.
+    TimeEviction,
+    /// Foreign prompts went through the KV pool since the prime: evicted to make room.
+    CapacityEviction,
+    /// llama-server: another prompt took the slot that held the prefix (`GET /slots` showed
+    /// no slot holding it), with more prompts than slots.
+    SlotReuse,
+}
+
+impl MissCause {
+    /// The name as recorded.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MissCause::TimeEviction => "time_eviction",
+            MissCause::CapacityEviction => "capacity_eviction",
+            MissCause::SlotReuse => "slot_reuse",
+        }
+    }
+}
+
+/// A retention append's conditions (`sample.warm.retention`): the cell it belongs to (L is
+/// `prefix_tokens`), what was measured between the prime and it, and why it missed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Retention {
+    /// The planned idle gap, seconds (the cell's).
+    pub gap_s: f64,
+    /// Seconds from the prime's end to this append's send, as measured.
+    pub idle_s: f64,
+    /// The planned foreign traffic, a fraction of the pool (the cell's).
+    pub pressure: f64,
+    /// The pool the pressure is a fraction of, tokens (`None`: not known, nothing sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool_tokens: Option<u64>,
+    /// Where the pool comes from (SGLang `max_total_num_tokens`, vLLM `num_gpu_blocks ×
+    /// block_size`, llama.cpp slots × context, or a note that it is one context in tokens).
+    #[serde(default)]
+    pub pool_source: String,
+    /// Foreign prompts sent between the prime and the append.
+    #[serde(default)]
+    pub foreign_prompts: u32,
+    /// Their prompt tokens as the server counted them.
+    #[serde(default)]
+    pub foreign_tokens: u64,
+    /// Sessions whose prefixes were live at once while this one waited (their gaps overlap).
+    #[serde(default)]
+    pub sessions: u32,
+    /// Why the append missed (`None`: a hit, or not judged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<MissCause>,
 }
 
 impl WarmInfo {

@@ -26,6 +26,8 @@ pub struct WarmSettings<'a> {
     /// The server's KV pool in tokens, when it says (`tiers` on SGLang: the filler that
     /// evicts a prefix from device memory).
     pub kv_pool_tokens: Option<u64>,
+    /// llama-server's slots, when it says (`retention`: how many prefixes live at once).
+    pub slots: Option<u64>,
 }
 
 /// Tokens the prime generates: it only has to fill the cache.

@@ -539,7 +539,7 @@ impl Session {
             interrupt,
         };
         let mut tally = match (&self.plan.warm, grid) {
-            (Some(w), _) => warm::run(ctx, &p.contexts, (w, &levels), &self.profile).await?,
+            (Some(w), _) => warm::run(ctx, &p.contexts, (w, &levels), &self.profile, prior).await?,
             (None, false) => bench::run(ctx, &p.contexts, prior).await?,
             (None, true) => {
                 bench::wave::run_grid(ctx, &p.contexts, &levels, &limits, prior).await?

@@ -72,6 +72,7 @@ pub async fn run(
     contexts: &[u64],
     (w, levels): (&WarmConfig, &[u32]),
     profile: &ServerProfile,
+    prior: &[ctxbench_schema::record::Sample],
 ) -> Result<Tally, RecordError> {
     // More sessions than slots: a prime evicts another session's prefix unless a host
     // cache (llama.cpp --cache-ram) keeps it. That is a finding, so it is measured, and
@@ -100,10 +101,12 @@ pub async fn run(
         concurrency: levels,
         backend: profile.backend,
         kv_pool_tokens: profile.kv_pool_tokens,
+        slots: profile.total_slots,
     };
     match w.mode {
         WarmMode::Append => bench::append::run(ctx, contexts, &settings).await,
         WarmMode::Conversation => bench::conversation::run(ctx, &settings).await,
         WarmMode::Tiers => bench::tiers::run(ctx, contexts, &settings).await,
+        WarmMode::Retention => bench::retention::run(ctx, contexts, &settings, prior).await,
     }
 }

@@ -35,7 +35,8 @@ pub struct WarmRow {
     pub prefix_tokens: u64,
     /// Appended tokens (N).
     pub new_tokens: u64,
-    /// `tiers`: the tier (`live`, `ram`, `disk`, `cold`).
+    /// `tiers`: the tier (`live`, `ram`, `disk`, `cold`); `retention`: the cell (`gap 10 s`,
+    /// `pressure 0.5`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tier: Option<String>,
     /// Sessions appending at once (`--concurrency`; 1: one session).
@@ -119,7 +120,11 @@ fn mode_of(g: &[Loaded]) -> Option<WarmMode> {
 fn key(s: &Sample) -> Option<Key> {
     let w = s.warm.as_ref()?;
     let tier = match s.phase {
-        Phase::Append => None,
+        // A retention cell: its gap or its pressure, in the tier's place.
+        Phase::Append => w.retention.as_ref().map(|r| match r.pressure > 0.0 {
+            true => format!("pressure {}", r.pressure),
+            false => format!("gap {} s", r.gap_s),
+        }),
         Phase::Tier => Some(w.tier?.as_str().to_owned()),
         _ => return None,
     };
@@ -298,6 +303,8 @@ pub(super) mod tests {
             turn_tokens: None,
             ttft_target_ms: None,
             negative_control: !hit,
+            gaps_s: Vec::new(),
+            pressure: Vec::new(),
         });
         r.samples = (0..8)
             .map(|i| {

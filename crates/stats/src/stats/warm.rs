@@ -145,6 +145,12 @@ pub struct WarmReport {
     /// measured L (`None`: it never does, or no disk tier).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restore_beats_cold_from: Option<u64>,
+    /// `retention`: the map's cells, L then pressure then gap.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retention: Vec<super::retention::RetentionCell>,
+    /// `retention`: the map's edges per L and what a miss costs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retention_edges: Vec<super::retention::RetentionRow>,
 }
 
 fn is_warm_phase(p: &Phase) -> bool {
@@ -179,6 +185,8 @@ pub fn summarize(config: Option<&WarmConfig>, samples: &[Sample]) -> Option<Warm
         turns: Vec::new(),
         tiers: Vec::new(),
         restore_beats_cold_from: None,
+        retention: Vec::new(),
+        retention_edges: Vec::new(),
         config,
     };
     match r.config.mode {
@@ -202,6 +210,10 @@ pub fn summarize(config: Option<&WarmConfig>, samples: &[Sample]) -> Option<Warm
         WarmMode::Tiers => {
             r.tiers = tier_rows(samples);
             r.restore_beats_cold_from = restore_crossover(&r.tiers);
+        }
+        WarmMode::Retention => {
+            r.retention = super::retention::cells(samples);
+            r.retention_edges = super::retention::rows(&r.retention, samples);
         }
     }
     Some(r)
@@ -531,6 +543,8 @@ mod tests {
             turn_tokens: None,
             ttft_target_ms: Some(100.0),
             negative_control: false,
+            gaps_s: Vec::new(),
+            pressure: Vec::new(),
         };
         let r = summarize(Some(&config), &samples).unwrap();
         assert_eq!(r.append.len(), 8);

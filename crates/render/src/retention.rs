@@ -1,0 +1,188 @@
+//! The retention map's part of the warm section (`--mode retention`): per L, k of n hits at
+//! each gap and each pressure (the map, a heat map in table form), the edges with what a miss
+//! costs, and the cells with their cached counts, TTFT beside the cold TTFT and named causes.
+
+use crate::describe::med_range;
+use crate::doc::{Align, Cell, Table, Text, Tone};
+use crate::warm::Part;
+use ctxbench_schema::units::{fmt_ctx, num};
+use ctxbench_stats::stats::retention::{Edge, RetentionCell};
+use ctxbench_stats::stats::warm::WarmReport;
+
+/// `k/n` of a cell, with a mark where the prefix did not always come back.
+fn kn(c: &RetentionCell) -> String {
+    match (c.judged, c.hits == c.judged) {
+        (0, _) => "–".to_owned(),
+        (n, true) => format!("{}/{n}", c.hits),
+        (n, false) => format!("{}/{n} ✗", c.hits),
+    }
+}
+
+/// The map along one axis: a row per L, a column per value.
+fn map(w: &WarmReport, gap: bool) -> Option<Table> {
+    let on_axis = |c: &&RetentionCell| match gap {
+        true => c.pressure == 0.0,
+        false => c.gap_s == 0.0,
+    };
+    let value = |c: &RetentionCell| if gap { c.gap_s } else { c.pressure };
+    let mut values: Vec<f64> = w.retention.iter().filter(on_axis).map(value).collect();
+    values.sort_by(f64::total_cmp);
+    values.dedup();
+    if values.len() < 2 && (gap || values.iter().all(|v| *v == 0.0)) {
+        return None;
+    }
+    let head: Vec<(String, Align)> = std::iter::once(("L (cached)".to_owned(), Align::Left))
+        .chain(values.iter().map(|v| {
+            let h = match gap {
+                true => format!("gap {} s", num(*v)),
+                false => format!("pressure {}", num(*v)),
+            };
+            (h, Align::Right)
+        }))
+        .collect();
+    let mut t = Table::new(head);
+    let mut ls: Vec<u64> = w.retention.iter().map(|c| c.prefix_tokens).collect();
+    ls.dedup();
+    for l in ls {
+        let mut row = vec![Cell::from(fmt_ctx(l))];
+        for v in &values {
+            let cell = w
+                .retention
+                .iter()
+                .filter(on_axis)
+                .find(|c| c.prefix_tokens == l && value(c) == *v);
+            // The heat map's colour: every repetition came back, or not.
+            let tone = match cell {
+                Some(c) if c.judged > 0 && c.hits == c.judged => Tone::Good,
+                Some(c) if c.judged > 0 => Tone::Bad,
+                _ => Tone::Muted,
+            };
+            row.push(Cell {
+                text: Text::from(cell.map_or("–".to_owned(), kn)),
+                tone,
+                strong: false,
+            });
+        }
+        t.row(row);
+    }
+    Some(t)
+}
+
+fn edge_words(e: &Edge, unit: &str) -> String {
+    let at = |v: f64| match unit {
+        "s" => format!("{} s", num(v)),
+        _ => format!("{} of the pool", num(v)),
+    };
+    let held = e.held.map_or("never came back".to_owned(), |p| {
+        format!("came back up to {} ({}/{})", at(p.value), p.hits, p.judged)
+    });
+    let lost = e.lost.map_or("never lost".to_owned(), |p| {
+        format!(
+            "lost at {} ({}/{} came back)",
+            at(p.value),
+            p.hits,
+            p.judged
+        )
+    });
+    let sharp = match e.recovered_after {
+        true => "; a larger value came back again: not a sharp edge",
+        false => "",
+    };
+    format!("{held}, {lost}{sharp}")
+}
+
+/// The warm section's parts of any warm report: the retention map's for `--mode retention`,
+/// the `warm` module's otherwise.
+pub fn warm_parts(w: &WarmReport) -> Vec<Part> {
+    match w.config.mode {
+        ctxbench_schema::warm::WarmMode::Retention => parts(w, crate::warm::proof(w)),
+        _ => crate::warm::parts(w),
+    }
+}
+
+/// The retention map's parts: the two maps, then the cells.
+pub fn parts(w: &WarmReport, mut notes: Vec<String>) -> Vec<Part> {
+    let pool = w.retention.iter().find_map(|c| c.pool_tokens);
+    for r in &w.retention_edges {
+        let cost = match (r.miss_cost_s, r.cold_ms, r.warm_ms) {
+            (Some(c), Some(cold), Some(warm)) => format!(
+                "; a miss costs {} s (cold {} ms − warm {} ms)",
+                num(c),
+                num(cold),
+                num(warm)
+            ),
+            _ => "; miss cost unknown (no cold or no warm TTFT)".to_owned(),
+        };
+        notes.push(format!(
+            "L = {}: by idle gap, {}; by pressure, {}{cost}",
+            fmt_ctx(r.prefix_tokens),
+            edge_words(&r.gap, "s"),
+            edge_words(&r.pressure, "pool"),
+        ));
+    }
+    notes.push(match pool {
+        Some(p) => format!(
+            "pressure = foreign prompt tokens (each with its own prefix, each counted by the server) as a fraction of the pool of {p} tokens (each sample's warm.retention.pool_source says where it comes from)"
+        ),
+        None => "pressure: the server reported no KV pool and no context; no foreign traffic was sent".to_owned(),
+    });
+    let mut out = Vec::new();
+    let heads = [
+        (true, "Retention by idle gap", "k of n appends whose prefix came back after the idle gap (pressure 0; ✗: not every repetition)"),
+        (false, "Retention by pressure", "k of n appends whose prefix came back after foreign traffic of that fraction of the KV pool (gap 0)"),
+    ];
+    for (gap, heading, title) in heads {
+        if let Some(t) = map(w, gap) {
+            out.push(Part {
+                heading,
+                title: title.to_owned(),
+                table: Some(t),
+                notes: Vec::new(),
+            });
+        }
+    }
+    out.push(cells(w, notes));
+    out
+}
+
+fn cells(w: &WarmReport, mut notes: Vec<String>) -> Part {
+    let mut t = Table::new([
+        ("L (cached)", Align::Left),
+        ("gap s", Align::Right),
+        ("pressure", Align::Right),
+        ("hits", Align::Right),
+        ("cached", Align::Right),
+        ("warm TTFT ms", Align::Right),
+        ("miss TTFT ms", Align::Right),
+        ("cold TTFT(L+N) ms", Align::Right),
+        ("causes", Align::Left),
+    ]);
+    for c in &w.retention {
+        t.row([
+            Text::from(fmt_ctx(c.prefix_tokens)),
+            Text::from(num(c.gap_s)),
+            Text::from(num(c.pressure)),
+            Text::from(kn(c)),
+            Text::from(c.cached_tokens.map_or("–".to_owned(), |x| x.to_string())),
+            Text::from(med_range(&c.ttft_ms)),
+            Text::from(med_range(&c.miss_ttft_ms)),
+            Text::from(med_range(&c.cold_ttft_ms)),
+            Text::from(
+                c.causes
+                    .iter()
+                    .map(|(n, k)| format!("{n} {k}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+        ]);
+    }
+    if let Some(ev) = w.retention.iter().find_map(|c| c.evidence.clone()) {
+        notes.push(format!("first miss's evidence: {ev}"));
+    }
+    Part {
+        heading: "Retention cells",
+        title: "Each cell: hits (k/n) by the warm hit rule, the median cached count, the TTFT of the hits and of the misses beside the cold TTFT of L + N, the misses' causes".to_owned(),
+        table: Some(t),
+        notes,
+    }
+}
