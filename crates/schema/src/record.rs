@@ -343,6 +343,10 @@ pub enum StopReason {
     /// it, within the target, instead of measuring it (no samples; see
     /// [`PointDesign::predicted`]).
     Predicted,
+    /// `--design auto`: the noise model says the target cannot be reached within
+    /// `--max-reps` here, so the length took the samples a `--reps 6` sweep takes and states
+    /// what they reached ([`PointDesign::host_precision`]: the best `--max-reps` allows).
+    OutOfReach,
 }
 
 impl fmt::Display for StopReason {
@@ -354,6 +358,7 @@ impl fmt::Display for StopReason {
             StopReason::PointBudget => "point time budget spent",
             StopReason::RunBudget => "run time budget spent",
             StopReason::Predicted => "predicted from the fits, not measured",
+            StopReason::OutOfReach => "the target is out of reach on this host",
         })
     }
 }
@@ -1358,6 +1363,28 @@ pub struct PointDesign {
     /// where it came from (absent for a measured length).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted: Option<Box<Prediction>>,
+    /// The target was out of reach here within `--max-reps`: the best relative half-width
+    /// (the wider metric's) `--max-reps` samples would reach at this host's noise, what to
+    /// ask `--precision` for (absent: within reach).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_precision: Option<f64>,
+    /// This line corrects an earlier `point` line of the same length at the end of the run
+    /// (the file's last line for a length is its figure): what the earlier line stated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revised: Option<Revision>,
+}
+
+/// What a designed length's `point` line stated during the run, before the end of the run
+/// judged it again with every sample (a later look at the noise model, or its own spread,
+/// changed the interval).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Revision {
+    /// The relative half-width of the median TTFT stated then.
+    pub ttft_half_width: Option<f64>,
+    /// The same for the decode rate.
+    pub decode_half_width: Option<f64>,
+    /// Where those intervals came from then.
+    pub basis: IntervalBasis,
 }
 
 /// A length's figures predicted from the fits of the measured lengths (TTFT ≈ a + bL + cL²,
