@@ -187,7 +187,8 @@ fn fixed_note(d: &DesignReport) -> String {
                 "--reps {}: {:.1} s{}{}",
                 f.reps,
                 f.server_s,
-                f.ratio.map_or(String::new(), |r| format!(" (this run {r:.2}×)")),
+                f.ratio
+                    .map_or(String::new(), |r| format!(" (this run {r:.2}×)")),
                 f.widest_half_width.map_or(String::new(), |w| format!(
                     ", stating at widest ±{:.1}%",
                     pct_up(w)

@@ -896,8 +896,13 @@ mod tests {
             point_budget_s: Some(5.0),
             ..design()
         };
+        // 5% noise: the target is within reach of 3 samples with the spread known, but not
+        // reached by these 3.
+        let near = vec![pt(1024, 3, 0.05, 1.0)];
+        assert_eq!(d.next(&near, 0, 0.0).0, Next::Stop(StopReason::MaxReps));
+        // 50%: out of reach within 3, so it is said to be (the futility stop).
         let noisy = vec![pt(1024, 3, 0.5, 1.0)];
-        assert_eq!(d.next(&noisy, 0, 0.0).0, Next::Stop(StopReason::MaxReps));
+        assert_eq!(d.next(&noisy, 0, 0.0).0, Next::Stop(StopReason::OutOfReach));
         let d = Design {
             point_budget_s: Some(5.0),
             ..design()
@@ -905,6 +910,63 @@ mod tests {
         let mut p = pt(1024, 3, 0.5, 1.0);
         p.beyond_floor_s = 4.5;
         assert_eq!(d.next(&[p], 0, 0.0).0, Next::Stop(StopReason::PointBudget));
+    }
+
+    #[test]
+    fn a_target_out_of_reach_stops_at_a_fixed_sweeps_samples_instead_of_the_cap() {
+        // σ ≈ 110% (a host loaded to 1k TTFT 32–1342 ms): ±5% is out of reach within 30.
+        let d = design();
+        let two = vec![pt(1024, 2, 1.1, 0.1), pt(8192, 0, 1.1, 2.0)];
+        let (next, j) = d.next(&two, 0, 0.0);
+        assert!(j.out_of_reach(0.05, 30), "{j:?}");
+        // Not yet at a --reps 6 sweep's samples: it goes on, for its stated precision.
+        assert_eq!(next, Next::Measure(Why::Precision));
+        let six = vec![pt(1024, 6, 1.1, 0.1), pt(8192, 0, 1.1, 2.0)];
+        let (next, j) = d.next(&six, 0, 0.0);
+        assert_eq!(next, Next::Stop(StopReason::OutOfReach), "{j:?}");
+        let rec = d.record(&six, 0, &j, StopReason::OutOfReach);
+        let host = rec.host_precision.expect("the precision this host allows");
+        assert!(host > 0.3 && host < rec.ttft_half_width.unwrap(), "{rec:?}");
+        assert!(
+            rec.why.contains("out of reach") && rec.why.contains("--precision"),
+            "{}",
+            rec.why
+        );
+        // The longer length, on the shared model, stops there too.
+        let long = vec![pt(1024, 6, 1.1, 0.1), pt(8192, 6, 1.1, 2.0)];
+        assert_eq!(d.next(&long, 1, 0.0).0, Next::Stop(StopReason::OutOfReach));
+        // A quiet host whose first pair happened to differ by 3σ is not given up on.
+        let mut lucky = pt(1024, 2, 0.03, 0.1);
+        lucky.ttft_ms = vec![100.0, 100.0 * (0.03f64 * 3.0 * 2f64.sqrt()).exp()];
+        let j = d.judge(&[lucky.clone()], 0);
+        assert!(!j.out_of_reach(0.05, 30), "{j:?}");
+    }
+
+    #[test]
+    fn the_end_of_the_run_corrects_a_point_line_a_later_look_widened() {
+        let d = design();
+        // 8k stopped at its check sample under a quiet model of 1k …
+        let mut pts = vec![pt(1024, 6, 0.02, 0.1), pt(8192, 2, 0.02, 2.0)];
+        let (_, j) = d.next(&pts, 1, 0.0);
+        let earlier = d.record(&pts, 1, &j, StopReason::PrecisionReached);
+        assert!(d
+            .revise(&pts, 1, StopReason::PrecisionReached, &earlier)
+            .is_none());
+        // … and 1k's later samples show a noisier host (the pool moved): corrected, and the
+        // correction says what the run printed.
+        pts[0] = pt(1024, 24, 0.06, 0.1);
+        let now = d
+            .revise(&pts, 1, StopReason::PrecisionReached, &earlier)
+            .expect("a wider interval is corrected");
+        assert!(now.ttft_half_width > earlier.ttft_half_width, "{now:?}");
+        let r = now.revised.as_ref().unwrap();
+        assert_eq!(r.ttft_half_width, earlier.ttft_half_width);
+        assert!(
+            now.why.starts_with("revised at the end of the run: TTFT"),
+            "{}",
+            now.why
+        );
+        assert!(now.why.contains("during the run"), "{}", now.why);
     }
 
     #[test]

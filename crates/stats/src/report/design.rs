@@ -347,7 +347,11 @@ pub fn build(results: &Results) -> Option<DesignReport> {
 /// ended before it could correct a line (an interrupt), or was written before corrections.
 pub fn restate(stops: &mut [ctxbench_schema::record::PointRecord], d: &DesignReport) {
     for s in stops.iter_mut() {
-        if let Some(p) = d.points.iter().find(|p| p.context_tokens == s.context_tokens) {
+        if let Some(p) = d
+            .points
+            .iter()
+            .find(|p| p.context_tokens == s.context_tokens)
+        {
             s.ttft_ci_rel = p.ttft_ms.map(|f| f.half_width);
             s.decode_ci_rel = p.decode_tokens_per_s.map(|f| f.half_width);
         }
@@ -483,11 +487,18 @@ mod tests {
         assert!(d.all_within_target);
         assert!((d.server_s - 5.0).abs() < 1e-9, "{d:?}");
         assert!((d.points[1].share - 0.8).abs() < 1e-9);
-        // A fixed sweep pools nothing: at about 2% it needs 4 samples a length.
-        let n = d.fixed_reps.unwrap();
-        assert!((3..=5).contains(&n), "{d:?}");
-        assert!((d.fixed_server_s.unwrap() - f64::from(n) * 2.1).abs() < 1e-9);
-        assert!(d.ratio.unwrap() < 0.75, "{d:?}");
+        // Beside the fixed sweeps a user would run: --reps 3 and --reps 6 of the same
+        // lengths, at this run's cost per sample (0.1 s and 2 s a sample here).
+        let reps: Vec<u32> = d.fixed.iter().map(|f| f.reps).collect();
+        assert_eq!(reps, [3, 6]);
+        for f in &d.fixed {
+            assert!((f.server_s - f64::from(f.reps) * 2.1).abs() < 1e-9, "{f:?}");
+            assert!((f.ratio.unwrap() - 5.0 / f.server_s).abs() < 1e-9, "{f:?}");
+            // Each length on its own samples at 2%: 3 samples state more than 6 do.
+            assert!(f.widest_half_width.unwrap() > 0.0);
+        }
+        assert!(d.fixed[0].widest_half_width > d.fixed[1].widest_half_width);
+        assert!(d.out_of_reach.is_empty());
         // The TTFT fit's extrapolation to the server's maximum, with its band.
         let mut far = r.clone();
         far.samples.extend(samples(4096, 4, 0.02, 1.0));
@@ -520,8 +531,72 @@ mod tests {
         assert!(p.regime_change.as_deref().unwrap().contains("TTFT spread"));
         assert!(!p.ttft_ms.unwrap().within_target);
         assert!(!d.all_within_target);
-        // The fixed sweep is sized by its noisiest length.
-        assert!(d.fixed_reps.unwrap() > 10, "{d:?}");
+        // A fixed --reps 6 sweep would state the noisy length at its own spread: over ±5%.
+        assert!(d.fixed[1].widest_half_width.unwrap() > 0.05, "{d:?}");
+    }
+
+    #[test]
+    fn the_stop_table_states_the_design_accounts_interval_and_a_correction_is_carried() {
+        // A point line that stated ±4.1% during the run, for a length the file's samples
+        // judge on its own spread: the report states one interval, the account's.
+        let mut r = designed([samples(1024, 10, 0.02, 0.1), samples(8192, 3, 0.2, 2.0)].concat());
+        let line = |ci: f64, revised| ctxbench_schema::record::PointRecord {
+            run_id: r.header.run_id.clone(),
+            context_tokens: 8192,
+            reps: 3,
+            usable: 3,
+            stop_reason: StopReason::PrecisionReached,
+            ttft_ci_rel: Some(ci),
+            decode_ci_rel: Some(ci),
+            concurrency: None,
+            design: Some(ctxbench_schema::record::PointDesign {
+                target: 0.05,
+                planned: Some(2),
+                ttft_half_width: Some(ci),
+                decode_half_width: Some(ci),
+                basis: IntervalBasis::Shared,
+                model_ttft_sd: Some(0.02),
+                model_decode_sd: Some(0.02),
+                model_df: Some(8.0),
+                regime_change: None,
+                why: String::new(),
+                server_s: 6.0,
+                predicted: None,
+                host_precision: None,
+                revised,
+            }),
+        };
+        r.points.push(line(0.041, None));
+        let d = build(&r).unwrap();
+        let mut stops = vec![r.points[0].clone()];
+        restate(&mut stops, &d);
+        let own = d.points[1].ttft_ms.unwrap().half_width;
+        assert!(own > 0.05, "{d:?}");
+        assert_eq!(stops[0].ttft_ci_rel, Some(own));
+        // A corrected line (the last for a length) carries what the run printed before.
+        let earlier = ctxbench_schema::record::Revision {
+            ttft_half_width: Some(0.041),
+            decode_half_width: Some(0.041),
+            basis: IntervalBasis::Shared,
+        };
+        r.points.push(line(own, Some(earlier.clone())));
+        let d = build(&r).unwrap();
+        assert_eq!(d.points[1].revised.as_ref(), Some(&earlier));
+    }
+
+    #[test]
+    fn a_host_too_noisy_for_the_target_is_named_with_the_precision_it_allows() {
+        // σ ≈ 110% at every length: ±5% is out of reach within --max-reps 30.
+        let r = designed([samples(1024, 6, 1.1, 0.1), samples(8192, 6, 1.1, 2.0)].concat());
+        let d = build(&r).unwrap();
+        assert_eq!(d.out_of_reach, [1024, 8192], "{d:?}");
+        for p in &d.points {
+            let h = p.host_precision.unwrap();
+            assert!(h > 0.3, "{p:?}");
+        }
+        // A quiet host is never out of reach.
+        let quiet = designed([samples(1024, 6, 0.02, 0.1), samples(8192, 2, 0.02, 2.0)].concat());
+        assert!(build(&quiet).unwrap().out_of_reach.is_empty());
     }
 
     #[test]
@@ -561,8 +636,7 @@ mod tests {
         assert_eq!(pr.checked_at, [2048, 4096]);
         // The fixed sweep would have measured 16k too: its estimate includes it.
         let per_length: f64 = [0.1, 0.3, 1.0, 40.0].iter().sum();
-        let n = f64::from(d.fixed_reps.unwrap());
-        assert!(d.fixed_server_s.unwrap() > n * per_length * 1.1, "{d:?}");
+        assert!(d.fixed[1].server_s > 6.0 * per_length * 1.1, "{d:?}");
         let json = serde_json::to_value(&d).unwrap();
         assert_eq!(json["points"][3]["obtained"], "predicted");
         assert_eq!(json["points"][3]["basis"], "fit");

@@ -431,7 +431,11 @@ mod tests {
     #[test]
     fn a_spreads_lower_bound_gives_up_on_a_target_only_when_the_data_say_so() {
         // χ²₀.₉₅(5) = 11.07: the bound is σ·√(5/11.07) = 0.672σ.
-        assert!((sd_lower(1.0, 5.0) - 0.672).abs() < 0.005, "{}", sd_lower(1.0, 5.0));
+        assert!(
+            (sd_lower(1.0, 5.0) - 0.672).abs() < 0.005,
+            "{}",
+            sd_lower(1.0, 5.0)
+        );
         // From one pair (0.86 df) a spread may be half what was seen.
         let one = sd_lower(1.0, 0.86);
         assert!(one > 0.4 && one < 0.6, "{one}");

@@ -59,9 +59,10 @@ impl Judgement {
     /// than the target. Conservative on purpose: a quiet host whose first pair happened to
     /// differ is not given up on.
     pub fn out_of_reach(&self, target: f64, cap: u32) -> bool {
-        [self.spread.0, self.spread.1].into_iter().flatten().any(|(sd, df)| {
-            noise::half_width_known(noise::sd_lower(sd, df), cap as usize) > target
-        })
+        [self.spread.0, self.spread.1]
+            .into_iter()
+            .flatten()
+            .any(|(sd, df)| noise::half_width_known(noise::sd_lower(sd, df), cap as usize) > target)
     }
 
     /// The wider of the two half-widths `n` samples would reach here with the spread as
