@@ -109,18 +109,22 @@ pub fn notes(d: &DesignReport) -> Vec<String> {
         }
     }
     v.push(fixed_note(d));
-    if !d.out_of_reach.is_empty() {
-        let best = d
-            .points
+    let reach: Vec<(u64, f64)> = d
+        .points
+        .iter()
+        .filter_map(|p| Some((p.context_tokens, p.host_precision?)))
+        .collect();
+    // The longest such length was judged with the most samples behind the noise model.
+    if let Some(&(_, last)) = reach.last() {
+        let each: Vec<String> = reach
             .iter()
-            .filter_map(|p| p.host_precision)
-            .fold(0.0, f64::max);
+            .map(|&(c, h)| format!("{} ±{:.1}%", fmt_ctx(c), pct_up(h)))
+            .collect();
         v.push(format!(
-            "±{:.1}% was out of reach on this host at {} within --max-reps: at best ±{:.1}% there, so each took no more than a --reps 6 sweep's samples and states what they reached; ask for --precision {:.2} or wider to have the design plan for this host",
+            "±{:.1}% was out of reach on this host within --max-reps; the best --max-reps samples allow: {}; so each took no more than a --reps 6 sweep's samples and states what they reached; ask for --precision {:.2} or wider to have the design plan for this host",
             d.target * 100.0,
-            ctx_list(&d.out_of_reach),
-            pct_up(best),
-            (best * 100.0).ceil() / 100.0
+            each.join(", "),
+            (last * 100.0).ceil() / 100.0
         ));
     }
     for e in &d.extrapolation {
