@@ -66,14 +66,16 @@ impl Judgement {
     }
 
     /// The wider of the two half-widths `n` samples would reach here with the spread as
-    /// judged now (on its own samples, t with n − 1 degrees of freedom): what this host
-    /// allows with `n` samples. `None` while a spread is unknown.
+    /// judged now (on its own samples, t with n − 1 degrees of freedom; on the shared model,
+    /// with at least the degrees of freedom n samples here add): what this host allows with
+    /// `n` samples. `None` while a spread is unknown.
     pub fn reach(&self, n: u32) -> Option<f64> {
         let at = |s: Option<(f64, f64)>| {
             let (sd, df) = s?;
+            // n samples here would give the model at least their own degrees of freedom.
             let df = match self.basis {
                 IntervalBasis::Own => f64::from(n.max(2) - 1),
-                _ => df,
+                _ => df.max(noise::SHAMOS_EFFICIENCY * f64::from(n.max(2) - 1)),
             };
             Some(noise::half_width(sd, df, n as usize))
         };
