@@ -29,7 +29,7 @@ pub enum Line {
     /// One measured (or failed) request.
     Sample(Box<Sample>),
     /// A context point is done: how many repetitions and why it stopped.
-    Point(PointRecord),
+    Point(Box<PointRecord>),
     /// A later session continued this file (`--resume`).
     Resume(ResumeRecord),
     /// The sweep ended (completely or not).
@@ -1371,7 +1371,7 @@ pub struct PointDesign {
     /// This line corrects an earlier `point` line of the same length at the end of the run
     /// (the file's last line for a length is its figure): what the earlier line stated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revised: Option<Revision>,
+    pub revised: Option<Box<Revision>>,
 }
 
 /// What a designed length's `point` line stated during the run, before the end of the run
@@ -1602,7 +1602,7 @@ pub fn read_results(path: &Path, mend: bool) -> Result<Results, RecordError> {
         match serde_json::from_str::<Line>(&line).map_err(|e| corrupt(e.to_string()))? {
             Line::Run(h) if header.is_none() => header = Some(*h),
             Line::Sample(s) => samples.push(*s),
-            Line::Point(p) => points.push(p),
+            Line::Point(p) => points.push(*p),
             Line::End(e) => ends.push(e),
             Line::Resume(r) => resumes.push(r),
             // A second header (files concatenated by hand) and newer line types: skipped.

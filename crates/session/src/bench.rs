@@ -296,7 +296,7 @@ async fn point(
         let cost = model.request_s(context as f64, settings.output_tokens);
         let (decision, eta) = decide(sweep, settings, pi, &prog, &model);
         if let Err(rec) = decision {
-            ctx.writer.append(&Line::Point(rec.clone()))?;
+            ctx.writer.append(&Line::Point(Box::new(rec.clone())))?;
             ctx.observer.point_done(&rec);
             return needles(ctx, sweep, context, tally).await.map(Visit::Done);
         }
@@ -431,7 +431,7 @@ fn revise_at_end(ctx: &mut RunCtx<'_>, sweep: &Sweep<'_>) -> Result<(), RecordEr
             design: Some(d),
             ..line.clone()
         };
-        ctx.writer.append(&Line::Point(rec.clone()))?;
+        ctx.writer.append(&Line::Point(Box::new(rec.clone())))?;
         ctx.observer.point_done(&rec);
     }
     Ok(())

@@ -286,11 +286,11 @@ impl Design {
             over(now.decode_half_width),
             now.why
         );
-        now.revised = Some(Revision {
+        now.revised = Some(Box::new(Revision {
             ttft_half_width: earlier.ttft_half_width,
             decode_half_width: earlier.decode_half_width,
             basis: earlier.basis.clone(),
-        });
+        }));
         Some(now)
     }
 

@@ -276,7 +276,7 @@ pub fn build(results: &Results) -> Option<DesignReport> {
                 .then(|| j.reach(policy.max_reps))
                 .flatten()
                 .filter(|h| *h > target),
-            revised: stop.and_then(|d| d.revised.clone()),
+            revised: stop.and_then(|d| d.revised.as_deref().cloned()),
         });
     }
     let predicted = predicted_points(results, &points, target);
@@ -412,7 +412,10 @@ fn predicted_points(results: &Results, measured: &[DesignPoint], target: f64) ->
             why: line.design.as_ref().map(|d| d.why.clone()),
             prediction: Some(pr),
             host_precision: None,
-            revised: line.design.as_ref().and_then(|d| d.revised.clone()),
+            revised: line
+                .design
+                .as_ref()
+                .and_then(|d| d.revised.as_deref().cloned()),
         });
     }
     out
@@ -579,7 +582,7 @@ mod tests {
             decode_half_width: Some(0.041),
             basis: IntervalBasis::Shared,
         };
-        r.points.push(line(own, Some(earlier.clone())));
+        r.points.push(line(own, Some(Box::new(earlier.clone()))));
         let d = build(&r).unwrap();
         assert_eq!(d.points[1].revised.as_ref(), Some(&earlier));
     }

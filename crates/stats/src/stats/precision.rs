@@ -21,6 +21,9 @@ pub struct Length<'a> {
     pub decode: &'a [f64],
 }
 
+/// A log-scale spread and the degrees of freedom it is known to.
+pub type SpreadDf = (f64, f64);
+
 /// What the shared noise model makes of one length: its intervals and the samples it needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Judgement {
@@ -43,7 +46,7 @@ pub struct Judgement {
     /// The log-scale spread each interval was computed with and its degrees of freedom
     /// (TTFT, decode): on the shared model, the larger of the model's σ and this length's
     /// own (a length is never judged quieter than it measured); on its own samples, theirs.
-    pub spread: (Option<(f64, f64)>, Option<(f64, f64)>),
+    pub spread: (Option<SpreadDf>, Option<SpreadDf>),
 }
 
 impl Judgement {
@@ -70,7 +73,7 @@ impl Judgement {
     /// with at least the degrees of freedom n samples here add): what this host allows with
     /// `n` samples. `None` while a spread is unknown.
     pub fn reach(&self, n: u32) -> Option<f64> {
-        let at = |s: Option<(f64, f64)>| {
+        let at = |s: Option<SpreadDf>| {
             let (sd, df) = s?;
             // n samples here would give the model at least their own degrees of freedom.
             let df = match self.basis {
