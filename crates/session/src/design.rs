@@ -553,10 +553,10 @@ impl Design {
         let why = match (stop, j.precise(self.target)) {
             (StopReason::PrecisionReached, _) => format!("{widths}, within {target} by {basis}"),
             (StopReason::OutOfReach, _) => format!(
-                "{target} is out of reach on this host: within --max-reps {} the noise model allows at best {} here, so this length took the {} samples a --reps {} sweep takes and states what they reached: {widths} by {basis}; ask for --precision {} or wider to have the design plan for this host",
+                "{target} is out of reach on this host: within --max-reps {} the noise model allows at best {} here, so this length stops at {} samples (no more than a --reps {} sweep takes, once that is known) and states what they reached: {widths} by {basis}; ask for --precision {} or wider to have the design plan for this host",
                 self.max_reps,
                 pct(host),
-                self.out_of_reach_reps(),
+                p.reps,
                 self.out_of_reach_reps(),
                 host.map_or("n/a".to_owned(), |h| format!("{:.2}", (h * 100.0).ceil() / 100.0)),
             ),
