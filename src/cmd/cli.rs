@@ -574,9 +574,11 @@ pub struct SweepArgs {
     /// and the longest takes more while the fits' extrapolation to the server's maximum is over
     /// ±P and they narrow it. The longest length is always measured; a length between may be
     /// predicted from the fits when the prediction, model error included, is within ±P (it is
-    /// marked predicted everywhere, and never compared or gated). The end report gives the
-    /// server time spent and what a fixed --reps sweep of the same precision would have needed.
-    /// Not with --min-reps, --prompts, --concurrency, --mode or --method two-point.
+    /// marked predicted everywhere, and never compared or gated). Where ±P is out of reach
+    /// within --max-reps, a length takes a --reps 6 sweep's samples and says what precision
+    /// the host allows. The end report gives the server time spent beside the fixed --reps 3
+    /// and --reps 6 sweeps. Not with --min-reps, --prompts, --concurrency, --mode or
+    /// --method two-point.
     #[arg(
         help_heading = "What to measure",
         long,

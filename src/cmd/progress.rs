@@ -216,6 +216,10 @@ pub fn point_line(p: &PointRecord, explained: &mut bool) -> String {
             ci(p.decode_ci_rel, waves, "waves, one aggregate each"),
         ),
         None => match &p.design {
+            // The end of a designed run correcting a line printed during it.
+            Some(d) if d.revised.is_some() => {
+                format!("  {:>6} corrected: {}", fmt_ctx(p.context_tokens), d.why)
+            }
             // A designed length says what the design decided, and why it measured more.
             Some(d) => format!(
                 "  {:>6} done: {} rep(s), {} usable ({}); design: {}{}",

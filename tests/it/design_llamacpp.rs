@@ -65,14 +65,28 @@ fn a_designed_sweep_measures_every_length_and_states_how_each_figure_was_obtaine
             "{d:?} vs {spent}"
         );
     }
-    // The end report states the time to answer.
+    // The end report states the time to answer, beside the fixed sweeps a user would run.
     assert!(
         run.stdout.contains("designed sweep (--design auto")
             && run.stdout.contains("server time:")
-            && run.stdout.contains("a fixed --reps sweep reaching ±10.0%"),
+            && run.stdout.contains("--reps 3: ")
+            && run.stdout.contains("--reps 6: "),
         "{}",
         run.stdout
     );
+    // One interval per figure: the last line the progress printed for a length (its point
+    // line, or the end of the run's correction of it) and the end table state the same TTFT
+    // interval.
+    for c in ["1k", "2k", "4k"] {
+        let printed = progress_ttft(&run.stderr, c);
+        let table = table_ttft(&run.stdout, c);
+        assert!(
+            printed.is_some() && printed == table,
+            "{c}: progress {printed:?}, end table {table:?}\n{}\n{}",
+            run.stderr,
+            run.stdout
+        );
+    }
     // The JSON report says how each figure was obtained.
     let (code, out, err) =
         crate::common::run(&["report", run.out.to_str().unwrap(), "--format", "json"]);
@@ -103,5 +117,37 @@ fn a_designed_sweep_measures_every_length_and_states_how_each_figure_was_obtaine
         }
     }
     assert!(design["server_s"].as_f64().unwrap() > 0.0, "{design}");
-    assert!(design["fixed_reps"].as_u64().unwrap() >= 2, "{design}");
+    let fixed: Vec<u64> = design["fixed"]
+        .as_array()
+        .expect("design.fixed")
+        .iter()
+        .map(|f| f["reps"].as_u64().unwrap())
+        .collect();
+    assert_eq!(fixed, [3, 6], "{design}");
+}
+
+/// The TTFT half-width (`±4.1%`) the progress printed last for length `c`: its `point` line,
+/// or the end of the run's correction ("TTFT ±4.1% during the run, ±14.3% …").
+fn progress_ttft(stderr: &str, c: &str) -> Option<String> {
+    let line = stderr.lines().rev().find(|l| {
+        let t = l.trim_start();
+        t.starts_with(&format!("{c} done:")) || t.starts_with(&format!("{c} corrected:"))
+    })?;
+    let from = match line.find("during the run, ") {
+        Some(k) if line.trim_start().starts_with(&format!("{c} corrected:")) => k + 16,
+        _ => line.find("TTFT ±")? + 5,
+    };
+    let rest = &line[from..];
+    Some(rest[..rest.find('%')? + 1].to_owned())
+}
+
+/// The TTFT half-width the end table ("Designed sweep") states for length `c`.
+fn table_ttft(stdout: &str, c: &str) -> Option<String> {
+    let row = stdout.lines().find(|l| {
+        let mut w = l.split_whitespace();
+        w.next() == Some(c) && w.next() == Some("measured")
+    })?;
+    // context, obtained, n, then the TTFT median and its `±x%`.
+    let w = row.split_whitespace().nth(4)?;
+    Some(w.to_owned())
 }

@@ -103,24 +103,30 @@ pub fn notes(d: &DesignReport) -> Vec<String> {
         ));
         if t.slope < 0.0 || dc.slope < 0.0 {
             v.push(format!(
-                "the relative spread falls with length here (σ ∝ L^{:.2} for TTFT, L^{:.2} for the decode rate, the smallest fall the data establish, held beyond the longest length it was fitted on): the spreads above are at the longest length",
+                "the relative spread falls with length among the cheap lengths here (σ ∝ L^{:.2} for TTFT, L^{:.2} for the decode rate): only the lengths noisier than the pool are judged with more; no length is judged quieter than the pooled level",
                 t.slope, dc.slope
             ));
         }
     }
-    v.push(match (d.fixed_reps, d.fixed_server_s, d.ratio) {
-        (Some(n), Some(f), Some(r)) => format!(
-            "server time: {:.1} s spent; a fixed --reps sweep reaching ±{:.1}% at every length under the same noise model (each length on its own samples) needs {n} reps a length: {:.1} s; this run took {:.2}× of that",
-            d.server_s,
+    v.push(fixed_note(d));
+    let reach: Vec<(u64, f64)> = d
+        .points
+        .iter()
+        .filter_map(|p| Some((p.context_tokens, p.host_precision?)))
+        .collect();
+    // The longest such length was judged with the most samples behind the noise model.
+    if let Some(&(_, last)) = reach.last() {
+        let each: Vec<String> = reach
+            .iter()
+            .map(|&(c, h)| format!("{} ±{:.1}%", fmt_ctx(c), pct_up(h)))
+            .collect();
+        v.push(format!(
+            "±{:.1}% was out of reach on this host within --max-reps; the best --max-reps samples allow: {}; so each took no more than a --reps 6 sweep's samples and states what they reached; ask for --precision {:.2} or wider to have the design plan for this host",
             d.target * 100.0,
-            f,
-            r
-        ),
-        _ => format!(
-            "server time: {:.1} s spent (no spread known to size a fixed sweep)",
-            d.server_s
-        ),
-    });
+            each.join(", "),
+            (last * 100.0).ceil() / 100.0
+        ));
+    }
     for e in &d.extrapolation {
         v.push(format!(
             "{} extrapolated to {} (server maximum; measured up to {}): {} ms [{}–{}], ±{:.1}% (90% bootstrap band: the samples' noise only, model error beyond the measured range is not known){}",
@@ -152,6 +158,17 @@ pub fn notes(d: &DesignReport) -> Vec<String> {
         if let Some(r) = &p.regime_change {
             v.push(format!("{}: {r}", fmt_ctx(p.context_tokens)));
         }
+        if let Some(r) = &p.revised {
+            let w = |f: Option<f64>| f.map_or("n/a".to_owned(), |w| format!("±{:.1}%", pct_up(w)));
+            v.push(format!(
+                "{}: corrected at the end of the run: TTFT {} during the run, {} here; decode {} during the run, {} here (the run's progress printed the earlier figure; this one is judged with every sample)",
+                fmt_ctx(p.context_tokens),
+                w(r.ttft_half_width),
+                w(p.ttft_ms.map(|f| f.half_width)),
+                w(r.decode_half_width),
+                w(p.decode_tokens_per_s.map(|f| f.half_width)),
+            ));
+        }
     }
     if !d.all_within_target {
         v.push(format!(
@@ -160,6 +177,34 @@ pub fn notes(d: &DesignReport) -> Vec<String> {
         ));
     }
     v
+}
+
+/// The run's server time beside the fixed `--reps 3` and `--reps 6` sweeps of the same lengths
+/// (their server time from this run's cost per sample, and the widest interval they would
+/// state at this run's spreads).
+fn fixed_note(d: &DesignReport) -> String {
+    let each: Vec<String> = d
+        .fixed
+        .iter()
+        .map(|f| {
+            format!(
+                "--reps {}: {:.1} s{}{}",
+                f.reps,
+                f.server_s,
+                f.ratio
+                    .map_or(String::new(), |r| format!(" (this run {r:.2}×)")),
+                f.widest_half_width.map_or(String::new(), |w| format!(
+                    ", stating at widest ±{:.1}%",
+                    pct_up(w)
+                ))
+            )
+        })
+        .collect();
+    format!(
+        "server time: {:.1} s spent; the fixed sweeps of the same lengths, at this run's cost per sample and spreads (each length on its own samples): {}",
+        d.server_s,
+        each.join("; ")
+    )
 }
 
 /// The account as document blocks: heading, title, table, notes.

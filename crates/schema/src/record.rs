@@ -29,7 +29,7 @@ pub enum Line {
     /// One measured (or failed) request.
     Sample(Box<Sample>),
     /// A context point is done: how many repetitions and why it stopped.
-    Point(PointRecord),
+    Point(Box<PointRecord>),
     /// A later session continued this file (`--resume`).
     Resume(ResumeRecord),
     /// The sweep ended (completely or not).
@@ -347,6 +347,10 @@ pub enum StopReason {
     /// it, within the target, instead of measuring it (no samples; see
     /// [`PointDesign::predicted`]).
     Predicted,
+    /// `--design auto`: the noise model says the target cannot be reached within
+    /// `--max-reps` here, so the length took the samples a `--reps 6` sweep takes and states
+    /// what they reached ([`PointDesign::host_precision`]: the best `--max-reps` allows).
+    OutOfReach,
 }
 
 impl fmt::Display for StopReason {
@@ -358,6 +362,7 @@ impl fmt::Display for StopReason {
             StopReason::PointBudget => "point time budget spent",
             StopReason::RunBudget => "run time budget spent",
             StopReason::Predicted => "predicted from the fits, not measured",
+            StopReason::OutOfReach => "the target is out of reach on this host",
         })
     }
 }
@@ -1362,6 +1367,28 @@ pub struct PointDesign {
     /// where it came from (absent for a measured length).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predicted: Option<Box<Prediction>>,
+    /// The target was out of reach here within `--max-reps`: the best relative half-width
+    /// (the wider metric's) `--max-reps` samples would reach at this host's noise, what to
+    /// ask `--precision` for (absent: within reach).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_precision: Option<f64>,
+    /// This line corrects an earlier `point` line of the same length at the end of the run
+    /// (the file's last line for a length is its figure): what the earlier line stated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revised: Option<Box<Revision>>,
+}
+
+/// What a designed length's `point` line stated during the run, before the end of the run
+/// judged it again with every sample (a later look at the noise model, or its own spread,
+/// changed the interval).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Revision {
+    /// The relative half-width of the median TTFT stated then.
+    pub ttft_half_width: Option<f64>,
+    /// The same for the decode rate.
+    pub decode_half_width: Option<f64>,
+    /// Where those intervals came from then.
+    pub basis: IntervalBasis,
 }
 
 /// A length's figures predicted from the fits of the measured lengths (TTFT ≈ a + bL + cL²,
@@ -1579,7 +1606,7 @@ pub fn read_results(path: &Path, mend: bool) -> Result<Results, RecordError> {
         match serde_json::from_str::<Line>(&line).map_err(|e| corrupt(e.to_string()))? {
             Line::Run(h) if header.is_none() => header = Some(*h),
             Line::Sample(s) => samples.push(*s),
-            Line::Point(p) => points.push(p),
+            Line::Point(p) => points.push(*p),
             Line::End(e) => ends.push(e),
             Line::Resume(r) => resumes.push(r),
             // A second header (files concatenated by hand) and newer line types: skipped.

@@ -226,6 +226,7 @@ pub async fn run(
         open = again;
         may_wait = visited;
     }
+    revise_at_end(&mut ctx, &sweep)?;
     ctx.observer.finish();
     Ok(tally)
 }
@@ -295,7 +296,7 @@ async fn point(
         let cost = model.request_s(context as f64, settings.output_tokens);
         let (decision, eta) = decide(sweep, settings, pi, &prog, &model);
         if let Err(rec) = decision {
-            ctx.writer.append(&Line::Point(rec.clone()))?;
+            ctx.writer.append(&Line::Point(Box::new(rec.clone())))?;
             ctx.observer.point_done(&rec);
             return needles(ctx, sweep, context, tally).await.map(Visit::Done);
         }
@@ -404,10 +405,44 @@ fn first_visit(prior: &[Sample], context: u64, min_reps: u32) -> Carry {
     }
 }
 
+/// A designed run's end: every length this session wrote a `point` line for is judged again
+/// with every sample of the run (`Design::revise`), and a line whose interval no longer reads
+/// the same is corrected by a later `point` line (the file's last line for a length is its
+/// figure, as the report's), which the progress prints as a correction.
+fn revise_at_end(ctx: &mut RunCtx<'_>, sweep: &Sweep<'_>) -> Result<(), RecordError> {
+    let Some(book) = sweep.design.as_ref() else {
+        return Ok(());
+    };
+    let mut written: Vec<(&usize, &PointRecord)> = book.lines.iter().collect();
+    written.sort_by_key(|(&pi, _)| sweep.contexts[pi]);
+    for (&pi, line) in written {
+        let Some(earlier) = line.design.as_ref() else {
+            continue;
+        };
+        let Some(d) = book
+            .design
+            .revise(&book.points, pi, line.stop_reason, earlier)
+        else {
+            continue;
+        };
+        let rec = PointRecord {
+            ttft_ci_rel: d.ttft_half_width,
+            decode_ci_rel: d.decode_half_width,
+            design: Some(d),
+            ..line.clone()
+        };
+        ctx.writer.append(&Line::Point(Box::new(rec.clone())))?;
+        ctx.observer.point_done(&rec);
+    }
+    Ok(())
+}
+
 /// The designed sweep's view of every length, kept beside the loop's own progress.
 struct Book {
     design: Design,
     points: Vec<PointState>,
+    /// The `point` line this session wrote for each length (index into the contexts).
+    lines: HashMap<usize, PointRecord>,
 }
 
 impl Book {
@@ -430,7 +465,11 @@ impl Book {
                 state(c, &prog)
             })
             .collect();
-        Some(Book { design, points })
+        Some(Book {
+            design,
+            points,
+            lines: HashMap::new(),
+        })
     }
 }
 
@@ -484,6 +523,7 @@ fn decide(
             rec.ttft_ci_rel = d.ttft_half_width;
             rec.decode_ci_rel = d.decode_half_width;
             rec.design = Some(d);
+            book.lines.insert(pi, rec.clone());
             (Err(rec), eta)
         }
     }

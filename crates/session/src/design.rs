@@ -33,7 +33,7 @@
 //! - **A budget that runs out** (`--run-budget`) keeps one sample in reserve for every
 //!   length not yet measured, and every figure is recorded with the precision it reached.
 
-use ctxbench_schema::record::{IntervalBasis, PointDesign, Prediction, StopReason};
+use ctxbench_schema::record::{IntervalBasis, PointDesign, Prediction, Revision, StopReason};
 use ctxbench_stats::stats::noise;
 pub use ctxbench_stats::stats::precision::Judgement;
 use ctxbench_stats::stats::precision::{self, Length};
@@ -42,6 +42,11 @@ use ctxbench_stats::stats::predicted::{self, Measured};
 /// Samples every length gets unless the run budget is spent: one to answer, one to check
 /// its spread against the model.
 pub const FLOOR: u32 = 2;
+
+/// Samples a length takes when the target is out of reach there ([`Design::next`]): what a
+/// fixed `--reps 6` sweep takes, so that a designed run on a host too noisy for its target
+/// never costs more than the fixed sweep its user would have run instead.
+pub const OUT_OF_REACH_REPS: u32 = 6;
 
 /// How many extra samples at the current length the noise-model rule looks ahead (the
 /// samples a longer length needs change in whole steps, so one sample alone may show no
@@ -211,7 +216,13 @@ impl Design {
         if !may_predict(&contexts, i) || points[i].reps > 0 {
             return None;
         }
-        let measured: Vec<Measured> = (0..points.len())
+        predicted::predict_within(&self.measured(points, i), points[i].context, self.target)
+    }
+
+    /// Every measured length but `points[i]`, as the fits of a prediction see it: its
+    /// medians and their half-widths as judged now.
+    fn measured(&self, points: &[PointState], i: usize) -> Vec<Measured> {
+        (0..points.len())
             .filter(|&k| k != i && !points[k].ttft_ms.is_empty() && !points[k].decode.is_empty())
             .filter_map(|k| {
                 let j = self.judge(points, k);
@@ -223,8 +234,64 @@ impl Design {
                     decode_half_width: j.decode_half_width.unwrap_or(f64::INFINITY),
                 })
             })
-            .collect();
-        predicted::predict_within(&measured, points[i].context, self.target)
+            .collect()
+    }
+
+    /// The correction of `points[i]`'s `point` line at the end of the run: the length judged
+    /// again with every sample of the run (the report's judgement: the same function,
+    /// `stats::precision::judge`, on the same samples), when what `earlier` stated no longer
+    /// reads the same (another interval at 0.1%, or another basis). Samples that arrived at
+    /// the shorter lengths after this one stopped move the noise model, and its check, so
+    /// the interval stated during the run can be the wrong one by the end ("4k: ±4.1% during
+    /// the run, ±14.3% once its own spread was judged"). The corrected line repeats the stop
+    /// reason, states the final intervals, and keeps what `earlier` said in `revised`.
+    pub fn revise(
+        &self,
+        points: &[PointState],
+        i: usize,
+        stop: StopReason,
+        earlier: &PointDesign,
+    ) -> Option<PointDesign> {
+        let mut now = match earlier.basis {
+            IntervalBasis::Fit => {
+                let pr = predicted::predict(&self.measured(points, i), points[i].context)?;
+                self.record_predicted(&points[i], pr)
+            }
+            _ => self.record(points, i, &self.judge(points, i), stop),
+        };
+        let same = |a: Option<f64>, b: Option<f64>| pct(a) == pct(b);
+        if now.basis == earlier.basis
+            && same(now.ttft_half_width, earlier.ttft_half_width)
+            && same(now.decode_half_width, earlier.decode_half_width)
+        {
+            return None;
+        }
+        let how = match (&earlier.basis, &now.basis) {
+            (IntervalBasis::Fit, _) => "once the fits held every measured length's samples",
+            (IntervalBasis::Own, IntervalBasis::Own) => "with the run's last samples",
+            (_, IntervalBasis::Own) => "once its own spread was judged",
+            _ => "once the noise model held every length's samples",
+        };
+        let over = |w: Option<f64>| match w {
+            Some(w) if w > self.target => format!(" (over {})", pct(Some(self.target))),
+            _ => String::new(),
+        };
+        now.why = format!(
+            "revised at the end of the run: TTFT {} during the run, {}{} {how}; decode {} during the run, {}{}; {}",
+            pct(earlier.ttft_half_width),
+            pct(now.ttft_half_width),
+            over(now.ttft_half_width),
+            pct(earlier.decode_half_width),
+            pct(now.decode_half_width),
+            over(now.decode_half_width),
+            now.why
+        );
+        now.revised = Some(Box::new(Revision {
+            ttft_half_width: earlier.ttft_half_width,
+            decode_half_width: earlier.decode_half_width,
+            basis: earlier.basis.clone(),
+        }));
+        Some(now)
     }
 
     /// Whether `points[i]` waits for a later pass of a designed run. A designed run goes
@@ -291,9 +358,8 @@ impl Design {
     /// spreads `sd` known to `df` degrees of freedom; `None` when a cost is unknown.
     fn longer_cost(&self, points: &[PointState], i: usize, sd: (f64, f64), df: f64) -> Option<f64> {
         let need = |s: f64| noise::reps_needed(self.target, s, df, FLOOR, self.max_reps);
-        let n = need(sd.0)
-            .unwrap_or(self.max_reps)
-            .max(need(sd.1).unwrap_or(self.max_reps));
+        let none = self.out_of_reach_reps();
+        let n = need(sd.0).unwrap_or(none).max(need(sd.1).unwrap_or(none));
         points
             .iter()
             .filter(|q| q.context > points[i].context)
@@ -347,8 +413,27 @@ impl Design {
             && extrapolation_band(points, at, Some(i)).is_some_and(|after| after < now)
     }
 
+    /// Samples a length takes when the target is out of reach: [`OUT_OF_REACH_REPS`], within
+    /// the floor and `--max-reps`.
+    pub fn out_of_reach_reps(&self) -> u32 {
+        OUT_OF_REACH_REPS.min(self.max_reps).max(FLOOR)
+    }
+
+    /// Whether the target is out of reach at a length judged `j` (after its check sample):
+    /// not reached, and the noise model says `--max-reps` samples cannot reach it
+    /// ([`Judgement::out_of_reach`]).
+    pub fn out_of_reach(&self, p: &PointState, j: &Judgement) -> bool {
+        p.reps >= FLOOR && !j.precise(self.target) && j.out_of_reach(self.target, self.max_reps)
+    }
+
     /// Whether to take another sample at `points[i]`, with the judgement behind it.
     /// `run_elapsed_s` is the run's time so far.
+    ///
+    /// **Futility**: where the target is out of reach ([`Design::out_of_reach`]) the length
+    /// takes no more than [`Design::out_of_reach_reps`] samples and stops
+    /// ([`StopReason::OutOfReach`]), its `point` line stating what they reached and the best
+    /// `--max-reps` would allow (on a host at σ ≈ 110% the design used to take `--max-reps`
+    /// at every length, more than a fixed sweep, for ±57–69%).
     pub fn next(&self, points: &[PointState], i: usize, run_elapsed_s: f64) -> (Next, Judgement) {
         let j = self.judge(points, i);
         let p = &points[i];
@@ -359,6 +444,9 @@ impl Design {
             return (Next::Measure(Why::First), j);
         }
         let precise = j.precise(self.target);
+        if self.out_of_reach(p, &j) && p.reps >= self.out_of_reach_reps() {
+            return (Next::Stop(StopReason::OutOfReach), j);
+        }
         let why = if p.reps < FLOOR {
             Why::Check
         } else if !precise {
@@ -418,7 +506,7 @@ impl Design {
         let p = &points[i];
         let here = j
             .needed
-            .unwrap_or(self.max_reps)
+            .unwrap_or(self.out_of_reach_reps())
             .saturating_sub(p.reps)
             .max(u32::from(p.reps == 0));
         let (t, d) = (j.model.0?, j.model.1?);
@@ -459,8 +547,19 @@ impl Design {
             },
         };
         let target = pct(Some(self.target));
+        let host = (stop == StopReason::OutOfReach)
+            .then(|| j.reach(self.max_reps))
+            .flatten();
         let why = match (stop, j.precise(self.target)) {
             (StopReason::PrecisionReached, _) => format!("{widths}, within {target} by {basis}"),
+            (StopReason::OutOfReach, _) => format!(
+                "{target} is out of reach on this host: within --max-reps {} the noise model allows at best {} here, so this length stops at {} samples (no more than a --reps {} sweep takes, once that is known) and states what they reached: {widths} by {basis}; ask for --precision {} or wider to have the design plan for this host",
+                self.max_reps,
+                pct(host),
+                p.reps,
+                self.out_of_reach_reps(),
+                host.map_or("n/a".to_owned(), |h| format!("{:.2}", (h * 100.0).ceil() / 100.0)),
+            ),
             (other, true) => format!(
                 "{other}: {widths}, within {target} by {basis}, but its spread is unchecked (one sample)"
             ),
@@ -482,6 +581,8 @@ impl Design {
             why,
             server_s: p.spent_s,
             predicted: None,
+            host_precision: host,
+            revised: None,
         }
     }
 
@@ -536,6 +637,8 @@ impl Design {
             why,
             server_s: p.spent_s,
             predicted: Some(Box::new(pr)),
+            host_precision: None,
+            revised: None,
         }
     }
 }
@@ -793,8 +896,13 @@ mod tests {
             point_budget_s: Some(5.0),
             ..design()
         };
+        // 5% noise: the target is within reach of 3 samples with the spread known, but not
+        // reached by these 3.
+        let near = vec![pt(1024, 3, 0.05, 1.0)];
+        assert_eq!(d.next(&near, 0, 0.0).0, Next::Stop(StopReason::MaxReps));
+        // 50%: out of reach within 3, so it is said to be (the futility stop).
         let noisy = vec![pt(1024, 3, 0.5, 1.0)];
-        assert_eq!(d.next(&noisy, 0, 0.0).0, Next::Stop(StopReason::MaxReps));
+        assert_eq!(d.next(&noisy, 0, 0.0).0, Next::Stop(StopReason::OutOfReach));
         let d = Design {
             point_budget_s: Some(5.0),
             ..design()
@@ -802,6 +910,63 @@ mod tests {
         let mut p = pt(1024, 3, 0.5, 1.0);
         p.beyond_floor_s = 4.5;
         assert_eq!(d.next(&[p], 0, 0.0).0, Next::Stop(StopReason::PointBudget));
+    }
+
+    #[test]
+    fn a_target_out_of_reach_stops_at_a_fixed_sweeps_samples_instead_of_the_cap() {
+        // σ ≈ 110% (a host loaded to 1k TTFT 32–1342 ms): ±5% is out of reach within 30.
+        let d = design();
+        let two = vec![pt(1024, 2, 1.1, 0.1), pt(8192, 0, 1.1, 2.0)];
+        let (next, j) = d.next(&two, 0, 0.0);
+        assert!(j.out_of_reach(0.05, 30), "{j:?}");
+        // Not yet at a --reps 6 sweep's samples: it goes on, for its stated precision.
+        assert_eq!(next, Next::Measure(Why::Precision));
+        let six = vec![pt(1024, 6, 1.1, 0.1), pt(8192, 0, 1.1, 2.0)];
+        let (next, j) = d.next(&six, 0, 0.0);
+        assert_eq!(next, Next::Stop(StopReason::OutOfReach), "{j:?}");
+        let rec = d.record(&six, 0, &j, StopReason::OutOfReach);
+        let host = rec.host_precision.expect("the precision this host allows");
+        assert!(host > 0.3 && host < rec.ttft_half_width.unwrap(), "{rec:?}");
+        assert!(
+            rec.why.contains("out of reach") && rec.why.contains("--precision"),
+            "{}",
+            rec.why
+        );
+        // The longer length, on the shared model, stops there too.
+        let long = vec![pt(1024, 6, 1.1, 0.1), pt(8192, 6, 1.1, 2.0)];
+        assert_eq!(d.next(&long, 1, 0.0).0, Next::Stop(StopReason::OutOfReach));
+        // A quiet host whose first pair happened to differ by 3σ is not given up on.
+        let mut lucky = pt(1024, 2, 0.03, 0.1);
+        lucky.ttft_ms = vec![100.0, 100.0 * (0.03f64 * 3.0 * 2f64.sqrt()).exp()];
+        let j = d.judge(&[lucky.clone()], 0);
+        assert!(!j.out_of_reach(0.05, 30), "{j:?}");
+    }
+
+    #[test]
+    fn the_end_of_the_run_corrects_a_point_line_a_later_look_widened() {
+        let d = design();
+        // 8k stopped at its check sample under a quiet model of 1k …
+        let mut pts = vec![pt(1024, 6, 0.02, 0.1), pt(8192, 2, 0.02, 2.0)];
+        let (_, j) = d.next(&pts, 1, 0.0);
+        let earlier = d.record(&pts, 1, &j, StopReason::PrecisionReached);
+        assert!(d
+            .revise(&pts, 1, StopReason::PrecisionReached, &earlier)
+            .is_none());
+        // … and 1k's later samples show a noisier host (the pool moved): corrected, and the
+        // correction says what the run printed.
+        pts[0] = pt(1024, 24, 0.06, 0.1);
+        let now = d
+            .revise(&pts, 1, StopReason::PrecisionReached, &earlier)
+            .expect("a wider interval is corrected");
+        assert!(now.ttft_half_width > earlier.ttft_half_width, "{now:?}");
+        let r = now.revised.as_ref().unwrap();
+        assert_eq!(r.ttft_half_width, earlier.ttft_half_width);
+        assert!(
+            now.why.starts_with("revised at the end of the run: TTFT"),
+            "{}",
+            now.why
+        );
+        assert!(now.why.contains("during the run"), "{}", now.why);
     }
 
     #[test]

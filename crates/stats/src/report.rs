@@ -229,7 +229,11 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
     }
     let cold: Vec<&Sample> = known.iter().filter(|s| s.phase == Phase::Cold).collect();
     let acceptance = acceptance_points(&points, &cold);
-    let stops = stop_records(&points, results, lowest);
+    let design = design::build(results);
+    let mut stops = stop_records(&points, results, lowest);
+    if let Some(d) = &design {
+        design::restate(&mut stops, d);
+    }
 
     RunReport {
         label: label.to_owned(),
@@ -257,7 +261,7 @@ pub fn build_run(label: &str, path: &str, results: &Results) -> RunReport {
         warm: crate::stats::warm::summarize(h.config.warm.as_ref(), &results.samples),
         model_facts: h.model_facts.clone(),
         roofline: None,
-        design: design::build(results),
+        design,
     }
 }
 

@@ -130,7 +130,7 @@ pub async fn run_grid(
                 if let Err(reason) = policy.next(&prog, run_start.elapsed().as_secs_f64(), cost) {
                     let mut rec = point_record(settings, context, &prog, reason);
                     rec.concurrency = Some(c);
-                    writer.append(&Line::Point(rec.clone()))?;
+                    writer.append(&Line::Point(Box::new(rec.clone())))?;
                     observer.point_done(&rec);
                     break;
                 }

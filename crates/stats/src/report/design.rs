@@ -10,7 +10,9 @@ use crate::stats::fit::{self, Model};
 use crate::stats::noise::{self, LogSpread};
 use crate::stats::precision::{self, Length};
 use crate::stats::predicted::{self, Measured};
-use ctxbench_schema::record::{IntervalBasis, Phase, Prediction, Results, Sample, StopReason};
+use ctxbench_schema::record::{
+    IntervalBasis, Phase, Prediction, Results, Revision, Sample, StopReason,
+};
 
 /// How a figure was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -85,6 +87,14 @@ pub struct DesignPoint {
     /// was checked (recomputed from the measured lengths of the file).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prediction: Option<Prediction>,
+    /// The target was out of reach here within `--max-reps`: the best relative half-width
+    /// `--max-reps` samples would reach at this length's spread (the wider metric's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_precision: Option<f64>,
+    /// What the run's progress stated for this length before the end of the run corrected
+    /// it (its `point` line's `design.revised`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revised: Option<Revision>,
 }
 
 /// The designed run's account.
@@ -102,19 +112,36 @@ pub struct DesignReport {
     pub all_within_target: bool,
     /// Server seconds of every cold sample.
     pub server_s: f64,
-    /// Samples a length a fixed sweep needs for the same precision under the same noise
-    /// model (it pools nothing: each length's interval from its own samples, t with n − 1
-    /// degrees of freedom), set by the noisiest length; `null` when no spread is known.
-    pub fixed_reps: Option<u32>,
-    /// That fixed sweep's server time: its repetitions × each length's mean sample time.
-    pub fixed_server_s: Option<f64>,
-    /// `server_s ÷ fixed_server_s`.
-    pub ratio: Option<f64>,
+    /// The fixed sweeps a user would have run instead, `--reps 3` and `--reps 6` of the same
+    /// lengths (the predicted ones too): their server time from this run's cost per sample,
+    /// and the precision they would state at this run's spreads.
+    pub fixed: Vec<FixedSweep>,
+    /// Lengths where the target was out of reach within `--max-reps`, shortest first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub out_of_reach: Vec<u64>,
     /// The fits extrapolated to the server's maximum context (TTFT, then ms/step), each with
     /// its bootstrap band as a relative half-width against the target; empty when the
     /// maximum is unknown or was measured.
     pub extrapolation: Vec<Extrapolated>,
 }
+
+/// A fixed `--reps N` sweep of the same lengths, beside the designed run.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct FixedSweep {
+    /// Its repetitions a length.
+    pub reps: u32,
+    /// Its server time: N × each length's mean sample time in this run (a predicted length's
+    /// from a quadratic fit of the measured lengths' sample times).
+    pub server_s: f64,
+    /// The designed run's server time ÷ this.
+    pub ratio: Option<f64>,
+    /// The widest relative half-width it would state, each length on its own N samples at
+    /// this run's spread (t with N − 1 degrees of freedom); `null` when a spread is unknown.
+    pub widest_half_width: Option<f64>,
+}
+
+/// The fixed sweeps the account compares with.
+pub const FIXED_REPS: [u32; 2] = [3, 6];
 
 /// One fit's extrapolation to the server's maximum context, as the design account states it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -165,9 +192,6 @@ fn extrapolations(samples: &[Sample], max_context: Option<u64>, target: f64) -> 
     }
     out
 }
-
-/// Cap of the fixed-sweep estimate: beyond it a fixed sweep is not a plan.
-const FIXED_CAP: u32 = 1_000_000;
 
 /// The usable cold TTFTs and decode rates at each length, shortest first.
 fn usable(samples: &[Sample], contexts: &[u64]) -> Vec<(u64, Vec<f64>, Vec<f64>)> {
@@ -248,15 +272,15 @@ pub fn build(results: &Results) -> Option<DesignReport> {
             regime_change: j.regime.clone(),
             why: stop.map(|d| d.why.clone()),
             prediction: None,
+            host_precision: (l.ttft.len() >= 2 && j.out_of_reach(target, policy.max_reps))
+                .then(|| j.reach(policy.max_reps))
+                .flatten()
+                .filter(|h| *h > target),
+            revised: stop.and_then(|d| d.revised.as_deref().cloned()),
         });
     }
     let predicted = predicted_points(results, &points, target);
     let (model_ttft, model_decode) = precision::run_model(&lengths);
-    let fixed_reps = spreads
-        .iter()
-        .map(|s| s.and_then(|sd| noise::own_reps_needed(target, sd, FIXED_CAP)))
-        .collect::<Option<Vec<u32>>>()
-        .and_then(|v| v.into_iter().max());
     let per_sample: Vec<(u64, f64)> = contexts
         .iter()
         .map(|&c| {
@@ -267,19 +291,38 @@ pub fn build(results: &Results) -> Option<DesignReport> {
     // A fixed sweep measures the predicted lengths too: their sample time from a quadratic
     // fit of the measured lengths' (what the cost model would predict).
     let cost_fit = fit::fit(Model::Quadratic, &per_sample);
-    let fixed_server_s = fixed_reps.map(|n| {
-        let predicted_s: f64 = predicted
-            .iter()
-            .filter_map(|p| {
-                cost_fit
-                    .as_ref()
-                    .map(|f| f.predict(p.context_tokens as f64))
-            })
-            .sum();
-        f64::from(n) * (per_sample.iter().map(|x| x.1).sum::<f64>() + predicted_s)
-    });
+    let predicted_s: f64 = predicted
+        .iter()
+        .filter_map(|p| {
+            cost_fit
+                .as_ref()
+                .map(|f| f.predict(p.context_tokens as f64))
+        })
+        .sum();
+    let sweep_s = per_sample.iter().map(|x| x.1).sum::<f64>() + predicted_s;
+    let fixed = FIXED_REPS
+        .iter()
+        .map(|&n| {
+            let f = f64::from(n) * sweep_s;
+            FixedSweep {
+                reps: n,
+                server_s: f,
+                ratio: (f > 0.0).then(|| server_s / f),
+                widest_half_width: spreads
+                    .iter()
+                    .map(|s| s.map(|sd| noise::half_width(sd, f64::from(n - 1), n as usize)))
+                    .collect::<Option<Vec<f64>>>()
+                    .and_then(|v| v.into_iter().reduce(f64::max)),
+            }
+        })
+        .collect();
     points.extend(predicted);
     points.sort_by_key(|p| p.context_tokens);
+    let out_of_reach = points
+        .iter()
+        .filter(|p| p.host_precision.is_some())
+        .map(|p| p.context_tokens)
+        .collect();
     let all_within_target = points.iter().all(|p| {
         [p.ttft_ms, p.decode_tokens_per_s]
             .iter()
@@ -292,11 +335,27 @@ pub fn build(results: &Results) -> Option<DesignReport> {
         points,
         all_within_target,
         server_s,
-        fixed_reps,
-        fixed_server_s,
-        ratio: fixed_server_s.filter(|f| *f > 0.0).map(|f| server_s / f),
+        fixed,
+        out_of_reach,
         extrapolation: extrapolations(&owned, results.header.server.max_context, target),
     })
+}
+
+/// A designed run's `point` lines as the report states them: each with the interval of
+/// the design account (the same judgement, on every sample of the file), so the stop table
+/// and the design table never state two intervals for one figure — even for a file whose run
+/// ended before it could correct a line (an interrupt), or was written before corrections.
+pub fn restate(stops: &mut [ctxbench_schema::record::PointRecord], d: &DesignReport) {
+    for s in stops.iter_mut() {
+        if let Some(p) = d
+            .points
+            .iter()
+            .find(|p| p.context_tokens == s.context_tokens)
+        {
+            s.ttft_ci_rel = p.ttft_ms.map(|f| f.half_width);
+            s.decode_ci_rel = p.decode_tokens_per_s.map(|f| f.half_width);
+        }
+    }
 }
 
 /// The lengths the run predicted instead of measuring (their `point` lines say
@@ -352,6 +411,11 @@ fn predicted_points(results: &Results, measured: &[DesignPoint], target: f64) ->
             regime_change: None,
             why: line.design.as_ref().map(|d| d.why.clone()),
             prediction: Some(pr),
+            host_precision: None,
+            revised: line
+                .design
+                .as_ref()
+                .and_then(|d| d.revised.as_deref().cloned()),
         });
     }
     out
@@ -426,11 +490,18 @@ mod tests {
         assert!(d.all_within_target);
         assert!((d.server_s - 5.0).abs() < 1e-9, "{d:?}");
         assert!((d.points[1].share - 0.8).abs() < 1e-9);
-        // A fixed sweep pools nothing: at about 2% it needs 4 samples a length.
-        let n = d.fixed_reps.unwrap();
-        assert!((3..=5).contains(&n), "{d:?}");
-        assert!((d.fixed_server_s.unwrap() - f64::from(n) * 2.1).abs() < 1e-9);
-        assert!(d.ratio.unwrap() < 0.75, "{d:?}");
+        // Beside the fixed sweeps a user would run: --reps 3 and --reps 6 of the same
+        // lengths, at this run's cost per sample (0.1 s and 2 s a sample here).
+        let reps: Vec<u32> = d.fixed.iter().map(|f| f.reps).collect();
+        assert_eq!(reps, [3, 6]);
+        for f in &d.fixed {
+            assert!((f.server_s - f64::from(f.reps) * 2.1).abs() < 1e-9, "{f:?}");
+            assert!((f.ratio.unwrap() - 5.0 / f.server_s).abs() < 1e-9, "{f:?}");
+            // Each length on its own samples at 2%: 3 samples state more than 6 do.
+            assert!(f.widest_half_width.unwrap() > 0.0);
+        }
+        assert!(d.fixed[0].widest_half_width > d.fixed[1].widest_half_width);
+        assert!(d.out_of_reach.is_empty());
         // The TTFT fit's extrapolation to the server's maximum, with its band.
         let mut far = r.clone();
         far.samples.extend(samples(4096, 4, 0.02, 1.0));
@@ -463,8 +534,72 @@ mod tests {
         assert!(p.regime_change.as_deref().unwrap().contains("TTFT spread"));
         assert!(!p.ttft_ms.unwrap().within_target);
         assert!(!d.all_within_target);
-        // The fixed sweep is sized by its noisiest length.
-        assert!(d.fixed_reps.unwrap() > 10, "{d:?}");
+        // A fixed --reps 6 sweep would state the noisy length at its own spread: over ±5%.
+        assert!(d.fixed[1].widest_half_width.unwrap() > 0.05, "{d:?}");
+    }
+
+    #[test]
+    fn the_stop_table_states_the_design_accounts_interval_and_a_correction_is_carried() {
+        // A point line that stated ±4.1% during the run, for a length the file's samples
+        // judge on its own spread: the report states one interval, the account's.
+        let mut r = designed([samples(1024, 10, 0.02, 0.1), samples(8192, 3, 0.2, 2.0)].concat());
+        let line = |ci: f64, revised| ctxbench_schema::record::PointRecord {
+            run_id: r.header.run_id.clone(),
+            context_tokens: 8192,
+            reps: 3,
+            usable: 3,
+            stop_reason: StopReason::PrecisionReached,
+            ttft_ci_rel: Some(ci),
+            decode_ci_rel: Some(ci),
+            concurrency: None,
+            design: Some(ctxbench_schema::record::PointDesign {
+                target: 0.05,
+                planned: Some(2),
+                ttft_half_width: Some(ci),
+                decode_half_width: Some(ci),
+                basis: IntervalBasis::Shared,
+                model_ttft_sd: Some(0.02),
+                model_decode_sd: Some(0.02),
+                model_df: Some(8.0),
+                regime_change: None,
+                why: String::new(),
+                server_s: 6.0,
+                predicted: None,
+                host_precision: None,
+                revised,
+            }),
+        };
+        r.points.push(line(0.041, None));
+        let d = build(&r).unwrap();
+        let mut stops = vec![r.points[0].clone()];
+        restate(&mut stops, &d);
+        let own = d.points[1].ttft_ms.unwrap().half_width;
+        assert!(own > 0.05, "{d:?}");
+        assert_eq!(stops[0].ttft_ci_rel, Some(own));
+        // A corrected line (the last for a length) carries what the run printed before.
+        let earlier = ctxbench_schema::record::Revision {
+            ttft_half_width: Some(0.041),
+            decode_half_width: Some(0.041),
+            basis: IntervalBasis::Shared,
+        };
+        r.points.push(line(own, Some(Box::new(earlier.clone()))));
+        let d = build(&r).unwrap();
+        assert_eq!(d.points[1].revised.as_ref(), Some(&earlier));
+    }
+
+    #[test]
+    fn a_host_too_noisy_for_the_target_is_named_with_the_precision_it_allows() {
+        // σ ≈ 110% at every length: ±5% is out of reach within --max-reps 30.
+        let r = designed([samples(1024, 6, 1.1, 0.1), samples(8192, 6, 1.1, 2.0)].concat());
+        let d = build(&r).unwrap();
+        assert_eq!(d.out_of_reach, [1024, 8192], "{d:?}");
+        for p in &d.points {
+            let h = p.host_precision.unwrap();
+            assert!(h > 0.3, "{p:?}");
+        }
+        // A quiet host is never out of reach.
+        let quiet = designed([samples(1024, 6, 0.02, 0.1), samples(8192, 2, 0.02, 2.0)].concat());
+        assert!(build(&quiet).unwrap().out_of_reach.is_empty());
     }
 
     #[test]
@@ -504,8 +639,7 @@ mod tests {
         assert_eq!(pr.checked_at, [2048, 4096]);
         // The fixed sweep would have measured 16k too: its estimate includes it.
         let per_length: f64 = [0.1, 0.3, 1.0, 40.0].iter().sum();
-        let n = f64::from(d.fixed_reps.unwrap());
-        assert!(d.fixed_server_s.unwrap() > n * per_length * 1.1, "{d:?}");
+        assert!(d.fixed[1].server_s > 6.0 * per_length * 1.1, "{d:?}");
         let json = serde_json::to_value(&d).unwrap();
         assert_eq!(json["points"][3]["obtained"], "predicted");
         assert_eq!(json["points"][3]["basis"], "fit");

@@ -21,6 +21,9 @@ pub struct Length<'a> {
     pub decode: &'a [f64],
 }
 
+/// A log-scale spread and the degrees of freedom it is known to.
+pub type SpreadDf = (f64, f64);
+
 /// What the shared noise model makes of one length: its intervals and the samples it needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Judgement {
@@ -40,6 +43,10 @@ pub struct Judgement {
     /// Samples this length needs under this judgement (`None`: more than `max_reps`, or
     /// nothing to judge with yet).
     pub needed: Option<u32>,
+    /// The log-scale spread each interval was computed with and its degrees of freedom
+    /// (TTFT, decode): on the shared model, the larger of the model's σ and this length's
+    /// own (a length is never judged quieter than it measured); on its own samples, theirs.
+    pub spread: (Option<SpreadDf>, Option<SpreadDf>),
 }
 
 impl Judgement {
@@ -47,6 +54,35 @@ impl Judgement {
     pub fn precise(&self, target: f64) -> bool {
         let ok = |w: Option<f64>| w.is_some_and(|w| w <= target);
         ok(self.ttft_half_width) && ok(self.decode_half_width)
+    }
+
+    /// Whether the noise model says `target` cannot be reached within `cap` samples here:
+    /// even with the spread at the lower end of its one-sided 95% interval
+    /// (`noise::sd_lower`) and known exactly, `cap` samples leave a median's interval wider
+    /// than the target. Conservative on purpose: a quiet host whose first pair happened to
+    /// differ is not given up on.
+    pub fn out_of_reach(&self, target: f64, cap: u32) -> bool {
+        [self.spread.0, self.spread.1]
+            .into_iter()
+            .flatten()
+            .any(|(sd, df)| noise::half_width_known(noise::sd_lower(sd, df), cap as usize) > target)
+    }
+
+    /// The wider of the two half-widths `n` samples would reach here with the spread as
+    /// judged now (on its own samples, t with n − 1 degrees of freedom; on the shared model,
+    /// with at least the degrees of freedom n samples here add): what this host allows with
+    /// `n` samples. `None` while a spread is unknown.
+    pub fn reach(&self, n: u32) -> Option<f64> {
+        let at = |s: Option<SpreadDf>| {
+            let (sd, df) = s?;
+            // n samples here would give the model at least their own degrees of freedom.
+            let df = match self.basis {
+                IntervalBasis::Own => f64::from(n.max(2) - 1),
+                _ => df.max(noise::SHAMOS_EFFICIENCY * f64::from(n.max(2) - 1)),
+            };
+            Some(noise::half_width(sd, df, n as usize))
+        };
+        Some(at(self.spread.0)?.max(at(self.spread.1)?))
     }
 }
 
@@ -173,6 +209,7 @@ pub fn judge(lengths: &[Length<'_>], i: usize, target: f64, floor: u32, cap: u32
             noise::own_variance(v)
                 .and_then(|(var, _)| noise::own_reps_needed(target, var.sqrt(), cap))
         };
+        let spread = |v: &[f64]| noise::own_variance(v).map(|(var, df)| (var.sqrt(), df));
         return Judgement {
             model: below,
             planned,
@@ -181,15 +218,27 @@ pub fn judge(lengths: &[Length<'_>], i: usize, target: f64, floor: u32, cap: u32
             ttft_half_width: noise::own_half_width(p.ttft),
             decode_half_width: noise::own_half_width(p.decode),
             needed: both(own(p.ttft), own(p.decode)),
+            spread: (spread(p.ttft), spread(p.decode)),
         };
     }
     pool.push(&p);
     let model = pool.models(p.context);
+    // Never quieter than this length measured: a spread the F test lets through (two
+    // samples cannot reject much) still widens its own interval.
+    let here = |m: Option<LogSpread>, v: &[f64]| {
+        m.map(|m| LogSpread {
+            sd: m
+                .sd
+                .max(noise::own_variance(v).map_or(0.0, |(var, _)| var.sqrt())),
+            ..m
+        })
+    };
+    let used = (here(model.0, p.ttft), here(model.1, p.decode));
     let width = |m: Option<LogSpread>, v: &[f64]| {
         m.map(|m| noise::half_width(m.sd, m.df, noise::logs(v).len()))
             .filter(|w| w.is_finite())
     };
-    let (ttft_half_width, decode_half_width) = (width(model.0, p.ttft), width(model.1, p.decode));
+    let (ttft_half_width, decode_half_width) = (width(used.0, p.ttft), width(used.1, p.decode));
     let basis = match (ttft_half_width, decode_half_width) {
         (Some(_), Some(_)) => IntervalBasis::Shared,
         _ => IntervalBasis::Unknown,
@@ -201,7 +250,8 @@ pub fn judge(lengths: &[Length<'_>], i: usize, target: f64, floor: u32, cap: u32
         basis,
         ttft_half_width,
         decode_half_width,
-        needed: needed_shared(target, model, floor, cap),
+        needed: needed_shared(target, used, floor, cap),
+        spread: (used.0.map(|m| (m.sd, m.df)), used.1.map(|m| (m.sd, m.df))),
     }
 }
 
