@@ -23,6 +23,7 @@ pub mod sections;
 pub mod speculation;
 pub mod svg;
 pub mod table;
+pub mod tails;
 pub mod text;
 pub mod warm;
 
