@@ -197,21 +197,24 @@ fn facts(
     })
 }
 
-/// The llm-d format as a [`crate::Renderer`]: it needs the results files, not the report
+/// The llm-d format as a [`crate::format::Renderer`]: it needs the results files, not the report
 /// model, so `ctxbench report` calls [`documents`] itself and this only refuses.
 pub struct LlmdRenderer;
 
-impl crate::Renderer for LlmdRenderer {
-    fn report(&self, _: &ctxbench_stats::report::Report) -> Result<String, crate::RenderError> {
-        Err(crate::RenderError::Unsupported(
+impl crate::format::Renderer for LlmdRenderer {
+    fn report(
+        &self,
+        _: &ctxbench_stats::report::Report,
+    ) -> Result<String, crate::format::RenderError> {
+        Err(crate::format::RenderError::Unsupported(
             "llmd-br is written from the results files (ctxbench report RUN.jsonl --format llmd-br)".into(),
         ))
     }
     fn compare(
         &self,
         _: &ctxbench_stats::compare::Comparison,
-    ) -> Result<String, crate::RenderError> {
-        Err(crate::RenderError::Unsupported(
+    ) -> Result<String, crate::format::RenderError> {
+        Err(crate::format::RenderError::Unsupported(
             "--format llmd-br: a comparison has no llm-d Benchmark Report form; use it with ctxbench report".into(),
         ))
     }
