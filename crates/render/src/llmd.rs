@@ -89,7 +89,15 @@ fn document(
 ) -> Value {
     let h = &results.header;
     let point = summarize(at).into_iter().next().unwrap_or_default();
-    let ok: Vec<&Sample> = at.iter().filter(|s| s.usable()).collect();
+    // The samples the report's table uses: usable, and not caught by the cache-hit rule.
+    let suspects = ctxbench_stats::stats::cachehit::suspects(at);
+    let ok: Vec<&Sample> = at
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| s.usable() && !suspects.contains(i))
+        .map(|(_, s)| s)
+        .collect();
+    let verified = ok.iter().filter(|s| s.cache_verified).count();
     let vals = |f: fn(&Sample) -> Option<f64>| ok.iter().filter_map(|s| f(s)).collect::<Vec<_>>();
     let mut latency = Map::new();
     let put = |m: &mut Map<String, Value>, k: &str, s: Option<Value>| {
@@ -158,7 +166,7 @@ fn document(
             "request_performance": {
                 "aggregate": { "requests": requests, "latency": latency },
             },
-            "profiling": { "ctxbench": facts(path, run, &point, (ctx, c)) },
+            "profiling": { "ctxbench": facts(path, run, &point, verified, (ctx, c)) },
         },
     })
 }
@@ -168,9 +176,9 @@ fn facts(
     path: &str,
     run: &ctxbench_stats::report::RunReport,
     p: &ctxbench_stats::stats::PointSummary,
+    verified: usize,
     (ctx, c): (u64, u32),
 ) -> Value {
-    let verified = p.usable.saturating_sub(p.cache_unverified.min(p.usable));
     json!({
         "results_file": path,
         "context_tokens": ctx,
@@ -180,7 +188,7 @@ fn facts(
         "cold_proof": {
             "note": "a sample is cold when the server reported 0 cached prompt tokens for it; the latency statistics use only usable samples (ok, cold, exact length)",
             "usable_with_a_cached_token_count": verified,
-            "without_a_cached_token_count": p.cache_unverified,
+            "usable_without_a_cached_token_count": p.usable.saturating_sub(verified),
             "cache_hits_excluded": p.contaminated,
             "suspected_cache_hits_excluded": p.suspected_cache_hit,
         },
