@@ -105,7 +105,7 @@ pub struct ReportArgs {
     #[arg(value_name = "FORMAT", long, value_enum, default_value = "table")]
     pub format: ReportFormat,
 
-    /// Write the report here instead of to standard output.
+    /// Write the report here instead of to standard output (with `--format llmd-br`, a folder of documents).
     #[arg(long, short, value_name = "FILE")]
     pub out: Option<PathBuf>,
 

@@ -15,6 +15,12 @@ use ctxbench_render::svg;
 
 /// `ctxbench compare`. `Ending::Regressed` when the gate found a regression.
 pub fn run(args: &CompareArgs) -> Result<Ending> {
+    if args.format == ctxbench_render::ReportFormat::LlmdBr {
+        return Err(UsageError::Invalid(
+            "--format llmd-br: a comparison has no llm-d Benchmark Report form; use it with ctxbench report".into(),
+        )
+        .into());
+    }
     if !(args.confidence > 0.0 && args.confidence < 1.0) {
         return Err(UsageError::Invalid(format!(
             "--confidence {}: must be between 0 and 1, e.g. 0.95",

@@ -105,10 +105,59 @@ pub fn roofline_inputs(
     Ok((limits, facts))
 }
 
+/// `--format llmd-br`: llm-d Benchmark Report documents, one per measured point of every
+/// file. With `--out DIR`, one `<run_id>_<context>_c<concurrency>.json` file each in that
+/// folder; otherwise one document per line on standard output.
+fn export_llmd(args: &ReportArgs, loaded: &[(String, String, Results)]) -> Result<()> {
+    let docs: Vec<serde_json::Value> = loaded
+        .iter()
+        .flat_map(|(_, path, r)| ctxbench_render::llmd::documents(r, path))
+        .collect();
+    if docs.is_empty() {
+        return Err(UsageError::Invalid(
+            "--format llmd-br: no cold measured point in these results (a replay or a warm-only run has none to export)".into(),
+        )
+        .into());
+    }
+    match &args.out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            for d in &docs {
+                let uid = d["run"]["uid"].as_str().unwrap_or("point");
+                let name = format!("{}.json", uid.replace(['/', '\\'], "_"));
+                let text = serde_json::to_string_pretty(d)?;
+                write_creating_folders(&dir.join(name), text.as_bytes())?;
+            }
+            eprintln!(
+                "{} llm-d Benchmark Report document(s) in {}",
+                docs.len(),
+                dir.display()
+            );
+        }
+        None => {
+            use std::io::Write;
+            let mut o = std::io::stdout().lock();
+            for d in &docs {
+                writeln!(o, "{}", serde_json::to_string(d)?)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// `ctxbench report`.
 pub fn run(args: &ReportArgs) -> Result<()> {
     let (limits, facts) = roofline_inputs(&args.roofline, true)?;
     let loaded = load(&args.files)?;
+    if args.format == ReportFormat::LlmdBr {
+        if args.plots.is_some() {
+            return Err(UsageError::Invalid(
+                "--plots: --format llmd-br writes documents, not plots".into(),
+            )
+            .into());
+        }
+        return export_llmd(args, &loaded);
+    }
     if let [(_, _, results)] = loaded.as_slice() {
         if let Some(r) = ctxbench_stats::replay_report::build(results) {
             return write_out(args, &replay_text(&r, args.format)?);
@@ -151,6 +200,12 @@ pub fn replay_text(
         ReportFormat::Md => replay::markdown(r),
         ReportFormat::Html => replay::html(r),
         ReportFormat::Json => replay::json(r)?,
+        ReportFormat::LlmdBr => {
+            return Err(UsageError::Invalid(
+                "--format llmd-br: a replay run has no measured points (context × concurrency) to export".into(),
+            )
+            .into())
+        }
         ReportFormat::Csv => {
             return Err(UsageError::Invalid(
                 "--format csv: a replay run's rows are its results file (one JSON line per request); use table, md, html or json".into(),

@@ -308,3 +308,46 @@ fn one_sample_per_length_gives_no_extrapolation_band_and_says_so() {
     );
     assert!(!one.stdout.contains("90% band"), "{}", one.stdout);
 }
+
+#[test]
+fn report_format_llmd_br_writes_a_document_per_point_sharing_the_run_id() {
+    let r = runs();
+    let (code, stdout, stderr) = run(&["report", s(&r.a.out), "--format", "llmd-br"]);
+    assert_eq!(code, 0, "{stderr}");
+    let docs: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(docs.len(), 3, "one per context: {stdout}");
+    let eid = &docs[0]["run"]["eid"];
+    for (d, ctx) in docs.iter().zip([1024, 2048, 4096]) {
+        assert_eq!(d["version"], "0.2.1");
+        assert_eq!(&d["run"]["eid"], eid);
+        assert_eq!(
+            d["scenario"]["load"]["standardized"]["input_seq_len"]["value"],
+            ctx
+        );
+        let ttft =
+            &d["results"]["request_performance"]["aggregate"]["latency"]["time_to_first_token"];
+        // Seconds: the reference server's TTFTs at these lengths are well under 60 s.
+        assert_eq!(ttft["units"], "s");
+        assert!(ttft["mean"].as_f64().unwrap() < 60.0, "{ttft}");
+        assert!(ttft.get("p99").is_none(), "2 samples bound no p99: {ttft}");
+    }
+    // With --out, a folder of one file per point; a comparison has no such form.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("br");
+    let (code, _, stderr) = run(&[
+        "report",
+        s(&r.a.out),
+        "--format",
+        "llmd-br",
+        "--out",
+        s(&out),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(std::fs::read_dir(&out).unwrap().count(), 3);
+    let (code, _, stderr) = run(&["compare", s(&r.a.out), s(&r.a.out), "--format", "llmd-br"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("llmd-br"), "{stderr}");
+}

@@ -18,6 +18,8 @@ pub enum ReportFormat {
     Json,
     /// One self-contained HTML file with inline plots.
     Html,
+    /// llm-d Benchmark Report v0.2.1 documents, one per measured point (`report` only).
+    LlmdBr,
 }
 
 /// Why a report could not be rendered.
@@ -26,6 +28,9 @@ pub enum RenderError {
     /// The plotting library failed.
     #[error("drawing a plot: {0}")]
     Plot(String),
+    /// The format is not one this command writes.
+    #[error("{0}")]
+    Unsupported(String),
     /// Serialization failed.
     #[error("serializing the report: {0}")]
     Json(#[from] serde_json::Error),

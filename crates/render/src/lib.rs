@@ -14,6 +14,7 @@ pub mod fitwords;
 pub mod format;
 pub mod html;
 pub mod json;
+pub mod llmd;
 pub mod markdown;
 pub mod prompts;
 /// The replay report, in every format.
@@ -24,6 +25,7 @@ pub mod sections;
 pub mod speculation;
 pub mod svg;
 pub mod table;
+pub mod tails;
 pub mod text;
 pub mod warm;
 
@@ -38,5 +40,6 @@ pub fn renderer(format: ReportFormat) -> Box<dyn Renderer> {
         ReportFormat::Csv => Box::new(csv::CsvRenderer),
         ReportFormat::Json => Box::new(json::JsonRenderer),
         ReportFormat::Html => Box::new(html::HtmlRenderer),
+        ReportFormat::LlmdBr => Box::new(llmd::LlmdRenderer),
     }
 }

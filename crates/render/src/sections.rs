@@ -91,6 +91,14 @@ fn run_blocks(run: &RunReport, target: Target) -> Vec<Block> {
     if !stops.is_empty() {
         b.push(Block::Table(stops_table(stops)));
     }
+    if let Some(t) = crate::tails::table(&run.points) {
+        b.push(Block::Heading(3, "Tails".into()));
+        b.push(Block::Paragraph(crate::tails::title().into(), Para::Note));
+        b.push(Block::Table(t));
+    }
+    if let Some(n) = crate::tails::note(&run.points) {
+        b.push(Block::Paragraph(n.into(), Para::Note));
+    }
     if let Some(d) = &run.design {
         b.extend(super::design::blocks(d));
     }

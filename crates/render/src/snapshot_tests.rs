@@ -921,3 +921,78 @@ fn report_designed_with_a_prediction_table() {
 fn report_designed_with_a_prediction_markdown() {
     insta::assert_snapshot!(render_designed_with_a_prediction(ReportFormat::Md));
 }
+
+/// The llm-d Benchmark Report v0.2.1 schema, as llm-d-benchmark publishes it
+/// (tests/fixtures/llmd/SOURCE.md).
+fn llmd_validator() -> jsonschema::Validator {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/llmd/br_v0_2_1_json_schema.json"
+    );
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    jsonschema::validator_for(&schema).unwrap()
+}
+
+fn assert_valid(v: &jsonschema::Validator, doc: &serde_json::Value) {
+    let errors: Vec<String> = v.iter_errors(doc).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{errors:#?}\n{doc:#}");
+}
+
+#[test]
+fn llmd_br_documents_are_valid_one_per_point_sharing_the_run_id() {
+    let v = llmd_validator();
+    let docs = crate::llmd::documents(&results("base", 1.0, None), "base.jsonl");
+    assert_eq!(docs.len(), 5, "one per context");
+    for d in &docs {
+        assert_valid(&v, d);
+        assert_eq!(d["run"]["eid"], "base");
+        assert_eq!(d["version"], "0.2.1");
+    }
+    // 4k: three cold samples and one cache hit, which is counted and left out.
+    let d = &docs[2];
+    let agg = &d["results"]["request_performance"]["aggregate"];
+    assert_eq!(agg["requests"]["total"], 4);
+    let ttft = &agg["latency"]["time_to_first_token"];
+    assert_eq!(ttft["units"], "s");
+    let median_ms = 20.0 + 0.05 * 4096.0 + 8e-6 * 4096.0 * 4096.0;
+    assert!(
+        (ttft["p50"].as_f64().unwrap() - median_ms / 1000.0).abs() < 1e-9,
+        "{ttft}"
+    );
+    // Three samples bound no tail: no p90 is claimed, and the profiling says why.
+    assert!(
+        ttft.get("p90").is_none() && ttft.get("p99").is_none(),
+        "{ttft}"
+    );
+    let facts = &d["results"]["profiling"]["ctxbench"];
+    assert_eq!(facts["cold_proof"]["cache_hits_excluded"], 1);
+    assert_eq!(
+        facts["tails"]["time_to_first_token_ms"]["levels"][2]["needed"],
+        299
+    );
+    // The schema is strict: a field it does not name is refused.
+    let mut bad = d.clone();
+    bad["run"]["ctxbench_note"] = serde_json::json!("x");
+    assert!(!v.is_valid(&bad));
+}
+
+#[test]
+fn llmd_br_of_a_grid_has_a_document_per_cell_and_tails_where_n_allows() {
+    let v = llmd_validator();
+    let docs = crate::llmd::documents(&capacity_results(), "grid.jsonl");
+    assert_eq!(docs.len(), 8, "2 contexts × 4 levels");
+    for d in &docs {
+        assert_valid(&v, d);
+    }
+    let c: Vec<_> = docs
+        .iter()
+        .map(|d| d["scenario"]["load"]["standardized"]["concurrency"].clone())
+        .collect();
+    assert_eq!(c[..4], [1, 2, 4, 8].map(serde_json::Value::from));
+    // 40 values: p90 has its interval, p95 and p99 do not.
+    let s =
+        crate::llmd::statistics(&(1..=40).map(f64::from).collect::<Vec<_>>(), "s", 1.0).unwrap();
+    assert!(s.get("p90").is_some() && s.get("p95").is_none() && s.get("p99").is_none());
+    assert_eq!(s["mean"], 20.5);
+}

@@ -75,6 +75,12 @@ pub fn details(run: &RunReport) -> String {
             crate::describe::stop_text(p)
         );
     }
+    if let Some(t) = crate::tails::table(&run.points) {
+        titled(&mut out, &crate::tails::title(), &t);
+    }
+    if let Some(n) = crate::tails::note(&run.points) {
+        let _ = writeln!(out, "{n}");
+    }
     if let Some(d) = &run.design {
         titled(&mut out, &super::design::title(d), &super::design::table(d));
         for n in super::design::notes(d) {
@@ -417,6 +423,8 @@ mod summary_tests {
             warm: 0,
             warm_decode_tokens_per_s: None,
             warm_ms_per_step: None,
+            ttft_tails: None,
+            step_tails: None,
         };
         let t = summary_table(&[p], None);
         let lines: Vec<&str> = t.lines().collect();

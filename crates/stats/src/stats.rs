@@ -12,6 +12,7 @@ pub mod retention;
 pub mod significance;
 pub mod speculation;
 pub mod spread;
+pub mod tail;
 pub mod warm;
 
 pub use spread::{quantile, Spread};
@@ -85,6 +86,12 @@ pub struct PointSummary {
     pub warm_decode_tokens_per_s: Option<Spread>,
     /// ms per token of the warm samples.
     pub warm_ms_per_step: Option<Spread>,
+    /// p90/p95/p99 of the client TTFT (ms) with their order-statistic intervals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_tails: Option<tail::Tails>,
+    /// The same for ms per decode step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step_tails: Option<tail::Tails>,
 }
 
 impl PointSummary {
@@ -226,6 +233,8 @@ pub fn summarize(samples: &[Sample]) -> Vec<PointSummary> {
                     warm.iter().filter_map(|s| s.decode_tokens_per_s),
                 ),
                 warm_ms_per_step: Spread::of(warm.iter().filter_map(|s| s.ms_per_step)),
+                ttft_tails: tail::Tails::of(ok.iter().filter_map(|s| s.ttft_ms)),
+                step_tails: tail::Tails::of(decode_ok.iter().filter_map(|s| s.ms_per_step)),
             }
         })
         .collect()
