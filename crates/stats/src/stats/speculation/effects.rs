@@ -5,9 +5,10 @@
 //!
 //! speedup ≈ α · t_plain / t_verify
 //!
-//! which is checked against the measured decode ratio (plain ÷ speculative ms per token). The
-//! term that moved the speedup at a length is the one whose log change since the first length
-//! is larger: the cost ratio t_verify / t_plain, or α. Pure: no I/O.
+//! which is checked against the measured decode ratio (plain ÷ speculative ms per token). Since
+//! ln S = ln α − ln(t_verify / t_plain), a change of the speedup since the first length splits
+//! into the two terms' log changes: when the speedup moved by more than 10%, the term that
+//! pushed it that way (the larger, if both did) is named; otherwise it holds. Pure: no I/O.
 
 use serde::Serialize;
 
@@ -106,7 +107,7 @@ fn predict(
 /// The decomposition at every length, `rows` in ascending context order; the first length
 /// with every input is the reference the others' movers are named against.
 pub fn decompose(rows: &[Inputs]) -> Vec<Effects> {
-    let mut reference: Option<(u64, f64, f64)> = None;
+    let mut reference: Option<(u64, f64, f64, f64)> = None;
     rows.iter()
         .map(|r| {
             let (a, v, p) = (r.accept_length, r.verify_ms, r.plain_ms);
@@ -127,7 +128,7 @@ pub fn decompose(rows: &[Inputs]) -> Vec<Effects> {
                     let here = (r.context_tokens, a.mean, c);
                     match reference {
                         None => {
-                            reference = Some(here);
+                            reference = Some((here.0, here.1, here.2, s));
                             (Mover::Reference, reference_sentence(here, s))
                         }
                         Some(r0) => mover(r0, here, s),
@@ -165,36 +166,46 @@ fn reference_sentence((c, a, cost): (u64, f64, f64), s: f64) -> String {
     )
 }
 
-/// Names the term whose log change since the reference `r0` is larger.
-fn mover(r0: (u64, f64, f64), (c, a, cost): (u64, f64, f64), s: f64) -> (Mover, String) {
-    let (c0, a0, cost0) = r0;
-    let (da, dc) = ((a / a0).ln(), (cost / cost0).ln());
+/// Names the term that moved the speedup since the reference `r0`: none when the speedup
+/// held within 10%, else the one whose log change went the speedup's way and is larger.
+fn mover(r0: (u64, f64, f64, f64), (c, a, cost): (u64, f64, f64), s: f64) -> (Mover, String) {
+    let (c0, a0, cost0, s0) = r0;
+    // ln S = ln α − ln(cost): the two terms' contributions to the speedup's change.
+    let (da, dc) = ((a / a0).ln(), -(cost / cost0).ln());
+    let ds = da + dc;
     let holds = (1.0 + HOLDS).ln();
     let at = fmt_ctx(c);
     let since = fmt_ctx(c0);
     let cost_words =
         format!("the verify step costs {cost:.2}× the plain step ({cost0:.2}× at {since})");
     let acc_words = format!("acceptance is {a:.2} ({a0:.2} at {since})");
-    if da.abs() < holds && dc.abs() < holds {
+    if ds.abs() < holds {
         return (
             Mover::Neither,
-            format!("{at}: {cost_words} and {acc_words}: neither term moved, the speedup holds at {s:.2}×"),
+            format!("{at}: {cost_words} and {acc_words}: the speedup holds ({s0:.2}× → {s:.2}×)"),
         );
     }
-    let moved = if dc.abs() >= da.abs() {
+    // The term pushing the speedup the way it went, the larger one if both do.
+    let toward = |x: f64| {
+        if x.signum() == ds.signum() {
+            x.abs()
+        } else {
+            0.0
+        }
+    };
+    let moved = if toward(dc) >= toward(da) {
         Mover::Cost
     } else {
         Mover::Acceptance
     };
-    let (lead, other, name, not) = match moved {
-        Mover::Cost => (&cost_words, &acc_words, "cost", "acceptance"),
-        _ => (&acc_words, &cost_words, "acceptance", "cost"),
+    let (lead, other, name, not, other_change) = match moved {
+        Mover::Cost => (&cost_words, &acc_words, "cost", "acceptance", da),
+        _ => (&acc_words, &cost_words, "acceptance", "cost", dc),
     };
-    let other_moved = if moved == Mover::Cost { da } else { dc };
-    let clause = if other_moved.abs() < holds {
-        format!("{name}, not {not}, moved the speedup to {s:.2}×")
+    let clause = if other_change.abs() < holds {
+        format!("{name}, not {not}, moved the speedup from {s0:.2}× to {s:.2}×")
     } else {
-        format!("{name} more than {not} moved the speedup to {s:.2}×")
+        format!("{name} more than {not} moved the speedup from {s0:.2}× to {s:.2}×")
     };
     (moved, format!("{at}: {lead} while {other}: {clause}"))
 }
@@ -231,7 +242,7 @@ mod tests {
         assert_eq!(e[1].mover, Mover::Cost);
         assert!((e[1].cost_ratio.unwrap() - 1.9).abs() < 1e-9);
         assert!(
-            e[1].sentence.starts_with("32k: the verify step costs 1.90× the plain step (1.00× at 4k) while acceptance is 3.05 (3.10 at 4k): cost, not acceptance, moved the speedup to 1.61×"),
+            e[1].sentence.starts_with("32k: the verify step costs 1.90× the plain step (1.00× at 4k) while acceptance is 3.05 (3.10 at 4k): cost, not acceptance, moved the speedup from 3.10× to 1.61×"),
             "{}",
             e[1].sentence
         );
@@ -251,14 +262,14 @@ mod tests {
         ]);
         assert_eq!(e[1].mover, Mover::Neither);
         assert!(
-            e[1].sentence.contains("neither term moved"),
+            e[1].sentence.contains("the speedup holds (2.50× → 2.60×)"),
             "{}",
             e[1].sentence
         );
         assert_eq!(e[2].mover, Mover::Acceptance);
         assert!(
             e[2].sentence
-                .contains("acceptance, not cost, moved the speedup to 0.60×"),
+                .contains("acceptance, not cost, moved the speedup from 2.50× to 0.60×"),
             "{}",
             e[2].sentence
         );
@@ -266,11 +277,11 @@ mod tests {
 
     #[test]
     fn both_terms_moving_names_the_larger_and_a_disagreeing_measurement_is_flagged() {
-        let mut r = row(8192, 2.0, 40.0, 10.0);
+        let mut r = row(8192, 3.0, 60.0, 10.0);
         // Measured 0.3×, predicted 0.5×.
         r.measured = Some(0.3);
+        // Cost ratio 2 → 6 (ln 3 down), α 4 → 3 (ln 4/3 down): cost is the larger push.
         let e = decompose(&[row(1024, 4.0, 20.0, 10.0), r]);
-        // Cost ratio 2 → 4 (×2), α 4 → 2 (×0.5): equal; cost is named on a tie.
         assert_eq!(e[1].mover, Mover::Cost);
         assert!(
             e[1].sentence.contains("cost more than acceptance"),
@@ -278,6 +289,16 @@ mod tests {
             e[1].sentence
         );
         assert_eq!(e[1].agrees, Some(false));
+        // Terms that offset each other: the speedup holds, nothing is named.
+        let e = decompose(&[row(1024, 4.0, 20.0, 10.0), row(2048, 2.0, 20.0, 20.0)]);
+        assert_eq!(e[1].mover, Mover::Neither);
+        // Acceptance rising while cost rises more: the speedup fell, cost is named.
+        let e = decompose(&[row(1024, 2.0, 20.0, 10.0), row(2048, 2.4, 60.0, 10.0)]);
+        assert!(
+            e[1].sentence.contains("cost more than acceptance"),
+            "{}",
+            e[1].sentence
+        );
         // A missing input: unknown, and the next full row becomes the reference.
         let mut gap = row(512, 4.0, 20.0, 10.0);
         gap.verify_ms = None;
