@@ -12,6 +12,28 @@ use crate::cmd::cli::SweepArgs;
 use crate::cmd::{sweep, Ending};
 use ctxbench_schema::error::UsageError;
 
+/// `--corpus auto` with `--server-cmd`: natural text when the command line or any value of
+/// its `-F`/`-L` lists turns speculation on (every variant of the campaign then measures the
+/// same text, so compare accepts them), the repeated sentence otherwise; says so on stderr
+/// when it chose natural text. With `--url` the choice waits for the probe (the session).
+pub fn resolve_auto(args: &mut SweepArgs) {
+    use ctxbench_session::corpus::default;
+    let Some(cmd) = args.server_cmd.as_deref() else {
+        return;
+    };
+    if args.corpus != default::AUTO {
+        return;
+    }
+    let words = std::iter::once(cmd)
+        .chain(args.flag_list.iter().map(String::as_str))
+        .chain(args.parameter_list.iter().map(String::as_str));
+    let (corpus, note) = default::choose(default::command_speculates(words));
+    if let Some(n) = note {
+        eprintln!("{n}");
+    }
+    args.corpus = corpus.to_owned();
+}
+
 /// The corpora of a comma list, in order; one element for a single corpus.
 pub fn split(list: &str) -> Vec<String> {
     list.split(',')
