@@ -140,4 +140,44 @@ mod tests {
             PathBuf::from("d/run.natural.jsonl")
         );
     }
+
+    fn sweep(argv: &[&str]) -> SweepArgs {
+        use crate::cmd::cli::{Cli, Command};
+        use clap::Parser;
+        let argv = std::iter::once("ctxbench").chain(argv.iter().copied());
+        let Command::Sweep(mut args) = Cli::try_parse_from(argv).expect("clap accepts").command
+        else {
+            panic!("not a sweep")
+        };
+        resolve_auto(&mut args);
+        *args
+    }
+
+    #[test]
+    fn the_default_corpus_is_natural_text_for_a_campaign_that_speculates_and_repeat_otherwise() {
+        use ctxbench_session::corpus::default;
+        let spec = sweep(&[
+            "sweep",
+            "--server-cmd",
+            "llama-server -m t --port {port} {spec}",
+            "-F",
+            "spec",
+            ",-md d.gguf --spec-type draft-simple",
+        ]);
+        // Natural text where this host has some (else the repeated sentence, said on stderr).
+        assert_eq!(spec.corpus, default::choose(true).0);
+        let plain = sweep(&["sweep", "--server-cmd", "llama-server -m t --port {port}"]);
+        assert_eq!(plain.corpus, "repeat");
+        // Asked for, the repeated sentence stays; with --url the probe decides later.
+        let asked = sweep(&[
+            "sweep",
+            "--server-cmd",
+            "llama-server -m t -md d --port {port}",
+            "--corpus",
+            "repeat",
+        ]);
+        assert_eq!(asked.corpus, "repeat");
+        let url = sweep(&["sweep", "--url", "http://127.0.0.1:1"]);
+        assert_eq!(url.corpus, default::AUTO);
+    }
 }
