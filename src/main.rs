@@ -28,7 +28,7 @@ mod cmd;
 use cmd::{sweep, Ending};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -57,6 +57,9 @@ fn main() -> ExitCode {
                 }
             }
         });
+        if let Command::Sweep(args) = &mut cli.command {
+            cmd::corpora::resolve_auto(args);
+        }
         match cli.command {
             Command::Sweep(args) if args.server_cmd.is_some() => {
                 cmd::campaign::run(*args, rx).await

@@ -12,6 +12,28 @@ use crate::cmd::cli::SweepArgs;
 use crate::cmd::{sweep, Ending};
 use ctxbench_schema::error::UsageError;
 
+/// `--corpus auto` with `--server-cmd`: natural text when the command line or any value of
+/// its `-F`/`-L` lists turns speculation on (every variant of the campaign then measures the
+/// same text, so compare accepts them), the repeated sentence otherwise; says so on stderr
+/// when it chose natural text. With `--url` the choice waits for the probe (the session).
+pub fn resolve_auto(args: &mut SweepArgs) {
+    use ctxbench_session::corpus::default;
+    let Some(cmd) = args.server_cmd.as_deref() else {
+        return;
+    };
+    if args.corpus != default::AUTO {
+        return;
+    }
+    let words = std::iter::once(cmd)
+        .chain(args.flag_list.iter().map(String::as_str))
+        .chain(args.parameter_list.iter().map(String::as_str));
+    let (corpus, note) = default::choose(default::command_speculates(words));
+    if let Some(n) = note {
+        eprintln!("{n}");
+    }
+    args.corpus = corpus.to_owned();
+}
+
 /// The corpora of a comma list, in order; one element for a single corpus.
 pub fn split(list: &str) -> Vec<String> {
     list.split(',')
@@ -117,5 +139,45 @@ mod tests {
             path_for(Path::new("d/run.jsonl"), "natural"),
             PathBuf::from("d/run.natural.jsonl")
         );
+    }
+
+    fn sweep(argv: &[&str]) -> SweepArgs {
+        use crate::cmd::cli::{Cli, Command};
+        use clap::Parser;
+        let argv = std::iter::once("ctxbench").chain(argv.iter().copied());
+        let Command::Sweep(mut args) = Cli::try_parse_from(argv).expect("clap accepts").command
+        else {
+            panic!("not a sweep")
+        };
+        resolve_auto(&mut args);
+        *args
+    }
+
+    #[test]
+    fn the_default_corpus_is_natural_text_for_a_campaign_that_speculates_and_repeat_otherwise() {
+        use ctxbench_session::corpus::default;
+        let spec = sweep(&[
+            "sweep",
+            "--server-cmd",
+            "llama-server -m t --port {port} {spec}",
+            "-F",
+            "spec",
+            ",-md d.gguf --spec-type draft-simple",
+        ]);
+        // Natural text where this host has some (else the repeated sentence, said on stderr).
+        assert_eq!(spec.corpus, default::choose(true).0);
+        let plain = sweep(&["sweep", "--server-cmd", "llama-server -m t --port {port}"]);
+        assert_eq!(plain.corpus, "repeat");
+        // Asked for, the repeated sentence stays; with --url the probe decides later.
+        let asked = sweep(&[
+            "sweep",
+            "--server-cmd",
+            "llama-server -m t -md d --port {port}",
+            "--corpus",
+            "repeat",
+        ]);
+        assert_eq!(asked.corpus, "repeat");
+        let url = sweep(&["sweep", "--url", "http://127.0.0.1:1"]);
+        assert_eq!(url.corpus, default::AUTO);
     }
 }

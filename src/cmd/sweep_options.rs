@@ -59,6 +59,7 @@ pub fn plan(args: &SweepArgs) -> Result<SweepPlan, UsageError> {
         output_tokens: o.output_tokens(args),
         contexts: o.contexts,
         corpus: o.corpus,
+        corpus_by_default: o.corpus_by_default,
         seed: args.seed,
         prompt_seed: args.prompt_seed,
         nonce: args.nonce.is_on(),
@@ -92,6 +93,7 @@ pub fn plan(args: &SweepArgs) -> Result<SweepPlan, UsageError> {
 struct SweepOptions {
     contexts: Option<Vec<u64>>,
     corpus: CorpusSpec,
+    corpus_by_default: bool,
     two_point: Option<(u32, u32)>,
     policy: RepPolicy,
     timeout: Duration,
@@ -140,8 +142,14 @@ impl SweepOptions {
                 args.corpus
             ));
         }
-        let corpus =
-            ctxbench_session::corpus::parse_spec(&args.corpus).map_err(UsageError::Invalid)?;
+        // `auto` left here is a server given by --url: the repeated sentence unless the
+        // probe sees speculation (a --server-cmd's is resolved from its command line).
+        let corpus_by_default = args.corpus == ctxbench_session::corpus::default::AUTO;
+        let corpus = if corpus_by_default {
+            CorpusSpec::Repeat
+        } else {
+            ctxbench_session::corpus::parse_spec(&args.corpus).map_err(UsageError::Invalid)?
+        };
         if let CorpusSpec::Path(p) | CorpusSpec::Natural(p) = &corpus {
             // An empty or unreadable corpus is the user's to fix: said before any request.
             ctxbench_session::corpus::check_path(p)
@@ -211,6 +219,7 @@ impl SweepOptions {
         Ok(SweepOptions {
             contexts,
             corpus,
+            corpus_by_default,
             two_point,
             policy,
             timeout: seconds("--timeout", args.timeout, false)?,

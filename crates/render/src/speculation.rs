@@ -13,6 +13,7 @@ use crate::text;
 use ctxbench_schema::units::fmt_ctx;
 use ctxbench_schema::units::num;
 use ctxbench_stats::stats::significance::{Basis, RatioInterval};
+use ctxbench_stats::stats::speculation::effects::{Effects, Mover};
 use ctxbench_stats::stats::speculation::{
     LStar, MeanInterval, Payoff, SpecAnalysis, Speculation, SpeedupFit,
 };
@@ -117,6 +118,85 @@ pub fn acceptance_table(a: &SpecAnalysis) -> Table {
         ]);
     }
     t
+}
+
+fn ms_interval(m: Option<MeanInterval>) -> String {
+    match m {
+        None => "–".to_owned(),
+        Some(MeanInterval {
+            mean,
+            low: Some(lo),
+            high: Some(hi),
+            ..
+        }) => format!("{} ({}–{})", num(mean), num(lo.max(0.0)), num(hi)),
+        Some(m) => num(m.mean),
+    }
+}
+
+/// Per context: α, the verify and the plain step's cost with intervals, the cost ratio, the
+/// speedup as their product beside the measured one, and the term that moved it.
+pub fn effects_table(a: &SpecAnalysis) -> Table {
+    let r = |h: &str| (h.to_owned(), Align::Right);
+    let mut t = Table::new([
+        ("context".to_owned(), Align::Left),
+        r("α accept length"),
+        r("ms/verify step"),
+        r("plain ms/step"),
+        r("verify ÷ plain"),
+        r("α·plain÷verify"),
+        r("measured"),
+        ("moved by".to_owned(), Align::Left),
+    ]);
+    for e in &a.effects {
+        let predicted = match (e.predicted_speedup, e.predicted_interval) {
+            (Some(s), Some((lo, hi))) => format!("{s:.2}× ({lo:.2}–{hi:.2})"),
+            (s, _) => ratio(s),
+        };
+        let measured = match e.agrees {
+            Some(false) => format!("{} (differs)", ratio(e.measured_speedup)),
+            _ => ratio(e.measured_speedup),
+        };
+        t.row([
+            fmt_ctx(e.context_tokens),
+            mean(e.accept_length, false),
+            ms_interval(e.verify_ms),
+            ms_interval(e.plain_ms),
+            ratio(e.cost_ratio),
+            predicted,
+            measured,
+            mover_text(e).to_owned(),
+        ]);
+    }
+    t
+}
+
+fn mover_text(e: &Effects) -> &'static str {
+    match e.mover {
+        Mover::Reference => "(reference)",
+        Mover::Cost => "cost",
+        Mover::Acceptance => "acceptance",
+        Mover::Neither => "holds",
+        Mover::Unknown => "–",
+    }
+}
+
+/// The note under the effects table: what the columns are and where the product and the
+/// measurement part.
+pub fn effects_note(a: &SpecAnalysis) -> String {
+    let differs: Vec<String> = a
+        .effects
+        .iter()
+        .filter(|e| e.agrees == Some(false))
+        .map(|e| fmt_ctx(e.context_tokens))
+        .collect();
+    let mut n = "The two effects: a speculative token costs t_verify ÷ α, a plain one t_plain, so speedup ≈ α · t_plain ÷ t_verify (means with t-intervals; the product's interval adds the three relative widths in quadrature). \"moved by\" names, where the speedup moved by more than 10% since the first length, the term that moved it: the verify step's cost in plain steps, or acceptance (\"holds\" otherwise).".to_owned();
+    if !differs.is_empty() {
+        n.push_str(&format!(
+            " At {} the product is more than 15% from the measured ratio: the server's acceptance length and the tokens per verify step disagree, or a step's time is not the decode's (read the measured column).",
+            differs.join(", ")
+        ));
+    }
+    n
 }
 
 /// Where L* lies, by the rule, in one sentence.
@@ -279,6 +359,27 @@ pub fn blocks(s: &Speculation, target: Target) -> Result<Vec<Block>, RenderError
         Para::Note,
     ));
     b.push(Block::Table(acceptance_table(a)));
+    if let Some(c) = &a.cliff {
+        b.push(Block::Callout(Callout {
+            title: Some("Acceptance cliff".into()),
+            items: vec![Item {
+                tone: Tone::Caution,
+                ..Item::new(c.message.as_str())
+            }],
+        }));
+    }
+    if !a.effects.is_empty() {
+        b.push(Block::Paragraph(effects_note(a).into(), Para::Note));
+        b.push(Block::Table(effects_table(a)));
+        b.push(Block::List(super::doc::List {
+            kind: super::doc::ListKind::Bullets,
+            items: a
+                .effects
+                .iter()
+                .map(|e| Item::new(e.sentence.as_str()))
+                .collect(),
+        }));
+    }
     Ok(b)
 }
 
@@ -306,6 +407,16 @@ pub fn text(s: &Speculation) -> String {
     }
     out.push('\n');
     out.push_str(&text::render(&acceptance_table(a), &layout));
+    if let Some(c) = &a.cliff {
+        let _ = writeln!(out, "\nACCEPTANCE CLIFF: {}", c.message);
+    }
+    if !a.effects.is_empty() {
+        let _ = writeln!(out, "\n{}\n", effects_note(a));
+        out.push_str(&text::render(&effects_table(a), &layout));
+        for e in &a.effects {
+            let _ = writeln!(out, "  {}", e.sentence);
+        }
+    }
     let _ = writeln!(out, "\nANSWER: {}", a.answer);
     out
 }

@@ -7,6 +7,7 @@ use rand::{RngExt, SeedableRng};
 use ctxbench_client::Backend;
 use ctxbench_schema::error::ClientError;
 
+pub mod default;
 pub mod natural;
 
 /// The synthetic sentence of `--corpus repeat`. Repetitive text makes drafts trivially right: it inflates

@@ -5,6 +5,8 @@
 pub mod design;
 pub mod impossible;
 pub mod sharing;
+#[cfg(test)]
+mod speculation_tests;
 pub mod warning;
 
 pub use warning::{warn, Warning};
@@ -359,7 +361,47 @@ fn server_warnings(results: &Results, points: &[PointSummary]) -> Vec<Warning> {
             ),
         ));
     }
+    if has_spec {
+        warnings.extend(speculation_warnings(results));
+    }
     warnings
+}
+
+/// A speculative run's acceptance warnings: a prompt that wraps a real corpus (the text
+/// repeats itself, so drafts find their continuation in the prompt: acceptance inflated, as
+/// on the repeated sentence), and a cliff in acceptance along the lengths
+/// ([`crate::stats::speculation::cliff`]).
+fn speculation_warnings(results: &Results) -> Vec<Warning> {
+    use ctxbench_schema::record::CorpusSpec;
+    let h = &results.header;
+    let mut out = Vec::new();
+    // The repeated sentence always wraps and is named synthetic above already.
+    let real_text = matches!(h.corpus.spec, CorpusSpec::Path(_) | CorpusSpec::Natural(_));
+    if h.corpus.wraps && real_text {
+        let longest: Vec<u64> = results
+            .samples
+            .iter()
+            .filter(|s| s.spec_accept_length.is_some() && s.context_tokens > h.corpus.tokens)
+            .map(|s| s.context_tokens)
+            .collect();
+        let from = longest
+            .iter()
+            .min()
+            .map_or(String::new(), |c| format!(" (from {} on)", fmt_ctx(*c)));
+        out.push(warn(
+            "wrapped_corpus",
+            format!(
+                "acceptance measured on prompts that wrap the corpus{from}: {} has {} tokens, so a longer prompt repeats its text and drafts find the continuation in the prompt; acceptance there is inflated: give a longer corpus (--corpus PATH)",
+                h.corpus.label,
+                h.corpus.tokens
+            ),
+        ));
+    }
+    let acc = crate::stats::speculation::run_acceptance(results, 0.95);
+    if let Some(c) = crate::stats::speculation::cliff::find(&acc) {
+        out.push(warn("acceptance_cliff", c.message));
+    }
+    out
 }
 
 /// What the capacity map says that the one-request table cannot: failed requests in the

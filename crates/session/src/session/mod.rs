@@ -82,6 +82,9 @@ pub struct SweepPlan {
     pub contexts: Option<Vec<u64>>,
     /// The text prompts are cut from.
     pub corpus: CorpusSpec,
+    /// `corpus` is `--corpus auto`'s repeated sentence: natural text instead when the probe
+    /// sees speculation ([`crate::corpus::default`]).
+    pub corpus_by_default: bool,
     /// Seed of the corpus (random corpora and window order).
     pub seed: u64,
     /// `--prompt-seed`: reproducible nonces.
@@ -277,6 +280,15 @@ impl Session {
         )
         .await?;
         ctxbench_client::openai::choose_endpoint(&mut profile, plan.endpoint)?;
+        let mut plan = plan;
+        if plan.corpus_by_default && crate::corpus::default::probe_speculates(&profile) {
+            let (c, note) = crate::corpus::default::choose(true);
+            if let (Ok(spec), Some(note)) = (crate::corpus::parse_spec(c), note) {
+                told(&note);
+                plan.corpus = spec;
+                profile.notes.push(note);
+            }
+        }
         if let Some(u) = plan.tokenizer_url.as_deref() {
             adopt_tokenizer(&mut profile, u).await?;
         }

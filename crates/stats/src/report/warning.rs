@@ -8,7 +8,8 @@ pub struct Warning {
     /// `contaminated`, `length_mismatch`, `failed`, `cache_unverified`, `two_point_inverted`,
     /// `cache_bypass_off`, `nonce_off`, `poor_fit`, `no_fit`, `extrapolation`, `torn_line`,
     /// `synthetic_corpus`, `other_phase`, `prediction_missed`, `shared_server`,
-    /// `idle_unchecked`, `held_back_stream`, `impossible_timing`, `roofline_impossible`, `router`.
+    /// `idle_unchecked`, `held_back_stream`, `impossible_timing`, `roofline_impossible`, `router`,
+    /// `wrapped_corpus`, `acceptance_cliff`.
     pub kind: &'static str,
     /// What happened and what to do.
     pub message: String,

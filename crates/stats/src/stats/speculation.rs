@@ -31,6 +31,9 @@
 
 use serde::Serialize;
 
+pub mod cliff;
+pub mod effects;
+
 use super::fit::{self, Fit, Model};
 use super::metric::Metric;
 use super::significance::{self, t_quantile, Basis, RatioInterval, Settings};
@@ -281,6 +284,11 @@ pub struct SpecAnalysis {
     pub l_star: LStar,
     /// The fitted curve; `None` with fewer than two lengths.
     pub fit: Option<SpeedupFit>,
+    /// The two effects (acceptance and cost) per length, and which one moved the speedup.
+    pub effects: Vec<effects::Effects>,
+    /// A drafter-window cliff in acceptance along the lengths, when the rule finds one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cliff: Option<cliff::Cliff>,
     /// The line a user can act on.
     pub answer: String,
     /// What to know besides (a side that reports no statistics, a non-monotone speedup).
@@ -711,6 +719,8 @@ pub fn analyse(a: &Side, b: &Side, side: SpecSide, s: &Settings) -> Option<Specu
         .map(|c| point(plain, spec, c, by_runs, s))
         .collect();
     let l_star = l_star(&points);
+    let effects = effects::decompose(&effect_inputs(plain, spec, &points, by_runs, s.level));
+    let cliff = cliff::find(&acceptance_of(&points));
     if let LStar::StopsPaying { pays_again, .. } = &l_star {
         if !pays_again.is_empty() {
             notes.push(format!(
@@ -752,9 +762,72 @@ pub fn analyse(a: &Side, b: &Side, side: SpecSide, s: &Settings) -> Option<Specu
         points,
         l_star,
         fit,
+        effects,
+        cliff,
         answer,
         notes,
     })))
+}
+
+/// Per length, α, the verify step's and the plain step's cost with intervals, and the
+/// measured speedup: what [`effects::decompose`] splits.
+fn effect_inputs(
+    plain: &Side,
+    spec: &Side,
+    points: &[SpecPoint],
+    by_runs: bool,
+    level: f64,
+) -> Vec<effects::Inputs> {
+    points
+        .iter()
+        .map(|p| {
+            let c = p.context_tokens;
+            effects::Inputs {
+                context_tokens: c,
+                accept_length: p.accept_length,
+                verify_ms: mean_interval(
+                    &per_run(spec, c, |x| x.ms_per_verify_step),
+                    by_runs,
+                    level,
+                ),
+                plain_ms: mean_interval(&per_run(plain, c, |x| x.ms_per_step), by_runs, level),
+                measured: p.speedup,
+            }
+        })
+        .collect()
+}
+
+/// Acceptance per length as the cliff rule reads it.
+pub fn acceptance_of(points: &[SpecPoint]) -> Vec<cliff::Acceptance> {
+    points
+        .iter()
+        .map(|p| cliff::Acceptance {
+            context_tokens: p.context_tokens,
+            rate: p.accept_rate,
+            length: p.accept_length,
+        })
+        .collect()
+}
+
+/// Acceptance per length of one run (cold usable samples, the samples as units): the input
+/// of the cliff rule for a speculative run's own report.
+pub fn run_acceptance(r: &Results, level: f64) -> Vec<cliff::Acceptance> {
+    let runs = [r];
+    let side = Side {
+        label: "",
+        runs: &runs,
+    };
+    contexts(&side)
+        .into_iter()
+        .map(|c| cliff::Acceptance {
+            context_tokens: c,
+            rate: mean_interval(&per_run(&side, c, |x| x.spec_accept_rate), false, level)
+                .map(|m| m.within(0.0, 1.0)),
+            length: mean_interval(&per_run(&side, c, |x| x.spec_accept_length), false, level)
+                .map(|m| m.within(1.0, f64::INFINITY)),
+        })
+        .filter(|a| a.rate.is_some() || a.length.is_some())
+        .collect()
 }
 
 #[cfg(test)]
@@ -873,6 +946,18 @@ mod tests {
         let al = p0.accept_length.unwrap();
         assert_eq!((al.mean, al.n), (3.0, 6));
         assert_eq!(p0.draft_tokens, Some(6 * 32));
+        // The two effects: acceptance holds at 3.0, the verify step grows dearer than the
+        // plain one, and α · t_plain / t_verify gives back the measured speedup.
+        use effects::Mover;
+        let movers: Vec<Mover> = a.effects.iter().map(|e| e.mover).collect();
+        assert_eq!(movers[0], Mover::Reference);
+        assert_eq!(movers[4], Mover::Cost);
+        assert!(
+            a.effects.iter().all(|e| e.agrees == Some(true)),
+            "{:?}",
+            a.effects
+        );
+        assert!(a.cliff.is_none());
     }
 
     #[test]
