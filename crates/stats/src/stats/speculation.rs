@@ -33,6 +33,9 @@ use serde::Serialize;
 
 pub mod cliff;
 pub mod effects;
+pub mod mean;
+
+pub use mean::MeanInterval;
 
 use super::fit::{self, Fit, Model};
 use super::metric::Metric;
@@ -90,30 +93,6 @@ impl NotAnalysed {
         match self {
             NotAnalysed::NeitherSpeculative => "neither side's samples report speculative statistics (acceptance, drafted tokens): no speedup analysis; if one side does speculate but its server does not report it, say which with --spec-side a|b",
             NotAnalysed::BothSpeculative => "both sides' samples report speculative statistics: the speedup needs a plain variant; if one side is the one to call plain anyway, say which is speculative with --spec-side a|b",
-        }
-    }
-}
-
-/// A mean with its t-interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct MeanInterval {
-    /// The mean (of samples, or of run means).
-    pub mean: f64,
-    /// Lower end (`None` with a single unit).
-    pub low: Option<f64>,
-    /// Upper end.
-    pub high: Option<f64>,
-    /// Units behind it.
-    pub n: usize,
-}
-
-impl MeanInterval {
-    /// The interval cut to what the quantity can be.
-    pub fn within(self, lo: f64, hi: f64) -> MeanInterval {
-        MeanInterval {
-            low: self.low.map(|v| v.clamp(lo, hi)),
-            high: self.high.map(|v| v.clamp(lo, hi)),
-            ..self
         }
     }
 }

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::MeanInterval;
+use super::mean::MeanInterval;
 use ctxbench_schema::units::fmt_ctx;
 
 /// What the acceptance figures of a cliff are.

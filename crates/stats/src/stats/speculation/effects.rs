@@ -12,7 +12,7 @@
 
 use serde::Serialize;
 
-use super::MeanInterval;
+use super::mean::MeanInterval;
 use ctxbench_schema::units::fmt_ctx;
 
 /// Below this relative change (10%) a term is said to hold.
