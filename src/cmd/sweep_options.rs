@@ -111,25 +111,7 @@ impl SweepOptions {
     /// Checks the options; no request is sent and no file is written.
     fn from_args(args: &SweepArgs) -> Result<SweepOptions, UsageError> {
         let bad = |m: String| Err(UsageError::Invalid(m));
-        // `--server-cmd` sets the URL of the server it starts.
-        let url = args.url.as_deref().unwrap_or_default();
-        let managed = args.server_cmd.is_some() && args.url.is_none();
-        if !(managed || url.starts_with("http://") || url.starts_with("https://")) {
-            return bad(format!(
-                "--url {url}: give the server's base URL with its scheme, e.g. http://127.0.0.1:8080, or --server-cmd"
-            ));
-        }
-        if let Some(base) = strip_v1(url) {
-            return bad(format!(
-                "--url {url}: give the server's base URL without /v1 (ctxbench adds the paths itself): --url {base}"
-            ));
-        }
-        if args.resume && args.out.is_none() {
-            // Without --out a new timestamped file would be made: there is nothing to resume.
-            return bad(
-                "--resume needs --out: name the results file (or, with --server-cmd, the folder) to continue, e.g. --out run.jsonl --resume".into(),
-            );
-        }
+        check_url(args)?;
         let contexts = args
             .contexts
             .as_deref()
@@ -288,6 +270,32 @@ fn rep_policy(args: &SweepArgs) -> Result<RepPolicy, UsageError> {
             }
         }
     })
+}
+
+/// `--url` is a base URL with its scheme and without /v1 (or `--server-cmd` gives one), and
+/// `--resume` names the file it continues.
+fn check_url(args: &SweepArgs) -> Result<(), UsageError> {
+    let bad = |m: String| Err(UsageError::Invalid(m));
+    // `--server-cmd` sets the URL of the server it starts.
+    let url = args.url.as_deref().unwrap_or_default();
+    let managed = args.server_cmd.is_some() && args.url.is_none();
+    if !(managed || url.starts_with("http://") || url.starts_with("https://")) {
+        return bad(format!(
+            "--url {url}: give the server's base URL with its scheme, e.g. http://127.0.0.1:8080, or --server-cmd"
+        ));
+    }
+    if let Some(base) = strip_v1(url) {
+        return bad(format!(
+            "--url {url}: give the server's base URL without /v1 (ctxbench adds the paths itself): --url {base}"
+        ));
+    }
+    if args.resume && args.out.is_none() {
+        // Without --out a new timestamped file would be made: there is nothing to resume.
+        return bad(
+            "--resume needs --out: name the results file (or, with --server-cmd, the folder) to continue, e.g. --out run.jsonl --resume".into(),
+        );
+    }
+    Ok(())
 }
 
 /// `--metrics-url`: a URL, a path relative to `--url`, or `off`.

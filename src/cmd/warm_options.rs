@@ -43,6 +43,28 @@ fn axis(list: &str, flag: &str) -> Result<Vec<f64>, UsageError> {
 /// `--turn-tokens` when not given.
 const DEFAULT_TURN_TOKENS: u64 = 512;
 
+/// Without `--mode`, a warm mode's own flags are refused with the mode they belong to.
+fn no_mode_flags(args: &SweepArgs) -> Result<(), UsageError> {
+    let bad = |m: String| Err(UsageError::Invalid(m));
+    if args.negative_control || args.ttft_target.is_some() {
+        return bad(
+            "--negative-control and --ttft-target belong to the warm modes: add --mode append (or conversation)".into(),
+        );
+    }
+    if args.append.is_some() {
+        return bad("--append belongs to the warm modes: add --mode append (or tiers)".into());
+    }
+    if args.turn_tokens.is_some() {
+        return bad("--turn-tokens belongs to the warm modes: add --mode conversation".into());
+    }
+    if args.gaps.is_some() || args.pressure.is_some() {
+        return bad(
+            "--gaps and --pressure belong to the retention map: add --mode retention".into(),
+        );
+    }
+    Ok(())
+}
+
 /// The warm plan of `args`, or `None` for the cold sweep.
 pub fn warm_config(
     args: &SweepArgs,
@@ -51,22 +73,7 @@ pub fn warm_config(
 ) -> Result<Option<WarmConfig>, UsageError> {
     let bad = |m: String| Err(UsageError::Invalid(m));
     let Some(mode) = args.mode else {
-        if args.negative_control || args.ttft_target.is_some() {
-            return bad(
-                "--negative-control and --ttft-target belong to the warm modes: add --mode append (or conversation)".into(),
-            );
-        }
-        if args.append.is_some() {
-            return bad("--append belongs to the warm modes: add --mode append (or tiers)".into());
-        }
-        if args.turn_tokens.is_some() {
-            return bad("--turn-tokens belongs to the warm modes: add --mode conversation".into());
-        }
-        if args.gaps.is_some() || args.pressure.is_some() {
-            return bad(
-                "--gaps and --pressure belong to the retention map: add --mode retention".into(),
-            );
-        }
+        no_mode_flags(args)?;
         return Ok(None);
     };
     let m = mode.as_str();

@@ -12,6 +12,7 @@ pub mod proof;
 pub mod schedule;
 
 use std::cmp::Reverse;
+use std::collections::VecDeque;
 use std::collections::{BinaryHeap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
@@ -100,27 +101,8 @@ pub async fn run(
     let mut sessions = schedule::sessions(&todo);
     let start = Instant::now();
     let ms_since = |t: Instant| t.duration_since(start).as_secs_f64() * 1000.0;
-    // Due requests by due time (ms after start), then trace position.
-    let mut due: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
     let key = |ms: f64| (ms * 1000.0).round().max(0.0) as u64;
-    let mut session_of = vec![0usize; todo.len()];
-    for (k, s) in sessions.iter().enumerate() {
-        for &p in s {
-            session_of[p] = k;
-        }
-    }
-    match d.timing.mode {
-        ReplayTiming::OpenLoop => {
-            due.extend((0..todo.len()).map(|p| Reverse((key(offsets[p]), p))))
-        }
-        ReplayTiming::PerSession => {
-            for s in &mut sessions {
-                if let Some(p) = s.pop_front() {
-                    due.push(Reverse((key(offsets[p]), p)));
-                }
-            }
-        }
-    }
+    let (mut due, session_of) = first_due(&mut sessions, &offsets, d.timing.mode);
     let mut ledger = Ledger::new();
     let mut inflight: InFlight<'_> = FuturesUnordered::new();
     let mut sent: u64 = 0;
@@ -197,6 +179,36 @@ pub async fn run(
     })?;
     observer.finish();
     Ok(tally)
+}
+
+/// The requests due first (every one in open loop, each session's first per session) by due
+/// time in µs after the start, then trace position; and each request's session.
+fn first_due(
+    sessions: &mut [VecDeque<usize>],
+    offsets: &[f64],
+    mode: ReplayTiming,
+) -> (BinaryHeap<Reverse<(u64, usize)>>, Vec<usize>) {
+    let key = |ms: f64| (ms * 1000.0).round().max(0.0) as u64;
+    let mut due: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
+    let mut session_of = vec![0usize; offsets.len()];
+    for (k, s) in sessions.iter().enumerate() {
+        for &p in s {
+            session_of[p] = k;
+        }
+    }
+    match mode {
+        ReplayTiming::OpenLoop => {
+            due.extend((0..offsets.len()).map(|p| Reverse((key(offsets[p]), p))))
+        }
+        ReplayTiming::PerSession => {
+            for s in sessions.iter_mut() {
+                if let Some(p) = s.pop_front() {
+                    due.push(Reverse((key(offsets[p]), p)));
+                }
+            }
+        }
+    }
+    (due, session_of)
 }
 
 /// A thread that appends and syncs each sample sent to it (its own handle on the results

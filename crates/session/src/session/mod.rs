@@ -325,15 +325,7 @@ impl Session {
             },
         )?;
         let length = fam.length_policy(&self.profile);
-        if plan.needle_depths.is_some() && length.tolerance_pct > 0.0 {
-            // A calibrated length is only near the target: the fit would cut the question
-            // or move the fact, and a check of such a prompt tests the prompt, not the model.
-            return Err(UsageError::Invalid(format!(
-                "--needle needs prompts of exact length, and on this server lengths are calibrated against its own count (within {}%: no tokenizer endpoint answered), so neither the question at the end nor each fact at its depth can be guaranteed; --tokenizer-url URL lends the tokenizer of a server of the same model, or leave out --needle",
-                length.tolerance_pct * 100.0
-            ))
-            .into());
-        }
+        needle_needs_exact_lengths(plan, length.tolerance_pct)?;
         negotiate(backend.as_ref(), &mut self.profile, observer).await?;
         let corpus = prepare_corpus(
             plan,
@@ -1141,4 +1133,19 @@ fn run_config(plan: &SweepPlan, profile: &ServerProfile, p: &Prepared) -> RunCon
         prompts: plan.prompts,
         replay: None,
     }
+}
+
+/// `--needle` on lengths calibrated against the server's count is refused before anything is
+/// measured.
+fn needle_needs_exact_lengths(plan: &SweepPlan, tolerance_pct: f64) -> Result<(), SessionError> {
+    if plan.needle_depths.is_some() && tolerance_pct > 0.0 {
+        // A calibrated length is only near the target: the fit would cut the question
+        // or move the fact, and a check of such a prompt tests the prompt, not the model.
+        return Err(UsageError::Invalid(format!(
+            "--needle needs prompts of exact length, and on this server lengths are calibrated against its own count (within {}%: no tokenizer endpoint answered), so neither the question at the end nor each fact at its depth can be guaranteed; --tokenizer-url URL lends the tokenizer of a server of the same model, or leave out --needle",
+            tolerance_pct * 100.0
+        ))
+        .into());
+    }
+    Ok(())
 }

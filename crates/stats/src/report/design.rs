@@ -288,34 +288,7 @@ pub fn build(results: &Results) -> Option<DesignReport> {
             (c, spent(c) / k as f64)
         })
         .collect();
-    // A fixed sweep measures the predicted lengths too: their sample time from a quadratic
-    // fit of the measured lengths' (what the cost model would predict).
-    let cost_fit = fit::fit(Model::Quadratic, &per_sample);
-    let predicted_s: f64 = predicted
-        .iter()
-        .filter_map(|p| {
-            cost_fit
-                .as_ref()
-                .map(|f| f.predict(p.context_tokens as f64))
-        })
-        .sum();
-    let sweep_s = per_sample.iter().map(|x| x.1).sum::<f64>() + predicted_s;
-    let fixed = FIXED_REPS
-        .iter()
-        .map(|&n| {
-            let f = f64::from(n) * sweep_s;
-            FixedSweep {
-                reps: n,
-                server_s: f,
-                ratio: (f > 0.0).then(|| server_s / f),
-                widest_half_width: spreads
-                    .iter()
-                    .map(|s| s.map(|sd| noise::half_width(sd, f64::from(n - 1), n as usize)))
-                    .collect::<Option<Vec<f64>>>()
-                    .and_then(|v| v.into_iter().reduce(f64::max)),
-            }
-        })
-        .collect();
+    let fixed = fixed_sweeps(&per_sample, &predicted, &spreads, server_s);
     points.extend(predicted);
     points.sort_by_key(|p| p.context_tokens);
     let out_of_reach = points
@@ -339,6 +312,44 @@ pub fn build(results: &Results) -> Option<DesignReport> {
         out_of_reach,
         extrapolation: extrapolations(&owned, results.header.server.max_context, target),
     })
+}
+
+/// The fixed `--reps N` sweeps of the same lengths a user would run instead, at this run's
+/// cost per sample, with the widest interval each would state.
+fn fixed_sweeps(
+    per_sample: &[(u64, f64)],
+    predicted: &[DesignPoint],
+    spreads: &[Option<f64>],
+    server_s: f64,
+) -> Vec<FixedSweep> {
+    // A fixed sweep measures the predicted lengths too: their sample time from a quadratic
+    // fit of the measured lengths' (what the cost model would predict).
+    let cost_fit = fit::fit(Model::Quadratic, per_sample);
+    let predicted_s: f64 = predicted
+        .iter()
+        .filter_map(|p| {
+            cost_fit
+                .as_ref()
+                .map(|f| f.predict(p.context_tokens as f64))
+        })
+        .sum();
+    let sweep_s = per_sample.iter().map(|x| x.1).sum::<f64>() + predicted_s;
+    FIXED_REPS
+        .iter()
+        .map(|&n| {
+            let f = f64::from(n) * sweep_s;
+            FixedSweep {
+                reps: n,
+                server_s: f,
+                ratio: (f > 0.0).then(|| server_s / f),
+                widest_half_width: spreads
+                    .iter()
+                    .map(|s| s.map(|sd| noise::half_width(sd, f64::from(n - 1), n as usize)))
+                    .collect::<Option<Vec<f64>>>()
+                    .and_then(|v| v.into_iter().reduce(f64::max)),
+            }
+        })
+        .collect()
 }
 
 /// A designed run's `point` lines as the report states them: each with the interval of
