@@ -295,7 +295,7 @@ pub(super) mod tests {
 
     /// A run of `mode` with eight append samples at 4k + 128 of TTFT `ttft`, `ttft` + 1, …
     /// ms, all proven hits (`hit`) or all misses.
-    pub(in crate::compare) fn run(mode: WarmMode, ttft: f64, hit: bool) -> Loaded {
+    pub(crate) fn run(mode: WarmMode, ttft: f64, hit: bool) -> Loaded {
         let mut r: Results = ctxbench_schema::testdata::golden("sweep.jsonl");
         r.header.config.warm = Some(WarmConfig {
             mode,
