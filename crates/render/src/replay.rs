@@ -1,9 +1,11 @@
 //! The replay report (`ctxbench report` on a replay's results, and the end of `ctxbench
 //! replay`): one document, written for the terminal, Markdown, HTML and JSON.
 
-use ctxbench_stats::replay_report::{Quantile, ReplayReport, ReuseRow, TtftRow};
+use ctxbench_stats::replay_report::{DecodeRow, Quantile, ReplayReport, ReuseRow, TtftRow};
 
-use crate::doc::{self, Align, Block, Document, Item, List, ListKind, Para, Table, Target};
+use crate::doc::{
+    self, Align, Block, Document, Figure, Item, List, ListKind, Para, Table, Target,
+};
 use crate::RenderError;
 
 fn pct(x: Option<f64>) -> String {
@@ -58,6 +60,27 @@ fn ttft_table(title: &str, rows: &[TtftRow]) -> Table {
             q(&row.p50),
             q(&row.p90),
             q(&row.p99),
+        ]);
+    }
+    t
+}
+
+fn decode_table(rows: &[DecodeRow]) -> Table {
+    let r = |h| (h, Align::Right);
+    let mut t = Table::new([
+        ("input tokens", Align::Left),
+        r("n"),
+        r("decode tok/s median"),
+        r("min"),
+        r("max"),
+    ]);
+    for row in rows {
+        t.row([
+            row.label.clone(),
+            row.n.to_string(),
+            format!("{:.1}", row.median_tokens_per_s),
+            format!("{:.1}", row.min_tokens_per_s),
+            format!("{:.1}", row.max_tokens_per_s),
         ]);
     }
     t
@@ -147,8 +170,9 @@ fn summary(r: &ReplayReport) -> Vec<String> {
     v
 }
 
-/// The report as a document for `target`.
-pub fn document(r: &ReplayReport, _target: Target) -> Document {
+/// The report as a document for `target` (HTML adds the timeline and the TTFT scatter; a
+/// plot that cannot be drawn is left out and said so).
+pub fn document(r: &ReplayReport, target: Target) -> Document {
     let mut blocks = vec![
         Block::Heading(1, "ctxbench replay report".into()),
         bullets(summary(r)),
@@ -194,9 +218,43 @@ pub fn document(r: &ReplayReport, _target: Target) -> Document {
         "A quantile is given only where its bucket has the samples it needs (p50: 2, p90: 10, p99: 100); (n<k) marks one that has fewer.".into(),
         Para::Note,
     ));
+    blocks.push(Block::Heading(2, "Decode rate by context".into()));
+    if r.decode_by_input.is_empty() {
+        blocks.push(Block::Paragraph(
+            "no request generated two or more tokens outside an overlap: no decode rate".into(),
+            Para::Note,
+        ));
+    } else {
+        blocks.push(Block::Table(decode_table(&r.decode_by_input)));
+    }
+    if target == Target::Html {
+        blocks.extend(plots(r));
+    }
     Document {
         title: format!("ctxbench replay report: {}", r.config.trace),
         blocks,
+    }
+}
+
+/// The HTML report's figures: the per-session timeline and TTFT vs uncached tokens.
+fn plots(r: &ReplayReport) -> Vec<Block> {
+    match crate::svg::replay_plots(r) {
+        Ok(p) if p.is_empty() => Vec::new(),
+        Ok(p) => vec![
+            Block::Heading(2, "Timeline and TTFT vs uncached tokens".into()),
+            Block::Gallery(
+                p.into_iter()
+                    .map(|p| Figure {
+                        svg: p.svg,
+                        caption: p.caption,
+                    })
+                    .collect(),
+            ),
+        ],
+        Err(e) => vec![Block::Paragraph(
+            format!("the plots could not be drawn: {e}").into(),
+            Para::Note,
+        )],
     }
 }
 
@@ -243,4 +301,130 @@ pub fn html(r: &ReplayReport) -> String {
 /// The report model as JSON.
 pub fn json(r: &ReplayReport) -> Result<String, RenderError> {
     Ok(serde_json::to_string_pretty(r)? + "\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ctxbench_schema::record::replay::{ReplayConfig, ReplayInfo};
+    use ctxbench_schema::record::{Flag, Results, Sample, ServerTimings, Status};
+
+    /// A replay of 12 requests over two workers: 4 first turns (nothing to reuse), 6 proven
+    /// hits, 1 `reuse_short`, 1 `reuse_unverified`; an SLO of TTFT ≤ 100 ms.
+    pub(crate) fn results() -> Results {
+        let mut r: Results = ctxbench_schema::testdata::golden("sweep.jsonl");
+        r.header.config.replay = Some(ReplayConfig {
+            trace: "trace.jsonl".into(),
+            format: "Mooncake / timed-trace JSONL".into(),
+            requests: 12,
+            planned: 12,
+            sessions: 4,
+            block_tokens: 512,
+            salt: 7,
+            speed: 1.0,
+            input_tokens: 12 * 1500,
+            ideal_reuse_tokens: 8 * 1024,
+            slo_ttft_ms: Some(100.0),
+            ..Default::default()
+        });
+        r.samples = (0..12u64)
+            .map(|i| {
+                let turn = (i / 4) as u32;
+                let shared = if turn == 0 { 0 } else { 1024 };
+                let cached = match i {
+                    0..=3 => 0,
+                    8 => 12,
+                    _ => 1024,
+                };
+                let mut s = Sample {
+                    status: Status::Ok,
+                    prompt_tokens: Some(1500 + 600 * u64::from(turn)),
+                    cached_tokens: (i != 9).then_some(cached),
+                    ttft_ms: Some(if cached > 100 { 60.0 } else { 300.0 } + i as f64),
+                    decode_tokens_per_s: Some(50.0 - i as f64),
+                    ms_per_step: Some(20.0),
+                    server: Some(ServerTimings {
+                        prompt_n: Some(1500),
+                        prompt_ms: Some(300.0),
+                        ..Default::default()
+                    }),
+                    replay: Some(ReplayInfo {
+                        index: i,
+                        session: Some(format!("s{}", i % 4)),
+                        turn,
+                        sent_ms: 100.0 * i as f64,
+                        scheduled_ms: 100.0 * i as f64,
+                        input_tokens: 1500,
+                        shared_prefix_tokens: shared,
+                        expected_reuse: shared.saturating_sub(1),
+                        worker: Some(format!("w{}", i % 2)),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
+                if i == 8 {
+                    s.flags.push(Flag::ReuseShort);
+                }
+                if i == 9 {
+                    s.flags.push(Flag::ReuseUnverified);
+                }
+                s
+            })
+            .collect();
+        r
+    }
+
+    /// Every item of the report section, by the words each format shows it with.
+    #[test]
+    fn every_report_item_is_in_the_terminal_markdown_html_and_json() {
+        let r = ctxbench_stats::replay_report::build(&results()).unwrap();
+        let words = [
+            "turn depth",
+            "input tokens",
+            "worker",
+            "w0",
+            "w1",
+            "prefill tokens",
+            "server seconds",
+            "uncached tokens",
+            "TTFT p50 ms",
+            "p90 ms",
+            "p99 ms",
+            "(n<10)",
+            "(n<100)",
+            "Decode rate by context",
+            "goodput under the SLO",
+        ];
+        // HTML escapes `<`: read it back as text.
+        let page = html(&r).replace("&lt;", "<");
+        for (name, text) in [("terminal", text(&r)), ("markdown", markdown(&r)), ("html", page)] {
+            for w in words {
+                assert!(text.contains(w), "{name} lacks `{w}`:\n{text}");
+            }
+        }
+        let h = html(&r);
+        assert_eq!(h.matches("<svg").count(), 2, "timeline and scatter inline");
+        assert!(h.contains("Per-session timeline") && h.contains("TTFT against the prompt tokens"));
+        assert!(!markdown(&r).contains("<svg"), "no plots in Markdown");
+        let j: serde_json::Value = serde_json::from_str(&json(&r).unwrap()).unwrap();
+        for k in [
+            "by_turn",
+            "by_input",
+            "by_worker",
+            "saved_tokens",
+            "saved_server_s",
+            "ttft_by_input",
+            "ttft_by_uncached",
+            "decode_by_input",
+            "goodput",
+        ] {
+            assert!(!j[k].is_null(), "json lacks {k}");
+        }
+        assert_eq!(j["by_worker"].as_array().unwrap().len(), 2);
+        // A quantile without the samples it needs is marked with the n it needs.
+        assert_eq!(j["ttft_by_input"][0]["p90"], serde_json::json!({"need": 10}));
+        assert_eq!(j["goodput"]["met"], 7, "the 6 hits and the unverified one (its prefix served, uncounted) meet TTFT ≤ 100 ms");
+        assert!(j["saved_server_s"].as_f64().unwrap() > 0.0);
+        assert!(j.get("points").is_none(), "per-request points stay in the results file");
+    }
 }

@@ -3,6 +3,7 @@
 //! per run; and the B/A ratio plot of a comparison.
 
 mod draw;
+mod replay;
 mod speculation;
 mod warm;
 pub use draw::Plot;
@@ -10,6 +11,7 @@ pub use speculation::{
     acceptance_plot as spec_acceptance_plot, speculation_plots, speculation_plots_of, speedup_plot,
     AcceptanceSeries,
 };
+pub use replay::replay_plots;
 pub use warm::warm_plots;
 
 use draw::{

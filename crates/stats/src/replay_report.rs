@@ -108,6 +108,76 @@ pub struct Goodput {
     pub per_s: Option<f64>,
 }
 
+/// Decode rate of a bucket of contexts.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DecodeRow {
+    /// The bucket (`1k–2k` prompt tokens).
+    pub label: String,
+    /// Requests with a decode rate (two or more tokens generated, not overlapped).
+    pub n: usize,
+    /// Median decode rate, tokens/s.
+    pub median_tokens_per_s: f64,
+    /// Slowest and fastest, tokens/s.
+    pub min_tokens_per_s: f64,
+    /// See `min_tokens_per_s`.
+    pub max_tokens_per_s: f64,
+}
+
+/// How a request's reuse was judged, as the HTML plots colour it.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Proof {
+    /// The server's cached count reached what the trace lets it reuse.
+    Hit,
+    /// Flagged `reuse_short`: it reused less.
+    Short,
+    /// Flagged `reuse_unverified`: the server gave no cached count.
+    Unverified,
+    /// Nothing of it was shared with requests answered before (a first turn).
+    Cold,
+}
+
+impl Proof {
+    /// The name in legends.
+    pub fn label(self) -> &'static str {
+        match self {
+            Proof::Hit => "proven hit",
+            Proof::Short => "reuse_short",
+            Proof::Unverified => "reuse_unverified",
+            Proof::Cold => "nothing to reuse",
+        }
+    }
+
+    fn of(s: &Sample, shared: u64) -> Proof {
+        if s.has(&Flag::ReuseShort) {
+            Proof::Short
+        } else if s.has(&Flag::ReuseUnverified) {
+            Proof::Unverified
+        } else if shared == 0 {
+            Proof::Cold
+        } else {
+            Proof::Hit
+        }
+    }
+}
+
+/// One answered request, as the HTML plots draw it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RequestPoint {
+    /// Its session (`-` where the trace has none).
+    pub session: String,
+    /// Its index in the trace.
+    pub index: u64,
+    /// When it was sent, s after the replay started.
+    pub sent_s: f64,
+    /// Its TTFT, ms (`None`: overlapped or not measured).
+    pub ttft_ms: Option<f64>,
+    /// Prompt tokens the cache did not serve (`None` without a cached count).
+    pub uncached_tokens: Option<u64>,
+    /// Its proof.
+    pub proof: Proof,
+}
+
 /// The whole replay report of one run.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplayReport {
@@ -141,6 +211,8 @@ pub struct ReplayReport {
     pub ttft_by_input: Vec<TtftRow>,
     /// TTFT by uncached tokens (prompt − cached).
     pub ttft_by_uncached: Vec<TtftRow>,
+    /// Decode rate by input length (the context each request decoded at).
+    pub decode_by_input: Vec<DecodeRow>,
     /// Goodput under the SLO, when one was given.
     pub goodput: Option<Goodput>,
     /// Lateness p50, p99 and max, ms.
@@ -150,6 +222,10 @@ pub struct ReplayReport {
     pub last_sent_s: f64,
     /// See `last_sent_s`.
     pub last_due_s: f64,
+    /// Every answered request, in trace order, for the HTML plots (not in the JSON report:
+    /// the results file holds them).
+    #[serde(skip)]
+    pub points: Vec<RequestPoint>,
 }
 
 /// Samples a quantile `q` needs: at least one beyond it (p50: 2, p90: 10, p99: 100).
@@ -187,6 +263,46 @@ fn turn_bucket(turn: u32) -> (u32, String) {
     }
     let lo = 1u32 << (31 - turn.leading_zeros());
     (lo, format!("turn {}–{}", lo, lo * 2 - 1))
+}
+
+fn decode_rows(v: Vec<(u64, f64)>) -> Vec<DecodeRow> {
+    let mut by: BTreeMap<u64, (String, Vec<f64>)> = BTreeMap::new();
+    for (tokens, r) in v.into_iter().filter(|x| x.1.is_finite() && x.1 > 0.0) {
+        let (k, label) = bucket(tokens);
+        by.entry(k).or_insert_with(|| (label, Vec::new())).1.push(r);
+    }
+    by.into_values()
+        .filter_map(|(label, r)| {
+            let s = crate::stats::Spread::of(r.iter().copied())?;
+            Some(DecodeRow {
+                label,
+                n: r.len(),
+                median_tokens_per_s: s.median,
+                min_tokens_per_s: s.min,
+                max_tokens_per_s: s.max,
+            })
+        })
+        .collect()
+}
+
+/// The answered requests as the plots draw them.
+fn points(ok: &[&Sample]) -> Vec<RequestPoint> {
+    ok.iter()
+        .filter_map(|s| {
+            let r = s.replay.as_ref()?;
+            Some(RequestPoint {
+                session: r.session.clone().unwrap_or_else(|| "-".to_owned()),
+                index: r.index,
+                sent_s: r.sent_ms / 1000.0,
+                ttft_ms: s.ttft_ms.filter(|_| s.clean()),
+                uncached_tokens: s
+                    .prompt_tokens
+                    .zip(s.cached_tokens)
+                    .map(|(p, c)| p.saturating_sub(c)),
+                proof: Proof::of(s, r.shared_prefix_tokens),
+            })
+        })
+        .collect()
 }
 
 fn ttft_rows(mut v: Vec<(u64, f64)>) -> Vec<TtftRow> {
@@ -279,6 +395,17 @@ pub fn build(r: &Results) -> Option<ReplayReport> {
             })
             .collect(),
     );
+    let decode_by_input = decode_rows(
+        timed
+            .iter()
+            .filter_map(|s| {
+                Some((
+                    s.prompt_tokens.unwrap_or(s.context_tokens),
+                    s.decode_tokens_per_s?,
+                ))
+            })
+            .collect(),
+    );
     let mut late: Vec<f64> = samples
         .iter()
         .filter_map(|s| Some(s.replay.as_ref()?.lateness_ms))
@@ -313,10 +440,12 @@ pub fn build(r: &Results) -> Option<ReplayReport> {
         by_worker,
         ttft_by_input,
         ttft_by_uncached,
+        decode_by_input,
         goodput,
         lateness_ms,
         last_sent_s,
         last_due_s,
+        points: points(&ok),
     })
 }
 
