@@ -56,6 +56,9 @@ pub fn run(args: &CompareArgs) -> Result<Ending> {
         .iter()
         .map(|s| report::load(s))
         .collect::<Result<Vec<_>>>()?;
+    if compare::replay::any_replay(&sides) {
+        return replay(args, &sides, &settings);
+    }
     let cmp = compare::build_with(&sides, args.allow_mismatch, &settings, args.spec_side)?
         .with_roofline(&sides, limits.as_ref(), facts.as_ref());
     let text = ctxbench_render::renderer(args.format).compare(&cmp)?;
@@ -85,6 +88,41 @@ pub fn run(args: &CompareArgs) -> Result<Ending> {
         Some(t) => apply_gate(&cmp, t),
         None => Ending::Complete,
     })
+}
+
+/// Two replays compared per bucket (`compare::replay`); the plots, the gate and the CSV of
+/// a sweep comparison have no replay form yet and are refused, saying so.
+fn replay(
+    args: &CompareArgs,
+    sides: &[Vec<compare::Loaded>],
+    settings: &Settings,
+) -> Result<Ending> {
+    use ctxbench_render::ReportFormat as F;
+    let refuse = |what: &str| -> Result<Ending> {
+        Err(UsageError::Invalid(format!(
+            "{what}: not available when comparing replays (use --format table, md, html or json)"
+        ))
+        .into())
+    };
+    if matches!(args.format, F::Csv) {
+        return refuse("--format csv");
+    }
+    if args.plot.is_some() || args.spec_plots.is_some() {
+        return refuse("--plot / --spec-plots");
+    }
+    if args.fail_if_slower.is_some() {
+        return refuse("--fail-if-slower");
+    }
+    let cmp = compare::replay::compare(sides, args.allow_mismatch, settings)?;
+    let text = ctxbench_render::replay_compare::render(&cmp, args.format)?;
+    match &args.out {
+        Some(p) => super::report::write_creating_folders(p, text.as_bytes())?,
+        None => {
+            use std::io::Write;
+            std::io::stdout().lock().write_all(text.as_bytes())?;
+        }
+    }
+    Ok(Ending::Complete)
 }
 
 /// `5%`, `5` (percent) or `0.05` (fraction) → 0.05.

@@ -19,6 +19,8 @@ pub mod markdown;
 pub mod prompts;
 /// The replay report, in every format.
 pub mod replay;
+/// Two replays compared, in every format.
+pub mod replay_compare;
 pub mod retention;
 pub mod roofline;
 pub mod sections;

@@ -260,13 +260,18 @@ fn plots(r: &ReplayReport) -> Vec<Block> {
 
 /// The report for the terminal: the summary lines, then aligned tables.
 pub fn text(r: &ReplayReport) -> String {
+    plain(document(r, Target::Markdown))
+}
+
+/// A replay document for the terminal: headings, bullet lines, aligned tables, notes.
+pub(crate) fn plain(d: Document) -> String {
     let layout = crate::text::Layout {
         indent: "  ",
         rule: true,
         min_widths: &[],
     };
     let mut out = String::new();
-    for b in document(r, Target::Markdown).blocks {
+    for b in d.blocks {
         match b {
             Block::Heading(_, t) => out.push_str(&format!("\n{}\n", t.to_plain())),
             Block::List(l) => {
@@ -304,7 +309,7 @@ pub fn json(r: &ReplayReport) -> Result<String, RenderError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use ctxbench_schema::record::replay::{ReplayConfig, ReplayInfo};
     use ctxbench_schema::record::{Flag, Results, Sample, ServerTimings, Status};

@@ -17,6 +17,7 @@ pub use crate::stats::significance::Verdict;
 
 pub mod gate;
 pub mod loaded;
+pub mod replay;
 pub mod warm;
 
 pub use loaded::Loaded;

@@ -244,7 +244,7 @@ pub fn quantile(sorted: &[f64], q: f64) -> Quantile {
 }
 
 /// A power-of-two bucket of tokens: `[lo, 2·lo)`, labelled.
-fn bucket(tokens: u64) -> (u64, String) {
+pub fn bucket(tokens: u64) -> (u64, String) {
     if tokens < 1024 {
         return (0, "<1k".to_owned());
     }
