@@ -36,6 +36,7 @@ mod protocol_tgi;
 mod protocol_vllm;
 mod real_model_llamacpp;
 mod replay_fleet_llamacpp;
+mod replay_compare_llamacpp;
 mod replay_llamacpp;
 mod replay_trace;
 mod report;

@@ -14,7 +14,7 @@ use ctxbench_schema::record::{read_results, Flag, Sample};
 /// Two sessions of three turns, 512-token blocks (Mooncake), each turn's prompt the previous
 /// one plus new blocks: turn 1 may reuse 1024 tokens, turn 2 1300. `late_ms` is when the last
 /// turn of each session is due (open loop).
-fn two_sessions(dir: &Path, late_ms: u64) -> String {
+pub(crate) fn two_sessions(dir: &Path, late_ms: u64) -> String {
     let lines = [
         (0, 1024, "[1, 2]", "a"),
         (0, 1024, "[10, 11]", "b"),

@@ -18,10 +18,15 @@ use crate::request::{TraceError, TraceRequest};
 const LOCAL_ID_BITS: u32 = 40;
 
 /// The Weka reader. A session's requests interleave with its subagents' and, in a folder,
-/// with every other session's (all start at time 0), so the folder is read whole and sorted
-/// by time: its memory is the folder's, unlike the line-by-line formats.
+/// with every other session's (all start at time 0), so the folder is read whole (one file's
+/// JSON at a time) and sorted by time: its memory grows with the folder, unlike the
+/// line-by-line formats. It is kept compact: a session whose prompt grows turn by turn holds
+/// its hash ids once ([`Runs`]), each request a length into them, and a request's ids are
+/// copied out only when it is yielded; so the folder costs ~100 bytes per request plus 8 per
+/// distinct id of each session, not 8 per id of every request.
 pub(crate) struct WekaSource {
-    requests: std::vec::IntoIter<TraceRequest>,
+    requests: std::vec::IntoIter<Pending>,
+    runs: Runs,
     files: usize,
     block_sizes: Vec<u32>,
     local: usize,
@@ -35,6 +40,7 @@ impl WekaSource {
         let mut all = Vec::new();
         let mut src = WekaSource {
             requests: Vec::new().into_iter(),
+            runs: Runs::default(),
             files: files.len(),
             block_sizes: Vec::new(),
             local: 0,
@@ -44,8 +50,9 @@ impl WekaSource {
             src.read_file(f, i as u64 + 1, &mut all)?;
         }
         // Stable: equal times keep file and array order.
-        all.sort_by(|a: &TraceRequest, b| {
-            a.at_ms.unwrap_or(0.0).total_cmp(&b.at_ms.unwrap_or(0.0))
+        all.sort_by(|a: &Pending, b| {
+            let t = |p: &Pending| p.request.at_ms.unwrap_or(0.0);
+            t(a).total_cmp(&t(b))
         });
         src.requests = all.into_iter();
         Ok(src)
@@ -55,7 +62,7 @@ impl WekaSource {
         &mut self,
         path: &Path,
         file_no: u64,
-        out: &mut Vec<TraceRequest>,
+        out: &mut Vec<Pending>,
     ) -> Result<(), TraceError> {
         let text = std::fs::read_to_string(path).map_err(|source| TraceError::Io {
             path: path.to_owned(),
@@ -120,6 +127,8 @@ impl WekaSource {
             turns: HashMap::new(),
             out: Vec::new(),
             subagents: 0,
+            runs: &mut self.runs,
+            current: HashMap::new(),
         };
         let reqs = requests_of(at, &top)?;
         walk.requests(reqs, 0.0, &session, "requests")?;
@@ -128,10 +137,10 @@ impl WekaSource {
         let origin = walk
             .out
             .iter()
-            .filter_map(|r| r.at_ms)
+            .filter_map(|r| r.request.at_ms)
             .fold(f64::INFINITY, f64::min);
         for r in &mut walk.out {
-            if let Some(t) = r.at_ms.as_mut() {
+            if let Some(t) = r.request.at_ms.as_mut() {
                 *t -= origin;
             }
         }
@@ -148,14 +157,51 @@ fn requests_of<'v>(at: At<'_>, obj: &'v Map<String, Value>) -> Result<&'v [Value
     }
 }
 
+/// Hash ids held once per session: a run is one session's ids as its prompt grew; a request
+/// whose ids extend (or repeat a prefix of) its session's run is a length into it, and one
+/// that departs from it (a compaction, a rewrite) starts a new run.
+#[derive(Default)]
+struct Runs {
+    ids: Vec<Vec<u64>>,
+}
+
+impl Runs {
+    /// Stores `blocks` into `run` (a session's current run, if any), returning the run and
+    /// the length that is this request's ids.
+    fn store(&mut self, run: Option<usize>, blocks: Vec<u64>) -> (usize, usize) {
+        let len = blocks.len();
+        if let Some(r) = run {
+            let have = &mut self.ids[r];
+            let common = have.iter().zip(&blocks).take_while(|(a, b)| a == b).count();
+            if common == len.min(have.len()) {
+                // The same prefix: extend the run with what is new.
+                have.extend_from_slice(&blocks[common..]);
+                return (r, len);
+            }
+        }
+        self.ids.push(blocks);
+        (self.ids.len() - 1, len)
+    }
+}
+
+/// A request read and waiting to be yielded: its ids are `len` ids of `run`.
+pub(crate) struct Pending {
+    request: TraceRequest,
+    run: usize,
+    len: usize,
+}
+
 /// One file's walk through its requests and subagents.
 struct Walk<'p> {
     path: &'p Path,
     block: u32,
     namespace: Option<u64>,
     turns: HashMap<String, u32>,
-    out: Vec<TraceRequest>,
+    out: Vec<Pending>,
     subagents: u64,
+    runs: &'p mut Runs,
+    /// Each session's current run.
+    current: HashMap<String, usize>,
 }
 
 impl Walk<'_> {
@@ -220,16 +266,22 @@ impl Walk<'_> {
             let n = self.turns.entry(session.to_owned()).or_insert(0);
             let turn = *n;
             *n += 1;
-            self.out.push(TraceRequest {
-                index: 0,
-                session: Some(session.to_owned()),
-                turn,
-                at_ms: Some((offset_s + t) * 1000.0),
-                think_ms: think.map(|s| s * 1000.0),
-                input_tokens: input,
-                output_tokens: output,
-                blocks,
-                block_tokens: self.block,
+            let (run, len) = self.runs.store(self.current.get(session).copied(), blocks);
+            self.current.insert(session.to_owned(), run);
+            self.out.push(Pending {
+                request: TraceRequest {
+                    index: 0,
+                    session: Some(session.to_owned()),
+                    turn,
+                    at_ms: Some((offset_s + t) * 1000.0),
+                    think_ms: think.map(|s| s * 1000.0),
+                    input_tokens: input,
+                    output_tokens: output,
+                    blocks: Vec::new(),
+                    block_tokens: self.block,
+                },
+                run,
+                len,
             });
         }
         Ok(())
@@ -264,7 +316,10 @@ fn files(path: &Path) -> Result<Vec<PathBuf>, TraceError> {
 
 impl Source for WekaSource {
     fn next_request(&mut self) -> Option<Result<TraceRequest, TraceError>> {
-        self.requests.next().map(Ok)
+        let p = self.requests.next()?;
+        let mut r = p.request;
+        r.blocks = self.runs.ids[p.run][..p.len].to_vec();
+        Some(Ok(r))
     }
 
     fn notes(&self) -> Vec<String> {
@@ -283,5 +338,25 @@ impl Source for WekaSource {
             ));
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Runs;
+
+    #[test]
+    fn a_growing_session_holds_its_ids_once_and_a_departure_starts_a_new_run() {
+        let mut runs = Runs::default();
+        let (a, n) = runs.store(None, vec![1, 2]);
+        assert_eq!((a, n), (0, 2));
+        // Grows: the same run, extended.
+        assert_eq!(runs.store(Some(a), vec![1, 2, 3, 4]), (0, 4));
+        // A prefix of it (a shorter retry): a length into the same run.
+        assert_eq!(runs.store(Some(a), vec![1, 2, 3]), (0, 3));
+        assert_eq!(runs.ids[0], vec![1, 2, 3, 4]);
+        // Departs (a compaction): a new run; the old one is untouched.
+        assert_eq!(runs.store(Some(a), vec![1, 9]), (1, 2));
+        assert_eq!(runs.ids, vec![vec![1, 2, 3, 4], vec![1, 9]]);
     }
 }
