@@ -78,7 +78,8 @@ fn timeline(points: &[RequestPoint]) -> Result<Option<Plot>, RenderError> {
         .map(|p| p.sent_s + p.ttft_ms.unwrap_or(0.0) / 1000.0)
         .fold(0.0f64, f64::max)
         .max(1e-3)
-        * 1.05;
+        // Room on the right for the legend.
+        * 1.3;
     let rows = shown.len() as f64;
     let title = "Replay timeline: each request from its send time, as long as its TTFT";
     let mut svg = String::new();
