@@ -15,7 +15,16 @@ fn replay(extra: &[&str], trace: &str, out: &Path, seed: &str) {
     let url = server.url();
     let out_s = out.display().to_string();
     let (code, _, stderr) = run(&[
-        "replay", trace, "--url", &url, "-o", &out_s, "--timing", "session", "--prompt-seed", seed,
+        "replay",
+        trace,
+        "--url",
+        &url,
+        "-o",
+        &out_s,
+        "--timing",
+        "session",
+        "--prompt-seed",
+        seed,
     ]);
     assert_eq!(code, 0, "stderr: {stderr}");
 }
@@ -65,15 +74,17 @@ fn compare_puts_two_real_replays_reuse_side_by_side_and_refuses_other_prompts() 
     // The terminal table names the sections and marks a p90 without its samples.
     let (code, text, _) = run(&["compare", &a_s, &b_s]);
     assert_eq!(code, 0);
-    for w in ["Proven reuse", "TTFT by uncached tokens", "(n<29)", "prompt salt 43"] {
+    for w in [
+        "Proven reuse",
+        "TTFT by uncached tokens",
+        "(n<29)",
+        "prompt salt 43",
+    ] {
         assert!(text.contains(w), "{w}: {text}");
     }
     // Another salt: the same trace with other tokens is refused, saying so.
     replay(&["-np", "2"], &trace, &c, "44");
     let (code, _, stderr) = run(&["compare", &a_s, &c_s]);
     assert_eq!(code, 2, "{stderr}");
-    assert!(
-        stderr.contains("prompt salt differs: 43 vs 44"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("prompt salt differs: 43 vs 44"), "{stderr}");
 }

@@ -3,9 +3,7 @@
 
 use ctxbench_stats::replay_report::{DecodeRow, Quantile, ReplayReport, ReuseRow, TtftRow};
 
-use crate::doc::{
-    self, Align, Block, Document, Figure, Item, List, ListKind, Para, Table, Target,
-};
+use crate::doc::{self, Align, Block, Document, Figure, Item, List, ListKind, Para, Table, Target};
 use crate::RenderError;
 
 fn pct(x: Option<f64>) -> String {
@@ -402,7 +400,11 @@ pub(crate) mod tests {
         ];
         // HTML escapes `<`: read it back as text.
         let page = html(&r).replace("&lt;", "<");
-        for (name, text) in [("terminal", text(&r)), ("markdown", markdown(&r)), ("html", page)] {
+        for (name, text) in [
+            ("terminal", text(&r)),
+            ("markdown", markdown(&r)),
+            ("html", page),
+        ] {
             for w in words {
                 assert!(text.contains(w), "{name} lacks `{w}`:\n{text}");
             }
@@ -427,9 +429,18 @@ pub(crate) mod tests {
         }
         assert_eq!(j["by_worker"].as_array().unwrap().len(), 2);
         // A quantile without the samples it needs is marked with the n it needs.
-        assert_eq!(j["ttft_by_input"][0]["p90"], serde_json::json!({"need": 10}));
-        assert_eq!(j["goodput"]["met"], 7, "the 6 hits and the unverified one (its prefix served, uncounted) meet TTFT ≤ 100 ms");
+        assert_eq!(
+            j["ttft_by_input"][0]["p90"],
+            serde_json::json!({"need": 10})
+        );
+        assert_eq!(
+            j["goodput"]["met"], 7,
+            "the 6 hits and the unverified one (its prefix served, uncounted) meet TTFT ≤ 100 ms"
+        );
         assert!(j["saved_server_s"].as_f64().unwrap() > 0.0);
-        assert!(j.get("points").is_none(), "per-request points stay in the results file");
+        assert!(
+            j.get("points").is_none(),
+            "per-request points stay in the results file"
+        );
     }
 }

@@ -99,7 +99,11 @@ pub fn document(c: &ReplayComparison) -> Document {
             c.trace, c.salt
         ),
     ];
-    lines.extend(c.mismatches.iter().map(|m| format!("allowed mismatch: {m}")));
+    lines.extend(
+        c.mismatches
+            .iter()
+            .map(|m| format!("allowed mismatch: {m}")),
+    );
     lines.extend(c.differences.iter().map(|d| format!("differs: {d}")));
     let mut blocks = vec![
         Block::Heading(1, "ctxbench compare: two replays".into()),
@@ -177,10 +181,14 @@ mod tests {
             vec![("A".to_owned(), "a.jsonl".to_owned(), a)],
             vec![("B".to_owned(), "b.jsonl".to_owned(), b)],
         ];
-        let c = ctxbench_stats::compare::replay::compare(&sides, false, &Settings::default())
-            .unwrap();
+        let c =
+            ctxbench_stats::compare::replay::compare(&sides, false, &Settings::default()).unwrap();
         let page = html(&c).replace("&lt;", "<");
-        for (name, t) in [("terminal", text(&c)), ("markdown", markdown(&c)), ("html", page)] {
+        for (name, t) in [
+            ("terminal", text(&c)),
+            ("markdown", markdown(&c)),
+            ("html", page),
+        ] {
             for w in [
                 "Proven reuse",
                 "TTFT by input length",
@@ -196,7 +204,10 @@ mod tests {
             }
         }
         let j: serde_json::Value = serde_json::from_str(&json(&c).unwrap()).unwrap();
-        assert_eq!(j["by_input"][0]["verdict"], "too_few_samples", "4 first turns");
+        assert_eq!(
+            j["by_input"][0]["verdict"], "too_few_samples",
+            "4 first turns"
+        );
         assert_eq!(j["by_input"][1]["verdict"], "slower", "8 later turns");
         assert_eq!(j["reuse"][0]["label"], "all");
     }

@@ -7,11 +7,11 @@ mod replay;
 mod speculation;
 mod warm;
 pub use draw::Plot;
+pub use replay::replay_plots;
 pub use speculation::{
     acceptance_plot as spec_acceptance_plot, speculation_plots, speculation_plots_of, speedup_plot,
     AcceptanceSeries,
 };
-pub use replay::replay_plots;
 pub use warm::warm_plots;
 
 use draw::{

@@ -276,7 +276,13 @@ mod tests {
             let end = p.svg.find(&format!("\n{name}\n</text>")).unwrap();
             let start = p.svg[..end].rfind("<text x=").unwrap();
             let tag = &p.svg[start..end];
-            let y = tag.split(" y=\"").nth(1).unwrap().split('"').next().unwrap();
+            let y = tag
+                .split(" y=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap();
             y.parse::<f64>().unwrap()
         };
         assert!(label_y("a") < label_y("b"), "{}", p.svg);
@@ -292,7 +298,11 @@ mod tests {
         assert!(p.svg.contains("#D55E00"), "short colour");
         assert!(p.svg.contains("#009E73"), "hit colour");
         // 5 bars + 4 legend keys + the legend box and background.
-        assert!(count(&p.svg, "<rect") >= 5 + 4, "{}", count(&p.svg, "<rect"));
+        assert!(
+            count(&p.svg, "<rect") >= 5 + 4,
+            "{}",
+            count(&p.svg, "<rect")
+        );
         assert!(p.caption.contains("each of 5 request(s)"), "{}", p.caption);
     }
 
@@ -308,7 +318,11 @@ mod tests {
             .collect();
         let p = scatter(&many).unwrap().unwrap();
         assert_eq!(count(&p.svg, "<circle"), 3334, "every 3rd of 10000");
-        assert!(p.caption.contains("one in 3 of the 10000 requests"), "{}", p.caption);
+        assert!(
+            p.caption.contains("one in 3 of the 10000 requests"),
+            "{}",
+            p.caption
+        );
         assert!(scatter(&[]).unwrap().is_none() && timeline(&[]).unwrap().is_none());
     }
 

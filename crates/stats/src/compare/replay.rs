@@ -129,7 +129,11 @@ pub fn mismatches(a: &Results, b: &Results) -> Vec<String> {
         x.block_tokens.to_string(),
         y.block_tokens.to_string(),
     );
-    differ("--scale", format!("{:?}", x.scale), format!("{:?}", y.scale));
+    differ(
+        "--scale",
+        format!("{:?}", x.scale),
+        format!("{:?}", y.scale),
+    );
     differ(
         "timing",
         format!("{} at {}×", x.timing.as_str(), x.speed),
@@ -148,11 +152,7 @@ pub fn mismatches(a: &Results, b: &Results) -> Vec<String> {
     }
     let (ca, cb) = (&a.header.config.corpus, &b.header.config.corpus);
     if ca != cb {
-        out.push(format!(
-            "corpus differs: {} vs {}",
-            ca.label(),
-            cb.label()
-        ));
+        out.push(format!("corpus differs: {} vs {}", ca.label(), cb.label()));
     }
     out
 }
@@ -208,7 +208,11 @@ fn rows(a: &[(u64, f64)], b: &[(u64, f64)], s: &Settings) -> Vec<TtftRow> {
                 s,
             );
             TtftRow {
-                label: if la.is_empty() { lb.clone() } else { la.clone() },
+                label: if la.is_empty() {
+                    lb.clone()
+                } else {
+                    la.clone()
+                },
                 a: side(va),
                 b: side(vb),
                 ratio: cell.ratio,
@@ -270,8 +274,7 @@ pub fn compare(
         sides.len(),
     ) else {
         return Err(UsageError::Invalid(
-            "compare on replays takes exactly two results files, one replay each (A and B)"
-                .into(),
+            "compare on replays takes exactly two results files, one replay each (A and B)".into(),
         ));
     };
     let mism = mismatches(ra, rb);
@@ -384,9 +387,13 @@ mod tests {
     #[test]
     fn replays_of_other_prompts_or_another_trace_are_refused_saying_what_differs() {
         let (a, b) = (run(1, 1.0, true), run(2, 1.0, true));
-        let e = compare(&[vec![a.clone()], vec![b.clone()]], false, &Settings::default())
-            .unwrap_err()
-            .to_string();
+        let e = compare(
+            &[vec![a.clone()], vec![b.clone()]],
+            false,
+            &Settings::default(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("prompt salt differs: 1 vs 2"), "{e}");
         assert!(e.contains("--prompt-seed 1"), "{e}");
         let ok = compare(&[vec![a.clone()], vec![b]], true, &Settings::default()).unwrap();
@@ -404,6 +411,9 @@ mod tests {
         let e = compare(&[vec![a], vec![sweep]], true, &Settings::default())
             .unwrap_err()
             .to_string();
-        assert!(e.contains("one run is a replay and the other a sweep"), "{e}");
+        assert!(
+            e.contains("one run is a replay and the other a sweep"),
+            "{e}"
+        );
     }
 }
