@@ -158,6 +158,9 @@ pub fn notes(d: &DesignReport) -> Vec<String> {
         if let Some(r) = &p.regime_change {
             v.push(format!("{}: {r}", fmt_ctx(p.context_tokens)));
         }
+        if let Some(dn) = &p.drift {
+            v.push(format!("{}: {}", fmt_ctx(p.context_tokens), dn.text));
+        }
         if let Some(r) = &p.revised {
             let w = |f: Option<f64>| f.map_or("n/a".to_owned(), |w| format!("±{:.1}%", pct_up(w)));
             v.push(format!(

@@ -568,6 +568,7 @@ fn markdown_differences(cmp: &Comparison, v: &Versus, note: &str) -> Vec<Block> 
         }));
     }
     b.extend(predicted_callout(v));
+    b.extend(coverage_callout(v));
     b
 }
 
@@ -580,6 +581,24 @@ fn predicted_callout(v: &Versus) -> Option<Block> {
                 .predicted
                 .iter()
                 .map(|n| Item::new(format!("predicted, not measured: {n}")))
+                .collect(),
+        })
+    })
+}
+
+/// One callout holding a designed run's intervals against the other run's medians: per
+/// length and metric, covered or the drift between the runs (`compare::coverage`).
+fn coverage_callout(v: &Versus) -> Option<Block> {
+    (!v.coverage.is_empty()).then(|| {
+        Block::Callout(Callout {
+            title: Some("designed intervals against the other run".into()),
+            items: v
+                .coverage
+                .iter()
+                .map(|c| Item {
+                    tone: if c.covered { Tone::Good } else { Tone::Bad },
+                    ..Item::new(c.text())
+                })
                 .collect(),
         })
     })
@@ -607,6 +626,7 @@ fn html_differences(v: &Versus, note: &str) -> Vec<Block> {
         }));
     }
     b.extend(predicted_callout(v));
+    b.extend(coverage_callout(v));
     b
 }
 

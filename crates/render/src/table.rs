@@ -234,6 +234,12 @@ impl Renderer for TableRenderer {
             for n in &v.predicted {
                 let _ = writeln!(out, "predicted, not measured: {n}");
             }
+            if !v.coverage.is_empty() {
+                let _ = writeln!(out, "designed intervals against the other run:");
+                for c in &v.coverage {
+                    let _ = writeln!(out, "  {}", c.text());
+                }
+            }
             out.push('\n');
             out.push_str(&compare_rows(v));
             out.push('\n');

@@ -567,7 +567,10 @@ impl Design {
                 format!("{other}: {widths} by {basis}; the target {target} is not reached")
             }
         };
-        let why = why + &self.extrapolation_note(points, i, j);
+        let mut why = why + &self.extrapolation_note(points, i, j);
+        if let Some(d) = j.drift_text() {
+            why = format!("{why}; {d}");
+        }
         PointDesign {
             target: self.target,
             planned: j.planned,

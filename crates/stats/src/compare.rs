@@ -15,6 +15,7 @@ use ctxbench_schema::record::{self, Results};
 
 pub use crate::stats::significance::Verdict;
 
+pub mod coverage;
 pub mod gate;
 pub mod loaded;
 pub mod replay;
@@ -67,6 +68,11 @@ pub struct Versus {
     /// measuring: never compared and never gated (a prediction is not a measurement).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub predicted: Vec<String>,
+    /// A designed run (`--design auto`) against the other run, per length and metric: the
+    /// other median covered by the designed interval, or the drift between them
+    /// ([`coverage`]). Empty unless a side is one designed run.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub coverage: Vec<coverage::Coverage>,
     /// Why the runs are not comparable (only non-empty with `--allow-mismatch`).
     pub mismatches: Vec<String>,
     /// One row per context point present in both sides, and metric.
@@ -544,6 +550,7 @@ pub fn build_with(
             },
             differences: differences(ra, rb),
             predicted: predicted_notes(a, b),
+            coverage: coverage::coverage(a, b),
             mismatches: mism,
             rows: {
                 // A prediction is not a measurement: those lengths get no row.

@@ -2,6 +2,7 @@
 
 pub mod bootstrap;
 pub mod cachehit;
+pub mod drift;
 pub mod fit;
 pub mod metric;
 pub mod noise;

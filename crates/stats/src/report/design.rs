@@ -95,6 +95,22 @@ pub struct DesignPoint {
     /// it (its `point` line's `design.revised`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revised: Option<Revision>,
+    /// The drift between the earlier and later half of the run's samples that the intervals
+    /// carry (`stats::drift`), and this length's own when it shows one; absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drift: Option<DriftNote>,
+}
+
+/// A length's drift, as the design account states it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DriftNote {
+    /// Relative half-width each interval carries for the run's drift (TTFT, decode).
+    pub carried: (f64, f64),
+    /// This length's own drift from the earlier half of its samples to the later, beyond
+    /// their noise (TTFT, decode; relative, signed).
+    pub own: (Option<f64>, Option<f64>),
+    /// The same in words.
+    pub text: String,
 }
 
 /// The designed run's account.
@@ -277,6 +293,11 @@ pub fn build(results: &Results) -> Option<DesignReport> {
                 .flatten()
                 .filter(|h| *h > target),
             revised: stop.and_then(|d| d.revised.as_deref().cloned()),
+            drift: j.drift_text().map(|text| DriftNote {
+                carried: (j.drift.0.exp_m1(), j.drift.1.exp_m1()),
+                own: j.drifted,
+                text,
+            }),
         });
     }
     let predicted = predicted_points(results, &points, target);
@@ -427,6 +448,7 @@ fn predicted_points(results: &Results, measured: &[DesignPoint], target: f64) ->
                 .design
                 .as_ref()
                 .and_then(|d| d.revised.as_deref().cloned()),
+            drift: None,
         });
     }
     out
