@@ -107,8 +107,8 @@ pub struct DriftNote {
     /// Relative half-width each interval carries for the run's drift (TTFT, decode).
     pub carried: (f64, f64),
     /// This length's own drift from the earlier half of its samples to the later, beyond
-    /// their noise (TTFT, decode; relative, signed).
-    pub own: (Option<f64>, Option<f64>),
+    /// their noise (TTFT, decode; relative shift, signed, and the noise's half-width).
+    pub own: (Option<(f64, f64)>, Option<(f64, f64)>),
     /// The same in words.
     pub text: String,
 }

@@ -132,10 +132,11 @@ impl Drift {
         e(self.own).max(e(self.host))
     }
 
-    /// This length's own drift beyond its noise, signed, relative (`None`: none shown).
-    pub fn own_drift(&self) -> Option<f64> {
+    /// This length's own shift between its halves and the noise it is beyond, relative
+    /// (signed shift, half-width of the noise); `None` when it is within its noise.
+    pub fn own_drift(&self) -> Option<(f64, f64)> {
         let s = self.own.filter(|s| s.excess() > 0.0)?;
-        Some(s.shift.exp_m1())
+        Some((s.shift.exp_m1(), s.noise.exp_m1()))
     }
 }
 
@@ -211,7 +212,7 @@ mod tests {
         let g: Vec<&[f64]> = slowing.iter().map(Vec::as_slice).collect();
         let d = at(&g, 2);
         assert!(d.term() > 0.1, "{d:?}");
-        assert!(d.own_drift().unwrap() > 0.15, "{d:?}");
+        assert!(d.own_drift().unwrap().0 > 0.15, "{d:?}");
         // A length of two samples (the longest: first and last of the run) carries the
         // host's drift even where its own pair cannot show it beyond noise.
         let mut two = slowing.clone();

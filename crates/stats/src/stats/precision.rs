@@ -53,9 +53,9 @@ pub struct Judgement {
     /// later half of the run's samples, beyond their noise (`stats::drift`). Already in the
     /// half-widths.
     pub drift: (f64, f64),
-    /// This length's own drift beyond its noise (TTFT, decode; relative, signed), when it
-    /// shows one: what the report names.
-    pub drifted: (Option<f64>, Option<f64>),
+    /// This length's own drift beyond its noise (TTFT, decode; relative shift, signed, and
+    /// the noise's half-width), when it shows one: what the report names.
+    pub drifted: (Option<(f64, f64)>, Option<(f64, f64)>),
 }
 
 impl Judgement {
@@ -83,16 +83,18 @@ impl Judgement {
     }
 
     /// The drift this length shows and what its intervals carry for the host's, in words
-    /// (`None` when neither drifted beyond its noise): "drift: TTFT +23.0% from the earlier
-    /// half of its samples to the later, beyond their noise; the intervals carry ±21.0%
-    /// (TTFT), ±0.0% (decode) for the run's drift".
+    /// (`None` when neither drifted beyond its noise): "drift: TTFT +23.0% (noise ±4.0%)
+    /// from the earlier half of its samples to the later, beyond their noise; the intervals
+    /// carry ±18.3% (TTFT), ±0.0% (decode) for the run's drift …".
     pub fn drift_text(&self) -> Option<String> {
         if self.drift.0 <= 0.0 && self.drift.1 <= 0.0 {
             return None;
         }
         let own: Vec<String> = [("TTFT", self.drifted.0), ("decode", self.drifted.1)]
             .into_iter()
-            .filter_map(|(m, d)| d.map(|d| format!("{m} {:+.1}%", d * 100.0)))
+            .filter_map(|(m, d)| {
+                d.map(|(d, noise)| format!("{m} {:+.1}% (noise ±{:.1}%)", d * 100.0, noise * 100.0))
+            })
             .collect();
         let own = match own.is_empty() {
             true => "no drift of its own beyond its noise".to_owned(),
