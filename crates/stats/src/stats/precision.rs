@@ -433,7 +433,7 @@ mod tests {
             assert!(text.starts_with("drift: "), "{text}");
             if i < 3 {
                 assert!(
-                    new.drifted.0.unwrap() > 0.1 && text.contains("TTFT +"),
+                    new.drifted.0.unwrap().0 > 0.1 && text.contains("TTFT +"),
                     "{text}"
                 );
             }
