@@ -305,7 +305,8 @@ fn real_vllm_capacity_waves_are_proven_cold_by_the_metrics_around_each_wave() {
 }
 
 /// `--design auto` against real vLLM: one sample per length per pass (1k, then the longest,
-/// 4k; 2k, which may be predicted, waits for 1k; 4k's check sample after every 2k sample),
+/// 4k; 2k, which may be predicted, waits for 1k; 4k's check sample after 2k's first, then
+/// the two alternate),
 /// every sample cold and verified, and every length's `point` line with the design's
 /// decision and the server time its samples took.
 #[test]
@@ -323,9 +324,14 @@ fn real_vllm_designed_sweep_interleaves_its_lengths_and_states_each_decision() {
     );
     let sent: Vec<u64> = r.samples.iter().map(|s| s.context_tokens).collect();
     assert_eq!(sent[..3], [1024, 4096, 1024], "{sent:?}");
+    // 4k's check after 1k is done and 2k has started; then 2k and 4k alternate.
     let second_4k = (0..sent.len()).filter(|&i| sent[i] == 4096).nth(1);
-    let last_2k = (0..sent.len()).rfind(|&i| sent[i] == 2048);
-    assert!(second_4k > last_2k && last_2k.is_some(), "{sent:?}");
+    let first_2k = (0..sent.len()).find(|&i| sent[i] == 2048);
+    let last_1k = (0..sent.len()).rfind(|&i| sent[i] == 1024);
+    assert!(
+        second_4k > first_2k && first_2k > last_1k && last_1k.is_some(),
+        "{sent:?}"
+    );
     for s in &r.samples {
         assert!(s.usable(), "{s:?}");
         assert_eq!(s.cached_tokens, Some(0), "{s:?}");
