@@ -95,7 +95,7 @@ fn median_of(side: &Loaded, m: Metric, context: u64) -> Option<f64> {
         })
         .filter_map(|s| m.of(s))
         .collect();
-    crate::stats::Spread::of(v.into_iter()).map(|s| s.median)
+    crate::stats::Spread::of(v).map(|s| s.median)
 }
 
 /// One figure against the other median.

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::stats::fit::{self, Model};
 use crate::stats::noise::{self, LogSpread};
-use crate::stats::precision::{self, Length};
+use crate::stats::precision::{self, Length, OwnDrift};
 use crate::stats::predicted::{self, Measured};
 use ctxbench_schema::record::{
     IntervalBasis, Phase, Prediction, Results, Revision, Sample, StopReason,
@@ -108,7 +108,7 @@ pub struct DriftNote {
     pub carried: (f64, f64),
     /// This length's own drift from the earlier half of its samples to the later, beyond
     /// their noise (TTFT, decode; relative shift, signed, and the noise's half-width).
-    pub own: (Option<(f64, f64)>, Option<(f64, f64)>),
+    pub own: (Option<OwnDrift>, Option<OwnDrift>),
     /// The same in words.
     pub text: String,
 }

@@ -25,6 +25,10 @@ pub struct Length<'a> {
 /// A log-scale spread and the degrees of freedom it is known to.
 pub type SpreadDf = (f64, f64);
 
+/// A length's own drift: the relative shift between the halves of its samples (signed) and
+/// the half-width of the noise it is beyond.
+pub type OwnDrift = (f64, f64);
+
 /// What the shared noise model makes of one length: its intervals and the samples it needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Judgement {
@@ -55,7 +59,7 @@ pub struct Judgement {
     pub drift: (f64, f64),
     /// This length's own drift beyond its noise (TTFT, decode; relative shift, signed, and
     /// the noise's half-width), when it shows one: what the report names.
-    pub drifted: (Option<(f64, f64)>, Option<(f64, f64)>),
+    pub drifted: (Option<OwnDrift>, Option<OwnDrift>),
 }
 
 impl Judgement {
