@@ -97,12 +97,37 @@ fn import_aiperf_exports_with_their_per_request_records() {
     assert!(stdout.contains("aiperf 0.13.0"), "{stdout}");
     assert!(stdout.contains("engine python"), "{stdout}");
     assert!(stdout.contains("per-request records: read"), "{stdout}");
+    // AIPerf keeps the server's cached-token count per request: its synthetic prompts
+    // repeat, and 22 of its 40 requests here read from llama-server's prefix cache.
     assert!(
-        stdout.contains("cache state per request known: NO"),
+        stdout.contains("cache state per request known: yes"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("22 of 40 requests read from the prefix cache"),
         "{stdout}"
     );
     let h = header_of(&out);
     assert_eq!(h["imported"]["audit"]["lengths_exact"], true);
+    // Beside the sweep: at 512 every AIPerf request was served from the cache, so its figure
+    // gets no verdict.
+    let sweep = fixtures().join("ctxbench-sweep/sweep-128-512.jsonl");
+    let o = ctxbench()
+        .arg("compare")
+        .arg(&sweep)
+        .arg(&out)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let row512 = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("512"))
+        .unwrap_or_default();
+    assert!(
+        row512.contains("no verdict: the tool's figure mixes in"),
+        "{text}"
+    );
 }
 
 #[test]
