@@ -19,7 +19,7 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
         ..Parts::default()
     };
     let mut all_detailed = true;
-    let mut lens_exact = true;
+    let mut per_request_lens = true;
     let mut len_words = Vec::new();
     for f in files {
         let v = common::json(f)?;
@@ -57,7 +57,7 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
                 median_u64(&lens)
             }
             None => {
-                lens_exact = false;
+                per_request_lens = false;
                 let total = common::need_f64(&f.name, &v, &["total_input_tokens"])?;
                 len_words.push(format!(
                     "mean {:.0} tokens (total_input_tokens / completed; no per-request lengths without --save-detailed)",
@@ -98,9 +98,9 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
         cache: "vllm bench records no cached-token count per request (nor warns of a warm cache): a request served from the prefix cache cannot be told from a cold one".into(),
         lengths_exact: false,
         lengths: format!(
-            "{}; counted by the client's tokenizer, not the server (input_lens){}",
+            "{}; counted by the client's tokenizer, not the server ({})",
             len_words.join("; "),
-            if lens_exact { "" } else { "" }
+            if per_request_lens { "input_lens" } else { "total_input_tokens" }
         ),
         warmup_separated: Some(true),
         warmup: "--num-warmups requests are sent before the run and left out of the file (how many is not recorded)".into(),
