@@ -159,7 +159,19 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
             });
         }
     }
-    parts.audit = Audit {
+    parts.audit = audit(cached_seen, all_requests, &lens, &warm_words, warm_left);
+    Ok(assemble(parts, files, ctxbench_version))
+}
+
+/// What a GuideLLM file proves.
+fn audit(
+    cached_seen: bool,
+    all_requests: bool,
+    lens: &[String],
+    warm_words: &[String],
+    warm_left: usize,
+) -> Audit {
+    Audit {
         cache_per_request: cached_seen,
         cache: if cached_seen {
             "cached_tokens recorded per request (GuideLLM ≥ PR #994)".into()
@@ -178,8 +190,7 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
             "percentile names normalised: p001 → p0.1, p01 → p1, p999 → p99.9; std_dev → std; request_latency s → ms".into(),
             "GuideLLM may keep only a sample of the requests (--sample-requests): then the samples are fewer than the aggregates' count".into(),
         ],
-    };
-    Ok(assemble(parts, files, ctxbench_version))
+    }
 }
 
 /// One of `requests.successful[]`.
