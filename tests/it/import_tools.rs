@@ -142,6 +142,27 @@ fn import_guidellm_benchmarks() {
     assert!(stdout.contains("guidellm 0.8.1"), "{stdout}");
     let h = header_of(&out);
     assert_eq!(h["imported"]["format"], "benchmarks.json v2");
+    // GuideLLM sends chat requests: the server counts 158 tokens for a "128-token" prompt,
+    // and reports the chat template's first 26 tokens cached on every measured request.
+    assert!(stdout.contains("158–158 (mean 158)"), "{stdout}");
+    assert!(
+        stdout.contains("cached/prompt tokens: 26/158 ×17"),
+        "{stdout}"
+    );
+    let sweep = fixtures().join("ctxbench-sweep/sweep-158-542.jsonl");
+    let o = ctxbench()
+        .arg("compare")
+        .arg(&out)
+        .arg(&sweep)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("no verdict: the tool's figure mixes in 17"))
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
 }
 
 #[test]

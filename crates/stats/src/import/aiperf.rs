@@ -120,27 +120,13 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
         .iter()
         .filter(|s| s.cached_tokens.is_some())
         .count();
-    let hits: Vec<String> = parts
-        .samples
-        .iter()
-        .filter(|s| s.cached_tokens.is_some_and(|c| c > 0))
-        .map(|s| {
-            format!(
-                "{}/{}",
-                s.cached_tokens.unwrap_or(0),
-                s.prompt_tokens.unwrap_or(0)
-            )
-        })
-        .collect();
     let all_known = per_request && known == parts.samples.len() && known > 0;
     parts.audit = Audit {
         cache_per_request: all_known,
         cache: if all_known {
             format!(
-                "usage_prompt_cache_read_tokens per request (the server's usage): {} of {} requests read from the prefix cache{}; they are excluded as not cold",
-                hits.len(),
-                known,
-                if hits.is_empty() { String::new() } else { format!(" ({} tokens cached/prompt)", hits.join(", ")) }
+                "usage_prompt_cache_read_tokens per request (the server's usage): {}",
+                common::cache_hits(&parts.samples)
             )
         } else if per_request {
             format!("the server's cached-token count is in {known} of {} requests only", parts.samples.len())

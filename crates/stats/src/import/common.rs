@@ -307,6 +307,41 @@ pub fn sample_of(run_id: &str, context: u64, rep: u32, r: &Request, exact: bool)
     s
 }
 
+/// How many requests read from the prefix cache, and how much: `2 of 20 requests read from
+/// the prefix cache (cached/prompt tokens: 127/128 ×2)`.
+pub fn cache_hits(samples: &[Sample]) -> String {
+    let known: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.cached_tokens.is_some())
+        .collect();
+    let mut kinds: Vec<(String, usize)> = Vec::new();
+    for s in known
+        .iter()
+        .filter(|s| s.cached_tokens.is_some_and(|c| c > 0))
+    {
+        let k = format!(
+            "{}/{}",
+            s.cached_tokens.unwrap_or(0),
+            s.prompt_tokens.unwrap_or(0)
+        );
+        match kinds.iter_mut().find(|(x, _)| *x == k) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((k, 1)),
+        }
+    }
+    let hits: usize = kinds.iter().map(|(_, n)| n).sum();
+    let detail = if kinds.is_empty() {
+        String::new()
+    } else {
+        let list: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
+        format!(" (cached/prompt tokens: {})", list.join(", "))
+    };
+    format!(
+        "{hits} of {} requests read from the prefix cache{detail}; they are not cold prefills of their length and are left out",
+        known.len()
+    )
+}
+
 /// A run id that depends only on the source's bytes: importing the same file twice gives the
 /// same id (FNV-1a 64).
 pub fn run_id_of(files: &[SourceFile]) -> String {

@@ -159,7 +159,15 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
             });
         }
     }
-    parts.audit = audit(cached_seen, all_requests, &lens, &warm_words, warm_left);
+    let hits = common::cache_hits(&parts.samples);
+    parts.audit = audit(
+        cached_seen,
+        all_requests,
+        &lens,
+        &warm_words,
+        warm_left,
+        &hits,
+    );
     Ok(assemble(parts, files, ctxbench_version))
 }
 
@@ -170,11 +178,12 @@ fn audit(
     lens: &[String],
     warm_words: &[String],
     warm_left: usize,
+    hits: &str,
 ) -> Audit {
     Audit {
         cache_per_request: cached_seen,
         cache: if cached_seen {
-            "cached_tokens recorded per request (GuideLLM ≥ PR #994)".into()
+            format!("cached_tokens per request (the server's usage): {hits}")
         } else {
             "no cached-token count per request in this file: a prefix-cache hit cannot be told from a cold prefill".into()
         },

@@ -118,8 +118,10 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
     parts.audit = Audit {
         cache_per_request: cache_known,
         cache: if cache_known {
-            let hits = parts.samples.iter().filter(|s| s.cached_tokens.is_some_and(|c| c > 0)).count();
-            format!("the server's usage.prompt_tokens_details.cached_tokens per request (per_request_lifecycle_metrics.json): {hits} request(s) read from the prefix cache, excluded")
+            format!(
+                "the server's usage.prompt_tokens_details.cached_tokens per request (per_request_lifecycle_metrics.json): {}",
+                common::cache_hits(&parts.samples)
+            )
         } else {
             "no per-request cached-token count (per_request_lifecycle_metrics.json absent or without the server's usage)".into()
         },
