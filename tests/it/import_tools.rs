@@ -171,7 +171,7 @@ fn import_refuses_truncated_unknown_and_bad_unit_files_and_writes_nothing() {
     let truncated = tmp("truncated.json");
     std::fs::write(&truncated, &src[..src.len() / 2]).unwrap();
     let out = tmp("never.jsonl");
-    let (ok, _, stderr) = import(&[truncated.clone()], &out);
+    let (ok, _, stderr) = import(&[truncated], &out);
     assert!(!ok);
     assert!(
         stderr.contains("truncated.json") && stderr.contains("not valid JSON"),
