@@ -143,10 +143,10 @@ fn import_guidellm_benchmarks() {
     let h = header_of(&out);
     assert_eq!(h["imported"]["format"], "benchmarks.json v2");
     // GuideLLM sends chat requests: the server counts 158 tokens for a "128-token" prompt,
-    // and reports the chat template's first 26 tokens cached on every measured request.
+    // and reports the chat template's first 26–27 tokens cached on every measured request.
     assert!(stdout.contains("158–158 (mean 158)"), "{stdout}");
     assert!(
-        stdout.contains("cached/prompt tokens: 26/158 ×17"),
+        stdout.contains("34 of 34 requests read from the prefix cache (cached/prompt tokens: 26/158 ×8, 27/158 ×9"),
         "{stdout}"
     );
     let sweep = fixtures().join("ctxbench-sweep/sweep-158-542.jsonl");
