@@ -72,6 +72,7 @@ fn main() -> ExitCode {
             Command::Overhead(args) => cmd::overhead::run(args).await.map(|()| Ending::Complete),
             Command::Report(args) => cmd::report::run(&args).map(|()| Ending::Complete),
             Command::Compare(args) => cmd::compare::run(&args),
+            Command::Import(args) => cmd::import::run(&args),
             Command::Replay(args) if args.dry_run => cmd::replay_dry::run(&args),
             Command::Replay(args) => cmd::replay::run(*args, rx).await,
             Command::Completions(args) => cmd::shell::completions(&args).map(|()| Ending::Complete),

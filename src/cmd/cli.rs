@@ -34,6 +34,10 @@ pub enum Command {
     /// take the run as the unit; `--fail-if-slower` gates CI.
     #[command(after_help = COMPARE_EXAMPLES)]
     Compare(CompareArgs),
+    /// Read another tool's results (AIPerf, vllm bench, GuideLLM, inference-perf) into a
+    /// ctxbench results file, and audit what they can prove.
+    #[command(after_help = IMPORT_EXAMPLES)]
+    Import(ImportArgs),
     /// Replay a request trace (Mooncake, Weka, TraceLab, Azure, ctxbench's own) or a
     /// synthetic agent workload, proving each request's prefix reuse.
     #[command(after_help = REPLAY_EXAMPLES, override_usage = REPLAY_USAGE)]
@@ -194,6 +198,24 @@ fn positive_price(s: &str) -> Result<f64, String> {
             "'{s}' is not a positive price in USD per hour, e.g. 2.50"
         )),
     }
+}
+
+const IMPORT_EXAMPLES: &str = "Examples:
+  ctxbench import artifacts/profile_export_aiperf.json --out aiperf.jsonl
+  ctxbench import vllm-bench-random-128.json vllm-bench-random-512.json --out vllm.jsonl
+  ctxbench import guidellm/benchmarks.json --out guidellm.jsonl
+  ctxbench compare aiperf.jsonl sweep.jsonl           # TTFT per length, side by side";
+
+/// Options of `ctxbench import`.
+#[derive(Debug, Args, Clone)]
+pub struct ImportArgs {
+    /// Result files of one tool (or the folders holding them); several are several points.
+    #[arg(required = true, num_args = 1.., value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+
+    /// The ctxbench results file to write (whole or not at all).
+    #[arg(long, short = 'o', value_name = "RESULTS.jsonl")]
+    pub out: PathBuf,
 }
 
 /// Options of `ctxbench compare`.

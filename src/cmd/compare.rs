@@ -7,7 +7,9 @@ use crate::cmd::cli::CompareArgs;
 use crate::cmd::Ending;
 use anyhow::Result;
 use ctxbench_schema::error::UsageError;
+use ctxbench_schema::record::Results;
 use ctxbench_stats::compare::{self, Comparison};
+use ctxbench_stats::import::versus;
 use ctxbench_stats::stats::significance::Settings;
 
 use super::report;
@@ -56,6 +58,13 @@ pub fn run(args: &CompareArgs) -> Result<Ending> {
         .iter()
         .map(|s| report::load(s))
         .collect::<Result<Vec<_>>>()?;
+    if sides
+        .iter()
+        .flatten()
+        .any(|(_, _, r)| r.header.imported.is_some())
+    {
+        return cross_tool(args, &sides);
+    }
     if compare::replay::any_replay(&sides) {
         return replay(args, &sides, &settings);
     }
@@ -115,6 +124,39 @@ fn replay(
     }
     let cmp = compare::replay::compare(sides, args.allow_mismatch, settings)?;
     let text = ctxbench_render::replay_compare::render(&cmp, args.format)?;
+    match &args.out {
+        Some(p) => super::report::write_creating_folders(p, text.as_bytes())?,
+        None => {
+            use std::io::Write;
+            std::io::stdout().lock().write_all(text.as_bytes())?;
+        }
+    }
+    Ok(Ending::Complete)
+}
+
+/// An imported file (`ctxbench import`) beside a ctxbench run: TTFT per length side by side,
+/// the verdicts withheld where the imported file cannot prove its figure.
+fn cross_tool(args: &CompareArgs, sides: &[Vec<(String, String, Results)>]) -> Result<Ending> {
+    let runs: Vec<&Results> = sides.iter().flatten().map(|(_, _, r)| r).collect();
+    let (imported, ours) = match runs.as_slice() {
+        [a, b] if a.header.imported.is_some() && b.header.imported.is_none() => (*a, *b),
+        [a, b] if b.header.imported.is_some() && a.header.imported.is_none() => (*b, *a),
+        _ => {
+            return Err(UsageError::Invalid(
+                "compare with an imported file takes exactly two files: one imported (ctxbench import) and one ctxbench run".into(),
+            )
+            .into())
+        }
+    };
+    if args.fail_if_slower.is_some() {
+        return Err(UsageError::Invalid(
+            "--fail-if-slower: an imported file's figures are not gated (they cannot prove cold requests)".into(),
+        )
+        .into());
+    }
+    let v = versus::build(imported, ours)
+        .ok_or_else(|| anyhow::anyhow!("internal: the imported file lost its source"))?;
+    let text = versus::lines(&v).join("\n") + "\n";
     match &args.out {
         Some(p) => super::report::write_creating_folders(p, text.as_bytes())?,
         None => {

@@ -6,6 +6,7 @@ pub mod cli;
 pub mod compare;
 pub mod corpora;
 pub mod dryrun;
+pub mod import;
 pub mod overhead;
 pub mod progress;
 pub mod replay;

@@ -282,6 +282,7 @@ mod tests {
             corpus: Default::default(),
             label: None,
             model_facts: None,
+            imported: None,
         };
         drop(ResultsWriter::create(&path, &header).unwrap());
         let before = std::fs::read(&path).unwrap();

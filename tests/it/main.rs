@@ -21,6 +21,7 @@ mod fork_scripted;
 mod golden;
 mod idle_llamacpp;
 mod idle_scripted;
+mod import_tools;
 mod integrity_llamacpp;
 mod launch_llamacpp;
 mod llamacpp_features;
@@ -64,6 +65,8 @@ mod real_model_text_servers;
 mod real_openai_text;
 #[cfg(feature = "real-servers")]
 mod real_sglang;
+#[cfg(feature = "real-servers")]
+mod real_tools;
 #[cfg(feature = "real-servers")]
 mod real_transformers;
 #[cfg(feature = "real-servers")]

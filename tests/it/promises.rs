@@ -9,6 +9,7 @@ const COMMANDS: &[&str] = &[
     "sweep",
     "report",
     "compare",
+    "import",
     "replay",
     "overhead",
     "completions",

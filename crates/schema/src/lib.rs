@@ -6,6 +6,7 @@
 
 pub mod error;
 pub mod fingerprint;
+pub mod imported;
 pub mod model;
 pub mod record;
 #[cfg(feature = "testdata")]

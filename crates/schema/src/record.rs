@@ -532,6 +532,10 @@ pub struct RunHeader {
     /// both; absent when neither said, and in files from before this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_facts: Option<crate::model::ModelFacts>,
+    /// `ctxbench import`: the other tool's file this run was read from, its aggregates and
+    /// the audit of what it proves; absent for a run ctxbench measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported: Option<Box<crate::imported::ImportSource>>,
 }
 
 /// Everything the user chose that shapes the measurement: the run's identity.
@@ -1737,6 +1741,7 @@ mod tests {
             corpus: CorpusInfo::default(),
             label: None,
             model_facts: None,
+            imported: None,
         }
     }
 

@@ -158,6 +158,7 @@ fn main() {
         corpus: Default::default(),
         label: None,
         model_facts: None,
+        imported: None,
     };
     let writer = ResultsWriter::create(&path, &header).expect("results");
     let (_tx, mut rx) = tokio::sync::watch::channel(false);

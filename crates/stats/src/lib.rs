@@ -6,6 +6,7 @@
 
 pub mod capacity;
 pub mod compare;
+pub mod import;
 pub mod integrity;
 pub mod price;
 pub mod replay_report;

@@ -514,6 +514,7 @@ impl Session {
                 (Some(s), Some(c)) => Some(s.or(c)),
                 (s, c) => s.or(c),
             },
+            imported: None,
         })
     }
 

@@ -1,0 +1,222 @@
+//! GuideLLM's `benchmarks.json` (report `metadata.version` 2): one point per benchmark, each
+//! metric split `{successful, errored, incomplete, total}` into a `DistributionSummary`
+//! (`mean`, `median`, `std_dev`, `min`, `max`, `count`, `percentiles{p001 … p999}`), and the
+//! benchmark's requests (`requests.successful[]`, which GuideLLM may sample).
+
+use ctxbench_schema::imported::{Audit, ImportedMetric, ImportedPoint};
+use serde_json::Value;
+
+use super::common::{
+    self, at, field_err, metric_from_object, sample_of, ImportError, Request, SourceFile,
+};
+use super::source::{assemble, Imported, Parts};
+
+/// GuideLLM's metrics and ctxbench's names for them (all in ms, or tokens).
+const METRICS: &[(&str, &str)] = &[
+    ("time_to_first_token_ms", "ttft_ms"),
+    ("inter_token_latency_ms", "itl_ms"),
+    ("time_per_output_token_ms", "tpot_ms"),
+    ("request_latency", "e2e_ms"),
+    ("prompt_token_count", "prompt_tokens"),
+    ("output_token_count", "output_tokens"),
+];
+
+/// Reads each `benchmarks.json` into one imported run.
+pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, ImportError> {
+    let mut parts = Parts {
+        tool: "guidellm".into(),
+        ..Parts::default()
+    };
+    let (mut cached_seen, mut all_requests, mut warm_words) = (false, true, Vec::new());
+    let mut lens = Vec::new();
+    let mut warm_left = 0usize;
+    for f in files {
+        let v = common::json(f)?;
+        let version = at(&v, &["metadata", "version"]).and_then(Value::as_u64);
+        if version != Some(2) {
+            return Err(ImportError::Version {
+                file: f.name.clone(),
+                field: "metadata.version".into(),
+                found: version
+                    .map(|x| x.to_string())
+                    .unwrap_or_else(|| "missing".into()),
+                known: "2".into(),
+            });
+        }
+        parts.format = "benchmarks.json v2".into();
+        parts.tool_version = at(&v, &["metadata", "guidellm_version"])
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let benches = v
+            .get("benchmarks")
+            .and_then(Value::as_array)
+            .ok_or_else(|| field_err(&f.name, &["benchmarks"], "missing or not a list"))?;
+        for (bi, b) in benches.iter().enumerate() {
+            let path = format!("benchmarks[{bi}]");
+            let metrics = METRICS
+                .iter()
+                .filter_map(|(tag, name)| {
+                    let d = at(b, &["metrics", tag, "successful"])?;
+                    // request_latency is in seconds (its name has no _ms).
+                    let scale = if *tag == "request_latency" {
+                        1000.0
+                    } else {
+                        1.0
+                    };
+                    let count = d.get("count").and_then(Value::as_u64);
+                    Some(metric_from_object(
+                        name,
+                        format!("{tag}.successful"),
+                        d,
+                        scale,
+                        count,
+                    ))
+                })
+                .collect::<Vec<ImportedMetric>>();
+            if !metrics.iter().any(|m| m.name == "ttft_ms") {
+                return Err(field_err(
+                    &f.name,
+                    &[&path, "metrics", "time_to_first_token_ms", "successful"],
+                    "missing",
+                ));
+            }
+            let isl = metrics.iter().find(|m| m.name == "prompt_tokens");
+            let context = isl.and_then(|m| m.mean).unwrap_or(0.0).round() as u64;
+            if let Some(m) = isl {
+                lens.push(format!(
+                    "{}–{} (mean {context})",
+                    m.min.unwrap_or(0.0),
+                    m.max.unwrap_or(0.0)
+                ));
+            }
+            parts.output_tokens = metrics
+                .iter()
+                .find(|m| m.name == "output_tokens")
+                .and_then(|m| m.mean)
+                .unwrap_or(0.0)
+                .round() as u32;
+            let reqs = at(b, &["requests", "successful"]).and_then(Value::as_array);
+            // Requests sent before measure_start_time are GuideLLM's warmup: kept in the
+            // list, left out of its metrics, and out of the samples here.
+            let start = at(b, &["scheduler_metrics", "measure_start_time"]).and_then(Value::as_f64);
+            let end = at(b, &["scheduler_metrics", "measure_end_time"]).and_then(Value::as_f64);
+            let measured = |r: &&Value| {
+                let t = r.get("request_start_time").and_then(Value::as_f64);
+                match (t, start, end) {
+                    (Some(t), Some(s), Some(e)) => t >= s && t <= e,
+                    (Some(t), Some(s), None) => t >= s,
+                    _ => true,
+                }
+            };
+            match reqs {
+                Some(rs) if !rs.is_empty() => {
+                    let kept: Vec<&Value> = rs.iter().filter(measured).collect();
+                    warm_left += rs.len() - kept.len();
+                    for (k, r) in kept.into_iter().enumerate() {
+                        let req = request(r);
+                        cached_seen |= req.cached_tokens.is_some();
+                        parts
+                            .samples
+                            .push(sample_of("", context, k as u32, &req, false));
+                    }
+                }
+                _ => all_requests = false,
+            }
+            let sm = b.get("scheduler_metrics");
+            let made = sm.and_then(|s| s.get("requests_made"));
+            warm_words.push(match (sm.and_then(|s| s.get("measure_start_time")), made) {
+                (Some(_), _) => {
+                    "measured from measure_start_time (GuideLLM's warmup ends there)".to_owned()
+                }
+                _ => "not stated".to_owned(),
+            });
+            let requests = metrics
+                .iter()
+                .find(|m| m.name == "ttft_ms")
+                .and_then(|m| m.count)
+                .unwrap_or(0);
+            parts.started_at = sm
+                .and_then(|s| s.get("start_time"))
+                .and_then(Value::as_f64)
+                .map(|t| format!("{t} (unix seconds)"))
+                .unwrap_or_default();
+            parts.url = at(b, &["config", "backend", "target"])
+                .or_else(|| at(&v, &["config", "target"]))
+                .or_else(|| at(&v, &["args", "target"]))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            parts.points.push(ImportedPoint {
+                context_tokens: context,
+                concurrency: at(b, &["config", "strategy", "streams"])
+                    .and_then(Value::as_u64)
+                    .map(|c| c as u32),
+                requests,
+                name: at(b, &["config", "strategy", "type_"])
+                    .and_then(Value::as_str)
+                    .map(|s| format!("{} {s}", f.name)),
+                metrics,
+            });
+        }
+    }
+    let hits = common::cache_hits(&parts.samples);
+    parts.audit = audit(
+        cached_seen,
+        all_requests,
+        &lens,
+        &warm_words,
+        warm_left,
+        &hits,
+    );
+    Ok(assemble(parts, files, ctxbench_version))
+}
+
+/// What a GuideLLM file proves.
+fn audit(
+    cached_seen: bool,
+    all_requests: bool,
+    lens: &[String],
+    warm_words: &[String],
+    warm_left: usize,
+    hits: &str,
+) -> Audit {
+    Audit {
+        cache_per_request: cached_seen,
+        cache: if cached_seen {
+            format!("cached_tokens per request (the server's usage): {hits}")
+        } else {
+            "no cached-token count per request in this file: a prefix-cache hit cannot be told from a cold prefill".into()
+        },
+        lengths_exact: all_requests,
+        lengths: format!("{}; per request the server's usage (prompt_tokens: a chat request counts the chat template's tokens too)", lens.join("; ")),
+        warmup_separated: Some(warm_words.iter().any(|w| w.starts_with("measured"))),
+        warmup: format!(
+            "{}; {warm_left} request(s) sent before it left out",
+            warm_words.first().cloned().unwrap_or_default()
+        ),
+        per_request: all_requests,
+        notes: vec![
+            "percentile names normalised: p001 → p0.1, p01 → p1, p999 → p99.9; std_dev → std; request_latency s → ms".into(),
+            "GuideLLM may keep only a sample of the requests (--sample-requests): then the samples are fewer than the aggregates' count".into(),
+        ],
+    }
+}
+
+/// One of `requests.successful[]`.
+fn request(r: &Value) -> Request {
+    let f = |k: &str| r.get(k).and_then(Value::as_f64);
+    let u = |k: &str| r.get(k).and_then(Value::as_u64);
+    Request {
+        prompt_tokens: u("prompt_tokens")
+            .or_else(|| at(r, &["input_metrics", "text_tokens"]).and_then(Value::as_u64)),
+        output_tokens: u("output_tokens")
+            .or_else(|| at(r, &["output_metrics", "text_tokens"]).and_then(Value::as_u64)),
+        ttft_ms: f("time_to_first_token_ms"),
+        itl_ms: f("inter_token_latency_ms"),
+        e2e_ms: f("request_latency").map(|s| s * 1000.0),
+        cached_tokens: u("cached_tokens")
+            .or_else(|| at(r, &["input_metrics", "cached_tokens"]).and_then(Value::as_u64)),
+        at: None,
+        failed: false,
+    }
+}
