@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use ctxbench_client::llamacpp::LlamaCpp;
 use ctxbench_client::{Backend, GenRequest, Http, Timeouts};
@@ -187,75 +186,15 @@ fn timestamp_resolution() -> (f64, f64) {
     (smallest.as_nanos() as f64, per_call)
 }
 
-/// A loopback server on its own thread that answers every request with `tokens` llama.cpp
-/// stream events, one write each, as fast as the socket takes them; connections are served
-/// concurrently. The thread's CPU time (µs) is published after each answer.
+/// The shared loopback server (`ctxbench_client::loopback`) answering every request with
+/// `tokens` llama.cpp stream events; its thread's CPU time (µs) is published after each
+/// answer.
 fn start_server(tokens: u32) -> Result<(u16, std::thread::JoinHandle<()>, Arc<AtomicU64>)> {
     let cpu = Arc::new(AtomicU64::new(0));
     let cpu_out = cpu.clone();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    let port = listener.local_addr()?.port();
-    listener.set_nonblocking(true)?;
-    let mut events: Vec<Vec<u8>> = (1..=tokens)
-        .map(|i| {
-            format!(
-                "data: {{\"content\":\"x\",\"tokens\":[42],\"stop\":false,\"tokens_predicted\":{i},\"tokens_evaluated\":4}}\n\n"
-            )
-            .into_bytes()
-        })
-        .collect();
-    events.push(format!(
-        "data: {{\"content\":\"\",\"tokens\":[],\"stop\":true,\"tokens_predicted\":{tokens},\"tokens_evaluated\":4,\"stop_type\":\"limit\",\"timings\":{{\"cache_n\":0,\"prompt_n\":4,\"prompt_ms\":0.1,\"predicted_n\":{tokens},\"predicted_ms\":1.0}}}}\n\n"
-    ).into_bytes());
-    let handle = std::thread::spawn(move || {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        else {
-            return;
-        };
-        rt.block_on(async move {
-            let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                return;
-            };
-            let events = Arc::new(events);
-            while let Ok((mut sock, _)) = listener.accept().await {
-                let (events, cpu) = (events.clone(), cpu.clone());
-                tokio::spawn(async move {
-                let _ = sock.set_nodelay(true);
-                // Read the request head and body (Content-Length) before answering.
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 65536];
-                while let Ok(n) = sock.read(&mut chunk).await {
-                    if n == 0 {
-                        break;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-                        let len = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:"))
-                            .and_then(|v| v.trim().parse::<usize>().ok())
-                            .unwrap_or(0);
-                        if buf.len() >= end + 4 + len {
-                            break;
-                        }
-                    }
-                }
-                let head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
-                if sock.write_all(head).await.is_ok() {
-                    for e in events.iter() {
-                        if sock.write_all(e).await.is_err() {
-                            break;
-                        }
-                    }
-                    let _ = sock.shutdown().await;
-                }
-                cpu.store(thread_cpu_us() as u64, Ordering::Relaxed);
-                });
-            }
-        });
-    });
-    Ok((port, handle, cpu_out))
+    let events = ctxbench_client::loopback::llamacpp_events(tokens, 4);
+    let server = ctxbench_client::loopback::serve(events, move || {
+        cpu.store(thread_cpu_us() as u64, Ordering::Relaxed)
+    })?;
+    Ok((server.port, server.thread, cpu_out))
 }

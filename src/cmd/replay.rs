@@ -45,6 +45,13 @@ pub async fn run(
     let mut session = Session::open(plan, &mut observer)
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
+    if ctxbench_client::openai::calibrated(&session.profile) {
+        // Calibrated text aims at a length, not at tokens: blocks would not be shared
+        // token for token, and no reuse could be proven.
+        bail!(UsageError::Invalid(
+            "replay needs prompts whose blocks are exact tokens, and this server takes no token ids and has no tokenizer endpoint (a router such as sglang-router): --tokenizer-url URL lends the tokenizer of a server of the same model (one of its workers), and prompts become text of exact length".into()
+        ));
+    }
     let requests_read = trace.requests.len() as u64;
     let limit = args.context_limit.or(session.profile.max_context);
     let (requests, skipped) = shape(trace.requests, args.scale, limit);
@@ -132,6 +139,8 @@ pub async fn run(
         timing,
     };
     let done = replay::recorded(&prior);
+    let span_ms = header.config.replay.as_ref().map_or(0.0, |c| c.span_ms);
+    let driven = std::time::Instant::now();
     let tally = replay::run(
         &driver,
         &requests,
@@ -141,6 +150,7 @@ pub async fn run(
         &mut interrupt,
     )
     .await?;
+    pace(driven.elapsed().as_secs_f64(), span_ms, done.len());
     let finished = session
         .finish(&mut writer, &run_id, tally, started)
         .map_err(|e| anyhow::anyhow!(e))?;
@@ -187,6 +197,24 @@ fn summarize(
         return Ok(Ending::Incomplete);
     }
     Ok(Ending::Complete)
+}
+
+/// Says at the end how long the replay took against the trace's span (1.00: the replay
+/// kept the trace's duration; more: the server, or the client, could not keep up).
+fn pace(wall_s: f64, span_ms: f64, resumed: usize) {
+    if span_ms <= 0.0 {
+        return;
+    }
+    let span_s = span_ms / 1000.0;
+    eprintln!(
+        "wall ÷ trace span: {wall_s:.2} s from the start's flush to the last answer over a span of {span_s:.2} s = {:.2}{}",
+        wall_s / span_s,
+        if resumed > 0 {
+            " (a resumed run: the requests recorded before were not sent again)"
+        } else {
+            ""
+        }
+    );
 }
 
 /// Each request scaled by `--scale`, and those beyond `limit` (input + output) left out and
@@ -280,6 +308,9 @@ fn sweep_plan(args: &ReplayArgs) -> Result<SweepPlan> {
     .collect();
     if let Some(m) = &args.model {
         argv.extend(["--model".into(), m.clone()]);
+    }
+    if let Some(t) = &args.tokenizer_url {
+        argv.extend(["--tokenizer-url".into(), t.clone()]);
     }
     if let Some(seed) = args.prompt_seed {
         argv.extend(["--prompt-seed".into(), seed.to_string()]);

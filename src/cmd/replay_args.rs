@@ -42,6 +42,12 @@ pub struct ReplayArgs {
     #[arg(help_heading = "Server", long, value_name = "NAME")]
     pub model: Option<String>,
 
+    /// A server of the same model whose tokenizer is lent (its /tokenize and /detokenize):
+    /// prompts become text of exact length where the measured server takes no token ids
+    /// and has no tokenizer of its own (sglang-router: give one of its workers).
+    #[arg(help_heading = "Server", long, value_name = "URL")]
+    pub tokenizer_url: Option<String>,
+
     /// Name of the environment variable holding the API key (sent as a Bearer token).
     #[arg(
         help_heading = "Server",

@@ -64,6 +64,8 @@ mod real_model_text_servers;
 #[cfg(feature = "real-servers")]
 mod real_openai_text;
 #[cfg(feature = "real-servers")]
+mod real_replay;
+#[cfg(feature = "real-servers")]
 mod real_sglang;
 #[cfg(feature = "real-servers")]
 mod real_tools;

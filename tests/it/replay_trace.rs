@@ -245,6 +245,8 @@ fn replay_flags_are_checked_before_anything_is_read_or_sent() {
         "http://127.0.0.1:9",
         "--model",
         "m",
+        "--tokenizer-url",
+        "http://127.0.0.1:9",
         "--api-key-env",
         "MY_KEY",
         "-o",

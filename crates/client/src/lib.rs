@@ -13,6 +13,7 @@ pub mod event;
 pub mod family;
 pub mod http;
 pub mod llamacpp;
+pub mod loopback;
 pub mod ndjson;
 pub mod ollama;
 pub mod openai;

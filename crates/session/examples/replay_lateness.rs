@@ -1,7 +1,8 @@
 //! The replay scheduler's lateness at a fixed request rate against a loopback server (never a
 //! timed test): `cargo run --release -p ctxbench-session --example replay_lateness -- [RATE]
 //! [REQUESTS]` (default 200 requests/s, 2000 requests). The loopback server answers each
-//! request with four llama.cpp stream events at once; the replay driver sends an open-loop
+//! request with four llama.cpp stream events (`ctxbench_client::loopback`, shared with `ctxbench
+//! overhead`); the replay driver sends an open-loop
 //! trace of requests `1000/RATE` ms apart, each recorded and synced as in a real replay, and
 //! the lateness (sent − due) of every request is read back from the results file.
 
@@ -17,57 +18,9 @@ use ctxbench_session::bench::{BenchSettings, Observer, OnError};
 use ctxbench_session::corpus::Corpus;
 use ctxbench_session::replay::{self, BlockPrompts, Capacity, Driver, Timing};
 use ctxbench_trace::TraceRequest;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 struct Quiet;
 impl Observer for Quiet {}
-
-/// A loopback llama.cpp-shaped server on its own thread: four tokens per answer.
-fn loopback() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    listener.set_nonblocking(true).expect("nonblocking");
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-            while let Ok((mut sock, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 65536];
-                    while let Ok(n) = sock.read(&mut chunk).await {
-                        if n == 0 {
-                            break;
-                        }
-                        buf.extend_from_slice(&chunk[..n]);
-                        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-                            let len = head
-                                .lines()
-                                .find_map(|l| l.strip_prefix("content-length:"))
-                                .and_then(|v| v.trim().parse::<usize>().ok())
-                                .unwrap_or(0);
-                            if buf.len() >= end + 4 + len {
-                                break;
-                            }
-                        }
-                    }
-                    let mut out = String::from("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n");
-                    for i in 1..=4 {
-                        out.push_str(&format!("data: {{\"content\":\"x\",\"tokens\":[42],\"stop\":false,\"tokens_predicted\":{i},\"tokens_evaluated\":64}}\n\n"));
-                    }
-                    out.push_str("data: {\"content\":\"\",\"tokens\":[],\"stop\":true,\"tokens_predicted\":4,\"tokens_evaluated\":64,\"stop_type\":\"limit\",\"timings\":{\"cache_n\":0,\"prompt_n\":64,\"prompt_ms\":0.1,\"predicted_n\":4,\"predicted_ms\":0.1}}\n\n");
-                    let _ = sock.write_all(out.as_bytes()).await;
-                    let _ = sock.shutdown().await;
-                });
-            }
-        });
-    });
-    port
-}
 
 fn settings() -> BenchSettings {
     BenchSettings {
@@ -108,7 +61,11 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let rate: f64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(200.0);
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(2000);
-    let port = loopback();
+    // The shared loopback server: four tokens per answer, the prompt's 64 counted.
+    let server =
+        ctxbench_client::loopback::serve(ctxbench_client::loopback::llamacpp_events(4, 64), || {})
+            .expect("loopback server");
+    let port = server.port;
     let http = Http::new(&format!("http://127.0.0.1:{port}"), None, None).expect("http");
     let backend = LlamaCpp::new(http, 1);
     let corpus = Arc::new(Corpus {

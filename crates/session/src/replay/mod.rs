@@ -7,6 +7,7 @@
 //! flush: reuse is the point; the cache is flushed once at the start where the server
 //! allows, and the first requests' cached counts prove the start was cold.
 
+pub mod clock;
 pub mod prompts;
 pub mod proof;
 pub mod schedule;
@@ -95,6 +96,7 @@ pub async fn run(
         ..Default::default()
     };
     observer.start(todo.len(), tally.skipped);
+    clock::tighten_timer_slack();
     // Flushed once, before the first request: the replay's own reuse is the measurement.
     let mut flushed = first_flush(d).await;
     let offsets = schedule::open_loop_offsets(&todo, &d.timing);
@@ -115,9 +117,11 @@ pub async fn run(
         if inflight.is_empty() && (next_due.is_none() || stopping) {
             break;
         }
-        let wake = next_due
-            .filter(|_| !stopping)
-            .map(|us| start + Duration::from_micros(us));
+        let wake = next_due.filter(|_| !stopping).map(|us| {
+            (start + Duration::from_micros(us))
+                .checked_sub(clock::TIMER_SLACK)
+                .unwrap_or(start)
+        });
         tokio::select! {
             biased;
             _ = interrupt.wait_for(|v| *v) => {
@@ -127,8 +131,11 @@ pub async fn run(
             }
             _ = sleep_until(wake), if wake.is_some() => {
                 let now_ms = ms_since(Instant::now());
+                // Released a timer's slack early: each request waits out the rest itself,
+                // prepared, and leaves at its due instant.
+                let horizon = key(now_ms) + clock::TIMER_SLACK.as_micros() as u64;
                 while let Some(&Reverse((us, p))) = due.peek() {
-                    if us > key(now_ms) {
+                    if us > horizon {
                         break;
                     }
                     due.pop();
@@ -137,7 +144,8 @@ pub async fn run(
                     let order = (sent, inflight.len());
                     sent += 1;
                     let due_ms = us as f64 / 1000.0;
-                    inflight.push(Box::pin(send(d, todo[p], (p, due_ms), exp, start, order)));
+                    let at = start + Duration::from_micros(us);
+                    inflight.push(Box::pin(send(d, todo[p], (p, due_ms, at), exp, start, order)));
                 }
             }
             Some(done) = inflight.next(), if !inflight.is_empty() => {
@@ -245,29 +253,22 @@ async fn first_flush(d: &Driver<'_>) -> Option<Result<String, ClientError>> {
     })
 }
 
-/// The timer's granularity: tokio's wheel wakes a sleep up to a millisecond late.
-const TIMER_SLACK: Duration = Duration::from_millis(1);
-
-/// Sleeps until `at`: on the timer until [`TIMER_SLACK`] before it, then spinning, so a
-/// request leaves within microseconds of its due time rather than up to a millisecond after.
+/// Sleeps until `at` (or forever): the scheduler's coarse wake-up, [`clock::TIMER_SLACK`] before the
+/// first due request.
 async fn sleep_until(at: Option<Instant>) {
-    let Some(t) = at else {
-        return std::future::pending().await;
-    };
-    if let Some(early) = t.checked_sub(TIMER_SLACK) {
-        tokio::time::sleep_until(early).await;
-    }
-    while Instant::now() < t {
-        std::hint::spin_loop();
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
     }
 }
 
-/// Builds, prepares and sends one request; the sent instant is taken right before the
-/// request leaves, so lateness counts everything the client did after the due time.
+/// Builds and prepares one request, waits for its due instant `at`, and sends it; the sent
+/// instant is taken right before the request leaves, so lateness counts whatever the
+/// client still had to do after the due time.
 async fn send<'a>(
     d: &'a Driver<'a>,
     r: &'a TraceRequest,
-    (pos, due_ms): (usize, f64),
+    (pos, due_ms, at): (usize, f64, Instant),
     expectation: Expectation,
     start: Instant,
     (sent_before, in_flight_at_send): (u64, usize),
@@ -287,6 +288,7 @@ async fn send<'a>(
         Some(f) => Some(f.read().await),
         None => None,
     };
+    clock::wait_until(at).await;
     let sent = Instant::now();
     let at = now();
     let result = match prepared {
