@@ -40,6 +40,7 @@ mod replay_fleet_llamacpp;
 mod replay_llamacpp;
 mod replay_trace;
 mod report;
+mod retention_grid_llamacpp;
 mod retention_llamacpp;
 mod roofline;
 mod roofline_llamacpp;
@@ -62,6 +63,8 @@ mod real_llama_cpp_python;
 mod real_model_text_servers;
 #[cfg(feature = "real-servers")]
 mod real_openai_text;
+#[cfg(feature = "real-servers")]
+mod real_retention;
 #[cfg(feature = "real-servers")]
 mod real_sglang;
 #[cfg(feature = "real-servers")]

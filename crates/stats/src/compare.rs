@@ -18,6 +18,7 @@ pub use crate::stats::significance::Verdict;
 pub mod gate;
 pub mod loaded;
 pub mod replay;
+pub mod retention;
 pub mod warm;
 
 pub use loaded::Loaded;
