@@ -191,8 +191,8 @@ fn cells(w: &WarmReport, mut notes: Vec<String>) -> Part {
 /// A side's edge along one axis for the side-by-side: held, then first lost.
 fn edge_pair(e: Option<&Edge>, unit: &str) -> (String, String) {
     let at = |v: f64| match unit {
-        "s" => format!("{} s", num(v)),
-        _ => num(v),
+        "s" => format!("{v} s"),
+        _ => v.to_string(),
     };
     match e {
         None => ("–".to_owned(), "–".to_owned()),

@@ -216,8 +216,8 @@ pub(crate) fn axis_heat(
     ls.sort_unstable();
     ls.dedup();
     let word = |v: f64| match gap {
-        true => format!("gap {} s", num(v)),
-        false => format!("pressure {}", num(v)),
+        true => format!("gap {v} s"),
+        false => format!("pressure {v}"),
     };
     let mut h = Heat {
         title: match gap {
@@ -266,8 +266,8 @@ pub(crate) fn grid_heat(cells: &[RetentionCell], rows: &[RetentionRow], l: u64) 
     let mut h = Heat {
         title: format!("Retention at L = {}: idle gap × pressure", fmt_ctx(l)),
         corner: "pressure \\ gap".into(),
-        rows: pressures.iter().map(|p| num(*p)).collect(),
-        cols: gaps.iter().map(|g| format!("{} s", num(*g))).collect(),
+        rows: pressures.iter().map(|p| p.to_string()).collect(),
+        cols: gaps.iter().map(|g| format!("{g} s")).collect(),
         cells: Vec::new(),
         edge: Vec::new(),
     };
@@ -288,7 +288,7 @@ pub(crate) fn grid_heat(cells: &[RetentionCell], rows: &[RetentionRow], l: u64) 
             line.iter()
                 .zip(&gaps)
                 .map(|(c, g)| {
-                    c.map(|c| heat_cell(c, row, &format!("gap {} s, pressure {}", num(*g), num(p))))
+                    c.map(|c| heat_cell(c, row, &format!("gap {g} s, pressure {p}")))
                 })
                 .collect(),
         );
@@ -425,7 +425,7 @@ mod tests {
         assert!(svg.contains("1/2") && svg.contains("2/2"));
         // The lost cell's title: k/n and the miss's cost (1020 − 20 ms).
         assert!(
-            svg.contains("<title>L = 1k, gap 60 s: 1/2 came back; a miss cost 1 s (miss TTFT 1020 ms vs warm 20 ms); slot_reuse ×1</title>"),
+            svg.contains("<title>L = 1k, gap 60 s: 1/2 came back; a miss cost 1.00 s (miss TTFT 1020 ms vs warm 20.00 ms); slot_reuse ×1</title>"),
             "{svg}"
         );
         // A held cell says what a miss would cost.
