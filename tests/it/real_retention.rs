@@ -45,7 +45,10 @@ fn check_map(r: &common::SweepRun, pool: u64, source: &str) {
         }
         let lost = cell(&res, l, 0.0, 2.0);
         let x = ret(lost);
-        assert!(lost.has(&Flag::CacheMiss), "2× the pool went through: {lost:?}");
+        assert!(
+            lost.has(&Flag::CacheMiss),
+            "2× the pool went through: {lost:?}"
+        );
         assert_eq!(x.cause, Some(MissCause::CapacityEviction), "{x:?}");
         // The traffic was counted by the server: at least twice the pool (less the rounding).
         assert!(x.foreign_tokens + 64 >= 2 * pool, "{x:?}");

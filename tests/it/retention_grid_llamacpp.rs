@@ -54,9 +54,15 @@ fn the_grid_measures_a_gap_under_pressure_and_draws_it() {
     let out = r.out.to_str().unwrap();
     let (code, html, err) = run(&["report", out, "--format", "html"]);
     assert_eq!(code, 0, "{err}");
-    assert!(html.contains("Retention at L = 256: idle gap × pressure"), "grid map");
+    assert!(
+        html.contains("Retention at L = 256: idle gap × pressure"),
+        "grid map"
+    );
     assert!(html.contains("Retention by idle gap"), "gap map");
-    assert!(html.contains("L = 256, gap 1 s, pressure 0.25: "), "its cell's title");
+    assert!(
+        html.contains("L = 256, gap 1 s, pressure 0.25: "),
+        "its cell's title"
+    );
 }
 
 fn map(file: &str, extra: &[&str]) -> common::SweepRun {
@@ -64,7 +70,9 @@ fn map(file: &str, extra: &[&str]) -> common::SweepRun {
     sweep_to(
         file,
         &srv.url(),
-        &argv("--mode retention --contexts 256 --gaps 0 --pressure 0,0.5 --reps 2 --output-tokens 4"),
+        &argv(
+            "--mode retention --contexts 256 --gaps 0 --pressure 0,0.5 --reps 2 --output-tokens 4",
+        ),
     )
     .ok()
 }
@@ -96,7 +104,10 @@ fn compare_sets_two_maps_edges_side_by_side() {
     for side in ["a_cost", "b_cost"] {
         let c = &e[side];
         // Two cold and at least two warm samples: an interval around the mean.
-        assert!(c["n_cold"] == 2 && c["n_warm"].as_u64().unwrap() >= 2, "{c}");
+        assert!(
+            c["n_cold"] == 2 && c["n_warm"].as_u64().unwrap() >= 2,
+            "{c}"
+        );
         let (lo, m, hi) = (
             c["low_s"].as_f64().unwrap(),
             c["mean_s"].as_f64().unwrap(),

@@ -9,11 +9,11 @@ mod speculation;
 mod warm;
 pub use draw::Plot;
 pub use replay::replay_plots;
+pub use retention::retention_plots;
 pub use speculation::{
     acceptance_plot as spec_acceptance_plot, speculation_plots, speculation_plots_of, speedup_plot,
     AcceptanceSeries,
 };
-pub use retention::retention_plots;
 pub use warm::warm_plots;
 
 use draw::{

@@ -198,11 +198,7 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
 
 /// The map along one axis (`gap`: idle gap at pressure 0; else pressure at gap 0); `None`
 /// with fewer than two values.
-pub(crate) fn axis_heat(
-    cells: &[RetentionCell],
-    rows: &[RetentionRow],
-    gap: bool,
-) -> Option<Heat> {
+pub(crate) fn axis_heat(cells: &[RetentionCell], rows: &[RetentionRow], gap: bool) -> Option<Heat> {
     let on = |c: &&RetentionCell| match gap {
         true => c.pressure == 0.0,
         false => c.gap_s == 0.0,
@@ -287,9 +283,7 @@ pub(crate) fn grid_heat(cells: &[RetentionCell], rows: &[RetentionRow], l: u64) 
         h.cells.push(
             line.iter()
                 .zip(&gaps)
-                .map(|(c, g)| {
-                    c.map(|c| heat_cell(c, row, &format!("gap {g} s, pressure {p}")))
-                })
+                .map(|(c, g)| c.map(|c| heat_cell(c, row, &format!("gap {g} s, pressure {p}"))))
                 .collect(),
         );
     }
@@ -374,7 +368,14 @@ mod tests {
         let pts = |gap: bool| -> Vec<(f64, usize, usize)> {
             cells
                 .iter()
-                .filter(|c| c.prefix_tokens == l && if gap { c.pressure == 0.0 } else { c.gap_s == 0.0 })
+                .filter(|c| {
+                    c.prefix_tokens == l
+                        && if gap {
+                            c.pressure == 0.0
+                        } else {
+                            c.gap_s == 0.0
+                        }
+                })
                 .map(|c| (if gap { c.gap_s } else { c.pressure }, c.hits, c.judged))
                 .collect()
         };
@@ -429,7 +430,10 @@ mod tests {
             "{svg}"
         );
         // A held cell says what a miss would cost.
-        assert!(svg.contains("a miss would cost 1.08 s (cold − warm TTFT)"), "{svg}");
+        assert!(
+            svg.contains("a miss would cost 1.08 s (cold − warm TTFT)"),
+            "{svg}"
+        );
         // Held in green, lost in vermillion, half in between, the edge in black.
         let hex = |c: RGBColor| format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2);
         assert!(svg.contains(&hex(COLORS[2])), "{svg}");
@@ -453,7 +457,10 @@ mod tests {
         assert_eq!(h.edge, [Some(2), Some(0)]);
         assert!(h.cells[1][2].is_none());
         let svg = draw(&h).unwrap();
-        assert!(svg.contains("L = 1k, gap 10 s, pressure 0.5: 0/1 came back"), "{svg}");
+        assert!(
+            svg.contains("L = 1k, gap 10 s, pressure 0.5: 0/1 came back"),
+            "{svg}"
+        );
         assert!(grid_heat(&cells, &rows, 4096).is_none());
     }
 

@@ -125,11 +125,7 @@ pub async fn run(
         })
         .collect();
     let (pool_tokens, pool_source) = pool(warm);
-    let mut grid = cells(
-        &warm.config.gaps_s,
-        &warm.config.pressure,
-        warm.config.grid,
-    );
+    let mut grid = cells(&warm.config.gaps_s, &warm.config.pressure, warm.config.grid);
     if pool_tokens.is_none() && grid.iter().any(|c| c.1 > 0.0) {
         ctx.observer.warn(&format!(
             "retention: {pool_source}: the pressure axis is left out"
@@ -242,9 +238,7 @@ fn plan(
         .map(|u| u.gap)
         .sum();
     let grid_words = match alone > 0.0 {
-        true => format!(
-            "; the grid's cells under pressure run alone, their gaps add {alone:.0} s"
-        ),
+        true => format!("; the grid's cells under pressure run alone, their gaps add {alone:.0} s"),
         false => String::new(),
     };
     let at_once: Vec<String> = ls
@@ -605,10 +599,20 @@ mod tests {
         let c = cells(&[0.0, 1.0, 10.0], &[0.0, 0.5], true);
         assert_eq!(
             c,
-            vec![(0.0, 0.0), (1.0, 0.0), (10.0, 0.0), (0.0, 0.5), (1.0, 0.5), (10.0, 0.5)]
+            vec![
+                (0.0, 0.0),
+                (1.0, 0.0),
+                (10.0, 0.0),
+                (0.0, 0.5),
+                (1.0, 0.5),
+                (10.0, 0.5)
+            ]
         );
         // The axes alone when one of them is only 0.
-        assert_eq!(cells(&[0.0, 1.0], &[0.0], true), cells(&[0.0, 1.0], &[0.0], false));
+        assert_eq!(
+            cells(&[0.0, 1.0], &[0.0], true),
+            cells(&[0.0, 1.0], &[0.0], false)
+        );
     }
 
     fn miss(sessions: u32) -> Sample {

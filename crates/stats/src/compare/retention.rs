@@ -66,8 +66,7 @@ pub fn miss_cost(cold: &[f64], warm: &[f64], level: f64) -> Option<MissCost> {
         (true, se2) if se2 == 0.0 => Some(0.0),
         (true, se2) => {
             // Welch–Satterthwaite degrees of freedom.
-            let df = se2 * se2
-                / ((vc / nc).powi(2) / (nc - 1.0) + (vw / nw).powi(2) / (nw - 1.0));
+            let df = se2 * se2 / ((vc / nc).powi(2) / (nc - 1.0) + (vw / nw).powi(2) / (nw - 1.0));
             Some(t_quantile(0.5 + level / 2.0, df) * se2.sqrt())
         }
     };
@@ -104,7 +103,11 @@ fn side(g: &[Loaded], level: f64) -> Vec<(RetentionRow, Option<MissCost>)> {
             let warm: Vec<f64> = samples
                 .iter()
                 .filter(|s| retention_appends(s) && warm::usable(s))
-                .filter(|s| s.warm.as_ref().is_some_and(|w| w.prefix_tokens == r.prefix_tokens))
+                .filter(|s| {
+                    s.warm
+                        .as_ref()
+                        .is_some_and(|w| w.prefix_tokens == r.prefix_tokens)
+                })
                 .filter_map(|s| s.ttft_ms)
                 .collect();
             let cost = miss_cost(&cold, &warm, level);

@@ -124,11 +124,14 @@ fn key(s: &Sample) -> Option<Key> {
     let w = s.warm.as_ref()?;
     let tier = match s.phase {
         // A retention cell: its gap or its pressure, in the tier's place.
-        Phase::Append => w.retention.as_ref().map(|r| match (r.gap_s > 0.0, r.pressure > 0.0) {
-            (true, true) => format!("gap {} s pressure {}", r.gap_s, r.pressure),
-            (false, true) => format!("pressure {}", r.pressure),
-            _ => format!("gap {} s", r.gap_s),
-        }),
+        Phase::Append => w
+            .retention
+            .as_ref()
+            .map(|r| match (r.gap_s > 0.0, r.pressure > 0.0) {
+                (true, true) => format!("gap {} s pressure {}", r.gap_s, r.pressure),
+                (false, true) => format!("pressure {}", r.pressure),
+                _ => format!("gap {} s", r.gap_s),
+            }),
         Phase::Tier => Some(w.tier?.as_str().to_owned()),
         _ => return None,
     };
