@@ -63,7 +63,7 @@ pub fn miss_cost(cold: &[f64], warm: &[f64], level: f64) -> Option<MissCost> {
     let diff = mc - mw;
     let half = match (cold.len() >= 2 && warm.len() >= 2, vc / nc + vw / nw) {
         (false, _) => None,
-        (true, se2) if se2 == 0.0 => Some(0.0),
+        (true, 0.0) => Some(0.0),
         (true, se2) => {
             // Welch–Satterthwaite degrees of freedom.
             let df = se2 * se2 / ((vc / nc).powi(2) / (nc - 1.0) + (vw / nw).powi(2) / (nw - 1.0));
