@@ -193,10 +193,14 @@ pub async fn run(
         }
     }
     let gaps: f64 = units.iter().map(|u| u.gap).sum();
+    // A server whose answers carry no timings of its own (vLLM here) has none to sum.
+    let server = match tally.server_busy_ms > 0.0 {
+        true => format!("{:.1} s of server time", tally.server_busy_ms / 1000.0),
+        false => "server time not reported by this server's answers".to_owned(),
+    };
     ctx.observer.info(&format!(
-        "retention: {:.0} s of wall time, {:.1} s of server time, for gaps that sum to {gaps:.0} s",
+        "retention: {:.0} s of wall time, {server}, for gaps that sum to {gaps:.0} s",
         started.elapsed().as_secs_f64(),
-        tally.server_busy_ms / 1000.0
     ));
     ctx.observer.finish();
     Ok(tally)
