@@ -492,6 +492,15 @@ pub struct SweepArgs {
     #[arg(help_heading = "Warm modes", long, value_name = "LIST")]
     pub pressure: Option<String>,
 
+    /// With --mode retention: measure every gap × every pressure, not the two axes apart.
+    ///
+    /// Without it the map is the gaps at pressure 0 and the pressures at gap 0. With it each
+    /// cell off both axes primes, sends its foreign traffic at once, and appends when its gap
+    /// is over; such cells run alone (another session's traffic would be pressure on them),
+    /// so their gaps add up: the plan says by how much before it starts.
+    #[arg(help_heading = "Warm modes", long)]
+    pub grid: bool,
+
     /// With --mode conversation: tokens of each new user turn [default: 512].
     #[arg(help_heading = "Warm modes", long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub turn_tokens: Option<u64>,

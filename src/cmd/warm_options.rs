@@ -57,9 +57,10 @@ fn no_mode_flags(args: &SweepArgs) -> Result<(), UsageError> {
     if args.turn_tokens.is_some() {
         return bad("--turn-tokens belongs to the warm modes: add --mode conversation".into());
     }
-    if args.gaps.is_some() || args.pressure.is_some() {
+    if args.gaps.is_some() || args.pressure.is_some() || args.grid {
         return bad(
-            "--gaps and --pressure belong to the retention map: add --mode retention".into(),
+            "--gaps, --pressure and --grid belong to the retention map: add --mode retention"
+                .into(),
         );
     }
     Ok(())
@@ -87,9 +88,10 @@ pub fn warm_config(
             "--turn-tokens gives the turns of --mode conversation, not --mode {m} (which appends --append)"
         ));
     }
-    if (args.gaps.is_some() || args.pressure.is_some()) && mode != WarmMode::Retention {
+    if (args.gaps.is_some() || args.pressure.is_some() || args.grid) && mode != WarmMode::Retention
+    {
         return bad(format!(
-            "--gaps and --pressure give the axes of --mode retention, not --mode {m}"
+            "--gaps, --pressure and --grid give the axes of --mode retention, not --mode {m}"
         ));
     }
     // What the warm loops do not do (yet), refused with what to do instead.
@@ -168,6 +170,7 @@ pub fn warm_config(
         },
         gaps_s,
         pressure,
+        grid: args.grid,
         turn_tokens: (mode == WarmMode::Conversation)
             .then_some(args.turn_tokens.unwrap_or(DEFAULT_TURN_TOKENS)),
         ttft_target_ms: args.ttft_target,

@@ -782,6 +782,7 @@ fn every_flag_that_needs_a_mode_or_another_flag_is_a_usage_error_naming_what_it_
         (&["--negative-control"][..], "--mode append"),
         (&["--gaps", "0,1"][..], "--mode retention"),
         (&["--pressure", "0,1"][..], "--mode retention"),
+        (&["--grid"][..], "--mode retention"),
         (
             &["--mode", "append", "--gaps", "0,1"][..],
             "--mode retention",

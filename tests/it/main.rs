@@ -41,6 +41,7 @@ mod replay_fleet_llamacpp;
 mod replay_llamacpp;
 mod replay_trace;
 mod report;
+mod retention_grid_llamacpp;
 mod retention_llamacpp;
 mod roofline;
 mod roofline_llamacpp;
@@ -65,6 +66,8 @@ mod real_model_text_servers;
 mod real_openai_text;
 #[cfg(feature = "real-servers")]
 mod real_replay;
+#[cfg(feature = "real-servers")]
+mod real_retention;
 #[cfg(feature = "real-servers")]
 mod real_sglang;
 #[cfg(feature = "real-servers")]

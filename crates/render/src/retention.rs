@@ -6,7 +6,8 @@ use crate::describe::med_range;
 use crate::doc::{Align, Cell, Table, Text, Tone};
 use crate::warm::Part;
 use ctxbench_schema::units::{fmt_ctx, num};
-use ctxbench_stats::stats::retention::{Edge, RetentionCell};
+use ctxbench_stats::compare::retention::{EdgeRow, MissCost};
+use ctxbench_stats::stats::retention::{Edge, RetentionCell, RetentionRow};
 use ctxbench_stats::stats::warm::WarmReport;
 
 /// `k/n` of a cell, with a mark where the prefix did not always come back.
@@ -185,4 +186,100 @@ fn cells(w: &WarmReport, mut notes: Vec<String>) -> Part {
         table: Some(t),
         notes,
     }
+}
+
+/// A side's edge along one axis for the side-by-side: held, then first lost.
+fn edge_pair(e: Option<&Edge>, unit: &str) -> (String, String) {
+    let at = |v: f64| match unit {
+        "s" => format!("{v} s"),
+        _ => v.to_string(),
+    };
+    match e {
+        None => ("–".to_owned(), "–".to_owned()),
+        Some(e) => (
+            e.held.map_or("none".to_owned(), |p| {
+                format!("{} ({}/{})", at(p.value), p.hits, p.judged)
+            }),
+            e.lost.map_or("never".to_owned(), |p| {
+                let sharp = if e.recovered_after { ", not sharp" } else { "" };
+                format!("{} ({}/{}{sharp})", at(p.value), p.hits, p.judged)
+            }),
+        ),
+    }
+}
+
+fn cost_words(c: Option<&MissCost>) -> String {
+    match c {
+        None => "–".to_owned(),
+        Some(c) => match (c.low_s, c.high_s) {
+            (Some(lo), Some(hi)) => format!("{} ({}–{})", num(c.mean_s), num(lo), num(hi)),
+            _ => format!("{} (n too small)", num(c.mean_s)),
+        },
+    }
+}
+
+/// Two retention maps side by side by their edges (`compare`): per L and axis, the largest
+/// value held and the first lost in A and in B, and each side's miss cost with its interval.
+pub fn compare_edges_table(edges: &[EdgeRow]) -> Table {
+    let mut t = Table::new([
+        ("L (cached)", Align::Left),
+        ("axis", Align::Left),
+        ("A held to", Align::Right),
+        ("A first lost", Align::Right),
+        ("B held to", Align::Right),
+        ("B first lost", Align::Right),
+        ("A miss costs s", Align::Right),
+        ("B miss costs s", Align::Right),
+    ]);
+    t.title = Some(
+        "Retention edges, A beside B: largest value at which every repetition came back (k/n) and the first at which one did not; a miss's cost = mean cold TTFT(L + N) − mean warm TTFT at L (95% Welch interval)"
+            .into(),
+    );
+    for e in edges {
+        for (axis, unit) in [("idle gap", "s"), ("pressure", "pool")] {
+            let pick = |r: Option<&RetentionRow>| {
+                r.map(|r| match unit {
+                    "s" => r.gap.clone(),
+                    _ => r.pressure.clone(),
+                })
+            };
+            let (ah, al) = edge_pair(pick(e.a.as_ref()).as_ref(), unit);
+            let (bh, bl) = edge_pair(pick(e.b.as_ref()).as_ref(), unit);
+            let tone = |lost: &str| match lost {
+                "never" | "–" => Tone::Good,
+                _ => Tone::Bad,
+            };
+            let (ta, tb) = (tone(&al), tone(&bl));
+            t.row(vec![
+                Cell::from(fmt_ctx(e.prefix_tokens)),
+                Cell::from(axis),
+                Cell::from(ah),
+                Cell {
+                    tone: ta,
+                    ..Cell::from(al)
+                },
+                Cell::from(bh),
+                Cell {
+                    tone: tb,
+                    ..Cell::from(bl)
+                },
+                Cell::from(cost_words(e.a_cost.as_ref())),
+                Cell::from(cost_words(e.b_cost.as_ref())),
+            ]);
+        }
+    }
+    t
+}
+
+/// The side-by-side as plain text (terminal); empty without edges.
+pub fn compare_edges_text(edges: &[EdgeRow]) -> String {
+    if edges.is_empty() {
+        return String::new();
+    }
+    let t = compare_edges_table(edges);
+    format!(
+        "{}:\n{}",
+        t.title.clone().unwrap_or_default(),
+        crate::text::render(&t, &crate::text::Layout::default())
+    )
 }

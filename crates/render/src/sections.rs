@@ -506,6 +506,11 @@ pub fn compare(cmp: &Comparison, target: Target) -> Result<Document, RenderError
 /// sides) and the notes (what counts, which side the cache served, why nothing was compared).
 fn warm_compare_blocks(w: &ctxbench_stats::compare::warm::WarmComparison) -> Vec<Block> {
     let mut b = vec![Block::Heading(3, "Warm cells".into())];
+    if !w.edges.is_empty() {
+        b.push(Block::Table(super::retention::compare_edges_table(
+            &w.edges,
+        )));
+    }
     if !w.rows.is_empty() {
         b.push(Block::Table(super::warm::compare_table(w)));
     }

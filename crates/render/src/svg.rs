@@ -4,10 +4,12 @@
 
 mod draw;
 mod replay;
+mod retention;
 mod speculation;
 mod warm;
 pub use draw::Plot;
 pub use replay::replay_plots;
+pub use retention::retention_plots;
 pub use speculation::{
     acceptance_plot as spec_acceptance_plot, speculation_plots, speculation_plots_of, speedup_plot,
     AcceptanceSeries,
@@ -217,7 +219,8 @@ fn acceptance_plot(report: &Report) -> Result<Option<Plot>, RenderError> {
 
 /// Every plot of a report: the four metrics, acceptance length when measured, and the
 /// capacity map's four metrics for a run with `--concurrency` beyond 1, and the warm
-/// append plot (TTFT_inc vs L per N, cold L + N beside) for a `--mode append` run.
+/// append plot (TTFT_inc vs L per N, cold L + N beside) for a `--mode append` run, and the
+/// retention heat maps for a `--mode retention` run.
 pub fn report_plots(report: &Report) -> Result<Vec<Plot>, RenderError> {
     let mut out = Vec::new();
     for m in Metric::ALL {
@@ -226,6 +229,7 @@ pub fn report_plots(report: &Report) -> Result<Vec<Plot>, RenderError> {
     out.extend(acceptance_plot(report)?);
     out.extend(capacity_plots(report)?);
     out.extend(warm_plots(report)?);
+    out.extend(retention_plots(report)?);
     Ok(out)
 }
 

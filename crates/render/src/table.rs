@@ -251,6 +251,7 @@ impl Renderer for TableRenderer {
                 let _ = writeln!(out, "{}", super::speculation::text(s));
             }
             if let Some(w) = &v.warm {
+                let _ = write!(out, "{}", super::retention::compare_edges_text(&w.edges));
                 let _ = writeln!(out, "{}", super::warm::compare_text(w));
             }
             if let Some(r) = &v.roofline {

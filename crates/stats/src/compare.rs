@@ -19,6 +19,7 @@ pub mod coverage;
 pub mod gate;
 pub mod loaded;
 pub mod replay;
+pub mod retention;
 pub mod warm;
 
 pub use loaded::Loaded;

@@ -59,6 +59,11 @@ pub struct WarmConfig {
     /// server's KV pool (`--pressure`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pressure: Vec<f64>,
+    /// `retention` with `--grid`: every gap × every pressure is a cell (the cells off both
+    /// axes run alone: their gaps add up); without it, the gaps at pressure 0 and the
+    /// pressures at gap 0.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub grid: bool,
 }
 
 /// A cache tier a `tiers` sample was served from (proven per sample, see `evidence`).

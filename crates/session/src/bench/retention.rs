@@ -2,8 +2,9 @@
 //! (L + N, as the cold sweep measures it), then per cell and repetition a prime of a new
 //! prefix of L tokens (its own nonce), then either an idle gap (`--gaps`, at pressure 0) or
 //! foreign traffic (`--pressure`, at gap 0: other prompts, each with its own prefix, totalling
-//! that fraction of the server's KV pool, each counted by the server), then the append of N
-//! judged by the warm hit rule. A miss is named: time-based eviction after a gap alone,
+//! that fraction of the server's KV pool, each counted by the server) or, with `--grid`, both
+//! (the traffic at once, the append when the gap is over), then the append of N judged by
+//! the warm hit rule. A miss is named: time-based eviction after a gap alone,
 //! capacity eviction after pressure, slot reuse on llama-server with more prompts than slots
 //! (`GET /slots` read before the append is the evidence).
 //!
@@ -40,12 +41,20 @@ pub struct Unit {
     pub rep: u32,
 }
 
-/// The map's cells at each L: every gap at pressure 0, every pressure at gap 0.
-pub fn cells(gaps: &[f64], pressure: &[f64]) -> Vec<(f64, f64)> {
+/// The map's cells at each L: every gap at pressure 0, every pressure at gap 0; with `grid`
+/// also every gap × every pressure.
+pub fn cells(gaps: &[f64], pressure: &[f64], grid: bool) -> Vec<(f64, f64)> {
     let mut out: Vec<(f64, f64)> = gaps.iter().map(|&g| (g, 0.0)).collect();
     for &p in pressure {
         if !out.contains(&(0.0, p)) {
             out.push((0.0, p));
+        }
+    }
+    if grid {
+        for &p in pressure.iter().filter(|p| **p > 0.0) {
+            for &g in gaps.iter().filter(|g| **g > 0.0) {
+                out.push((g, p));
+            }
         }
     }
     out
@@ -116,7 +125,7 @@ pub async fn run(
         })
         .collect();
     let (pool_tokens, pool_source) = pool(warm);
-    let mut grid = cells(&warm.config.gaps_s, &warm.config.pressure);
+    let mut grid = cells(&warm.config.gaps_s, &warm.config.pressure, warm.config.grid);
     if pool_tokens.is_none() && grid.iter().any(|c| c.1 > 0.0) {
         ctx.observer.warn(&format!(
             "retention: {pool_source}: the pressure axis is left out"
@@ -184,10 +193,14 @@ pub async fn run(
         }
     }
     let gaps: f64 = units.iter().map(|u| u.gap).sum();
+    // A server whose answers carry no timings of its own (vLLM here) has none to sum.
+    let server = match tally.server_busy_ms > 0.0 {
+        true => format!("{:.1} s of server time", tally.server_busy_ms / 1000.0),
+        false => "server time not reported by this server's answers".to_owned(),
+    };
     ctx.observer.info(&format!(
-        "retention: {:.0} s of wall time, {:.1} s of server time, for gaps that sum to {gaps:.0} s",
+        "retention: {:.0} s of wall time, {server}, for gaps that sum to {gaps:.0} s",
         started.elapsed().as_secs_f64(),
-        tally.server_busy_ms / 1000.0
     ));
     ctx.observer.finish();
     Ok(tally)
@@ -210,6 +223,12 @@ fn plan(
             .map(|u| u.gap)
             .collect();
         wait += overlapped_wait(&mut gaps, sessions_at_once(warm, l, n));
+        // Cells under pressure run alone: their gaps (the grid's) add up.
+        wait += units
+            .iter()
+            .filter(|u| u.l == l && u.pressure > 0.0)
+            .map(|u| u.gap)
+            .sum::<f64>();
         foreign += units
             .iter()
             .filter(|u| u.l == l)
@@ -217,12 +236,21 @@ fn plan(
             .sum::<u64>();
     }
     let sum: f64 = units.iter().map(|u| u.gap).sum();
+    let alone: f64 = units
+        .iter()
+        .filter(|u| u.pressure > 0.0)
+        .map(|u| u.gap)
+        .sum();
+    let grid_words = match alone > 0.0 {
+        true => format!("; the grid's cells under pressure run alone, their gaps add {alone:.0} s"),
+        false => String::new(),
+    };
     let at_once: Vec<String> = ls
         .iter()
         .map(|&l| format!("{l}: {}", sessions_at_once(warm, l, n)))
         .collect();
     ctx.observer.info(&format!(
-        "retention plan: {} L × {} cell(s) × {reps} rep(s) = {} append(s) to measure (each after its own prime), {} cold; foreign traffic {foreign} tokens; the gaps sum to {sum:.0} s, overlapped (sessions at once per L: {}) they wait ≈ {wait:.0} s, plus the requests' own time",
+        "retention plan: {} L × {} cell(s) × {reps} rep(s) = {} append(s) to measure (each after its own prime), {} cold; foreign traffic {foreign} tokens; the gaps sum to {sum:.0} s, overlapped (sessions at once per L: {}) they wait ≈ {wait:.0} s{grid_words}, plus the requests' own time",
         ls.len(),
         grid.len(),
         units.len(),
@@ -233,7 +261,7 @@ fn plan(
 }
 
 /// Runs the units of one L: the gap units with their gaps overlapped, then each pressure
-/// unit alone.
+/// unit alone (a grid cell's append falls due when its gap is over, its traffic sent first).
 async fn sessions(
     ctx: &mut RunCtx<'_>,
     warm: &WarmSettings<'_>,
@@ -308,7 +336,7 @@ async fn sessions(
                     full,
                     prefix,
                     primed,
-                    due: primed,
+                    due: primed + Duration::from_secs_f64(u.gap),
                     sessions: 1,
                 };
                 append(ctx, warm, x, (n, pool), window, tally).await?
@@ -443,6 +471,11 @@ async fn append(
             None => return Ok(Step::Interrupted),
         },
     };
+    // A grid cell: the traffic ran during the gap; the rest of the gap is idle.
+    tokio::select! {
+        _ = tokio::time::sleep_until(x.due) => {}
+        _ = ctx.interrupt.wait_for(|v| *v) => return Ok(Step::Interrupted),
+    }
     let llama = warm.backend == BackendKind::Llamacpp;
     let said = match llama {
         true => slots_said(ctx).await,
@@ -556,13 +589,34 @@ mod tests {
 
     #[test]
     fn the_map_is_every_gap_at_no_pressure_and_every_pressure_at_no_gap() {
-        let c = cells(&[0.0, 1.0, 10.0], &[0.0, 0.5, 2.0]);
+        let c = cells(&[0.0, 1.0, 10.0], &[0.0, 0.5, 2.0], false);
         assert_eq!(
             c,
             vec![(0.0, 0.0), (1.0, 0.0), (10.0, 0.0), (0.0, 0.5), (0.0, 2.0)]
         );
         // Without a zero gap the pressure axis still starts at its own values.
-        assert_eq!(cells(&[5.0], &[1.0]), vec![(5.0, 0.0), (0.0, 1.0)]);
+        assert_eq!(cells(&[5.0], &[1.0], false), vec![(5.0, 0.0), (0.0, 1.0)]);
+    }
+
+    #[test]
+    fn the_grid_adds_every_gap_under_every_pressure_once() {
+        let c = cells(&[0.0, 1.0, 10.0], &[0.0, 0.5], true);
+        assert_eq!(
+            c,
+            vec![
+                (0.0, 0.0),
+                (1.0, 0.0),
+                (10.0, 0.0),
+                (0.0, 0.5),
+                (1.0, 0.5),
+                (10.0, 0.5)
+            ]
+        );
+        // The axes alone when one of them is only 0.
+        assert_eq!(
+            cells(&[0.0, 1.0], &[0.0], true),
+            cells(&[0.0, 1.0], &[0.0], false)
+        );
     }
 
     fn miss(sessions: u32) -> Sample {

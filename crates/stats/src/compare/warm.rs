@@ -26,6 +26,9 @@ pub struct WarmComparison {
     /// Why nothing (or not everything) warm was compared.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    /// `retention`: the two maps' edges per L and each side's miss cost.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub edges: Vec<super::retention::EdgeRow>,
 }
 
 /// B/A of TTFT_inc at one warm cell.
@@ -121,10 +124,14 @@ fn key(s: &Sample) -> Option<Key> {
     let w = s.warm.as_ref()?;
     let tier = match s.phase {
         // A retention cell: its gap or its pressure, in the tier's place.
-        Phase::Append => w.retention.as_ref().map(|r| match r.pressure > 0.0 {
-            true => format!("pressure {}", r.pressure),
-            false => format!("gap {} s", r.gap_s),
-        }),
+        Phase::Append => w
+            .retention
+            .as_ref()
+            .map(|r| match (r.gap_s > 0.0, r.pressure > 0.0) {
+                (true, true) => format!("gap {} s pressure {}", r.gap_s, r.pressure),
+                (false, true) => format!("pressure {}", r.pressure),
+                _ => format!("gap {} s", r.gap_s),
+            }),
         Phase::Tier => Some(w.tier?.as_str().to_owned()),
         _ => return None,
     };
@@ -171,6 +178,7 @@ pub fn compare(a: &[Loaded], b: &[Loaded], s: &Settings) -> Option<WarmCompariso
         mode: None,
         rows: Vec::new(),
         notes: Vec::new(),
+        edges: Vec::new(),
     };
     let name = |m: Option<WarmMode>| m.map_or("a cold sweep", |m| m.as_str());
     if ma != mb {
@@ -188,6 +196,9 @@ pub fn compare(a: &[Loaded], b: &[Loaded], s: &Settings) -> Option<WarmCompariso
                 .into(),
         );
         return Some(out);
+    }
+    if ma == Some(WarmMode::Retention) {
+        out.edges = super::retention::edges(a, b, s.level);
     }
     let kb = keys(b);
     for k in keys(a).into_iter().filter(|k| kb.contains(k)) {
@@ -305,6 +316,7 @@ pub(super) mod tests {
             negative_control: !hit,
             gaps_s: Vec::new(),
             pressure: Vec::new(),
+            grid: false,
         });
         r.samples = (0..8)
             .map(|i| {

@@ -545,6 +545,7 @@ mod tests {
             negative_control: false,
             gaps_s: Vec::new(),
             pressure: Vec::new(),
+            grid: false,
         };
         let r = summarize(Some(&config), &samples).unwrap();
         assert_eq!(r.append.len(), 8);
