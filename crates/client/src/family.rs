@@ -35,7 +35,9 @@ pub trait Answers: Send + Sync {
     async fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError>;
 }
 
-const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+// 30 s, not 10: real vLLM 0.32 on a loaded 2-core host took over 10 s to answer `/server_info`
+// (2.6 s idle), and a probe that times out ends the run before anything is measured.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[async_trait]
 impl Answers for Http {
