@@ -540,7 +540,9 @@ pub(crate) mod tests {
             &Settings::default(),
         );
         let u = buckets(&s);
-        let got: Vec<(u32, Option<u32>, u64, Option<u64>, u32)> = u
+        // (batch_lo, batch_hi, ctx_lo, ctx_hi, K)
+        type Row = (u32, Option<u32>, u64, Option<u64>, u32);
+        let got: Vec<Row> = u
             .iter()
             .map(|b| (b.batch_lo, b.batch_hi, b.ctx_lo, b.ctx_hi, b.k))
             .collect();
