@@ -80,7 +80,8 @@ fn template(args: &SweepArgs) -> Result<ServerTemplate, UsageError> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| UsageError::Invalid(format!("-F: {e}")))?;
     let lists = lists.into_iter().chain(flags).collect();
-    ServerTemplate::new(raw, lists).map_err(|e| UsageError::Invalid(format!("--server-cmd: {e}")))
+    ServerTemplate::with_spec_flags(raw, lists, args.spec_flags.as_deref())
+        .map_err(|e| UsageError::Invalid(format!("--server-cmd: {e}")))
 }
 
 fn default_dir() -> PathBuf {
@@ -308,6 +309,7 @@ async fn run_variant(
     plan.resume = state == Progress::Unfinished;
     plan.label = Some(variant.label());
     plan.managed_cmd = Some(variant.label());
+    plan.spec_k = variant.spec_k;
     let result = sweep::run_plan(plan, interrupt.clone()).await;
     let alive = server.check_alive();
     let stopped = server.stop(c.launch.grace).await;
@@ -396,9 +398,60 @@ fn summarise(
             side_glob(dir, &sides[1])
         ));
     }
+    out.push_str(&speculation_axes(variants, &order, &sides, dir)?);
     use std::io::Write;
     let _ = std::io::stdout().lock().write_all(out.as_bytes());
     Ok(())
+}
+
+/// A campaign over the draft length K (`--spec-flags`): the schedule, written to
+/// `DIR/schedule/`. A campaign over one numeric list whose variants all speculate (a drafter
+/// window, `-L w 1024,4096`): the A/B per length, written to `DIR/ab.md`. Else nothing.
+fn speculation_axes(
+    variants: &[Variant],
+    order: &[usize],
+    sides: &[Vec<(String, String, record::Results)>],
+    dir: &Path,
+) -> Result<String> {
+    if variants.iter().all(|v| v.spec_k.is_some()) && !variants.is_empty() {
+        let flat: Vec<(String, String, record::Results)> = sides.concat();
+        let s = crate::cmd::schedule::build(&flat)?;
+        let files = crate::cmd::schedule::write(&dir.join("schedule"), &s)?;
+        let mut out = format!("\n{}", ctxbench_render::spec_schedule::markdown(&s));
+        out.push_str(&format!(
+            "\nschedule also in {}; recompute with: ctxbench report {}/*.jsonl --format schedule\n",
+            files
+                .first()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            dir.display()
+        ));
+        return Ok(out);
+    }
+    let [(name, _)] = variants[0].params.as_slice() else {
+        return Ok(String::new());
+    };
+    let numeric: Option<Vec<(f64, Vec<&record::Results>)>> = order
+        .iter()
+        .zip(sides)
+        .map(|(&v, side)| {
+            let value = variants[v].params[0].1.parse::<f64>().ok()?;
+            let runs: Vec<&record::Results> = side.iter().map(|(_, _, r)| r).collect();
+            let spec = ctxbench_stats::stats::speculation::side_is_speculative(
+                &ctxbench_stats::stats::speculation::Side {
+                    label: "",
+                    runs: &runs,
+                },
+            );
+            spec.then_some((value, runs))
+        })
+        .collect();
+    let Some(md) = numeric.and_then(|n| crate::cmd::schedule::ab_markdown(name, &n)) else {
+        return Ok(String::new());
+    };
+    let p = dir.join("ab.md");
+    std::fs::write(&p, &md).with_context(|| format!("writing {}", p.display()))?;
+    Ok(format!("\n{md}\nA/B also in {}\n", p.display()))
 }
 
 /// The files of a side as a shell glob, for the hint.

@@ -373,6 +373,21 @@ pub struct SweepArgs {
     )]
     pub flag_list: Vec<String>,
 
+    /// With --server-cmd: speculation's flags, added to each variant whose draft length K
+    /// is above 0; K = 0 is the server without them.
+    ///
+    /// They hold one `{NAME}` of a `-L` list of whole numbers, the draft length K: `-L k
+    /// 0,2,4,8 --spec-flags '-md draft.gguf --spec-draft-n-max {k}'`. With --concurrency,
+    /// `report --format schedule` then picks K per length and batch (docs/speculation.md).
+    #[arg(
+        help_heading = "Campaigns (--server-cmd)",
+        long,
+        value_name = "FLAGS",
+        requires = "server_cmd",
+        allow_hyphen_values = true
+    )]
+    pub spec_flags: Option<String>,
+
     /// With --server-cmd: runs of each variant, interleaved, each on a fresh server.
     ///
     /// Interleaved as A B A B ...; the comparison takes the run as its unit (3 or more for a

@@ -23,6 +23,12 @@ pub fn run(args: &CompareArgs) -> Result<Ending> {
         )
         .into());
     }
+    if args.format == ctxbench_render::ReportFormat::Schedule {
+        return Err(UsageError::Invalid(
+            "--format schedule: the schedule is built from every variant of a campaign over K; use ctxbench report DIR/*.jsonl --format schedule".into(),
+        )
+        .into());
+    }
     if !(args.confidence > 0.0 && args.confidence < 1.0) {
         return Err(UsageError::Invalid(format!(
             "--confidence {}: must be between 0 and 1, e.g. 0.95",

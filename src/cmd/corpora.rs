@@ -12,8 +12,8 @@ use crate::cmd::cli::SweepArgs;
 use crate::cmd::{sweep, Ending};
 use ctxbench_schema::error::UsageError;
 
-/// `--corpus auto` with `--server-cmd`: natural text when the command line or any value of
-/// its `-F`/`-L` lists turns speculation on (every variant of the campaign then measures the
+/// `--corpus auto` with `--server-cmd`: natural text when the command line, any value of
+/// its `-F`/`-L` lists or `--spec-flags` turns speculation on (every variant of the campaign then measures the
 /// same text, so compare accepts them), the repeated sentence otherwise; says so on stderr
 /// when it chose natural text. With `--url` the choice waits for the probe (the session).
 pub fn resolve_auto(args: &mut SweepArgs) {
@@ -26,7 +26,8 @@ pub fn resolve_auto(args: &mut SweepArgs) {
     }
     let words = std::iter::once(cmd)
         .chain(args.flag_list.iter().map(String::as_str))
-        .chain(args.parameter_list.iter().map(String::as_str));
+        .chain(args.parameter_list.iter().map(String::as_str))
+        .chain(args.spec_flags.as_deref());
     let (corpus, note) = default::choose(default::command_speculates(words));
     if let Some(n) = note {
         eprintln!("{n}");
@@ -168,6 +169,18 @@ mod tests {
         assert_eq!(spec.corpus, default::choose(true).0);
         let plain = sweep(&["sweep", "--server-cmd", "llama-server -m t --port {port}"]);
         assert_eq!(plain.corpus, "repeat");
+        // A campaign over K: --spec-flags turns speculation on for K > 0.
+        let over_k = sweep(&[
+            "sweep",
+            "--server-cmd",
+            "llama-server -m t --port {port}",
+            "-L",
+            "k",
+            "0,4",
+            "--spec-flags",
+            "-md d.gguf --spec-draft-n-max {k}",
+        ]);
+        assert_eq!(over_k.corpus, default::choose(true).0);
         // Asked for, the repeated sentence stays; with --url the probe decides later.
         let asked = sweep(&[
             "sweep",

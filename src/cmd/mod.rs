@@ -13,6 +13,7 @@ pub mod replay;
 pub mod replay_args;
 pub mod replay_dry;
 pub mod report;
+pub mod schedule;
 pub mod shell;
 pub mod sweep;
 pub mod sweep_options;

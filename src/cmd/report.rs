@@ -158,6 +158,15 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         }
         return export_llmd(args, &loaded);
     }
+    if args.format == ReportFormat::Schedule {
+        if args.plots.is_some() {
+            return Err(UsageError::Invalid(
+                "--plots: --format schedule writes the schedule, not plots".into(),
+            )
+            .into());
+        }
+        return crate::cmd::schedule::report(args.out.as_deref(), &loaded);
+    }
     if let [(_, _, results)] = loaded.as_slice() {
         if let Some(r) = ctxbench_stats::replay_report::build(results) {
             return write_out(args, &replay_text(&r, args.format)?);
@@ -200,9 +209,9 @@ pub fn replay_text(
         ReportFormat::Md => replay::markdown(r),
         ReportFormat::Html => replay::html(r),
         ReportFormat::Json => replay::json(r)?,
-        ReportFormat::LlmdBr => {
+        ReportFormat::LlmdBr | ReportFormat::Schedule => {
             return Err(UsageError::Invalid(
-                "--format llmd-br: a replay run has no measured points (context × concurrency) to export".into(),
+                "--format llmd-br and schedule: a replay run has no measured points (context × concurrency) to export".into(),
             )
             .into())
         }

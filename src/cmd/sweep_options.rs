@@ -52,6 +52,7 @@ pub fn plan(args: &SweepArgs) -> Result<SweepPlan, UsageError> {
         dry_run: args.dry_run,
         label: args.label.clone(),
         managed_cmd: args.managed_cmd.clone(),
+        spec_k: None,
         quiet: args.quiet,
         price_per_hour: args.price_per_hour,
         model_facts,

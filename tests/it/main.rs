@@ -47,6 +47,7 @@ mod roofline;
 mod roofline_llamacpp;
 mod scripted_fidelity;
 mod spec_dflash_llamacpp;
+mod spec_schedule_llamacpp;
 mod speculation_llamacpp;
 mod sweep_llamacpp;
 mod tls;

@@ -20,6 +20,10 @@ pub enum ReportFormat {
     Html,
     /// llm-d Benchmark Report v0.2.1 documents, one per measured point (`report` only).
     LlmdBr,
+    /// The speculation schedule from a campaign over the draft length K: K* per length and
+    /// batch, the schedule to deploy and its dialects (`report` only; Markdown, or one file
+    /// per form in the folder given as out).
+    Schedule,
 }
 
 /// Why a report could not be rendered.

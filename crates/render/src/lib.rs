@@ -24,6 +24,7 @@ pub mod replay_compare;
 pub mod retention;
 pub mod roofline;
 pub mod sections;
+pub mod spec_schedule;
 pub mod speculation;
 pub mod svg;
 pub mod table;
@@ -43,5 +44,6 @@ pub fn renderer(format: ReportFormat) -> Box<dyn Renderer> {
         ReportFormat::Json => Box::new(json::JsonRenderer),
         ReportFormat::Html => Box::new(html::HtmlRenderer),
         ReportFormat::LlmdBr => Box::new(llmd::LlmdRenderer),
+        ReportFormat::Schedule => Box::new(spec_schedule::ScheduleRenderer),
     }
 }

@@ -586,6 +586,10 @@ pub struct RunConfig {
     /// run of a variant gets its own port; the URL says which). Part of the run's identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_cmd: Option<String>,
+    /// `sweep --server-cmd --spec-flags`: the draft length K this variant ran with (0: the
+    /// server without speculation's flags). What a speculation schedule is keyed on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_k: Option<u32>,
     /// `--prompt-seed`: prompts (nonces included) are drawn from this seed, so another run
     /// with the same seed sends the same prompts.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -91,6 +91,28 @@ pub enum TemplateError {
         /// The list's name.
         name: String,
     },
+    /// `--spec-flags` that cannot be split into words.
+    #[error("--spec-flags: cannot split '{value}' into words ({detail}); check its quotes")]
+    SpecFlagsSplit {
+        /// The flags as given.
+        value: String,
+        /// What the splitter reported.
+        detail: String,
+    },
+    /// `--spec-flags` must name the draft length K as exactly one `-L` list's placeholder.
+    #[error("--spec-flags must hold exactly one placeholder of a -L list, the draft length K (e.g. --spec-flags '-md draft.gguf --spec-draft-n-max {{k}}' -L k 0,2,4); it holds {found}")]
+    SpecFlagsPlaceholder {
+        /// What it holds instead, in words.
+        found: String,
+    },
+    /// A value of the K list that is not a whole number.
+    #[error("-L {name}: '{value}' is not a draft length; K is a whole number of tokens (0 = the server without speculation)")]
+    SpecKNotNumber {
+        /// The list's name.
+        name: String,
+        /// The value.
+        value: String,
+    },
     /// The same value twice in one list: two variants would have the same label.
     #[error("parameter list '{name}' repeats the value '{value}'; to compare a command with itself, run more runs of one variant")]
     DuplicateValue {
@@ -287,12 +309,35 @@ pub struct ServerTemplate {
     raw: String,
     words: Vec<String>,
     lists: Vec<ParameterList>,
+    spec: Option<SpecFlags>,
+}
+
+/// `--spec-flags`: speculation's flags, added to every variant whose K (the value of
+/// `list`) is above 0; K = 0 is the server without them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SpecFlags {
+    /// The `-L` list that is the draft length K.
+    list: String,
+    /// The flags, split into words, `{list}` still open.
+    words: Vec<String>,
 }
 
 impl ServerTemplate {
     /// Splits and validates `template` against `lists` (in the order given on the command
     /// line). Every placeholder must be `{port}` or a list's name, every list must be used.
     pub fn new(template: &str, lists: Vec<ParameterList>) -> Result<ServerTemplate, TemplateError> {
+        Self::with_spec_flags(template, lists, None)
+    }
+
+    /// Like [`ServerTemplate::new`], with `--spec-flags`: words appended to the command of
+    /// every variant whose draft length K is above 0. They must hold exactly one `{NAME}` of
+    /// a `-L` list (K, whole numbers); K = 0 is the server without them.
+    pub fn with_spec_flags(
+        template: &str,
+        lists: Vec<ParameterList>,
+        spec_flags: Option<&str>,
+    ) -> Result<ServerTemplate, TemplateError> {
+        let spec = spec_flags.map(|f| spec_of(f, &lists)).transpose()?;
         let words = shell_words::split(template).map_err(|e| TemplateError::Split {
             detail: e.to_string(),
         })?;
@@ -308,7 +353,10 @@ impl ServerTemplate {
                 });
             }
         }
-        let used: BTreeSet<&str> = words.iter().flat_map(|w| placeholders(w)).collect();
+        let mut used: BTreeSet<&str> = words.iter().flat_map(|w| placeholders(w)).collect();
+        if let Some(s) = &spec {
+            used.insert(s.list.as_str());
+        }
         for u in &used {
             if *u != PORT && !names.contains(u) {
                 let known = std::iter::once(PORT)
@@ -344,6 +392,7 @@ impl ServerTemplate {
             raw: template.to_owned(),
             words,
             lists,
+            spec,
         })
     }
 
@@ -377,15 +426,23 @@ impl ServerTemplate {
                     .iter()
                     .map(|(n, v)| (n.as_str(), v.as_str()))
                     .collect();
-                let words = self
+                let mut words: Vec<String> = self
                     .words
                     .iter()
                     .flat_map(|w| self.expand(w, &pairs))
                     .collect();
+                let spec_k = self.spec.as_ref().and_then(|s| {
+                    let k = pairs.iter().find(|(n, _)| *n == s.list)?.1.parse().ok()?;
+                    if k > 0 {
+                        words.extend(s.words.iter().map(|w| substitute(w, &pairs)));
+                    }
+                    Some(k)
+                });
                 Variant {
                     index,
                     params,
                     words,
+                    spec_k,
                 }
             })
             .collect()
@@ -414,6 +471,45 @@ impl ServerTemplate {
     }
 }
 
+/// `--spec-flags` checked against the lists: split, one `{NAME}` of an `-L` list, whose
+/// values are whole numbers.
+fn spec_of(flags: &str, lists: &[ParameterList]) -> Result<SpecFlags, TemplateError> {
+    let words = shell_words::split(flags).map_err(|e| TemplateError::SpecFlagsSplit {
+        value: flags.to_owned(),
+        detail: e.to_string(),
+    })?;
+    let names: BTreeSet<&str> = words.iter().flat_map(|w| placeholders(w)).collect();
+    let known: Vec<&ParameterList> = lists
+        .iter()
+        .filter(|l| !l.flags && names.contains(l.name.as_str()))
+        .collect();
+    let list = match (known.as_slice(), names.len()) {
+        ([l], 1) => *l,
+        _ => {
+            let found = if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names
+                    .iter()
+                    .map(|n| format!("{{{n}}}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Err(TemplateError::SpecFlagsPlaceholder { found });
+        }
+    };
+    if let Some(v) = list.values.iter().find(|v| v.parse::<u32>().is_err()) {
+        return Err(TemplateError::SpecKNotNumber {
+            name: list.name.clone(),
+            value: v.clone(),
+        });
+    }
+    Ok(SpecFlags {
+        list: list.name.clone(),
+        words,
+    })
+}
+
 /// One server command of the grid, with every parameter filled in and `{port}` still open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Variant {
@@ -422,6 +518,8 @@ pub struct Variant {
     /// (list name, value) for each list, in command-line order.
     pub params: Vec<(String, String)>,
     words: Vec<String>,
+    /// With `--spec-flags`: this variant's draft length K (0: no speculation flags).
+    pub spec_k: Option<u32>,
 }
 
 impl Variant {
@@ -680,5 +778,53 @@ mod tests {
         // Messages say what to do.
         let msg = e("srv -t {threads} --port {port}", vec![]).to_string();
         assert!(msg.contains("-L threads VALUES"), "{msg}");
+    }
+
+    #[test]
+    fn spec_flags_are_added_where_k_is_above_0_and_k_0_is_the_plain_server() {
+        let t = ServerTemplate::with_spec_flags(
+            "srv -m w.gguf --port {port} -np {np}",
+            vec![list("k", "0,4"), list("np", "1,2")],
+            Some("-md 'd d.gguf' --spec-draft-n-max {k}"),
+        )
+        .unwrap();
+        let v = t.variants();
+        assert_eq!(v.len(), 4);
+        assert_eq!(v[0].spec_k, Some(0));
+        assert_eq!(
+            v[0].argv(1),
+            ["srv", "-m", "w.gguf", "--port", "1", "-np", "1"]
+        );
+        assert_eq!(v[1].spec_k, Some(4));
+        assert_eq!(
+            v[3].argv(1)[7..],
+            ["-md", "d d.gguf", "--spec-draft-n-max", "4"]
+        );
+        assert_eq!(v[3].short_name(), "k=4,np=2");
+        // Without --spec-flags nothing is known of K.
+        let plain = ServerTemplate::new("srv --port {port} -t {k}", vec![list("k", "0,4")]);
+        assert_eq!(plain.unwrap().variants()[1].spec_k, None);
+        let err = |tpl: &str, lists: Vec<ParameterList>, f: &str| {
+            ServerTemplate::with_spec_flags(tpl, lists, Some(f)).unwrap_err()
+        };
+        assert_eq!(
+            err("srv --port {port}", vec![list("k", "0,x")], "--n {k}"),
+            TemplateError::SpecKNotNumber {
+                name: "k".into(),
+                value: "x".into()
+            }
+        );
+        assert!(matches!(
+            err("srv --port {port}", vec![list("k", "0,4")], "-md d.gguf"),
+            TemplateError::SpecFlagsPlaceholder { .. }
+        ));
+        assert!(matches!(
+            err(
+                "srv --port {port} {j}",
+                vec![list("k", "0,4"), list("j", "1")],
+                "--n {k} {j}"
+            ),
+            TemplateError::SpecFlagsPlaceholder { .. }
+        ));
     }
 }

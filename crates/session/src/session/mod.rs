@@ -69,6 +69,8 @@ pub struct SweepPlan {
     pub label: Option<String>,
     /// The command line of a server ctxbench started (campaigns), recorded.
     pub managed_cmd: Option<String>,
+    /// The draft length K of a campaign variant (`--spec-flags`), recorded.
+    pub spec_k: Option<u32>,
     /// Only warnings and the summary on the terminal.
     pub quiet: bool,
     /// `--price-per-hour`: the end report adds the price of a token (USD per hour).
@@ -1127,6 +1129,7 @@ fn run_config(plan: &SweepPlan, profile: &ServerProfile, p: &Prepared) -> RunCon
             .as_ref()
             .map(|m| ctxbench_client::http::redact_url(&m.url())),
         server_cmd: plan.managed_cmd.clone(),
+        spec_k: plan.spec_k,
         prompt_seed: plan.prompt_seed,
         needle_depths: plan.needle_depths.clone(),
         concurrency: plan.concurrency.clone(),

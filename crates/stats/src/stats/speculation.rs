@@ -31,9 +31,11 @@
 
 use serde::Serialize;
 
+pub mod ab;
 pub mod cliff;
 pub mod effects;
 pub mod mean;
+pub mod schedule;
 
 pub use mean::MeanInterval;
 
