@@ -356,3 +356,40 @@ fn scripted_needle_on_calibrated_lengths_is_refused_with_the_reason() {
         "a prompt was measured"
     );
 }
+
+#[test]
+fn scripted_endless_body_ends_in_the_size_limit_error_in_bounded_memory() {
+    // Every answer to a generation request is a body without end: the calibration's
+    // non-streamed answer (no tokenizer here) would grow without bound if read whole.
+    let srv = QuirkServer::start(Quirks {
+        completions: true,
+        endless_body: true,
+        ..Quirks::default()
+    });
+    let (out, _dir) = capped_sweep(
+        &srv.url,
+        &common::argv("--backend openai --contexts 256 --reps 1 --output-tokens 4"),
+    );
+    let stderr = text(&out.stderr);
+    // Ended by ctxbench with its own error, not by the allocator's abort under the cap.
+    assert!(
+        matches!(out.status.code(), Some(1..=2)),
+        "exit {:?}\n{stderr}",
+        out.status
+    );
+    let limit = format!(
+        "exceeded {} MiB",
+        ctxbench_client::http::MAX_BODY_BYTES >> 20
+    );
+    // The run ends on that error (a stream's endless event too), not on a timeout.
+    let last = stderr
+        .lines()
+        .rfind(|l| l.starts_with("error:"))
+        .unwrap_or_default();
+    for needle in [limit.as_str(), "the most ctxbench reads of one answer"] {
+        assert!(
+            last.contains(needle),
+            "no {needle:?} in {last:?}:\n{stderr}"
+        );
+    }
+}

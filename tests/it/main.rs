@@ -50,6 +50,7 @@ mod spec_dflash_llamacpp;
 mod spec_schedule_llamacpp;
 mod speculation_llamacpp;
 mod sweep_llamacpp;
+mod timeout_idle_scripted;
 mod tls;
 mod warm_compare_llamacpp;
 mod warm_llamacpp;

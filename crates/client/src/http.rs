@@ -167,7 +167,10 @@ impl Http {
             if resp.status().is_server_error() {
                 self.renew();
             }
-            let text = resp.text().await.unwrap_or_default();
+            let text = match status {
+                200..=299 => self.body_text(path, resp, None).await?,
+                _ => head_text(resp).await,
+            };
             if is_key_refusal(status, &text) {
                 return Err(self.key_hint(ClientError::Unauthorized {
                     endpoint: path.to_owned(),
@@ -218,7 +221,7 @@ impl Http {
                 .await
                 .map_err(|e| self.send_error(path, e, timeout))?;
             let resp = self.check(path, resp).await?;
-            let text = resp.text().await.map_err(|e| self.body_error(path, e))?;
+            let text = self.body_text(path, resp, None).await?;
             serde_json::from_str(&text).map_err(|e| ClientError::Malformed {
                 endpoint: path.to_owned(),
                 detail: format!("not JSON ({e}): {}", snippet(&text)),
@@ -255,10 +258,7 @@ impl Http {
             .map_err(|e| self.send_error(path, e, timeout))?;
         let resp = self.check(path, resp).await?;
         let headers = resp.headers().clone();
-        let text = resp
-            .text()
-            .await
-            .map_err(|e| self.send_error(path, e, timeout))?;
+        let text = self.body_text(path, resp, Some(timeout)).await?;
         Ok((t0.elapsed(), text, headers))
     }
 
@@ -289,9 +289,31 @@ impl Http {
                 .await
                 .map_err(|e| self.send_error(path, e, timeout))?;
             let resp = self.check(path, resp).await?;
-            resp.text().await.map_err(|e| self.body_error(path, e))
+            self.body_text(path, resp, None).await
         })
         .await
+    }
+
+    /// A 2xx answer's body as text, read at most [`MAX_BODY_BYTES`] of it: past that, the
+    /// connection is dropped and the answer is [`ClientError::TooLarge`]. A read that breaks
+    /// off is a timeout when `timeout` (the request's) ran out, else a lost connection.
+    pub async fn body_text(
+        &self,
+        path: &str,
+        resp: reqwest::Response,
+        timeout: Option<Duration>,
+    ) -> Result<String, ClientError> {
+        match read_capped(resp, MAX_BODY_BYTES).await {
+            Ok(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+            Err(BodyRead::TooLarge) => {
+                self.renew();
+                Err(too_large(path))
+            }
+            Err(BodyRead::Broken(e)) => Err(match timeout {
+                Some(t) => self.send_error(path, e, t),
+                None => self.body_error(path, e),
+            }),
+        }
     }
 
     /// A body that broke off mid-read: the connection is not reused.
@@ -332,6 +354,62 @@ impl Http {
     }
 }
 
+/// The most ctxbench reads of one answer that is not streamed, and of one streamed event:
+/// far beyond any it asks for (llama.cpp's `/tokenize` with pieces of a 2M-token prompt is
+/// ~60 MB), and a bound on what a server sending without end can make it hold.
+pub const MAX_BODY_BYTES: usize = 256 << 20;
+
+/// How much of an error answer is read for its message (the rest is never needed).
+const MAX_ERROR_BYTES: usize = 64 << 10;
+
+/// The error for an answer (or a streamed event) past [`MAX_BODY_BYTES`].
+pub fn too_large(path: &str) -> ClientError {
+    ClientError::TooLarge {
+        endpoint: path.to_owned(),
+        limit_mib: (MAX_BODY_BYTES >> 20) as u64,
+    }
+}
+
+/// Why a bounded read of a body stopped.
+#[derive(Debug)]
+pub enum BodyRead {
+    /// The body is longer than the limit (by its `Content-Length`, or as read).
+    TooLarge,
+    /// The read broke off (timeout, reset).
+    Broken(reqwest::Error),
+}
+
+/// Reads a body of at most `limit` bytes, chunk by chunk, so that memory stays bounded
+/// whatever the server sends; a declared length past the limit is refused before any read.
+pub async fn read_capped(mut resp: reqwest::Response, limit: usize) -> Result<Vec<u8>, BodyRead> {
+    if resp.content_length().is_some_and(|n| n > limit as u64) {
+        return Err(BodyRead::TooLarge);
+    }
+    let mut out = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(BodyRead::Broken)? {
+        if out.len() + chunk.len() > limit {
+            return Err(BodyRead::TooLarge);
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
+}
+
+/// The first [`MAX_ERROR_BYTES`] of an answer read only for its message or a short verdict
+/// (an error, a router's flush), as text (empty when unreadable); bounded whatever the
+/// server sends.
+pub async fn head_text(mut resp: reqwest::Response) -> String {
+    let mut out = Vec::new();
+    while let Ok(Some(chunk)) = resp.chunk().await {
+        let room = MAX_ERROR_BYTES - out.len();
+        out.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if out.len() >= MAX_ERROR_BYTES {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 fn build_client(certs: &[reqwest::Certificate]) -> Result<reqwest::Client, String> {
     let mut b = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
@@ -363,7 +441,7 @@ pub async fn check_status(
     if (200..300).contains(&status) {
         return Ok(resp);
     }
-    let text = resp.text().await.unwrap_or_default();
+    let text = head_text(resp).await;
     Err(status_error(endpoint, status, &text))
 }
 

@@ -13,14 +13,22 @@ pub struct NdjsonParser {
 impl NdjsonParser {
     /// Feeds a chunk and appends every line it completes to `out`.
     pub fn push(&mut self, bytes: &[u8], out: &mut Vec<StreamEvent>) {
-        self.buf.extend_from_slice(bytes);
+        // What was held holds no newline: only the new bytes are searched.
         let mut start = 0;
-        while let Some(pos) = self.buf[start..].iter().position(|&b| b == b'\n') {
-            let end = start + pos;
+        let mut from = self.buf.len();
+        self.buf.extend_from_slice(bytes);
+        while let Some(pos) = self.buf[from..].iter().position(|&b| b == b'\n') {
+            let end = from + pos;
             emit(&self.buf[start..end], out);
             start = end + 1;
+            from = start;
         }
         self.buf.drain(..start);
+    }
+
+    /// Bytes received but not yet forming a complete line.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
     }
 
     /// Ends the stream: a last line without a newline is still delivered.

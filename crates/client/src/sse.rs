@@ -22,10 +22,13 @@ impl SseParser {
 
     /// Feeds a chunk of bytes and appends every event it completes to `out`.
     pub fn push(&mut self, bytes: &[u8], out: &mut Vec<StreamEvent>) {
+        // What was held holds no newline: only the new bytes are searched, so a line that
+        // never ends costs its length once, not once per chunk.
+        let mut from = self.buf.len();
         self.buf.extend_from_slice(bytes);
         let mut start = 0;
-        while let Some(pos) = self.buf[start..].iter().position(|&b| b == b'\n') {
-            let end = start + pos;
+        while let Some(pos) = self.buf[from..].iter().position(|&b| b == b'\n') {
+            let end = from + pos;
             let mut line = &self.buf[start..end];
             if line.last() == Some(&b'\r') {
                 line = &line[..line.len() - 1];
@@ -33,6 +36,7 @@ impl SseParser {
             let line = String::from_utf8_lossy(line).into_owned();
             self.line(&line, out);
             start = end + 1;
+            from = start;
         }
         self.buf.drain(..start);
     }
@@ -49,9 +53,9 @@ impl SseParser {
         self.dispatch(out);
     }
 
-    /// Bytes received but not yet forming a complete line.
+    /// Bytes held for the event being read: its lines so far and a line not yet complete.
     pub fn pending(&self) -> usize {
-        self.buf.len()
+        self.buf.len() + self.data.as_ref().map_or(0, String::len)
     }
 
     fn line(&mut self, line: &str, out: &mut Vec<StreamEvent>) {

@@ -122,10 +122,27 @@ enum Parser {
 }
 
 impl Parser {
-    fn push(&mut self, bytes: &[u8], out: &mut Vec<StreamEvent>) {
-        match self {
-            Parser::Sse(p) => p.push(bytes, out),
-            Parser::Ndjson(p) => p.push(bytes, out),
+    /// Feeds a chunk; an event still incomplete past [`super::http::MAX_BODY_BYTES`] (a
+    /// server that never ends a line) is [`ClientError::TooLarge`], so memory stays bounded.
+    fn push(
+        &mut self,
+        endpoint: &str,
+        bytes: &[u8],
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), ClientError> {
+        let held = match self {
+            Parser::Sse(p) => {
+                p.push(bytes, out);
+                p.pending()
+            }
+            Parser::Ndjson(p) => {
+                p.push(bytes, out);
+                p.pending()
+            }
+        };
+        match held > super::http::MAX_BODY_BYTES {
+            true => Err(super::http::too_large(endpoint)),
+            false => Ok(()),
         }
     }
     fn finish(&mut self, out: &mut Vec<StreamEvent>) {
@@ -216,7 +233,7 @@ pub async fn drive_stream<R: EventReader>(
         if let Some(c) = &chunk {
             stats.t_first_byte.get_or_insert(arrived);
             stats.bytes += c.len();
-            parser.push(c, &mut events);
+            parser.push(endpoint, c, &mut events)?;
         }
         let first_read = stats.t_first_token.is_none();
         for ev in events.drain(..) {

@@ -104,6 +104,16 @@ pub enum ClientError {
         /// The server's own answer.
         message: String,
     },
+    /// An answer (or one streamed event) larger than ctxbench reads: cut off at the limit.
+    #[error(
+        "{endpoint}: the answer exceeded {limit_mib} MiB, the most ctxbench reads of one answer (or one streamed event); it was cut off there, unread (a server sending without end, or not the API ctxbench expects at --url)"
+    )]
+    TooLarge {
+        /// The endpoint path.
+        endpoint: String,
+        /// The limit, in MiB.
+        limit_mib: u64,
+    },
     /// The server cannot do this (e.g. flush), with what would enable it.
     #[error("{what} is not available: {hint}")]
     Unsupported {
@@ -130,6 +140,7 @@ impl ClientError {
             ClientError::Transport { .. } => "transport",
             ClientError::Unsupported { .. } => "unsupported",
             ClientError::Busy { .. } => "busy",
+            ClientError::TooLarge { .. } => "too_large",
         }
     }
 }

@@ -313,6 +313,9 @@ string_enum! {
         Transport = "transport",
         /// The server does not support what was asked.
         Unsupported = "unsupported",
+        /// The answer (or one streamed event) exceeded what ctxbench reads
+        /// (`ctxbench_client::http::MAX_BODY_BYTES`).
+        TooLarge = "too_large",
     }
 }
 

@@ -1,6 +1,7 @@
 //! A scripted llama.cpp-shaped server for fault injection: the probe endpoints answer like
-//! llama-server (its /health, /props, /slots and /tokenize), and each `/completion` call is answered by a
-//! test-supplied script, so every kind of bad response can be produced on demand.
+//! llama-server (its /props, /v1/models and /tokenize; /slots where the site says so), and
+//! each `/completion` call is answered by a test-supplied script, so every kind of bad
+//! response can be produced on demand.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -8,7 +9,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -33,6 +34,37 @@ pub struct Scripted {
     pub port: u16,
     pub requests: Arc<Mutex<Vec<(String, String)>>>,
     pub calls: Arc<AtomicUsize>,
+    /// Each generation call's arrival and the moment its slot was released (the answer
+    /// done, or the client gone): what `/slots` reports as processing.
+    pub spans: Arc<Mutex<Vec<(Instant, Option<Instant>)>>>,
+}
+
+/// What every connection's thread records.
+#[derive(Clone)]
+struct Logs {
+    requests: Arc<Mutex<Vec<(String, String)>>>,
+    calls: Arc<AtomicUsize>,
+    spans: Arc<Mutex<Vec<(Instant, Option<Instant>)>>>,
+}
+
+/// A generation call's slot: busy from its arrival until released (once).
+struct Slot<'a> {
+    spans: &'a Mutex<Vec<(Instant, Option<Instant>)>>,
+    i: Option<usize>,
+}
+
+impl Slot<'_> {
+    fn release(&mut self) {
+        if let Some(i) = self.i.take() {
+            self.spans.lock().unwrap()[i].1 = Some(Instant::now());
+        }
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 impl Scripted {
@@ -53,22 +85,26 @@ impl Scripted {
     ) -> Scripted {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let calls = Arc::new(AtomicUsize::new(0));
+        let logs = Logs {
+            requests: Arc::new(Mutex::new(Vec::new())),
+            calls: Arc::new(AtomicUsize::new(0)),
+            spans: Arc::new(Mutex::new(Vec::new())),
+        };
         let script: Arc<Script> = Arc::new(script);
-        let (rq, cl) = (requests.clone(), calls.clone());
+        let l = logs.clone();
         thread::spawn(move || {
             for conn in listener.incoming().flatten() {
-                let (rq, cl, script) = (rq.clone(), cl.clone(), script.clone());
+                let (l, script) = (l.clone(), script.clone());
                 thread::spawn(move || {
-                    let _ = serve(conn, n_ctx, site, &rq, &cl, &*script);
+                    let _ = serve(conn, n_ctx, site, &l, &*script);
                 });
             }
         });
         Scripted {
             port,
-            requests,
-            calls,
+            requests: logs.requests,
+            calls: logs.calls,
+            spans: logs.spans,
         }
     }
 
@@ -85,20 +121,29 @@ pub struct Site {
     pub not_found: (&'static str, &'static str),
     /// llama-server's own paths it does not serve either (answered like any unknown path).
     pub missing: &'static [&'static str],
+    /// `/slots` is served: one slot, processing while a generation call is in flight (until
+    /// its answer is done, or its client is gone and the answer's write fails).
+    pub slots: bool,
 }
 
 /// llama-server: `/props`, `/v1/models` and `/tokenize`, and a short 404 elsewhere.
 pub const LLAMA_SERVER: Site = Site {
     not_found: ("text/plain", "not found"),
     missing: &[],
+    slots: false,
+};
+
+/// llama-server with its `/slots` (its default): ctxbench can tell when it is idle.
+pub const LLAMA_SERVER_WITH_SLOTS: Site = Site {
+    slots: true,
+    ..LLAMA_SERVER
 };
 
 fn serve(
     mut conn: TcpStream,
     n_ctx: u64,
     site: Site,
-    requests: &Mutex<Vec<(String, String)>>,
-    calls: &AtomicUsize,
+    logs: &Logs,
     script: &Script,
 ) -> std::io::Result<()> {
     // Like real inference servers, no Nagle delay: each event leaves at once.
@@ -122,7 +167,7 @@ fn serve(
     let mut body = vec![0; len];
     reader.read_exact(&mut body)?;
     let body = String::from_utf8_lossy(&body).into_owned();
-    requests
+    logs.requests
         .lock()
         .unwrap()
         .push((format!("{}{}", request_line.trim(), headers), body.clone()));
@@ -131,6 +176,10 @@ fn serve(
         ""
     } else {
         path
+    };
+    let mut slot = Slot {
+        spans: &logs.spans,
+        i: None,
     };
     let reply = match path {
         "/props" => json_reply(
@@ -157,9 +206,22 @@ fn serve(
                 .collect();
             json_reply(200, json!({"tokens": ids}))
         }
+        "/slots" if site.slots => {
+            let (busy, n) = {
+                let spans = logs.spans.lock().unwrap();
+                (spans.iter().any(|s| s.1.is_none()), spans.len())
+            };
+            json_reply(200, json!([{"id": 0, "id_task": n, "is_processing": busy}]))
+        }
         "/completion" | "/v1/completions" => {
-            let i = calls.fetch_add(1, Ordering::SeqCst);
             let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+            let i = {
+                // Counted and made busy at once, so /slots never sees a call uncounted.
+                let mut spans = logs.spans.lock().unwrap();
+                spans.push((Instant::now(), None));
+                slot.i = Some(spans.len() - 1);
+                logs.calls.fetch_add(1, Ordering::SeqCst)
+            };
             script(i, &v)
         }
         _ => Reply::Body {
@@ -168,7 +230,7 @@ fn serve(
             body: site.not_found.1.into(),
         },
     };
-    write_reply(&mut conn, reply)
+    write_reply(&mut conn, reply, &mut || slot.release())
 }
 
 pub fn json_reply(status: u16, v: Value) -> Reply {
@@ -179,13 +241,16 @@ pub fn json_reply(status: u16, v: Value) -> Reply {
     }
 }
 
-fn write_reply(conn: &mut TcpStream, reply: Reply) -> std::io::Result<()> {
+/// Writes `reply`; `done` is called once its work is over, before its last bytes (as a
+/// server frees its slot before the final event leaves).
+fn write_reply(conn: &mut TcpStream, reply: Reply, done: &mut dyn FnMut()) -> std::io::Result<()> {
     match reply {
         Reply::Body {
             status,
             content_type,
             body,
         } => {
+            done();
             write!(conn, "HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())?;
         }
         Reply::Stream(pieces) => {
@@ -194,8 +259,12 @@ fn write_reply(conn: &mut TcpStream, reply: Reply) -> std::io::Result<()> {
                 "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
             )?;
             conn.flush()?;
-            for (pause, p) in pieces {
+            let n = pieces.len();
+            for (k, (pause, p)) in pieces.into_iter().enumerate() {
                 thread::sleep(pause);
+                if k + 1 == n {
+                    done();
+                }
                 conn.write_all(p.as_bytes())?;
                 conn.flush()?;
             }

@@ -21,6 +21,7 @@ use crate::common::scripted::{Reply, Site};
 pub const WEB_UI: Site = Site {
     not_found: ("text/html; charset=utf-8", WEB_UI_PAGE),
     missing: &[],
+    slots: false,
 };
 
 /// A fork without llama-server's `/props` (so not taken for llama.cpp): the probe tries the
@@ -29,6 +30,7 @@ pub const WEB_UI: Site = Site {
 pub const WEB_UI_WITHOUT_PROPS: Site = Site {
     not_found: ("text/html; charset=utf-8", WEB_UI_PAGE),
     missing: &["/props"],
+    slots: false,
 };
 
 /// The web UI's page: HTML that mentions an API key (the UI's own setting), although no key

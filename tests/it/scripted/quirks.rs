@@ -35,6 +35,9 @@ pub struct Quirks {
     /// The first streamed request of at least so many tokens waits this long before
     /// answering, as a server busy with something else would.
     pub stall: Option<(u64, Duration)>,
+    /// Every generation answer is a body without end (chunked, no length): a JSON object
+    /// whose text never closes, or on a stream one `data:` line that never ends.
+    pub endless_body: bool,
     /// A needle prompt whose text ends with the question and holds the fact is answered
     /// with its value (a model that reads well); anything else with words.
     pub answer_needles: bool,
@@ -258,6 +261,10 @@ fn answer(
                "prompt_tokens_details": {"cached_tokens": cached}})
     };
     let end = || st.lock().unwrap().seen[me].ended = Some(Instant::now());
+    if q.endless_body {
+        end();
+        return endless(conn, streamed);
+    }
     let needle = q
         .answer_needles
         .then(|| needle_answer(&st.lock().unwrap().seen[me]));
@@ -299,6 +306,24 @@ fn answer(
     end();
     conn.write_all(format!("data: {u}\r\n\r\ndata: [DONE]\r\n\r\n").as_bytes())?;
     conn.flush()
+}
+
+/// An answer that never ends: chunks of 1 MiB of `x` inside an unclosed string, until the
+/// client hangs up (the write then fails and the thread ends).
+fn endless(mut conn: TcpStream, streamed: bool) -> std::io::Result<()> {
+    let (ctype, head) = match streamed {
+        true => ("text/event-stream", "data: {\"choices\":[{\"text\":\""),
+        false => ("application/json", "{\"choices\":[{\"text\":\""),
+    };
+    write!(
+        conn,
+        "HTTP/1.1 200 OK\r\ncontent-type: {ctype}\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n{:x}\r\n{head}\r\n",
+        head.len()
+    )?;
+    let chunk = format!("{:x}\r\n{}\r\n", 1 << 20, "x".repeat(1 << 20));
+    loop {
+        conn.write_all(chunk.as_bytes())?;
+    }
 }
 
 /// The answer of a model that finds the fact where the prompt ends with the question.

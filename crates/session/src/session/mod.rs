@@ -969,7 +969,7 @@ async fn fanout_flush(
     {
         Ok(r) => {
             let status = r.status().as_u16();
-            (status, r.text().await.unwrap_or_default())
+            (status, ctxbench_client::http::head_text(r).await)
         }
         Err(e) => (0, e.to_string()),
     };
