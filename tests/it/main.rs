@@ -59,6 +59,8 @@ mod wheel;
 #[cfg(feature = "real-servers")]
 mod real_dynamo;
 #[cfg(feature = "real-servers")]
+mod real_fastchat;
+#[cfg(feature = "real-servers")]
 mod real_litellm;
 #[cfg(feature = "real-servers")]
 mod real_llama_cpp_python;

@@ -32,6 +32,9 @@ pub enum Family {
     /// tokenizer; `--max-model-len 8192` unless `CTXBENCH_REF_CTX` says otherwise, 0: unset),
     /// started together by the script (same process group).
     Dynamo,
+    /// FastChat (PyPI `fschat`): controller, one model worker (the tiny HF model as
+    /// `tiny-llama`, CPU) and its OpenAI API server, started together (same process group).
+    Fastchat,
 }
 
 /// The master key the harness starts the LiteLLM proxy with (`LITELLM_MASTER_KEY`; LiteLLM
@@ -47,6 +50,7 @@ impl Family {
             Family::Transformers => "transformers",
             Family::Litellm => "litellm",
             Family::Dynamo => "dynamo",
+            Family::Fastchat => "fastchat",
         }
     }
 
@@ -54,17 +58,17 @@ impl Family {
     fn health_path(self) -> &'static str {
         match self {
             Family::Sglang | Family::Vllm | Family::Transformers => "/health",
-            Family::LlamaCppPython | Family::Dynamo => "/v1/models",
+            Family::LlamaCppPython | Family::Dynamo | Family::Fastchat => "/v1/models",
             // Unauthenticated; answers once the proxy's app has started.
             Family::Litellm => "/health/liveliness",
         }
     }
 
     /// Whether a 200 answer of the health path means the server takes requests: Dynamo's
-    /// frontend lists no model until its engine has registered one.
+    /// frontend and FastChat's API server list no model until a worker has registered one.
     fn ready(self, body: &str) -> bool {
         match self {
-            Family::Dynamo => body.contains("\"id\""),
+            Family::Dynamo | Family::Fastchat => body.contains("\"id\""),
             _ => true,
         }
     }

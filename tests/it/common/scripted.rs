@@ -36,15 +36,18 @@ pub struct Scripted {
     pub calls: Arc<AtomicUsize>,
     /// Each generation call's arrival and the moment its slot was released (the answer
     /// done, or the client gone): what `/slots` reports as processing.
-    pub spans: Arc<Mutex<Vec<(Instant, Option<Instant>)>>>,
+    pub spans: Spans,
 }
+
+/// Each generation call's arrival and the moment its slot was released (`None`: busy).
+pub type Spans = Arc<Mutex<Vec<(Instant, Option<Instant>)>>>;
 
 /// What every connection's thread records.
 #[derive(Clone)]
 struct Logs {
     requests: Arc<Mutex<Vec<(String, String)>>>,
     calls: Arc<AtomicUsize>,
-    spans: Arc<Mutex<Vec<(Instant, Option<Instant>)>>>,
+    spans: Spans,
 }
 
 /// A generation call's slot: busy from its arrival until released (once).
