@@ -642,21 +642,25 @@ pub struct SweepArgs {
     #[arg(help_heading = "What to measure", long)]
     pub dry_run: bool,
 
-    /// Prompt text: `auto`, `repeat`, `random`, `natural`, or your own file or folder; a
-    /// comma list measures each.
+    /// Prompt text: `auto`, `repeat`, `random`, `natural`, `code`, or your own file or folder;
+    /// a comma list measures each.
     ///
-    /// `auto` (the default) is `natural` where the server is known to speculate (a
-    /// speculative flag in --server-cmd or its -F/-L values, or SGLang's probe) and `repeat`
-    /// elsewhere. `repeat` is one sentence repeated (it inflates speculative acceptance),
-    /// `random` random token ids, `natural` English prose already on this machine (Python's
-    /// own documentation, pydoc_data/topics.py); a file or folder holds text of your own. With
-    /// a list (`repeat,natural`), the same ladder is measured once per corpus, into one results
-    /// file each (OUT.repeat.jsonl, …), and the report gives the acceptance inflation.
+    /// `auto` (the default) is text that does not repeat itself where the server is known to
+    /// speculate (a speculative flag in --server-cmd or its -F/-L values, or SGLang's probe):
+    /// `natural` when the longest context is at most 128k, else `code` (also when the lengths
+    /// are not known before the server is asked); `repeat` elsewhere. `repeat` is one sentence
+    /// repeated (it inflates speculative acceptance), `random` random token ids, `natural`
+    /// English prose already on this machine (Python's own documentation,
+    /// pydoc_data/topics.py, ~180k tokens), `code` the Python standard library's source on
+    /// this machine (millions of tokens: never wraps); a file or folder holds text of your
+    /// own. With a list (`repeat,natural,code`), the same ladder is measured once per corpus,
+    /// into one results file each (OUT.repeat.jsonl, …), and the report gives the acceptance
+    /// inflation.
     #[arg(
         help_heading = "Prompts and corpus",
         long,
         default_value = "auto",
-        value_name = "auto|repeat|random|natural|PATH[,…]"
+        value_name = "auto|repeat|random|natural|code|PATH[,…]"
     )]
     pub corpus: String,
 

@@ -12,10 +12,11 @@ use crate::cmd::cli::SweepArgs;
 use crate::cmd::{sweep, Ending};
 use ctxbench_schema::error::UsageError;
 
-/// `--corpus auto` with `--server-cmd`: natural text when the command line, any value of
-/// its `-F`/`-L` lists or `--spec-flags` turns speculation on (every variant of the campaign then measures the
+/// `--corpus auto` with `--server-cmd`: text that does not repeat itself when the command line,
+/// any value of its `-F`/`-L` lists or `--spec-flags` turns speculation on (natural text up to 128k, code
+/// past it or when `--contexts` is not given; every variant of the campaign then measures the
 /// same text, so compare accepts them), the repeated sentence otherwise; says so on stderr
-/// when it chose natural text. With `--url` the choice waits for the probe (the session).
+/// when it chose another text. With `--url` the choice waits for the probe (the session).
 pub fn resolve_auto(args: &mut SweepArgs) {
     use ctxbench_session::corpus::default;
     let Some(cmd) = args.server_cmd.as_deref() else {
@@ -28,7 +29,13 @@ pub fn resolve_auto(args: &mut SweepArgs) {
         .chain(args.flag_list.iter().map(String::as_str))
         .chain(args.parameter_list.iter().map(String::as_str))
         .chain(args.spec_flags.as_deref());
-    let (corpus, note) = default::choose(default::command_speculates(words));
+    // The longest prompt of --contexts; without it the ladder waits for the server.
+    let longest = args
+        .contexts
+        .as_deref()
+        .and_then(|c| ctxbench_session::plan::parse_contexts(c).ok())
+        .and_then(|c| c.into_iter().max());
+    let (corpus, note) = default::choose(default::command_speculates(words), longest);
     if let Some(n) = note {
         eprintln!("{n}");
     }
@@ -165,8 +172,8 @@ mod tests {
             "spec",
             ",-md d.gguf --spec-type draft-simple",
         ]);
-        // Natural text where this host has some (else the repeated sentence, said on stderr).
-        assert_eq!(spec.corpus, default::choose(true).0);
+        // No --contexts: the text that cannot wrap (else what this host has, said on stderr).
+        assert_eq!(spec.corpus, default::choose(true, None).0);
         let plain = sweep(&["sweep", "--server-cmd", "llama-server -m t --port {port}"]);
         assert_eq!(plain.corpus, "repeat");
         // A campaign over K: --spec-flags turns speculation on for K > 0.
@@ -180,7 +187,7 @@ mod tests {
             "--spec-flags",
             "-md d.gguf --spec-draft-n-max {k}",
         ]);
-        assert_eq!(over_k.corpus, default::choose(true).0);
+        assert_eq!(over_k.corpus, default::choose(true, None).0);
         // Asked for, the repeated sentence stays; with --url the probe decides later.
         let asked = sweep(&[
             "sweep",

@@ -143,6 +143,7 @@ pub fn corpus_text(c: &CorpusSpec) -> String {
         CorpusSpec::Random => "random token ids".to_owned(),
         CorpusSpec::Path(p) => format!("text from {}", p.display()),
         CorpusSpec::Natural(p) => format!("natural text from {}", p.display()),
+        CorpusSpec::Code(p) => format!("code (Python source) from {}", p.display()),
     }
 }
 

@@ -32,9 +32,15 @@ const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
 /// FNV-1a 64 of `bytes`.
 pub fn fnv1a64(bytes: impl IntoIterator<Item = u8>) -> u64 {
-    bytes.into_iter().fold(FNV_OFFSET, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(FNV_PRIME)
-    })
+    fnv1a64_from(FNV_OFFSET, bytes)
+}
+
+/// FNV-1a 64 continued from `h` (a hash so far) over more `bytes`: the hash of a text fed
+/// piece by piece equals [`fnv1a64`] of the whole.
+pub fn fnv1a64_from(h: u64, bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes
+        .into_iter()
+        .fold(h, |h, b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME))
 }
 
 /// The fingerprint of an output, what it hashes, and its first ids; `None` when nothing

@@ -477,6 +477,10 @@ pub enum CorpusSpec {
     /// `--corpus natural`: English prose found on this machine (Python's documentation,
     /// see `corpus::natural`); the resolved file.
     Natural(PathBuf),
+    /// `--corpus code`: the Python standard library's source found on this machine (every
+    /// `.py` file outside its test suite, in path order, see `corpus::code`); the resolved
+    /// stdlib folder. Tens of MB: no context a server offers makes it wrap.
+    Code(PathBuf),
 }
 
 impl CorpusSpec {
@@ -487,6 +491,7 @@ impl CorpusSpec {
             CorpusSpec::Random => "random token ids".to_owned(),
             CorpusSpec::Path(p) => format!("text from {}", p.display()),
             CorpusSpec::Natural(p) => format!("natural text from {}", p.display()),
+            CorpusSpec::Code(p) => format!("code: Python source from {}", p.display()),
         }
     }
 
@@ -497,6 +502,7 @@ impl CorpusSpec {
             CorpusSpec::Repeat => "repeat".to_owned(),
             CorpusSpec::Random => "random".to_owned(),
             CorpusSpec::Natural(_) => "natural".to_owned(),
+            CorpusSpec::Code(_) => "code".to_owned(),
             CorpusSpec::Path(p) => p
                 .file_stem()
                 .map_or_else(|| "text".to_owned(), |s| s.to_string_lossy().into_owned()),
@@ -810,6 +816,14 @@ pub struct CorpusInfo {
     pub wraps: bool,
     /// `/tokenize` requests made to tokenize it.
     pub tokenize_requests: u64,
+    /// Bytes of text tokenized (text corpora: a path, natural, code); absent for the
+    /// synthetic ones and in files from before it was recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// FNV-1a 64 of those bytes (`fnv1a64:` and 16 hex digits): two runs measured the same
+    /// text when it agrees.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text_hash: Option<String>,
 }
 
 /// The client machine.

@@ -7,6 +7,7 @@ use rand::{RngExt, SeedableRng};
 use ctxbench_client::Backend;
 use ctxbench_schema::error::ClientError;
 
+pub mod code;
 pub mod default;
 pub mod natural;
 
@@ -23,19 +24,21 @@ const TOKENIZE_CHUNK_CHARS: usize = 256 * 1024;
 
 pub use ctxbench_schema::record::CorpusSpec;
 
-/// Parses `--corpus`: `repeat`, `random`, `natural` (found on this machine), or a path.
+/// Parses `--corpus`: `repeat`, `random`, `natural` or `code` (found on this machine), or a
+/// path.
 pub fn parse_spec(s: &str) -> Result<CorpusSpec, String> {
     match s {
         "repeat" => Ok(CorpusSpec::Repeat),
         "random" => Ok(CorpusSpec::Random),
         "natural" => natural::resolve().map(CorpusSpec::Natural),
+        "code" => code::resolve().map(CorpusSpec::Code),
         p => {
             let path = PathBuf::from(p);
             if path.exists() {
                 Ok(CorpusSpec::Path(path))
             } else {
                 Err(format!(
-                    "--corpus '{p}': not 'repeat', 'random', 'natural', or an existing file or folder"
+                    "--corpus '{p}': not 'repeat', 'random', 'natural', 'code', or an existing file or folder"
                 ))
             }
         }
@@ -53,6 +56,8 @@ pub struct Corpus {
     pub tokenize_requests: usize,
     /// Whether prompts longer than the corpus wrap around (stated in results).
     pub wraps: bool,
+    /// Bytes of text tokenized and their FNV-1a 64 hash (text corpora only).
+    pub text: Option<(u64, String)>,
 }
 
 /// Corpus loading failures.
@@ -93,6 +98,7 @@ impl Corpus {
                 backend.kind().as_str()
             )));
         }
+        let mut text = None;
         let (tokens, wraps) = match spec {
             CorpusSpec::Repeat => {
                 // One block, tokenized once, repeated: the text is periodic anyway.
@@ -117,24 +123,12 @@ impl Corpus {
                     (random_from(&ids, needed.max(4096), seed), false)
                 }
             },
-            CorpusSpec::Path(p) | CorpusSpec::Natural(p) => {
-                let mut texts = read_texts(p)?;
-                if matches!(spec, CorpusSpec::Natural(_)) && natural::is_python(p) {
-                    // Python's documentation is a module of strings: the prose only.
-                    texts = texts.iter().map(|t| natural::python_strings(t)).collect();
-                }
-                let mut tokens = Vec::new();
-                'outer: for text in &texts {
-                    for piece in split_text(text, TOKENIZE_CHUNK_CHARS) {
-                        tokens.extend(backend.tokenize(piece).await?);
-                        requests += 1;
-                        if tokens.len() >= needed {
-                            break 'outer;
-                        }
-                    }
-                }
-                let wraps = tokens.len() < needed;
-                (tokens, wraps)
+            CorpusSpec::Path(_) | CorpusSpec::Natural(_) | CorpusSpec::Code(_) => {
+                let t = load_text(spec, backend, needed).await?;
+                requests += t.requests;
+                text = Some((t.bytes, format!("fnv1a64:{:016x}", t.hash)));
+                let wraps = t.tokens.len() < needed;
+                (t.tokens, wraps)
             }
         };
         if tokens.is_empty() {
@@ -151,6 +145,7 @@ impl Corpus {
             nonce_pool: pool,
             tokenize_requests: requests,
             wraps,
+            text,
         })
     }
 
@@ -168,6 +163,69 @@ impl Corpus {
         let n = self.tokens.len();
         (0..len).map(move |i| self.tokens[(offset + i) % n])
     }
+}
+
+/// A text corpus, tokenized: its tokens, the requests made, and the bytes tokenized with their
+/// running FNV-1a 64 hash.
+struct Tokenized {
+    tokens: Vec<u32>,
+    requests: usize,
+    bytes: u64,
+    hash: u64,
+}
+
+/// The texts of a text corpus in order: a path's files, natural's prose, code's source files
+/// (read one at a time: only as many as the longest prompt needs).
+fn corpus_texts(spec: &CorpusSpec) -> Result<Box<dyn Iterator<Item = String>>, CorpusError> {
+    Ok(match spec {
+        CorpusSpec::Code(root) => {
+            let root = root.clone();
+            let files = code::files(&root);
+            if files.is_empty() {
+                return Err(empty_corpus(&root));
+            }
+            Box::new(
+                files
+                    .into_iter()
+                    .filter_map(move |f| code::entry(&root, &f)),
+            )
+        }
+        CorpusSpec::Path(p) | CorpusSpec::Natural(p) => {
+            let mut texts = read_texts(p)?;
+            if matches!(spec, CorpusSpec::Natural(_)) && natural::is_python(p) {
+                // Python's documentation is a module of strings: the prose only.
+                texts = texts.iter().map(|t| natural::python_strings(t)).collect();
+            }
+            Box::new(texts.into_iter())
+        }
+        CorpusSpec::Repeat | CorpusSpec::Random => Box::new(std::iter::empty()),
+    })
+}
+
+/// Tokenizes a text corpus until `needed` tokens (or the text ends).
+async fn load_text(
+    spec: &CorpusSpec,
+    backend: &dyn Backend,
+    needed: usize,
+) -> Result<Tokenized, CorpusError> {
+    let mut t = Tokenized {
+        tokens: Vec::new(),
+        requests: 0,
+        bytes: 0,
+        hash: ctxbench_schema::fingerprint::fnv1a64(std::iter::empty()),
+    };
+    'outer: for text in corpus_texts(spec)? {
+        for piece in split_text(&text, TOKENIZE_CHUNK_CHARS) {
+            t.tokens.extend(backend.tokenize(piece).await?);
+            t.requests += 1;
+            t.bytes += piece.len() as u64;
+            t.hash = ctxbench_schema::fingerprint::fnv1a64_from(t.hash, piece.bytes());
+            if t.tokens.len() >= needed {
+                break 'outer;
+            }
+        }
+    }
+    Ok(t)
 }
 
 /// A text whose tokenization touches many distinct ids of any tokenizer: every one-, two-
@@ -350,6 +408,7 @@ mod tests {
             nonce_pool: vec![],
             tokenize_requests: 0,
             wraps: true,
+            text: None,
         };
         assert_eq!(c.window(2, 5).collect::<Vec<_>>(), vec![3, 1, 2, 3, 1]);
     }

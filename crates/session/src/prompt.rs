@@ -133,6 +133,7 @@ mod tests {
             nonce_pool: (1..60).collect(),
             tokenize_requests: 0,
             wraps: true,
+            text: None,
         }
     }
 

@@ -376,7 +376,10 @@ fn speculation_warnings(results: &Results) -> Vec<Warning> {
     let h = &results.header;
     let mut out = Vec::new();
     // The repeated sentence always wraps and is named synthetic above already.
-    let real_text = matches!(h.corpus.spec, CorpusSpec::Path(_) | CorpusSpec::Natural(_));
+    let real_text = matches!(
+        h.corpus.spec,
+        CorpusSpec::Path(_) | CorpusSpec::Natural(_) | CorpusSpec::Code(_)
+    );
     if h.corpus.wraps && real_text {
         let longest: Vec<u64> = results
             .samples

@@ -310,6 +310,7 @@ fn corpus() -> Corpus {
         nonce_pool: (100..900).collect(),
         tokenize_requests: 0,
         wraps: false,
+        text: None,
     }
 }
 

@@ -1,8 +1,14 @@
 //! `--corpus auto`, the default: the repeated sentence, except where the server is known to
-//! speculate, where it is natural text. On the repeated sentence a draft finds every
-//! continuation in the prompt, so acceptance (and the speedup) measured on it says nothing
-//! about a user's text (docs/speculation.md: 4.8× inflation at 1k with n-gram drafts); a plain
-//! server's timing does not depend on the text, so elsewhere the default stays what it was.
+//! speculate, where it is text that does not repeat itself: natural text when the longest
+//! prompt fits in it (up to [`NATURAL_MAX_TOKENS`]), else code (the Python standard library,
+//! millions of tokens), also when the longest prompt is not known before the server is asked.
+//! Natural text is ~750 KB of prose (~180k tokens with llama's tokenizer, fewer with coarser
+//! ones): a longer prompt would wrap around it and repeat itself at exactly the lengths where
+//! speculation is asked about, so a run that reaches past it measures code instead, the whole
+//! run on one text. On the repeated sentence a draft finds every continuation in the prompt,
+//! so acceptance (and the speedup) measured on it says nothing about a user's text
+//! (docs/speculation.md: 4.8× inflation at 1k with n-gram drafts); a plain server's timing
+//! does not depend on the text, so elsewhere the default stays what it was.
 //! A server is known to speculate when its command line (`--server-cmd`, with every `-F`/`-L`
 //! value) carries a speculative flag, or when the probe reports a speculative algorithm.
 
@@ -10,6 +16,10 @@ use ctxbench_client::ServerProfile;
 
 /// The default `--corpus`: resolved by [`choose`].
 pub const AUTO: &str = "auto";
+
+/// The longest prompt `auto` measures on natural text: 128k, below what natural text holds
+/// with any tokenizer we know (~180k tokens with llama's, ~160k with coarser ones).
+pub const NATURAL_MAX_TOKENS: u64 = 128 * 1024;
 
 /// Whether one command-line word turns speculation on: llama-server (`-md`,
 /// `--model-draft`, `-hfd`, `-hfrd`, `--hf-repo-draft`, `--spec-*`, `--draft*`), vLLM
@@ -38,20 +48,33 @@ pub fn probe_speculates(p: &ServerProfile) -> bool {
     p.spec_stats.as_deref().is_some_and(|s| s.ends_with(" on)"))
 }
 
-/// The corpus `--corpus auto` stands for, and a note saying why when it is not the repeated
-/// sentence (or when natural text was wanted and none was found).
-pub fn choose(speculates: bool) -> (&'static str, Option<String>) {
+/// The corpus `--corpus auto` stands for, given whether the server speculates and the
+/// longest prompt of the plan (`None`: not known yet), and a note saying why when it is not
+/// the repeated sentence (or when the text wanted was not found).
+pub fn choose(speculates: bool, longest: Option<u64>) -> (&'static str, Option<String>) {
     if !speculates {
         return ("repeat", None);
     }
-    match super::natural::resolve() {
-        Ok(_) => (
-            "natural",
-            Some("corpus: natural text, because the server speculates (the repeated sentence inflates acceptance); --corpus repeat measures it anyway".to_owned()),
+    let natural_fits = longest.is_some_and(|l| l <= NATURAL_MAX_TOKENS);
+    let natural = super::natural::resolve().is_ok();
+    let code = super::code::resolve().is_ok();
+    let why = "because the server speculates (the repeated sentence inflates acceptance); --corpus repeat measures it anyway";
+    match (natural_fits, natural, code) {
+        (true, true, _) => ("natural", Some(format!("corpus: natural text, {why}"))),
+        (_, _, true) => (
+            "code",
+            Some(format!(
+                "corpus: code (the Python standard library), {why}; natural text holds ~180k tokens and would repeat itself {}",
+                longest.map_or("if the prompts grow past it".to_owned(), |l| format!("at {l} tokens"))
+            )),
         ),
-        Err(_) => (
+        (_, true, false) => (
+            "natural",
+            Some(format!("corpus: natural text, {why}; no Python standard library was found for a longer text, so prompts past ~180k tokens wrap (give --corpus PATH)")),
+        ),
+        (_, false, false) => (
             "repeat",
-            Some("corpus: the server speculates, but no natural text was found on this machine: the repeated sentence inflates acceptance; give --corpus PATH".to_owned()),
+            Some("corpus: the server speculates, but no natural text or code was found on this machine: the repeated sentence inflates acceptance; give --corpus PATH".to_owned()),
         ),
     }
 }
@@ -84,7 +107,24 @@ mod tests {
             "",
             "-md d.gguf"
         ]));
-        assert_eq!(choose(false), ("repeat", None));
+        assert_eq!(choose(false, Some(1024)), ("repeat", None));
+    }
+
+    #[test]
+    fn past_what_natural_text_holds_auto_measures_code_which_never_wraps() {
+        let short = choose(true, Some(8192)).0;
+        let long = choose(true, Some(200_000)).0;
+        let unknown = choose(true, None).0;
+        if super::super::natural::resolve().is_ok() {
+            assert_eq!(short, "natural");
+        }
+        if super::super::code::resolve().is_ok() {
+            assert_eq!(long, "code");
+            assert_eq!(
+                unknown, "code",
+                "lengths not known yet: the text that cannot wrap"
+            );
+        }
     }
 
     #[test]

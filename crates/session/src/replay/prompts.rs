@@ -108,6 +108,7 @@ mod tests {
             nonce_pool: (1..500).collect(),
             tokenize_requests: 0,
             wraps: true,
+            text: None,
         })
     }
 

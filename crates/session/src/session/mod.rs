@@ -284,7 +284,13 @@ impl Session {
         ctxbench_client::openai::choose_endpoint(&mut profile, plan.endpoint)?;
         let mut plan = plan;
         if plan.corpus_by_default && crate::corpus::default::probe_speculates(&profile) {
-            let (c, note) = crate::corpus::default::choose(true);
+            // The ladder, else the server's own limit: the longest prompt it can be asked.
+            let longest = plan
+                .contexts
+                .as_ref()
+                .and_then(|c| c.iter().max().copied())
+                .or(profile.max_context);
+            let (c, note) = crate::corpus::default::choose(true, longest);
             if let (Ok(spec), Some(note)) = (crate::corpus::parse_spec(c), note) {
                 told(&note);
                 plan.corpus = spec;
@@ -506,6 +512,8 @@ impl Session {
                 tokens: p.corpus.tokens.len() as u64,
                 wraps: p.corpus.wraps,
                 tokenize_requests: p.corpus.tokenize_requests as u64,
+                bytes: p.corpus.text.as_ref().map(|t| t.0),
+                text_hash: p.corpus.text.as_ref().map(|t| t.1.clone()),
             },
             label: self.plan.label.clone(),
             // The server's own figures first: they describe the file it serves.

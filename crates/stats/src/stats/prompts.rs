@@ -339,7 +339,7 @@ pub fn build(loaded: &[(String, String, Results)]) -> PromptsReport {
         for (_, _, b) in loaded.iter().filter(|(_, _, b)| {
             matches!(
                 b.header.config.corpus,
-                CorpusSpec::Natural(_) | CorpusSpec::Path(_)
+                CorpusSpec::Natural(_) | CorpusSpec::Path(_) | CorpusSpec::Code(_)
             ) && pair_key(b) == pair_key(a)
         }) {
             let (sa, sb) = (by_context(a), by_context(b));
