@@ -184,11 +184,22 @@ fn corpus_texts(spec: &CorpusSpec) -> Result<Box<dyn Iterator<Item = String>>, C
             if files.is_empty() {
                 return Err(empty_corpus(&root));
             }
-            Box::new(
-                files
-                    .into_iter()
-                    .filter_map(move |f| code::entry(&root, &f)),
-            )
+            // Files joined into pieces of about one tokenize request each: a few requests
+            // for a long prompt instead of one per file.
+            let mut entries = files
+                .into_iter()
+                .filter_map(move |f| code::entry(&root, &f))
+                .peekable();
+            Box::new(std::iter::from_fn(move || {
+                let mut piece = entries.next()?;
+                while piece.len() < TOKENIZE_CHUNK_CHARS {
+                    match entries.next_if(|e| piece.len() + e.len() <= TOKENIZE_CHUNK_CHARS) {
+                        Some(e) => piece.push_str(&e),
+                        None => break,
+                    }
+                }
+                Some(piece)
+            }))
         }
         CorpusSpec::Path(p) | CorpusSpec::Natural(p) => {
             let mut texts = read_texts(p)?;
@@ -202,7 +213,9 @@ fn corpus_texts(spec: &CorpusSpec) -> Result<Box<dyn Iterator<Item = String>>, C
     })
 }
 
-/// Tokenizes a text corpus until `needed` tokens (or the text ends).
+/// Tokenizes a text corpus until `needed` tokens and at least one request's worth of text (so
+/// the windows of short prompts spread over more than the longest prompt's text), or until
+/// the text ends.
 async fn load_text(
     spec: &CorpusSpec,
     backend: &dyn Backend,
@@ -220,7 +233,7 @@ async fn load_text(
             t.requests += 1;
             t.bytes += piece.len() as u64;
             t.hash = ctxbench_schema::fingerprint::fnv1a64_from(t.hash, piece.bytes());
-            if t.tokens.len() >= needed {
+            if t.tokens.len() >= needed && t.bytes >= TOKENIZE_CHUNK_CHARS as u64 / 2 {
                 break 'outer;
             }
         }
