@@ -42,7 +42,8 @@ fn windowed_real_model(window: u32) -> PathBuf {
 /// one thread), then its report as JSON.
 fn sweep_report(draft: &Path) -> Value {
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("run.jsonl");
+    // A --server-cmd sweep writes a folder: one results file per run of its one variant.
+    let out = tmp.path().join("c");
     let cmd = format!(
         "{} -m {} -md {} --spec-type draft-simple --spec-draft-n-max 8 --host 127.0.0.1 --port {{port}} -c 2048 -np 1 -t 1 -tb 1",
         ref_paths().server.display(),
@@ -69,8 +70,9 @@ fn sweep_report(draft: &Path) -> Value {
         String::from_utf8_lossy(&run.stdout),
         String::from_utf8_lossy(&run.stderr)
     );
+    let results = out.join("default-run0.jsonl");
     let rep = common::ctxbench()
-        .args(["report", out.to_str().unwrap(), "--format", "json"])
+        .args(["report", results.to_str().unwrap(), "--format", "json"])
         .output()
         .expect("run ctxbench report");
     assert!(
