@@ -73,6 +73,7 @@ fn main() {
         nonce_pool: (300..800).collect(),
         tokenize_requests: 0,
         wraps: true,
+        text: None,
     });
     let requests: Vec<TraceRequest> = (0..n)
         .map(|i| TraceRequest {
