@@ -54,20 +54,8 @@ pub async fn run(
     }
     let requests_read = trace.requests.len() as u64;
     let limit = args.context_limit.or(session.profile.max_context);
-    let (requests, skipped) = shape(trace.requests, args.scale, limit);
-    if skipped > 0 {
-        eprintln!(
-            "{skipped} of {requests_read} request(s) skipped: prompt + output exceed the server's context of {} tokens (never truncated)",
-            limit.unwrap_or(0)
-        );
-    }
-    let Some(longest) = requests.iter().map(|r| r.input_tokens).max() else {
-        bail!(UsageError::Invalid(format!(
-            "no request of {} fits the server's context ({} tokens)",
-            trace.name,
-            limit.unwrap_or(0)
-        )));
-    };
+    let (requests, skipped, longest) =
+        fit_to_context(trace.requests, &trace.name, args.scale, limit)?;
     // The corpus is tokenized once for the longest prompt; the warmup uses the shortest
     // context of the plan.
     session.plan.contexts = Some(vec![longest]);
@@ -155,6 +143,32 @@ pub async fn run(
         .finish(&mut writer, &run_id, tally, started)
         .map_err(|e| anyhow::anyhow!(e))?;
     summarize(&out_path, &finished.tally, &args)
+}
+
+/// The trace scaled and fitted to the server's context: the requests to send, how many were
+/// skipped (beyond the context: never truncated), and the longest prompt.
+fn fit_to_context(
+    requests: Vec<TraceRequest>,
+    name: &str,
+    scale: Option<f64>,
+    limit: Option<u64>,
+) -> Result<(Vec<TraceRequest>, u64, u64)> {
+    let requests_read = requests.len() as u64;
+    let (requests, skipped) = shape(requests, scale, limit);
+    if skipped > 0 {
+        eprintln!(
+            "{skipped} of {requests_read} request(s) skipped: prompt + output exceed the server's context of {} tokens (never truncated)",
+            limit.unwrap_or(0)
+        );
+    }
+    let Some(longest) = requests.iter().map(|r| r.input_tokens).max() else {
+        bail!(UsageError::Invalid(format!(
+            "no request of {} fits the server's context ({} tokens)",
+            name,
+            limit.unwrap_or(0)
+        )));
+    };
+    Ok((requests, skipped, longest))
 }
 
 /// The report from the results file alone, on the terminal and as Markdown beside it.

@@ -4,6 +4,7 @@
 //! `metrics.{tag}: {value, unit}`). One export is one point.
 
 use ctxbench_schema::imported::{Audit, ImportedPoint};
+use ctxbench_schema::record::Sample;
 use serde_json::Value;
 
 use super::common::{
@@ -115,21 +116,24 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
             metrics,
         });
     }
-    let known = parts
-        .samples
-        .iter()
-        .filter(|s| s.cached_tokens.is_some())
-        .count();
-    let all_known = per_request && known == parts.samples.len() && known > 0;
-    parts.audit = Audit {
+    parts.audit = audit(&parts.samples, per_request, &lens, warm);
+    Ok(assemble(parts, files, ctxbench_version))
+}
+
+/// What an AIPerf file proves: per-request cache counts and lengths only with its
+/// profile_export.jsonl; `warm` is (warmup requests left out, warmup_metrics present).
+fn audit(samples: &[Sample], per_request: bool, lens: &[String], warm: (usize, bool)) -> Audit {
+    let known = samples.iter().filter(|s| s.cached_tokens.is_some()).count();
+    let all_known = per_request && known == samples.len() && known > 0;
+    Audit {
         cache_per_request: all_known,
         cache: if all_known {
             format!(
                 "usage_prompt_cache_read_tokens per request (the server's usage): {}",
-                common::cache_hits(&parts.samples)
+                common::cache_hits(&samples)
             )
         } else if per_request {
-            format!("the server's cached-token count is in {known} of {} requests only", parts.samples.len())
+            format!("the server's cached-token count is in {known} of {} requests only", samples.len())
         } else {
             "without profile_export.jsonl only an average of usage_prompt_cache_read_tokens: no per-request proof".into()
         },
@@ -148,8 +152,7 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
         notes: vec![
             "units normalised from each block's `unit` (ms, sec, ns); std is AIPerf's `std`; AIPerf's percentiles stop at p99".into(),
         ],
-    };
-    Ok(assemble(parts, files, ctxbench_version))
+    }
 }
 
 /// The engine that wrote the file: the Rust engine and the Python one count tokens

@@ -32,17 +32,7 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
     let mut warm_left = 0usize;
     for f in files {
         let v = common::json(f)?;
-        let version = at(&v, &["metadata", "version"]).and_then(Value::as_u64);
-        if version != Some(2) {
-            return Err(ImportError::Version {
-                file: f.name.clone(),
-                field: "metadata.version".into(),
-                found: version
-                    .map(|x| x.to_string())
-                    .unwrap_or_else(|| "missing".into()),
-                known: "2".into(),
-            });
-        }
+        version_2(f, &v)?;
         parts.format = "benchmarks.json v2".into();
         parts.tool_version = at(&v, &["metadata", "guidellm_version"])
             .and_then(Value::as_str)
@@ -53,33 +43,7 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
             .ok_or_else(|| field_err(&f.name, &["benchmarks"], "missing or not a list"))?;
         for (bi, b) in benches.iter().enumerate() {
             let path = format!("benchmarks[{bi}]");
-            let metrics = METRICS
-                .iter()
-                .filter_map(|(tag, name)| {
-                    let d = at(b, &["metrics", tag, "successful"])?;
-                    // request_latency is in seconds (its name has no _ms).
-                    let scale = if *tag == "request_latency" {
-                        1000.0
-                    } else {
-                        1.0
-                    };
-                    let count = d.get("count").and_then(Value::as_u64);
-                    Some(metric_from_object(
-                        name,
-                        format!("{tag}.successful"),
-                        d,
-                        scale,
-                        count,
-                    ))
-                })
-                .collect::<Vec<ImportedMetric>>();
-            if !metrics.iter().any(|m| m.name == "ttft_ms") {
-                return Err(field_err(
-                    &f.name,
-                    &[&path, "metrics", "time_to_first_token_ms", "successful"],
-                    "missing",
-                ));
-            }
+            let metrics = benchmark_metrics(f, b, &path)?;
             let isl = metrics.iter().find(|m| m.name == "prompt_tokens");
             let context = isl.and_then(|m| m.mean).unwrap_or(0.0).round() as u64;
             if let Some(m) = isl {
@@ -95,23 +59,9 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
                 .and_then(|m| m.mean)
                 .unwrap_or(0.0)
                 .round() as u32;
-            let reqs = at(b, &["requests", "successful"]).and_then(Value::as_array);
-            // Requests sent before measure_start_time are GuideLLM's warmup: kept in the
-            // list, left out of its metrics, and out of the samples here.
-            let start = at(b, &["scheduler_metrics", "measure_start_time"]).and_then(Value::as_f64);
-            let end = at(b, &["scheduler_metrics", "measure_end_time"]).and_then(Value::as_f64);
-            let measured = |r: &&Value| {
-                let t = r.get("request_start_time").and_then(Value::as_f64);
-                match (t, start, end) {
-                    (Some(t), Some(s), Some(e)) => t >= s && t <= e,
-                    (Some(t), Some(s), None) => t >= s,
-                    _ => true,
-                }
-            };
-            match reqs {
-                Some(rs) if !rs.is_empty() => {
-                    let kept: Vec<&Value> = rs.iter().filter(measured).collect();
-                    warm_left += rs.len() - kept.len();
+            match measured_requests(b) {
+                Some((kept, warm)) => {
+                    warm_left += warm;
                     for (k, r) in kept.into_iter().enumerate() {
                         let req = request(r);
                         cached_seen |= req.cached_tokens.is_some();
@@ -120,7 +70,7 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
                             .push(sample_of("", context, k as u32, &req, false));
                     }
                 }
-                _ => all_requests = false,
+                None => all_requests = false,
             }
             let sm = b.get("scheduler_metrics");
             let made = sm.and_then(|s| s.get("requests_made"));
@@ -169,6 +119,83 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
         &hits,
     );
     Ok(assemble(parts, files, ctxbench_version))
+}
+
+/// The file's `metadata.version` is 2, the only one read.
+fn version_2(f: &SourceFile, v: &Value) -> Result<(), ImportError> {
+    let version = at(v, &["metadata", "version"]).and_then(Value::as_u64);
+    if version == Some(2) {
+        return Ok(());
+    }
+    Err(ImportError::Version {
+        file: f.name.clone(),
+        field: "metadata.version".into(),
+        found: version
+            .map(|x| x.to_string())
+            .unwrap_or_else(|| "missing".into()),
+        known: "2".into(),
+    })
+}
+
+/// One benchmark's metrics (its successful requests), normalised; TTFT must be there.
+fn benchmark_metrics(
+    f: &SourceFile,
+    b: &Value,
+    path: &str,
+) -> Result<Vec<ImportedMetric>, ImportError> {
+    let metrics = METRICS
+        .iter()
+        .filter_map(|(tag, name)| {
+            let d = at(b, &["metrics", tag, "successful"])?;
+            // request_latency is in seconds (its name has no _ms).
+            let scale = if *tag == "request_latency" {
+                1000.0
+            } else {
+                1.0
+            };
+            let count = d.get("count").and_then(Value::as_u64);
+            Some(metric_from_object(
+                name,
+                format!("{tag}.successful"),
+                d,
+                scale,
+                count,
+            ))
+        })
+        .collect::<Vec<ImportedMetric>>();
+    if !metrics.iter().any(|m| m.name == "ttft_ms") {
+        return Err(field_err(
+            &f.name,
+            &[path, "metrics", "time_to_first_token_ms", "successful"],
+            "missing",
+        ));
+    }
+    Ok(metrics)
+}
+
+/// The successful requests sent inside the measured window, and how many were sent before it
+/// (GuideLLM's warmup: kept in its list, left out of its metrics and of the samples here);
+/// `None` when the file lists no request.
+fn measured_requests(b: &Value) -> Option<(Vec<&Value>, usize)> {
+    let rs = at(b, &["requests", "successful"]).and_then(Value::as_array)?;
+    if rs.is_empty() {
+        return None;
+    }
+    let start = at(b, &["scheduler_metrics", "measure_start_time"]).and_then(Value::as_f64);
+    let end = at(b, &["scheduler_metrics", "measure_end_time"]).and_then(Value::as_f64);
+    let kept: Vec<&Value> = rs
+        .iter()
+        .filter(|r| {
+            let t = r.get("request_start_time").and_then(Value::as_f64);
+            match (t, start, end) {
+                (Some(t), Some(s), Some(e)) => t >= s && t <= e,
+                (Some(t), Some(s), None) => t >= s,
+                _ => true,
+            }
+        })
+        .collect();
+    let warm = rs.len() - kept.len();
+    Some((kept, warm))
 }
 
 /// What a GuideLLM file proves.
