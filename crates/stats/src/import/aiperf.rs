@@ -130,7 +130,7 @@ fn audit(samples: &[Sample], per_request: bool, lens: &[String], warm: (usize, b
         cache: if all_known {
             format!(
                 "usage_prompt_cache_read_tokens per request (the server's usage): {}",
-                common::cache_hits(&samples)
+                common::cache_hits(samples)
             )
         } else if per_request {
             format!("the server's cached-token count is in {known} of {} requests only", samples.len())
