@@ -193,7 +193,7 @@ fn protocol_openai_chat_only_lengths_include_the_template_and_ttft_skips_the_rol
         );
         assert!(s.flags.iter().any(|f| f == "cache_unverified"), "{s:?}");
         assert_eq!(s.output_tokens, Some(8));
-        let ttft = s.ttft_ms.unwrap();
+        let ttft = s.ttft_ms.unwrap_or_else(|| panic!("no TTFT: {s:?}"));
         assert!(
             ttft >= PAUSE.as_secs_f64() * 1000.0,
             "TTFT {ttft} ms must be taken on the first content chunk, not the role chunk"
