@@ -415,7 +415,10 @@ fn build_client(certs: &[reqwest::Certificate]) -> Result<reqwest::Client, Strin
         .connect_timeout(Duration::from_secs(10))
         // Nagle would delay small request writes; measure the server, not the socket.
         .tcp_nodelay(true)
-        .pool_idle_timeout(Duration::from_secs(30));
+        // Below the 5 s keep-alive of cpp-httplib (llama-server) and uvicorn (vLLM, SGLang):
+        // a connection idle longer is one the server may be closing just as a request goes out
+        // on it ("connection closed before message completed", a measured request lost).
+        .pool_idle_timeout(Duration::from_secs(4));
     for cert in certs {
         b = b.add_root_certificate(cert.clone());
     }
