@@ -10,6 +10,7 @@
 use serde::Serialize;
 
 use super::loaded::Loaded;
+use super::retention::{edges, EdgeRow};
 use crate::stats::metric::Metric;
 use crate::stats::significance::{self, RatioInterval, Settings, Verdict};
 use ctxbench_schema::record::{Flag, Phase, Sample, Status};
@@ -28,7 +29,7 @@ pub struct WarmComparison {
     pub notes: Vec<String>,
     /// `retention`: the two maps' edges per L and each side's miss cost.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub edges: Vec<super::retention::EdgeRow>,
+    pub edges: Vec<EdgeRow>,
 }
 
 /// B/A of TTFT_inc at one warm cell.
@@ -198,7 +199,7 @@ pub fn compare(a: &[Loaded], b: &[Loaded], s: &Settings) -> Option<WarmCompariso
         return Some(out);
     }
     if ma == Some(WarmMode::Retention) {
-        out.edges = super::retention::edges(a, b, s.level);
+        out.edges = edges(a, b, s.level);
     }
     let kb = keys(b);
     for k in keys(a).into_iter().filter(|k| kb.contains(k)) {
