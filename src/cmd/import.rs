@@ -5,8 +5,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use ctxbench_render::import_audit;
 use ctxbench_schema::record::Line;
-use ctxbench_stats::import::{self, audit, common::SourceFile};
+use ctxbench_stats::import::{self, common::SourceFile};
 
 use crate::cmd::cli::ImportArgs;
 use crate::cmd::Ending;
@@ -17,11 +18,13 @@ pub fn run(args: &ImportArgs) -> Result<Ending> {
     for p in &args.files {
         files.extend(gather(p)?);
     }
-    let imported = import::import(&files, env!("CARGO_PKG_VERSION"))?;
+    let mut imported = import::import(&files, env!("CARGO_PKG_VERSION"))?;
+    // The audit's words are render's; they go into the file as well as to the terminal.
+    import_audit::word(&mut imported);
     write_whole(&args.out, &imported.lines())?;
     let mut out = std::io::stdout().lock();
     if let Some(src) = imported.source() {
-        for line in audit::lines(src) {
+        for line in import_audit::lines(src) {
             writeln!(out, "{line}")?;
         }
     }

@@ -13,6 +13,7 @@ pub mod doc;
 pub mod fitwords;
 pub mod format;
 pub mod html;
+pub mod import_audit;
 pub mod json;
 pub mod llmd;
 pub mod markdown;

@@ -3,8 +3,8 @@
 //! the binary reads the files and writes the results (whole, or not at all).
 
 pub mod aiperf;
-pub mod audit;
 pub mod common;
+pub mod findings;
 pub mod guidellm;
 pub mod inference_perf;
 pub mod source;

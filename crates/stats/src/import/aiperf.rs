@@ -4,12 +4,12 @@
 //! `metrics.{tag}: {value, unit}`). One export is one point.
 
 use ctxbench_schema::imported::{Audit, ImportedPoint};
-use ctxbench_schema::record::Sample;
 use serde_json::Value;
 
 use super::common::{
-    self, at, field_err, metric_from_object, ms_per, sample_of, ImportError, Request, SourceFile,
+    self, at, field_err, metric_from_object, ms_per, ImportError, Request, SourceFile,
 };
+use super::findings::{CacheHits, Findings, LengthRange};
 use super::source::{assemble, Imported, Parts};
 
 /// The schema versions this importer was written for.
@@ -27,18 +27,11 @@ const METRICS: &[(&str, &str)] = &[
 /// Reads each `profile_export_aiperf.json` (with its `profile_export.jsonl`, given right
 /// after it) into one imported run.
 pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, ImportError> {
-    let mut parts = Parts {
-        tool: "aiperf".into(),
-        ..Parts::default()
-    };
+    let mut parts = Parts::new("aiperf", "");
     let mut per_request = true;
     let mut warm = (0usize, false);
-    let mut lens = Vec::new();
-    let mut i = 0;
-    while i < files.len() {
-        let f = &files[i];
-        let jsonl = files.get(i + 1).filter(|n| n.name.ends_with(".jsonl"));
-        i += 1 + usize::from(jsonl.is_some());
+    let mut lengths = Vec::new();
+    for (f, jsonl) in common::paired(files, |n| n.ends_with(".jsonl")) {
         let v = common::json(f)?;
         let version = v
             .get("schema_version")
@@ -78,31 +71,17 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
             .iter()
             .find(|m| m.name == "ttft_ms")
             .and_then(|m| m.count);
-        let isl = metrics.iter().find(|m| m.name == "prompt_tokens");
-        let context = isl.and_then(|m| m.mean).unwrap_or(0.0).round() as u64;
-        parts.output_tokens = metrics
-            .iter()
-            .find(|m| m.name == "output_tokens")
-            .and_then(|m| m.mean)
-            .unwrap_or(0.0)
-            .round() as u32;
-        if let Some(m) = isl {
-            lens.push(format!(
-                "{}–{} tokens (mean {context})",
-                m.min.unwrap_or(0.0),
-                m.max.unwrap_or(0.0)
-            ));
+        let context = common::mean_of(&metrics, "prompt_tokens");
+        parts.output_tokens = common::mean_of(&metrics, "output_tokens") as u32;
+        if let Some(m) = metrics.iter().find(|m| m.name == "prompt_tokens") {
+            lengths.push(LengthRange::of(m, context));
         }
         warm.1 |= v.get("warmup_metrics").is_some();
         match jsonl {
             Some(j) => {
                 let (reqs, warmup) = records(j)?;
                 warm.0 += warmup;
-                for (k, r) in reqs.iter().enumerate() {
-                    parts
-                        .samples
-                        .push(sample_of("", context, k as u32, r, false));
-                }
+                parts.push_requests(context, &reqs);
             }
             None => per_request = false,
         }
@@ -116,43 +95,27 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
             metrics,
         });
     }
-    parts.audit = audit(&parts.samples, per_request, &lens, warm);
-    Ok(assemble(parts, files, ctxbench_version))
-}
-
-/// What an AIPerf file proves: per-request cache counts and lengths only with its
-/// profile_export.jsonl; `warm` is (warmup requests left out, warmup_metrics present).
-fn audit(samples: &[Sample], per_request: bool, lens: &[String], warm: (usize, bool)) -> Audit {
-    let known = samples.iter().filter(|s| s.cached_tokens.is_some()).count();
-    let all_known = per_request && known == samples.len() && known > 0;
-    Audit {
+    let known = parts
+        .samples
+        .iter()
+        .filter(|s| s.cached_tokens.is_some())
+        .count();
+    let all_known = per_request && known == parts.samples.len() && known > 0;
+    parts.audit = Audit {
         cache_per_request: all_known,
-        cache: if all_known {
-            format!(
-                "usage_prompt_cache_read_tokens per request (the server's usage): {}",
-                common::cache_hits(samples)
-            )
-        } else if per_request {
-            format!("the server's cached-token count is in {known} of {} requests only", samples.len())
-        } else {
-            "without profile_export.jsonl only an average of usage_prompt_cache_read_tokens: no per-request proof".into()
-        },
         lengths_exact: per_request,
-        lengths: format!(
-            "{}; per request the server's usage_prompt_tokens where recorded, else AIPerf's tokenizer{}",
-            lens.join("; "),
-            if per_request { "" } else { " (no profile_export.jsonl: a distribution only)" }
-        ),
         warmup_separated: Some(warm.1 || warm.0 > 0 || per_request),
-        warmup: match (per_request, warm.0) {
-            (true, n) => format!("{n} warmup request(s) in profile_export.jsonl (benchmark_phase warmup), left out"),
-            (false, _) => "warmup requests are kept out of the profiling metrics by AIPerf (warmup_metrics)".into(),
-        },
         per_request,
-        notes: vec![
-            "units normalised from each block's `unit` (ms, sec, ns); std is AIPerf's `std`; AIPerf's percentiles stop at p99".into(),
-        ],
-    }
+        ..Audit::default()
+    };
+    parts.findings = Findings::Aiperf {
+        per_request,
+        cache_known: (known, parts.samples.len()),
+        hits: CacheHits::of(&parts.samples),
+        lengths,
+        warmup_left: warm.0,
+    };
+    Ok(assemble(parts, files, ctxbench_version))
 }
 
 /// The engine that wrote the file: the Rust engine and the Python one count tokens

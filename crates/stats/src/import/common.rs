@@ -159,39 +159,21 @@ pub fn quantile_name(q: f64) -> String {
     }
 }
 
-/// A percentile with the samples behind it judged: below what a distribution-free 95%
-/// interval needs, it is said for what it is.
+/// A percentile with the samples a distribution-free 95% interval for it needs (crates/render
+/// says what it is when `n` falls short: the slowest request, or no interval).
 pub fn percentile(q: f64, value: f64, n: Option<u64>) -> ImportedPercentile {
-    let name = quantile_name(q);
     let needed = if q >= 0.5 {
         n_needed(q, CONFIDENCE)
     } else {
         n_needed(1.0 - q, CONFIDENCE)
     } as u64;
-    let caveat = match n {
-        None => Some(format!(
-            "samples behind it not stated (a {name} needs n ≥ {needed} for a 95% interval)"
-        )),
-        Some(n) if n < needed => {
-            let tail = if q >= 0.5 { 1.0 - q } else { q };
-            let what = match (n as f64 * tail < 1.0, q >= 0.5) {
-                (true, true) => "the slowest request",
-                (true, false) => "the fastest request",
-                (false, _) => "no interval",
-            };
-            Some(format!(
-                "{what} (n = {n}; a {name} needs n ≥ {needed} for a 95% interval)"
-            ))
-        }
-        Some(_) => None,
-    };
     ImportedPercentile {
-        name,
+        name: quantile_name(q),
         q,
         value,
         n,
         needed,
-        caveat,
+        caveat: None,
     }
 }
 
@@ -307,39 +289,31 @@ pub fn sample_of(run_id: &str, context: u64, rep: u32, r: &Request, exact: bool)
     s
 }
 
-/// How many requests read from the prefix cache, and how much: `2 of 20 requests read from
-/// the prefix cache (cached/prompt tokens: 127/128 ×2)`.
-pub fn cache_hits(samples: &[Sample]) -> String {
-    let known: Vec<&Sample> = samples
-        .iter()
-        .filter(|s| s.cached_tokens.is_some())
-        .collect();
-    let mut kinds: Vec<(String, usize)> = Vec::new();
-    for s in known
-        .iter()
-        .filter(|s| s.cached_tokens.is_some_and(|c| c > 0))
-    {
-        let k = format!(
-            "{}/{}",
-            s.cached_tokens.unwrap_or(0),
-            s.prompt_tokens.unwrap_or(0)
-        );
-        match kinds.iter_mut().find(|(x, _)| *x == k) {
-            Some((_, n)) => *n += 1,
-            None => kinds.push((k, 1)),
-        }
+/// Each file with the companion that follows it where `companion` accepts that one's name
+/// (AIPerf's export and its `profile_export.jsonl`; inference-perf's summary and its
+/// per-request file).
+pub fn paired<'a>(
+    files: &'a [SourceFile],
+    companion: impl Fn(&str) -> bool,
+) -> Vec<(&'a SourceFile, Option<&'a SourceFile>)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(f) = files.get(i) {
+        let next = files.get(i + 1).filter(|n| companion(&n.name));
+        i += 1 + usize::from(next.is_some());
+        out.push((f, next));
     }
-    let hits: usize = kinds.iter().map(|(_, n)| n).sum();
-    let detail = if kinds.is_empty() {
-        String::new()
-    } else {
-        let list: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
-        format!(" (cached/prompt tokens: {})", list.join(", "))
-    };
-    format!(
-        "{hits} of {} requests read from the prefix cache{detail}; they are not cold prefills of their length and are left out",
-        known.len()
-    )
+    out
+}
+
+/// The rounded mean of the metric named `name` (0 where it is absent).
+pub fn mean_of(metrics: &[ImportedMetric], name: &str) -> u64 {
+    metrics
+        .iter()
+        .find(|m| m.name == name)
+        .and_then(|m| m.mean)
+        .unwrap_or(0.0)
+        .round() as u64
 }
 
 /// A run id that depends only on the source's bytes: importing the same file twice gives the
@@ -375,14 +349,9 @@ mod tests {
     }
 
     #[test]
-    fn a_p99_from_twenty_requests_is_the_slowest() {
-        let p = percentile(0.99, 12.0, Some(20));
-        assert_eq!(p.needed, 299);
-        assert!(p.caveat.unwrap().starts_with("the slowest request (n = 20"));
-        let p = percentile(0.90, 12.0, Some(20));
-        assert!(p.caveat.unwrap().starts_with("no interval (n = 20"));
-        assert_eq!(percentile(0.90, 12.0, Some(40)).caveat, None);
-        assert!(percentile(0.5, 1.0, None).caveat.is_some());
+    fn a_p99_needs_299_samples() {
+        assert_eq!(percentile(0.99, 12.0, Some(20)).needed, 299);
+        assert_eq!(percentile(0.01, 12.0, Some(20)).needed, 299);
     }
 
     #[test]

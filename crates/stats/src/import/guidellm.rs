@@ -6,9 +6,8 @@
 use ctxbench_schema::imported::{Audit, ImportedMetric, ImportedPoint};
 use serde_json::Value;
 
-use super::common::{
-    self, at, field_err, metric_from_object, sample_of, ImportError, Request, SourceFile,
-};
+use super::common::{self, at, field_err, metric_from_object, ImportError, Request, SourceFile};
+use super::findings::{CacheHits, Findings, LengthRange};
 use super::source::{assemble, Imported, Parts};
 
 /// GuideLLM's metrics and ctxbench's names for them (all in ms, or tokens).
@@ -23,17 +22,13 @@ const METRICS: &[(&str, &str)] = &[
 
 /// Reads each `benchmarks.json` into one imported run.
 pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, ImportError> {
-    let mut parts = Parts {
-        tool: "guidellm".into(),
-        ..Parts::default()
-    };
-    let (mut cached_seen, mut all_requests, mut warm_words) = (false, true, Vec::new());
-    let mut lens = Vec::new();
+    let mut parts = Parts::new("guidellm", "benchmarks.json v2");
+    let (mut cached_seen, mut all_requests) = (false, true);
+    let (mut lengths, mut measured) = (Vec::new(), Vec::new());
     let mut warm_left = 0usize;
     for f in files {
         let v = common::json(f)?;
         version_2(f, &v)?;
-        parts.format = "benchmarks.json v2".into();
         parts.tool_version = at(&v, &["metadata", "guidellm_version"])
             .and_then(Value::as_str)
             .map(str::to_owned);
@@ -44,42 +39,22 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
         for (bi, b) in benches.iter().enumerate() {
             let path = format!("benchmarks[{bi}]");
             let metrics = benchmark_metrics(f, b, &path)?;
-            let isl = metrics.iter().find(|m| m.name == "prompt_tokens");
-            let context = isl.and_then(|m| m.mean).unwrap_or(0.0).round() as u64;
-            if let Some(m) = isl {
-                lens.push(format!(
-                    "{}–{} (mean {context})",
-                    m.min.unwrap_or(0.0),
-                    m.max.unwrap_or(0.0)
-                ));
+            let context = common::mean_of(&metrics, "prompt_tokens");
+            if let Some(m) = metrics.iter().find(|m| m.name == "prompt_tokens") {
+                lengths.push(LengthRange::of(m, context));
             }
-            parts.output_tokens = metrics
-                .iter()
-                .find(|m| m.name == "output_tokens")
-                .and_then(|m| m.mean)
-                .unwrap_or(0.0)
-                .round() as u32;
+            parts.output_tokens = common::mean_of(&metrics, "output_tokens") as u32;
             match measured_requests(b) {
                 Some((kept, warm)) => {
                     warm_left += warm;
-                    for (k, r) in kept.into_iter().enumerate() {
-                        let req = request(r);
-                        cached_seen |= req.cached_tokens.is_some();
-                        parts
-                            .samples
-                            .push(sample_of("", context, k as u32, &req, false));
-                    }
+                    let reqs: Vec<Request> = kept.into_iter().map(request).collect();
+                    cached_seen |= reqs.iter().any(|r| r.cached_tokens.is_some());
+                    parts.push_requests(context, &reqs);
                 }
                 None => all_requests = false,
             }
             let sm = b.get("scheduler_metrics");
-            let made = sm.and_then(|s| s.get("requests_made"));
-            warm_words.push(match (sm.and_then(|s| s.get("measure_start_time")), made) {
-                (Some(_), _) => {
-                    "measured from measure_start_time (GuideLLM's warmup ends there)".to_owned()
-                }
-                _ => "not stated".to_owned(),
-            });
+            measured.push(sm.and_then(|s| s.get("measure_start_time")).is_some());
             let requests = metrics
                 .iter()
                 .find(|m| m.name == "ttft_ms")
@@ -109,15 +84,20 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
             });
         }
     }
-    let hits = common::cache_hits(&parts.samples);
-    parts.audit = audit(
+    parts.audit = Audit {
+        cache_per_request: cached_seen,
+        lengths_exact: all_requests,
+        warmup_separated: Some(measured.iter().any(|m| *m)),
+        per_request: all_requests,
+        ..Audit::default()
+    };
+    parts.findings = Findings::Guidellm {
         cached_seen,
-        all_requests,
-        &lens,
-        &warm_words,
-        warm_left,
-        &hits,
-    );
+        hits: CacheHits::of(&parts.samples),
+        lengths,
+        first_measured: measured.first().copied(),
+        warmup_left: warm_left,
+    };
     Ok(assemble(parts, files, ctxbench_version))
 }
 
@@ -196,37 +176,6 @@ fn measured_requests(b: &Value) -> Option<(Vec<&Value>, usize)> {
         .collect();
     let warm = rs.len() - kept.len();
     Some((kept, warm))
-}
-
-/// What a GuideLLM file proves.
-fn audit(
-    cached_seen: bool,
-    all_requests: bool,
-    lens: &[String],
-    warm_words: &[String],
-    warm_left: usize,
-    hits: &str,
-) -> Audit {
-    Audit {
-        cache_per_request: cached_seen,
-        cache: if cached_seen {
-            format!("cached_tokens per request (the server's usage): {hits}")
-        } else {
-            "no cached-token count per request in this file: a prefix-cache hit cannot be told from a cold prefill".into()
-        },
-        lengths_exact: all_requests,
-        lengths: format!("{}; per request the server's usage (prompt_tokens: a chat request counts the chat template's tokens too)", lens.join("; ")),
-        warmup_separated: Some(warm_words.iter().any(|w| w.starts_with("measured"))),
-        warmup: format!(
-            "{}; {warm_left} request(s) sent before it left out",
-            warm_words.first().cloned().unwrap_or_default()
-        ),
-        per_request: all_requests,
-        notes: vec![
-            "percentile names normalised: p001 → p0.1, p01 → p1, p999 → p99.9; std_dev → std; request_latency s → ms".into(),
-            "GuideLLM may keep only a sample of the requests (--sample-requests): then the samples are fewer than the aggregates' count".into(),
-        ],
-    }
 }
 
 /// One of `requests.successful[]`.

@@ -8,9 +8,8 @@
 use ctxbench_schema::imported::{Audit, ImportedMetric, ImportedPoint};
 use serde_json::Value;
 
-use super::common::{
-    self, at, field_err, metric_from_object, sample_of, ImportError, Request, SourceFile,
-};
+use super::common::{self, at, field_err, metric_from_object, ImportError, Request, SourceFile};
+use super::findings::{CacheHits, Findings, LengthRange};
 use super::source::{assemble, Imported, Parts};
 
 /// inference-perf's latency metrics (seconds) and ctxbench's names.
@@ -23,19 +22,12 @@ const LATENCIES: &[(&str, &str)] = &[
 
 /// Reads each summary (with the per-request file given right after it).
 pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, ImportError> {
-    let mut parts = Parts {
-        tool: "inference-perf".into(),
-        format: "request-lifecycle report (summary / stage)".into(),
-        ..Parts::default()
-    };
-    let (mut per_request, mut cached_all, mut lens) = (true, true, Vec::new());
-    let mut i = 0;
-    while i < files.len() {
-        let f = &files[i];
-        let per = files
-            .get(i + 1)
-            .filter(|n| n.name.ends_with("per_request_lifecycle_metrics.json"));
-        i += 1 + usize::from(per.is_some());
+    let mut parts = Parts::new(
+        "inference-perf",
+        "request-lifecycle report (summary / stage)",
+    );
+    let (mut per_request, mut cached_all, mut lengths) = (true, true, Vec::new());
+    for (f, per) in common::paired(files, |n| n.ends_with("per_request_lifecycle_metrics.json")) {
         let v = common::json(f)?;
         let s = v.get("successes").ok_or_else(|| {
             field_err(
@@ -81,28 +73,21 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
             .unwrap_or(0.0)
             .round() as u64;
         if let Some(p) = prompt {
-            metrics.push(metric_from_object(
+            let m = metric_from_object(
                 "prompt_tokens",
                 "successes.prompt_tokens".into(),
                 p,
                 1.0,
                 count,
-            ));
-            lens.push(format!(
-                "{}–{} (mean {context})",
-                p.get("min").and_then(Value::as_f64).unwrap_or(0.0),
-                p.get("max").and_then(Value::as_f64).unwrap_or(0.0)
-            ));
+            );
+            lengths.push(LengthRange::of(&m, context));
+            metrics.push(m);
         }
         match per {
             Some(pf) => {
                 let reqs = requests(pf)?;
                 cached_all &= reqs.iter().all(|r| r.failed || r.cached_tokens.is_some());
-                for (k, r) in reqs.iter().enumerate() {
-                    parts
-                        .samples
-                        .push(sample_of("", context, k as u32, r, false));
-                }
+                parts.push_requests(context, &reqs);
             }
             None => per_request = false,
         }
@@ -117,23 +102,15 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
     let cache_known = per_request && cached_all && !parts.samples.is_empty();
     parts.audit = Audit {
         cache_per_request: cache_known,
-        cache: if cache_known {
-            format!(
-                "the server's usage.prompt_tokens_details.cached_tokens per request (per_request_lifecycle_metrics.json): {}",
-                common::cache_hits(&parts.samples)
-            )
-        } else {
-            "no per-request cached-token count (per_request_lifecycle_metrics.json absent or without the server's usage)".into()
-        },
         lengths_exact: per_request,
-        lengths: format!("{}; per request the server's usage.prompt_tokens", lens.join("; ")),
         warmup_separated: None,
-        warmup: "inference-perf has no warmup phase: every request of the stage is measured".into(),
         per_request,
-        notes: vec![
-            "latencies normalised from seconds to ms; `median` read as p50, `p0.1`/`p99.9` kept".into(),
-            "per-request TTFT is not in per_request_lifecycle_metrics.json: the TTFT figures are the summary's".into(),
-        ],
+        ..Audit::default()
+    };
+    parts.findings = Findings::InferencePerf {
+        cache_known,
+        hits: CacheHits::of(&parts.samples),
+        lengths,
     };
     Ok(assemble(parts, files, ctxbench_version))
 }

@@ -5,7 +5,8 @@ use ctxbench_schema::record::{
     CorpusInfo, Host, Line, RepPolicy, RunConfig, RunHeader, Sample, ServerInfo, SCHEMA_VERSION,
 };
 
-use super::common::{run_id_of, SourceFile};
+use super::common::{run_id_of, sample_of, Request, SourceFile};
+use super::findings::Findings;
 
 /// A run read from another tool's files.
 #[derive(Debug, Clone)]
@@ -14,6 +15,8 @@ pub struct Imported {
     pub header: RunHeader,
     /// One sample per request the source recorded (none where it kept only aggregates).
     pub samples: Vec<Sample>,
+    /// What the import found, as facts; crates/render words them into the header's audit.
+    pub findings: Findings,
 }
 
 impl Imported {
@@ -53,12 +56,38 @@ pub struct Parts {
     pub output_tokens: u32,
     /// When the tool started (RFC 3339), where recorded.
     pub started_at: String,
-    /// The audit.
+    /// The audit's verdicts (its words are left to crates/render, from `findings`).
     pub audit: Audit,
+    /// What the import found.
+    pub findings: Findings,
     /// Aggregates per point.
     pub points: Vec<ImportedPoint>,
     /// Samples (their `run_id` is set here).
     pub samples: Vec<Sample>,
+}
+
+impl Parts {
+    /// An empty import by `tool` of files in `format`.
+    pub fn new(tool: &str, format: &str) -> Self {
+        Parts {
+            tool: tool.into(),
+            format: format.into(),
+            ..Parts::default()
+        }
+    }
+
+    /// The requests of one point at `context` as its samples, numbered from 0 (cold, their
+    /// lengths not checked against `context`: no tool here asks for an exact length).
+    pub fn push_requests<'a>(
+        &mut self,
+        context: u64,
+        requests: impl IntoIterator<Item = &'a Request>,
+    ) {
+        for (k, r) in requests.into_iter().enumerate() {
+            self.samples
+                .push(sample_of("", context, k as u32, r, false));
+        }
+    }
 }
 
 /// The run `parts` of `files` make: a header whose config names the source and whose
@@ -129,5 +158,9 @@ pub fn assemble(parts: Parts, files: &[SourceFile], ctxbench_version: &str) -> I
             s
         })
         .collect();
-    Imported { header, samples }
+    Imported {
+        header,
+        samples,
+        findings: parts.findings,
+    }
 }

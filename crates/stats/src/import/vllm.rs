@@ -1,33 +1,27 @@
-//! `vllm bench serve --save-result` JSON (single-turn; `--save-detailed` adds per-request
-//! arrays). One file is one point; several files (one per `--random-input-len`) are several.
+//! `vllm bench serve --save-result` JSON (single-turn: a `mode: multi_turn` file is refused;
+//! `--save-detailed` adds per-request arrays). One file is one point; several files (one per `--random-input-len`) are several.
 //! Aggregates are `{mean,median,std,pNN}_{ttft,tpot,itl,e2el}_ms`; the detailed arrays are in
 //! seconds (`ttfts`, `latencies`, `itls`).
 
 use ctxbench_schema::imported::{Audit, ImportedMetric, ImportedPoint};
 use serde_json::Value;
 
-use super::common::{
-    self, field_err, percentile, quantile_of, sample_of, ImportError, Request, SourceFile,
-};
+use super::common::{self, field_err, percentile, quantile_of, ImportError, Request, SourceFile};
+use super::findings::{Findings, VllmLengths};
 use super::source::{assemble, Imported, Parts};
 
 /// Reads every file as one `vllm bench` run each, all into one imported run.
 pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, ImportError> {
-    let mut parts = Parts {
-        tool: "vllm-bench".into(),
-        format: "vllm bench serve --save-result JSON".into(),
-        ..Parts::default()
-    };
+    let mut parts = Parts::new("vllm-bench", "vllm bench serve --save-result JSON");
     let mut all_detailed = true;
-    let mut per_request_lens = true;
-    let mut len_words = Vec::new();
+    let mut lengths = Vec::new();
     for f in files {
         let v = common::json(f)?;
         if v.get("mode").and_then(Value::as_str) == Some("multi_turn") {
             return Err(field_err(
                 &f.name,
                 &["mode"],
-                "multi_turn: the per-turn results of vllm bench's multi-turn mode are not imported yet",
+                "multi_turn: a multi-turn result (vLLM's Rust client vllm-rs writes them) is not imported; vLLM 0.32's wheel ships no multi-turn benchmark to record one from (docs/interop.md)",
             ));
         }
         for key in ["mean_ttft_ms", "completed"] {
@@ -48,30 +42,21 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
         let context = match &requests {
             Some(rs) => {
                 let lens: Vec<u64> = rs.iter().filter_map(|r| r.prompt_tokens).collect();
-                let (lo, hi) = (lens.iter().min().copied(), lens.iter().max().copied());
-                len_words.push(format!(
-                    "{}–{} tokens per request",
-                    lo.unwrap_or(0),
-                    hi.unwrap_or(0)
-                ));
+                lengths.push(VllmLengths::PerRequest {
+                    lo: lens.iter().min().copied().unwrap_or(0),
+                    hi: lens.iter().max().copied().unwrap_or(0),
+                });
                 median_u64(&lens)
             }
             None => {
-                per_request_lens = false;
                 let total = common::need_f64(&f.name, &v, &["total_input_tokens"])?;
-                len_words.push(format!(
-                    "mean {:.0} tokens (total_input_tokens / completed; no per-request lengths without --save-detailed)",
-                    total / completed.max(1) as f64
-                ));
-                (total / completed.max(1) as f64).round() as u64
+                let mean = total / completed.max(1) as f64;
+                lengths.push(VllmLengths::Mean(mean));
+                mean.round() as u64
             }
         };
         if let Some(rs) = &requests {
-            for (i, r) in rs.iter().enumerate() {
-                parts
-                    .samples
-                    .push(sample_of("", context, i as u32, r, false));
-            }
+            parts.push_requests(context, rs);
         }
         parts.output_tokens = (v
             .get("total_output_tokens")
@@ -95,22 +80,12 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
     }
     parts.audit = Audit {
         cache_per_request: false,
-        cache: "vllm bench records no cached-token count per request (nor warns of a warm cache): a request served from the prefix cache cannot be told from a cold one".into(),
         lengths_exact: false,
-        lengths: format!(
-            "{}; counted by the client's tokenizer, not the server ({})",
-            len_words.join("; "),
-            if per_request_lens { "input_lens" } else { "total_input_tokens" }
-        ),
         warmup_separated: Some(true),
-        warmup: "--num-warmups requests are sent before the run and left out of the file (how many is not recorded)".into(),
         per_request: all_detailed,
-        notes: vec![
-            "latencies normalised to ms: the aggregates are *_ms, the detailed arrays (ttfts, itls, latencies) are seconds".into(),
-            "percentile names normalised: p99 (vLLM p99_ttft_ms), p99.9 (p99.9_ttft_ms)".into(),
-            "std is vLLM's population std (numpy)".into(),
-        ],
+        ..Audit::default()
     };
+    parts.findings = Findings::Vllm { lengths };
     Ok(assemble(parts, files, ctxbench_version))
 }
 
