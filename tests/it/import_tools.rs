@@ -33,6 +33,16 @@ fn import(args: &[PathBuf], out: &Path) -> (bool, String, String) {
     )
 }
 
+/// Runs `ctxbench compare A B`; (success, stdout), stderr in the panic if it fails to start.
+fn compare(a: &Path, b: &Path) -> (bool, String) {
+    let o = ctxbench().arg("compare").arg(a).arg(b).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    if !o.status.success() {
+        eprintln!("{}", String::from_utf8_lossy(&o.stderr));
+    }
+    (o.status.success(), text)
+}
+
 fn vllm_files() -> Vec<PathBuf> {
     ["vllm-bench-random-128.json", "vllm-bench-random-512.json"]
         .iter()
@@ -112,14 +122,8 @@ fn import_aiperf_exports_with_their_per_request_records() {
     // Beside the sweep: at 512 every AIPerf request was served from the cache, so its figure
     // gets no verdict.
     let sweep = fixtures().join("ctxbench-sweep/sweep-128-512.jsonl");
-    let o = ctxbench()
-        .arg("compare")
-        .arg(&sweep)
-        .arg(&out)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (ok, text) = compare(&sweep, &out);
+    assert!(ok, "{text}");
     let row512 = text
         .lines()
         .find(|l| l.trim_start().starts_with("512"))
@@ -150,14 +154,8 @@ fn import_guidellm_benchmarks() {
         "{stdout}"
     );
     let sweep = fixtures().join("ctxbench-sweep/sweep-158-542.jsonl");
-    let o = ctxbench()
-        .arg("compare")
-        .arg(&out)
-        .arg(&sweep)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (ok, text) = compare(&out, &sweep);
+    assert!(ok, "{text}");
     let rows: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("no verdict: the tool's figure mixes in 17"))
@@ -217,14 +215,8 @@ fn compare_an_imported_file_beside_a_ctxbench_sweep_withholds_unproven_verdicts(
     let (ok, _, stderr) = import(&vllm_files(), &out);
     assert!(ok, "{stderr}");
     let sweep = fixtures().join("ctxbench-sweep/sweep-128-512.jsonl");
-    let o = ctxbench()
-        .arg("compare")
-        .arg(&out)
-        .arg(&sweep)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (ok, text) = compare(&out, &sweep);
+    assert!(ok, "{text}");
     // TTFT per length, both lengths, side by side; no verdict where vllm bench cannot prove
     // its requests were cold.
     let rows: Vec<&str> = text.lines().filter(|l| l.contains(" | ")).skip(1).collect();
@@ -258,4 +250,31 @@ fn import_inference_perf_reports_with_the_servers_usage_per_request() {
     let h = header_of(&out);
     assert_eq!(h["imported"]["tool"], "inference-perf");
     assert_eq!(h["config"]["contexts"], serde_json::json!([128]));
+}
+
+/// A multi-turn result (the shape vLLM's Rust client vllm-rs writes: `mode: "multi_turn"`,
+/// per-turn arrays) is refused with the reason, not read as a single-turn run: vLLM 0.32's
+/// wheel ships no multi-turn benchmark (no vllm-rs binary; `vllm bench serve` has no
+/// multi-turn dataset), so there is no real file to import one against. Hand-written: the
+/// fields of vllm-rs's `build_multi_turn_result_json`, values made up.
+#[test]
+fn import_refuses_a_vllm_multi_turn_result_naming_the_field() {
+    let f = tmp("vllm-multi-turn.json");
+    let file = serde_json::json!({
+        "date": "20261207-150000", "mode": "multi_turn", "backend": "openai-chat",
+        "model_id": "smollm2", "num_conversations": 4, "turns_per_conversation": 3,
+        "duration": 2.5, "completed": 12, "failed": 0, "total_input_tokens": 900,
+        "total_output_tokens": 192, "mean_ttft_ms": 40.0, "median_ttft_ms": 38.0,
+        "per_turn": [{"turn_index": 0, "num_samples": 4, "completed": 4, "failed": 0}]
+    });
+    std::fs::write(&f, file.to_string()).unwrap();
+    let out = tmp("never-multi-turn.jsonl");
+    let (ok, _, stderr) = import(&[f], &out);
+    assert!(!ok);
+    assert!(
+        stderr.contains("vllm-multi-turn.json: field mode: multi_turn")
+            && stderr.contains("not imported"),
+        "{stderr}"
+    );
+    assert!(!out.exists(), "nothing half-written");
 }

@@ -292,10 +292,10 @@ pub fn sample_of(run_id: &str, context: u64, rep: u32, r: &Request, exact: bool)
 /// Each file with the companion that follows it where `companion` accepts that one's name
 /// (AIPerf's export and its `profile_export.jsonl`; inference-perf's summary and its
 /// per-request file).
-pub fn paired<'a>(
-    files: &'a [SourceFile],
+pub fn paired(
+    files: &[SourceFile],
     companion: impl Fn(&str) -> bool,
-) -> Vec<(&'a SourceFile, Option<&'a SourceFile>)> {
+) -> Vec<(&SourceFile, Option<&SourceFile>)> {
     let mut out = Vec::new();
     let mut i = 0;
     while let Some(f) = files.get(i) {
