@@ -34,10 +34,10 @@
 //!   length not yet measured, and every figure is recorded with the precision it reached.
 
 use ctxbench_schema::record::{IntervalBasis, PointDesign, Prediction, Revision, StopReason};
-use ctxbench_stats::stats::noise;
 pub use ctxbench_stats::stats::precision::Judgement;
 use ctxbench_stats::stats::precision::{self, Length};
 use ctxbench_stats::stats::predicted::{self, Measured};
+use ctxbench_stats::stats::{drift, noise};
 
 /// Samples every length gets unless the run budget is spent: one to answer, one to check
 /// its spread against the model.
@@ -47,6 +47,11 @@ pub const FLOOR: u32 = 2;
 /// fixed `--reps 6` sweep takes, so that a designed run on a host too noisy for its target
 /// never costs more than the fixed sweep its user would have run instead.
 pub const OUT_OF_REACH_REPS: u32 = 6;
+
+/// Usable samples from which a length's own distribution is read for what `--max-reps`
+/// would give ([`Design::projected_at_cap`]): twice a fixed `--reps 6` sweep's, so that
+/// two clusters show as such rather than as a chance pair.
+pub const CONVERGENCE_LOOK: u32 = 12;
 
 /// How many extra samples at the current length the noise-model rule looks ahead (the
 /// samples a longer length needs change in whole steps, so one sample alone may show no
@@ -427,10 +432,35 @@ impl Design {
     }
 
     /// Whether the target is out of reach at a length judged `j` (after its check sample):
-    /// not reached, and the noise model says `--max-reps` samples cannot reach it
-    /// ([`Judgement::out_of_reach`]).
+    /// not reached, and either the noise model says `--max-reps` samples cannot reach it
+    /// ([`Judgement::out_of_reach`]) or the interval this length reached does not narrow
+    /// toward it ([`Design::projected_at_cap`]).
     pub fn out_of_reach(&self, p: &PointState, j: &Judgement) -> bool {
-        p.reps >= FLOOR && !j.precise(self.target) && j.out_of_reach(self.target, self.max_reps)
+        p.reps >= FLOOR
+            && !j.precise(self.target)
+            && (j.out_of_reach(self.target, self.max_reps)
+                || self.projected_at_cap(p, j).is_some_and(|w| w > self.target))
+    }
+
+    /// From [`CONVERGENCE_LOOK`] usable samples on, what `--max-reps` samples would give
+    /// this length if they came as its samples so far did: the median's order-statistic
+    /// interval at the cap's ranks read off these samples' own distribution
+    /// (`precision::order_statistic_half_width_at`), the drift kept in quadrature; the
+    /// wider of TTFT and decode. The noise model judges with the pooled spread, which a
+    /// length whose samples fall in two clusters does not follow: on the loaded host a
+    /// K = 0 campaign variant at 128 tokens took all 30 samples for ±11.9% against a ±7.1%
+    /// target the model called reachable. `None` before the look, or at the cap.
+    pub fn projected_at_cap(&self, p: &PointState, j: &Judgement) -> Option<f64> {
+        let n = p.ttft_ms.len().min(p.decode.len());
+        if n < CONVERGENCE_LOOK as usize || p.reps >= self.max_reps {
+            return None;
+        }
+        let cap = self.max_reps as usize;
+        let at_cap = |v: &[f64], term: f64| {
+            precision::order_statistic_half_width_at(v, cap).map(|w| drift::widen(w, term))
+        };
+        let (t, d) = (at_cap(&p.ttft_ms, j.drift.0), at_cap(&p.decode, j.drift.1));
+        t.into_iter().chain(d).reduce(f64::max)
     }
 
     /// Whether to take another sample at `points[i]`, with the judgement behind it.
@@ -554,17 +584,37 @@ impl Design {
             },
         };
         let target = pct(Some(self.target));
+        let projected = self.projected_at_cap(p, j);
         let host = (stop == StopReason::OutOfReach)
-            .then(|| j.reach(self.max_reps))
+            .then(|| match (j.reach(self.max_reps), projected) {
+                (Some(m), Some(o)) => Some(m.max(o)),
+                (m, o) => m.or(o),
+            })
             .flatten();
+        // Which look found the target out of reach, in the point line's words.
+        let (allows, stops) = match projected {
+            Some(o) if o > self.target && p.reps > self.out_of_reach_reps() => (
+                "this length's own samples (their distribution at the cap's order statistics) allow",
+                format!(
+                    "so this length stops at {} samples (its interval did not narrow as the noise model expected)",
+                    p.reps
+                ),
+            ),
+            _ => (
+                "the noise model allows",
+                format!(
+                    "so this length stops at {} samples (no more than a --reps {} sweep takes, once that is known)",
+                    p.reps,
+                    self.out_of_reach_reps()
+                ),
+            ),
+        };
         let why = match (stop, j.precise(self.target)) {
             (StopReason::PrecisionReached, _) => format!("{widths}, within {target} by {basis}"),
             (StopReason::OutOfReach, _) => format!(
-                "{target} is out of reach on this host: within --max-reps {} the noise model allows at best {} here, so this length stops at {} samples (no more than a --reps {} sweep takes, once that is known) and states what they reached: {widths} by {basis}; ask for --precision {} or wider to have the design plan for this host",
+                "{target} is out of reach on this host: within --max-reps {} {allows} at best {} here, {stops} and states what they reached: {widths} by {basis}; ask for --precision {} or wider to have the design plan for this host",
                 self.max_reps,
                 pct(host),
-                p.reps,
-                self.out_of_reach_reps(),
                 host.map_or("n/a".to_owned(), |h| format!("{:.2}", (h * 100.0).ceil() / 100.0)),
             ),
             (other, true) => format!(
@@ -950,6 +1000,44 @@ mod tests {
         lucky.ttft_ms = vec![100.0, 100.0 * (0.03f64 * 3.0 * 2f64.sqrt()).exp()];
         let j = d.judge(&[lucky.clone()], 0);
         assert!(!j.out_of_reach(0.05, 30), "{j:?}");
+    }
+
+    #[test]
+    fn a_length_whose_interval_does_not_narrow_stops_at_the_look_not_the_cap() {
+        // Two clusters 22% apart (the request got the core or it did not), 5 of 12 in the
+        // faster one: the pooled spread says ±10% is reachable within 30 samples, but the
+        // median's order-statistic interval spans both clusters and would still do so at 30.
+        let d = Design {
+            target: 0.1,
+            ..design()
+        };
+        let clusters = |n: usize| -> PointState {
+            let mut p = pt(1024, n, 0.02, 0.1);
+            p.ttft_ms = (0..n)
+                .map(|i| if i % 2 == 0 && i < 10 { 100.0 } else { 122.0 })
+                .collect();
+            p
+        };
+        let twelve = vec![clusters(12)];
+        let (next, j) = d.next(&twelve, 0, 0.0);
+        assert!(
+            !j.out_of_reach(0.1, 30),
+            "the model alone calls it reachable: {j:?}"
+        );
+        let projected = d.projected_at_cap(&twelve[0], &j).unwrap();
+        assert!(projected > 0.1, "{projected}");
+        assert_eq!(next, Next::Stop(StopReason::OutOfReach), "{j:?}");
+        let rec = d.record(&twelve, 0, &j, StopReason::OutOfReach);
+        assert!(rec.why.contains("did not narrow"), "{}", rec.why);
+        assert!(rec.host_precision.unwrap() >= projected, "{rec:?}");
+        // Before the look it goes on; a length that narrows as expected is not stopped.
+        assert_eq!(
+            d.next(&[clusters(11)], 0, 0.0).0,
+            Next::Measure(Why::Precision)
+        );
+        let steady = vec![pt(1024, 12, 0.12, 0.1)];
+        let j = d.judge(&steady, 0);
+        assert!(d.projected_at_cap(&steady[0], &j).unwrap() <= 0.1, "{j:?}");
     }
 
     #[test]

@@ -288,6 +288,28 @@ pub fn order_statistic_half_width(values: &[f64]) -> Option<f64> {
     (m > 0.0).then(|| (v[u - 1] / m).max(m / v[l - 1]) - 1.0)
 }
 
+/// The relative half-width of the median's distribution-free 95% interval that `n`
+/// samples would give if they came as `values` did: the ranks `n` samples use
+/// (`tail::rank_interval`) read as quantiles of `values`' own distribution (the wider
+/// side, as [`order_statistic_half_width`]). Where the samples fall in two clusters the
+/// ranks of any `n` straddle both and the interval stays wide, which no spread scaled as
+/// 1/√n shows; `None` below 6 samples here or for `n`.
+pub fn order_statistic_half_width_at(values: &[f64], n: usize) -> Option<f64> {
+    let mut v: Vec<f64> = values
+        .iter()
+        .copied()
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .collect();
+    if v.len() < 6 {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let (l, u) = super::tail::rank_interval(n, 0.5, noise::LEVEL)?;
+    let q = |rank: usize| super::spread::quantile(&v, rank as f64 / (n as f64 + 1.0));
+    let m = super::spread::quantile(&v, 0.5);
+    (m > 0.0).then(|| (q(u) / m).max(m / q(l)) - 1.0)
+}
+
 /// [`judge`] without the drift and the order-statistic floor: the noise of the median
 /// under the model alone.
 fn judge_noise(lengths: &[Length<'_>], i: usize, target: f64, floor: u32, cap: u32) -> Judgement {
