@@ -239,6 +239,33 @@ fn the_import_check_sees_a_loop_through_inline_paths_and_groups() {
 }
 
 #[test]
+fn an_inline_super_path_to_a_sibling_imports_the_parent_as_the_stop_hook_counts() {
+    // m declares and calls x; x calls its sibling y inline through `super`: counted as an
+    // import of m (a loop), while the same path on a `use` line names y (no loop). A
+    // top-level file's inline `super::` is not counted as importing the root.
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir(src.join("m")).unwrap();
+    std::fs::write(src.join("lib.rs"), "pub mod m;\npub mod z;\n").unwrap();
+    std::fs::write(src.join("m.rs"), "pub mod x;\npub mod y;\npub fn f() { x::g() }\n").unwrap();
+    std::fs::write(src.join("m/y.rs"), "pub fn h() {}\n").unwrap();
+    std::fs::write(src.join("z.rs"), "pub fn k() { super::m::f() }\n").unwrap();
+    std::fs::write(src.join("m/x.rs"), "pub fn g() { super::y::h() }\n").unwrap();
+    let g = imports::graph(src);
+    assert_eq!(
+        imports::loops(&g),
+        vec![vec!["m".to_owned(), "m::x".to_owned()]],
+        "{:?}",
+        g.edges
+    );
+    assert!(g.edges["z"].contains("m"), "{:?}", g.edges);
+    std::fs::write(src.join("m/x.rs"), "use super::y::h;\npub fn g() { h() }\n").unwrap();
+    let g = imports::graph(src);
+    assert!(imports::loops(&g).is_empty(), "{:?}", g.edges);
+    assert!(g.edges["m::x"].contains("m::y"), "{:?}", g.edges);
+}
+
+#[test]
 fn a_library_crates_lib_rs_declares_no_type_trait_or_impl() {
     let mut found = Vec::new();
     for src in source_folders() {

@@ -2,6 +2,9 @@
 //! inline paths alike (`crate::x::f()`, `super::x::f()`, `self::x`, and a child module named
 //! from its parent), so a loop cannot hide in a function body. Strings and comments are
 //! skipped; inline `mod` blocks (tests) belong to their file, and their `super` is the file.
+//! One exception, as the stop hook counts: an inline `super::x::f()` in m/y.rs names m's item,
+//! an import of m itself, whatever x is (a `use super::x::f` line names module x); m is not
+//! the crate root.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -156,13 +159,23 @@ fn char_literal_len(b: &[u8]) -> usize {
     }
 }
 
-/// The paths of one file's code: each a list of segments, with the inline module (relative
-/// to the file's) it was written in.
-fn paths(code: &str) -> Vec<(Vec<String>, Vec<String>)> {
+/// One path of a file's code.
+struct Found {
+    /// Its segments (`super`, `x`, `f`).
+    segs: Vec<String>,
+    /// The inline module (relative to the file's) it was written in.
+    scope: Vec<String>,
+    /// Whether a `use` line names it (else it is written inline, in code).
+    in_use: bool,
+}
+
+/// The paths of one file's code.
+fn paths(code: &str) -> Vec<Found> {
     let b = code.as_bytes();
     let mut out = Vec::new();
     let mut inline: Vec<(String, i32)> = Vec::new(); // (name, brace depth at its opening)
     let mut depth = 0i32;
+    let mut in_use = false;
     let mut i = 0;
     let word_at = |i: usize| -> (String, usize) {
         let mut j = i;
@@ -175,6 +188,11 @@ fn paths(code: &str) -> Vec<(Vec<String>, Vec<String>)> {
         let c = b[i];
         if c == b'{' {
             depth += 1;
+            i += 1;
+            continue;
+        }
+        if c == b';' {
+            in_use = false;
             i += 1;
             continue;
         }
@@ -191,6 +209,11 @@ fn paths(code: &str) -> Vec<(Vec<String>, Vec<String>)> {
             continue;
         }
         let (w, j) = word_at(i);
+        if w == "use" {
+            in_use = true;
+            i = j;
+            continue;
+        }
         if w == "mod" {
             // `mod name {` opens an inline module; `mod name;` declares a file.
             let k = skip_ws(b, j);
@@ -219,14 +242,22 @@ fn paths(code: &str) -> Vec<(Vec<String>, Vec<String>)> {
                     let (more, _) = path_from(item, 0);
                     let mut p = segs.clone();
                     p.extend(more);
-                    out.push((p, scope.clone()));
+                    out.push(Found {
+                        segs: p,
+                        scope: scope.clone(),
+                        in_use,
+                    });
                 }
                 segs.clear();
                 // Past the group's closing brace: its braces are not blocks.
                 i = close + 1;
                 continue;
             }
-            out.push((std::mem::take(&mut segs), scope));
+            out.push(Found {
+                segs: std::mem::take(&mut segs),
+                scope,
+                in_use,
+            });
         }
         i = end.max(j);
     }
@@ -331,7 +362,12 @@ pub fn graph(src: &Path) -> Graph {
         } else {
             module.split("::").map(str::to_owned).collect()
         };
-        for (segs, scope) in paths(&code) {
+        for Found {
+            segs,
+            scope,
+            in_use,
+        } in paths(&code)
+        {
             let mut from = here.clone();
             from.extend(scope.iter().cloned());
             let from = from.join("::");
@@ -348,7 +384,15 @@ pub fn graph(src: &Path) -> Graph {
                         }
                         rest = &rest[1..];
                     }
-                    walk(&mods, &at, rest)
+                    if in_use || segs[0] != "super" || at.is_empty() {
+                        walk(&mods, &at, rest)
+                    } else {
+                        // Inline, `super::x::f()` in m/y.rs is counted as naming m's item x:
+                        // an import of m, whatever x is (as the stop hook counts it); a
+                        // `use super::x::f` line names module x. The root is left out: the
+                        // hook never counted a top-level file's `super::x` as one.
+                        at.join("::")
+                    }
                 }
                 first => {
                     // A child module named from its parent.

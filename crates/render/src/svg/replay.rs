@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use plotters::prelude::*;
 
-use super::draw::{legend, perr, Plot, SIZE};
+use super::draw::{box_key, legend, perr, Chart, Plot, SIZE};
 use crate::format::RenderError;
 use ctxbench_stats::replay_report::{Proof, ReplayReport, RequestPoint};
 
@@ -51,7 +51,7 @@ fn sessions(points: &[RequestPoint]) -> Vec<(&str, Vec<&RequestPoint>)> {
 
 /// Adds one legend entry per proof present, drawn as a box of its colour.
 fn proof_keys<'a, 'b: 'a>(
-    chart: &mut super::draw::Chart<'a, 'b>,
+    chart: &mut Chart<'a, 'b>,
     present: &[Proof],
     count: impl Fn(Proof) -> usize,
 ) -> Result<(), RenderError> {
@@ -61,7 +61,7 @@ fn proof_keys<'a, 'b: 'a>(
             .draw_series(std::iter::empty::<Circle<(f64, f64), i32>>())
             .map_err(perr)?
             .label(format!("{} ({})", p.label(), count(p)))
-            .legend(super::draw::box_key(c.filled()));
+            .legend(box_key(c.filled()));
     }
     Ok(())
 }

@@ -4,7 +4,7 @@
 use plotters::prelude::*;
 
 use super::draw::{
-    box_key, color, dot_key, dotted_line, frame, legend, line_key, lx, perr, Plot, SIZE,
+    box_key, color, dot_key, dotted_line, frame, legend, line_key, log_grid, lx, perr, Plot, SIZE,
 };
 use crate::format::RenderError;
 use ctxbench_stats::compare::Comparison;
@@ -101,7 +101,7 @@ fn speedup_data(a: &SpecAnalysis) -> SpeedupData {
         want.min(cap).max(last)
     });
     let curve: Vec<(f64, f64, bool)> = match (&a.fit, fit_end) {
-        (Some(f), Some(end)) => super::draw::log_grid(first, end, 80)
+        (Some(f), Some(end)) => log_grid(first, end, 80)
             .into_iter()
             .map(|l| (l, f.speedup(l), l > last * 1.0001))
             .filter(|p| p.1.is_finite() && p.1 > 0.0)

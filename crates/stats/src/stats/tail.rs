@@ -9,6 +9,8 @@
 
 use serde::Serialize;
 
+use super::spread::quantile;
+
 /// The confidence of the report's tail intervals.
 pub const CONFIDENCE: f64 = 0.95;
 
@@ -90,7 +92,7 @@ pub fn tail(sorted: &[f64], q: f64, name: &'static str, confidence: f64) -> Tail
         q,
         n,
         needed: n_needed(q, confidence),
-        value: ranks.map(|_| super::spread::quantile(sorted, q)),
+        value: ranks.map(|_| quantile(sorted, q)),
         interval: ranks.map(|(l, u)| (sorted[l - 1], sorted[u - 1])),
         ranks,
     }
