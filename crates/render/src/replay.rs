@@ -2,6 +2,7 @@
 //! replay`): one document, written for the terminal, Markdown, HTML and JSON.
 
 use ctxbench_stats::replay_report::{DecodeRow, Quantile, ReplayReport, ReuseRow, TtftRow};
+use ctxbench_stats::stats::tail::{n_needed, CONFIDENCE};
 
 use crate::doc::{self, Align, Block, Document, Figure, Item, List, ListKind, Para, Table, Target};
 use crate::RenderError;
@@ -10,10 +11,30 @@ fn pct(x: Option<f64>) -> String {
     x.map_or("–".to_owned(), |v| format!("{:.1}%", v * 100.0))
 }
 
+/// The cell of a quantile a bucket has too few samples for: `n = 9, needs 29` (here and in
+/// `ctxbench compare` of two replays).
+pub(crate) fn too_few(n: usize, need: usize) -> String {
+    format!("n = {n}, needs {need}")
+}
+
+/// The note under a replay's TTFT tables: which quantiles are given, and from how many
+/// samples (the counts of `stats::tail`, one rule for the report and the comparison).
+pub(crate) fn quantile_note(levels: &[(f64, &str)]) -> String {
+    let counts: Vec<String> = levels
+        .iter()
+        .map(|&(q, name)| format!("{name}: {}", n_needed(q, CONFIDENCE)))
+        .collect();
+    format!(
+        "given where the bucket has the samples their {:.0}% distribution-free interval needs ({}), else `n = K, needs N`",
+        CONFIDENCE * 100.0,
+        counts.join(", ")
+    )
+}
+
 fn q(x: &Quantile) -> String {
     match x {
         Quantile::Value(v) => format!("{v:.1}"),
-        Quantile::TooFew { need } => format!("(n<{need})"),
+        Quantile::TooFew { n, need } => too_few(*n, *need),
     }
 }
 
@@ -213,7 +234,11 @@ pub fn document(r: &ReplayReport, target: Target) -> Document {
         &r.ttft_by_uncached,
     )));
     blocks.push(Block::Paragraph(
-        "A quantile is given only where its bucket has the samples it needs (p50: 2, p90: 10, p99: 100); (n<k) marks one that has fewer.".into(),
+        format!(
+            "p50, p90 and p99 are {}.",
+            quantile_note(&[(0.5, "p50"), (0.9, "p90"), (0.99, "p99")])
+        )
+        .into(),
         Para::Note,
     ));
     blocks.push(Block::Heading(2, "Decode rate by context".into()));
@@ -393,8 +418,9 @@ pub(crate) mod tests {
             "TTFT p50 ms",
             "p90 ms",
             "p99 ms",
-            "(n<10)",
-            "(n<100)",
+            "n = 4, needs 29",
+            "n = 8, needs 299",
+            "p50: 6, p90: 29, p99: 299",
             "Decode rate by context",
             "goodput under the SLO",
         ];
@@ -431,7 +457,7 @@ pub(crate) mod tests {
         // A quantile without the samples it needs is marked with the n it needs.
         assert_eq!(
             j["ttft_by_input"][0]["p90"],
-            serde_json::json!({"need": 10})
+            serde_json::json!({"n": 4, "need": 29})
         );
         assert_eq!(
             j["goodput"]["met"], 7,

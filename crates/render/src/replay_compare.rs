@@ -8,7 +8,8 @@ use ctxbench_stats::stats::tail::Tail;
 use crate::doc::{self, Align, Block, Document, Item, List, ListKind, Para, Table};
 use crate::RenderError;
 
-/// A quantile with its interval, or the n it needs: `412.0 [398.1–430.2]`, `n<29`.
+/// A quantile with its interval, or the n it needs: `412.0 [398.1–430.2]`,
+/// `n = 4, needs 29`.
 fn tail(t: &Option<Tail>) -> String {
     match t {
         Some(Tail {
@@ -16,7 +17,7 @@ fn tail(t: &Option<Tail>) -> String {
             interval: Some((lo, hi)),
             ..
         }) => format!("{v:.1} [{lo:.1}–{hi:.1}]"),
-        Some(t) => format!("(n<{})", t.needed),
+        Some(t) => crate::replay::too_few(t.n, t.needed),
         None => "–".into(),
     }
 }
@@ -120,7 +121,8 @@ pub fn document(c: &ReplayComparison) -> Document {
     ];
     blocks.push(Block::Paragraph(
         format!(
-            "p50 and p90 with their {:.0}% order-statistic intervals, given where the bucket has the samples they need (p50: 6, p90: 29), else (n<k); B/A is the ratio of geometric means with Welch's interval on log TTFT, the samples of one run per side (run-to-run drift not measured); a verdict needs its whole interval beyond ±{:.0}%.",
+            "p50 and p90 with their order-statistic intervals, {}; B/A is the ratio of geometric means with Welch's {:.0}% interval on log TTFT, the samples of one run per side (run-to-run drift not measured); a verdict needs its whole interval beyond ±{:.0}%.",
+            crate::replay::quantile_note(&[(0.5, "p50"), (0.9, "p90")]),
             c.level * 100.0,
             c.noise * 100.0
         )
@@ -195,7 +197,8 @@ mod tests {
                 "TTFT by uncached tokens",
                 "A p50 ms",
                 "B p90 ms",
-                "(n<29)",
+                "n = 4, needs 29",
+                "p50: 6, p90: 29)",
                 "slower",
                 "turn 1",
                 "prompt salt 7",

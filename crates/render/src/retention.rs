@@ -19,14 +19,20 @@ fn kn(c: &RetentionCell) -> String {
     }
 }
 
+/// A gap or a pressure as the user set it (`0`, `0.5`, `30`), not as a measurement
+/// (`0.00`): the same words in the tables, the heat maps and the side-by-side.
+pub(crate) fn setting(v: f64) -> String {
+    v.to_string()
+}
+
 /// The map along one axis: a row per L, a column per value.
-fn map(w: &WarmReport, gap: bool) -> Option<Table> {
+pub(crate) fn map(retention: &[RetentionCell], gap: bool) -> Option<Table> {
     let on_axis = |c: &&RetentionCell| match gap {
         true => c.pressure == 0.0,
         false => c.gap_s == 0.0,
     };
     let value = |c: &RetentionCell| if gap { c.gap_s } else { c.pressure };
-    let mut values: Vec<f64> = w.retention.iter().filter(on_axis).map(value).collect();
+    let mut values: Vec<f64> = retention.iter().filter(on_axis).map(value).collect();
     values.sort_by(f64::total_cmp);
     values.dedup();
     if values.len() < 2 && (gap || values.iter().all(|v| *v == 0.0)) {
@@ -35,20 +41,19 @@ fn map(w: &WarmReport, gap: bool) -> Option<Table> {
     let head: Vec<(String, Align)> = std::iter::once(("L (cached)".to_owned(), Align::Left))
         .chain(values.iter().map(|v| {
             let h = match gap {
-                true => format!("gap {} s", num(*v)),
-                false => format!("pressure {}", num(*v)),
+                true => format!("gap {} s", setting(*v)),
+                false => format!("pressure {}", setting(*v)),
             };
             (h, Align::Right)
         }))
         .collect();
     let mut t = Table::new(head);
-    let mut ls: Vec<u64> = w.retention.iter().map(|c| c.prefix_tokens).collect();
+    let mut ls: Vec<u64> = retention.iter().map(|c| c.prefix_tokens).collect();
     ls.dedup();
     for l in ls {
         let mut row = vec![Cell::from(fmt_ctx(l))];
         for v in &values {
-            let cell = w
-                .retention
+            let cell = retention
                 .iter()
                 .filter(on_axis)
                 .find(|c| c.prefix_tokens == l && value(c) == *v);
@@ -71,8 +76,8 @@ fn map(w: &WarmReport, gap: bool) -> Option<Table> {
 
 fn edge_words(e: &Edge, unit: &str) -> String {
     let at = |v: f64| match unit {
-        "s" => format!("{} s", num(v)),
-        _ => format!("{} of the pool", num(v)),
+        "s" => format!("{} s", setting(v)),
+        _ => format!("{} of the pool", setting(v)),
     };
     let held = e.held.map_or("never came back".to_owned(), |p| {
         format!("came back up to {} ({}/{})", at(p.value), p.hits, p.judged)
@@ -133,7 +138,7 @@ pub fn parts(w: &WarmReport, mut notes: Vec<String>) -> Vec<Part> {
         (false, "Retention by pressure", "k of n appends whose prefix came back after foreign traffic of that fraction of the KV pool (gap 0)"),
     ];
     for (gap, heading, title) in heads {
-        if let Some(t) = map(w, gap) {
+        if let Some(t) = map(&w.retention, gap) {
             out.push(Part {
                 heading,
                 title: title.to_owned(),
@@ -161,8 +166,8 @@ fn cells(w: &WarmReport, mut notes: Vec<String>) -> Part {
     for c in &w.retention {
         t.row([
             Text::from(fmt_ctx(c.prefix_tokens)),
-            Text::from(num(c.gap_s)),
-            Text::from(num(c.pressure)),
+            Text::from(setting(c.gap_s)),
+            Text::from(setting(c.pressure)),
             Text::from(kn(c)),
             Text::from(c.cached_tokens.map_or("–".to_owned(), |x| x.to_string())),
             Text::from(med_range(&c.ttft_ms)),
@@ -191,8 +196,8 @@ fn cells(w: &WarmReport, mut notes: Vec<String>) -> Part {
 /// A side's edge along one axis for the side-by-side: held, then first lost.
 fn edge_pair(e: Option<&Edge>, unit: &str) -> (String, String) {
     let at = |v: f64| match unit {
-        "s" => format!("{v} s"),
-        _ => v.to_string(),
+        "s" => format!("{} s", setting(v)),
+        _ => setting(v),
     };
     match e {
         None => ("–".to_owned(), "–".to_owned()),
@@ -218,8 +223,17 @@ fn cost_words(c: Option<&MissCost>) -> String {
     }
 }
 
+/// A miss cost's cell on a length's first axis row; the second row leaves it blank.
+fn cost(first: bool, c: Option<&MissCost>) -> String {
+    match first {
+        true => cost_words(c),
+        false => String::new(),
+    }
+}
+
 /// Two retention maps side by side by their edges (`compare`): per L and axis, the largest
-/// value held and the first lost in A and in B, and each side's miss cost with its interval.
+/// value held and the first lost in A and in B, and each side's miss cost with its interval
+/// (a length's, so on its first row only).
 pub fn compare_edges_table(edges: &[EdgeRow]) -> Table {
     let mut t = Table::new([
         ("L (cached)", Align::Left),
@@ -236,7 +250,7 @@ pub fn compare_edges_table(edges: &[EdgeRow]) -> Table {
             .into(),
     );
     for e in edges {
-        for (axis, unit) in [("idle gap", "s"), ("pressure", "pool")] {
+        for (first, axis, unit) in [(true, "idle gap", "s"), (false, "pressure", "pool")] {
             let pick = |r: Option<&RetentionRow>| {
                 r.map(|r| match unit {
                     "s" => r.gap.clone(),
@@ -263,8 +277,8 @@ pub fn compare_edges_table(edges: &[EdgeRow]) -> Table {
                     tone: tb,
                     ..Cell::from(bl)
                 },
-                Cell::from(cost_words(e.a_cost.as_ref())),
-                Cell::from(cost_words(e.b_cost.as_ref())),
+                Cell::from(cost(first, e.a_cost.as_ref())),
+                Cell::from(cost(first, e.b_cost.as_ref())),
             ]);
         }
     }

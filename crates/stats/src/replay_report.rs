@@ -1,7 +1,8 @@
 //! The replay report's model, from the results file alone: ideal vs proven reuse overall, by
 //! turn depth, by input length and by worker; the prefill tokens and server seconds the cache
 //! saved; TTFT by input length and by uncached tokens (each quantile only where the bucket
-//! has the samples it needs); goodput under an SLO; how late the client sent; wall time over
+//! has the samples its distribution-free interval needs, the rule of [`crate::stats::tail`]
+//! that `ctxbench compare` of replays follows too); goodput under an SLO; how late the client sent; wall time over
 //! the trace's span. Pure: no I/O.
 
 use std::collections::BTreeMap;
@@ -10,6 +11,8 @@ use serde::Serialize;
 
 use ctxbench_schema::record::replay::ReplayConfig;
 use ctxbench_schema::record::{Flag, Results, Sample, Status};
+
+use crate::stats::tail;
 
 /// Reuse of a group of requests.
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
@@ -58,9 +61,11 @@ impl ReuseRow {
 pub enum Quantile {
     /// The value, ms.
     Value(f64),
-    /// The bucket has fewer samples than this quantile needs (`n < need`).
+    /// The bucket has fewer samples than this quantile's interval needs (`n < need`).
     TooFew {
-        /// Samples the quantile needs.
+        /// Samples in the bucket.
+        n: usize,
+        /// Samples the quantile needs ([`tail::n_needed`] at [`tail::CONFIDENCE`]).
         need: usize,
     },
 }
@@ -228,19 +233,18 @@ pub struct ReplayReport {
     pub points: Vec<RequestPoint>,
 }
 
-/// Samples a quantile `q` needs: at least one beyond it (p50: 2, p90: 10, p99: 100).
-pub fn needed(q: f64) -> usize {
-    (1.0 / (1.0 - q)).round() as usize
-}
-
-/// The `q` quantile of sorted values (nearest rank), or how many it needs.
+/// The `q` quantile (0 < q < 1) of sorted values, given where its distribution-free
+/// interval exists ([`tail::tail`], p50: 6, p90: 29, p99: 299 samples at 95%), else the n it
+/// needs: the rule `ctxbench compare` of two replays shows its quantiles by.
 pub fn quantile(sorted: &[f64], q: f64) -> Quantile {
-    let need = needed(q);
-    if sorted.len() < need {
-        return Quantile::TooFew { need };
+    let t = tail::tail(sorted, q, "", tail::CONFIDENCE);
+    match t.value {
+        Some(v) => Quantile::Value(v),
+        None => Quantile::TooFew {
+            n: t.n,
+            need: t.needed,
+        },
     }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    Quantile::Value(sorted[rank - 1])
 }
 
 /// A power-of-two bucket of tokens: `[lo, 2·lo)`, labelled.
@@ -411,12 +415,13 @@ pub fn build(r: &Results) -> Option<ReplayReport> {
         .filter_map(|s| Some(s.replay.as_ref()?.lateness_ms))
         .collect();
     late.sort_by(f64::total_cmp);
+    let max = late.last().copied().unwrap_or(0.0);
     let pick = |q: f64| match quantile(&late, q) {
         Quantile::Value(v) => v,
-        // Fewer than a p99 needs: the largest seen.
-        Quantile::TooFew { .. } => late.last().copied().unwrap_or(0.0),
+        // Fewer than the quantile needs: the largest seen.
+        Quantile::TooFew { .. } => max,
     };
-    let lateness_ms = (!late.is_empty()).then(|| (pick(0.5), pick(0.99), pick(1.0)));
+    let lateness_ms = (!late.is_empty()).then(|| (pick(0.5), pick(0.99), max));
     let (last_sent_s, last_due_s) = samples
         .iter()
         .filter_map(|s| s.replay.as_ref())
@@ -522,14 +527,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_quantile_is_given_only_with_the_samples_it_needs() {
+    fn a_quantile_is_given_only_with_the_samples_its_interval_needs() {
+        // The counts of stats::tail, as `compare` of two replays uses: p50 6, p90 29, p99 299.
         let v: Vec<f64> = (1..=9).map(f64::from).collect();
         assert_eq!(quantile(&v, 0.5), Quantile::Value(5.0));
-        assert_eq!(quantile(&v, 0.9), Quantile::TooFew { need: 10 });
-        assert_eq!(quantile(&v[..1], 0.5), Quantile::TooFew { need: 2 });
-        let w: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(quantile(&w, 0.99), Quantile::Value(99.0));
-        assert_eq!(quantile(&w, 0.9), Quantile::Value(90.0));
+        assert_eq!(quantile(&v, 0.9), Quantile::TooFew { n: 9, need: 29 });
+        assert_eq!(quantile(&v[..5], 0.5), Quantile::TooFew { n: 5, need: 6 });
+        assert_eq!(quantile(&[], 0.5), Quantile::TooFew { n: 0, need: 6 });
+        let w: Vec<f64> = (1..=299).map(f64::from).collect();
+        assert_eq!(
+            quantile(&w[..298], 0.99),
+            Quantile::TooFew { n: 298, need: 299 }
+        );
+        // Given, it is the tail's own value (interpolated), not a nearest rank.
+        for (q, name) in [(0.5, "p50"), (0.9, "p90"), (0.99, "p99")] {
+            for n in [5, 6, 28, 29, 58, 298, 299] {
+                let t = tail::tail(&w[..n], q, name, tail::CONFIDENCE);
+                let got = match quantile(&w[..n], q) {
+                    Quantile::Value(v) => Some(v),
+                    Quantile::TooFew { .. } => None,
+                };
+                assert_eq!(got, t.value, "{name} at n = {n}");
+            }
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::draw::{perr, Plot, COLORS};
 use crate::format::RenderError;
+use crate::retention::setting;
 use ctxbench_schema::units::{fmt_ctx, num};
 use ctxbench_stats::report::Report;
 use ctxbench_stats::stats::retention::{Edge, RetentionCell, RetentionRow};
@@ -212,8 +213,8 @@ pub(crate) fn axis_heat(cells: &[RetentionCell], rows: &[RetentionRow], gap: boo
     ls.sort_unstable();
     ls.dedup();
     let word = |v: f64| match gap {
-        true => format!("gap {v} s"),
-        false => format!("pressure {v}"),
+        true => format!("gap {} s", setting(v)),
+        false => format!("pressure {}", setting(v)),
     };
     let mut h = Heat {
         title: match gap {
@@ -262,8 +263,8 @@ pub(crate) fn grid_heat(cells: &[RetentionCell], rows: &[RetentionRow], l: u64) 
     let mut h = Heat {
         title: format!("Retention at L = {}: idle gap × pressure", fmt_ctx(l)),
         corner: "pressure \\ gap".into(),
-        rows: pressures.iter().map(|p| p.to_string()).collect(),
-        cols: gaps.iter().map(|g| format!("{g} s")).collect(),
+        rows: pressures.iter().map(|p| setting(*p)).collect(),
+        cols: gaps.iter().map(|g| format!("{} s", setting(*g))).collect(),
         cells: Vec::new(),
         edge: Vec::new(),
     };
@@ -283,7 +284,10 @@ pub(crate) fn grid_heat(cells: &[RetentionCell], rows: &[RetentionRow], l: u64) 
         h.cells.push(
             line.iter()
                 .zip(&gaps)
-                .map(|(c, g)| c.map(|c| heat_cell(c, row, &format!("gap {g} s, pressure {p}"))))
+                .map(|(c, g)| {
+                    let at = format!("gap {} s, pressure {}", setting(*g), setting(p));
+                    c.map(|c| heat_cell(c, row, &at))
+                })
                 .collect(),
         );
     }
@@ -462,6 +466,43 @@ mod tests {
             "{svg}"
         );
         assert!(grid_heat(&cells, &rows, 4096).is_none());
+    }
+
+    #[test]
+    fn the_tables_write_a_gap_as_the_maps_do_and_a_miss_cost_once_per_length() {
+        use crate::retention::{compare_edges_table, map as table};
+        use ctxbench_stats::compare::retention::{EdgeRow, MissCost};
+        let (cells, rows) = map();
+        // The report's table (Markdown, HTML, terminal) heads its columns as the heat map does.
+        let t = table(&cells, true).unwrap();
+        let h = axis_heat(&cells, &rows, true).unwrap();
+        assert_eq!(t.head[1..], h.cols[..]);
+        assert_eq!(t.head[1], "gap 0 s");
+        let p = table(&cells, false).unwrap();
+        assert_eq!(p.head[1..], ["pressure 0", "pressure 0.5"]);
+        let cost = MissCost {
+            mean_s: 1.08,
+            low_s: Some(1.0),
+            high_s: Some(1.2),
+            n_cold: 2,
+            n_warm: 2,
+        };
+        let e = EdgeRow {
+            prefix_tokens: 1024,
+            a: Some(rows[0].clone()),
+            b: Some(rows[1].clone()),
+            a_cost: Some(cost),
+            b_cost: None,
+        };
+        let t = compare_edges_table(&[e]);
+        let cell = |r: usize, c: usize| t.rows[r][c].text.to_plain();
+        assert_eq!(t.rows.len(), 2, "an idle-gap row and a pressure row");
+        assert_eq!((cell(0, 1), cell(1, 1)), ("idle gap".into(), "pressure".into()));
+        assert_eq!(cell(0, 2), "10 s (2/2)");
+        assert_eq!(cell(1, 2), "0 (2/2)");
+        // The miss cost is the length's: said on its first row, not again on the second.
+        assert_eq!((cell(0, 6), cell(0, 7)), ("1.08 (1.00–1.20)".into(), "–".into()));
+        assert_eq!((cell(1, 6), cell(1, 7)), (String::new(), String::new()));
     }
 
     #[test]
