@@ -247,7 +247,11 @@ fn an_inline_super_path_to_a_sibling_imports_the_parent_as_the_stop_hook_counts(
     let src = dir.path();
     std::fs::create_dir(src.join("m")).unwrap();
     std::fs::write(src.join("lib.rs"), "pub mod m;\npub mod z;\n").unwrap();
-    std::fs::write(src.join("m.rs"), "pub mod x;\npub mod y;\npub fn f() { x::g() }\n").unwrap();
+    std::fs::write(
+        src.join("m.rs"),
+        "pub mod x;\npub mod y;\npub fn f() { x::g() }\n",
+    )
+    .unwrap();
     std::fs::write(src.join("m/y.rs"), "pub fn h() {}\n").unwrap();
     std::fs::write(src.join("z.rs"), "pub fn k() { super::m::f() }\n").unwrap();
     std::fs::write(src.join("m/x.rs"), "pub fn g() { super::y::h() }\n").unwrap();

@@ -30,14 +30,8 @@ fn ms(x: Option<f64>) -> String {
     x.map_or("–".to_owned(), num)
 }
 
-fn mean(m: Option<MeanInterval>, pct: bool) -> String {
-    let f = |x: f64| {
-        if pct {
-            format!("{:.0}%", 100.0 * x)
-        } else {
-            format!("{x:.2}")
-        }
-    };
+/// A mean with its interval where it has one, `1.23 (1.10–1.40)`, each number by `f`.
+fn with_interval(m: Option<MeanInterval>, f: impl Fn(f64) -> String) -> String {
     match m {
         None => "–".to_owned(),
         Some(MeanInterval {
@@ -48,6 +42,13 @@ fn mean(m: Option<MeanInterval>, pct: bool) -> String {
         }) => format!("{} ({}–{})", f(mean), f(lo), f(hi)),
         Some(m) => f(m.mean),
     }
+}
+
+fn mean(m: Option<MeanInterval>, pct: bool) -> String {
+    with_interval(m, |x| match pct {
+        true => format!("{:.0}%", 100.0 * x),
+        false => format!("{x:.2}"),
+    })
 }
 
 /// Per context: ms per token on each side, the speedup with its interval and what it says,
@@ -120,17 +121,13 @@ pub fn acceptance_table(a: &SpecAnalysis) -> Table {
     t
 }
 
+/// A step's cost in ms with its interval, the lower end no less than 0.
 fn ms_interval(m: Option<MeanInterval>) -> String {
-    match m {
-        None => "–".to_owned(),
-        Some(MeanInterval {
-            mean,
-            low: Some(lo),
-            high: Some(hi),
-            ..
-        }) => format!("{} ({}–{})", num(mean), num(lo.max(0.0)), num(hi)),
-        Some(m) => num(m.mean),
-    }
+    let floored = m.map(|m| MeanInterval {
+        low: m.low.map(|lo| lo.max(0.0)),
+        ..m
+    });
+    with_interval(floored, num)
 }
 
 /// Per context: α, the verify and the plain step's cost with intervals, the cost ratio, the

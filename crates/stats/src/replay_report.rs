@@ -309,14 +309,21 @@ fn points(ok: &[&Sample]) -> Vec<RequestPoint> {
         .collect()
 }
 
-fn ttft_rows(mut v: Vec<(u64, f64)>) -> Vec<TtftRow> {
+/// Values keyed by tokens, gathered into their [`bucket`]s: each bucket's label and values,
+/// in the order given.
+pub fn bucketed(v: &[(u64, f64)]) -> BTreeMap<u64, (String, Vec<f64>)> {
     let mut by: BTreeMap<u64, (String, Vec<f64>)> = BTreeMap::new();
-    v.sort_by(|a, b| a.1.total_cmp(&b.1));
-    for (tokens, t) in v {
+    for &(tokens, x) in v {
         let (k, label) = bucket(tokens);
-        by.entry(k).or_insert_with(|| (label, Vec::new())).1.push(t);
+        by.entry(k).or_insert_with(|| (label, Vec::new())).1.push(x);
     }
-    by.into_values()
+    by
+}
+
+fn ttft_rows(mut v: Vec<(u64, f64)>) -> Vec<TtftRow> {
+    v.sort_by(|a, b| a.1.total_cmp(&b.1));
+    bucketed(&v)
+        .into_values()
         .map(|(label, t)| TtftRow {
             label,
             n: t.len(),

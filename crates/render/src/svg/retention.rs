@@ -497,11 +497,17 @@ mod tests {
         let t = compare_edges_table(&[e]);
         let cell = |r: usize, c: usize| t.rows[r][c].text.to_plain();
         assert_eq!(t.rows.len(), 2, "an idle-gap row and a pressure row");
-        assert_eq!((cell(0, 1), cell(1, 1)), ("idle gap".into(), "pressure".into()));
+        assert_eq!(
+            (cell(0, 1), cell(1, 1)),
+            ("idle gap".into(), "pressure".into())
+        );
         assert_eq!(cell(0, 2), "10 s (2/2)");
         assert_eq!(cell(1, 2), "0 (2/2)");
         // The miss cost is the length's: said on its first row, not again on the second.
-        assert_eq!((cell(0, 6), cell(0, 7)), ("1.08 (1.00–1.20)".into(), "–".into()));
+        assert_eq!(
+            (cell(0, 6), cell(0, 7)),
+            ("1.08 (1.00–1.20)".into(), "–".into())
+        );
         assert_eq!((cell(1, 6), cell(1, 7)), (String::new(), String::new()));
     }
 

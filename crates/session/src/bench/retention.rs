@@ -115,15 +115,7 @@ pub async fn run(
     let settings = ctx.settings;
     let mut tally = Tally::default();
     let reps = settings.policy.min_reps.max(1);
-    let n = warm.config.appends.first().copied().unwrap_or(128);
-    let ls: Vec<u64> = contexts
-        .iter()
-        .copied()
-        .filter(|&l| {
-            warm.max_context
-                .is_none_or(|m| l + n + u64::from(settings.output_tokens) <= m)
-        })
-        .collect();
+    let (n, ls) = warm.lengths(contexts, settings.output_tokens);
     let (pool_tokens, pool_source) = pool(warm);
     let mut grid = cells(&warm.config.gaps_s, &warm.config.pressure, warm.config.grid);
     if pool_tokens.is_none() && grid.iter().any(|c| c.1 > 0.0) {

@@ -36,15 +36,7 @@ pub async fn run(
     let settings = ctx.settings;
     let mut tally = Tally::default();
     let reps = settings.policy.min_reps.max(1);
-    let n = warm.config.appends.first().copied().unwrap_or(128);
-    let ls: Vec<u64> = contexts
-        .iter()
-        .copied()
-        .filter(|&l| {
-            warm.max_context
-                .is_none_or(|m| l + n + u64::from(settings.output_tokens) <= m)
-        })
-        .collect();
+    let (n, ls) = warm.lengths(contexts, settings.output_tokens);
     let sglang = warm.backend == BackendKind::Sglang;
     let mut ladder = vec![Tier::Cold, Tier::Live];
     match (sglang, warm.kv_pool_tokens) {

@@ -30,6 +30,23 @@ pub struct WarmSettings<'a> {
     pub slots: Option<u64>,
 }
 
+impl WarmSettings<'_> {
+    /// The appended N (the first of `--appends`, 128 when none) and the Ls of `contexts`
+    /// whose L + N + the answer fit the server's context (every L when it is not known).
+    pub(crate) fn lengths(&self, contexts: &[u64], output_tokens: u32) -> (u64, Vec<u64>) {
+        let n = self.config.appends.first().copied().unwrap_or(128);
+        let ls = contexts
+            .iter()
+            .copied()
+            .filter(|&l| {
+                self.max_context
+                    .is_none_or(|m| l + n + u64::from(output_tokens) <= m)
+            })
+            .collect();
+        (n, ls)
+    }
+}
+
 /// Tokens the prime generates: it only has to fill the cache.
 pub const PRIME_TOKENS: u32 = 2;
 

@@ -14,6 +14,7 @@ use crate::stats::metric::Metric;
 use crate::stats::significance::{self, RatioInterval, Settings, Verdict};
 use crate::stats::tail::{self, Tail, CONFIDENCE};
 use ctxbench_schema::error::UsageError;
+use ctxbench_schema::record::replay::ReplayConfig;
 use ctxbench_schema::record::{Results, Sample, Status};
 
 /// B against A, two replays of the same trace.
@@ -97,53 +98,29 @@ pub fn mismatches(a: &Results, b: &Results) -> Vec<String> {
         return vec!["one run is a replay and the other a sweep".into()];
     };
     let mut out = Vec::new();
-    let mut differ = |what: &str, p: String, q: String| {
+    // Each field as both runs' words: the same function of each side's configuration.
+    let fields: [(&str, fn(&ReplayConfig) -> String); 10] = [
+        ("trace format", |c| c.format.clone()),
+        ("requests in the trace", |c| c.requests.to_string()),
+        ("requests planned", |c| c.planned.to_string()),
+        ("sessions", |c| c.sessions.to_string()),
+        ("prompt tokens of the plan", |c| c.input_tokens.to_string()),
+        ("the trace's ideal reuse (tokens)", |c| {
+            c.ideal_reuse_tokens.to_string()
+        }),
+        ("block size", |c| c.block_tokens.to_string()),
+        ("--scale", |c| format!("{:?}", c.scale)),
+        ("timing", |c| {
+            format!("{} at {}×", c.timing.as_str(), c.speed)
+        }),
+        ("--max-gap", |c| format!("{:?}", c.max_gap_s)),
+    ];
+    for (what, words) in fields {
+        let (p, q) = (words(x), words(y));
         if p != q {
             out.push(format!("{what} differs: {p} vs {q}"));
         }
-    };
-    differ("trace format", x.format.clone(), y.format.clone());
-    differ(
-        "requests in the trace",
-        x.requests.to_string(),
-        y.requests.to_string(),
-    );
-    differ(
-        "requests planned",
-        x.planned.to_string(),
-        y.planned.to_string(),
-    );
-    differ("sessions", x.sessions.to_string(), y.sessions.to_string());
-    differ(
-        "prompt tokens of the plan",
-        x.input_tokens.to_string(),
-        y.input_tokens.to_string(),
-    );
-    differ(
-        "the trace's ideal reuse (tokens)",
-        x.ideal_reuse_tokens.to_string(),
-        y.ideal_reuse_tokens.to_string(),
-    );
-    differ(
-        "block size",
-        x.block_tokens.to_string(),
-        y.block_tokens.to_string(),
-    );
-    differ(
-        "--scale",
-        format!("{:?}", x.scale),
-        format!("{:?}", y.scale),
-    );
-    differ(
-        "timing",
-        format!("{} at {}×", x.timing.as_str(), x.speed),
-        format!("{} at {}×", y.timing.as_str(), y.speed),
-    );
-    differ(
-        "--max-gap",
-        format!("{:?}", x.max_gap_s),
-        format!("{:?}", y.max_gap_s),
-    );
+    }
     if x.salt != y.salt {
         out.push(format!(
             "prompt salt differs: {} vs {} (the same trace with other tokens; rerun one side with --prompt-seed {})",
@@ -184,15 +161,7 @@ fn side(v: &[f64]) -> Side {
 }
 
 fn rows(a: &[(u64, f64)], b: &[(u64, f64)], s: &Settings) -> Vec<TtftRow> {
-    let bucketed = |v: &[(u64, f64)]| {
-        let mut by: std::collections::BTreeMap<u64, (String, Vec<f64>)> = Default::default();
-        for &(t, x) in v {
-            let (k, label) = replay_report::bucket(t);
-            by.entry(k).or_insert_with(|| (label, Vec::new())).1.push(x);
-        }
-        by
-    };
-    let (ba, bb) = (bucketed(a), bucketed(b));
+    let (ba, bb) = (replay_report::bucketed(a), replay_report::bucketed(b));
     let mut keys: Vec<u64> = ba.keys().chain(bb.keys()).copied().collect();
     keys.sort_unstable();
     keys.dedup();

@@ -107,12 +107,7 @@ mod tests {
     use super::*;
 
     fn mi(mean: f64, half: f64) -> Option<MeanInterval> {
-        Some(MeanInterval {
-            mean,
-            low: Some(mean - half),
-            high: Some(mean + half),
-            n: 4,
-        })
+        MeanInterval::around(mean, half, 4)
     }
 
     fn rate(c: u64, m: f64, h: f64) -> Acceptance {

@@ -215,12 +215,7 @@ mod tests {
     use super::*;
 
     fn mi(mean: f64, half: f64) -> Option<MeanInterval> {
-        Some(MeanInterval {
-            mean,
-            low: Some(mean - half),
-            high: Some(mean + half),
-            n: 6,
-        })
+        MeanInterval::around(mean, half, 6)
     }
 
     fn row(c: u64, a: f64, v: f64, p: f64) -> Inputs {

@@ -16,6 +16,17 @@ pub struct MeanInterval {
 }
 
 impl MeanInterval {
+    /// `mean` ± `half` over `n` units: the tests' interval.
+    #[cfg(test)]
+    pub(crate) fn around(mean: f64, half: f64, n: usize) -> Option<MeanInterval> {
+        Some(MeanInterval {
+            mean,
+            low: Some(mean - half),
+            high: Some(mean + half),
+            n,
+        })
+    }
+
     /// The interval cut to what the quantity can be.
     pub fn within(self, lo: f64, hi: f64) -> MeanInterval {
         MeanInterval {
