@@ -25,7 +25,7 @@ pub(crate) fn quantile_note(levels: &[(f64, &str)]) -> String {
         .map(|&(q, name)| format!("{name}: {}", n_needed(q, CONFIDENCE)))
         .collect();
     format!(
-        "given where the bucket has the samples their {:.0}% distribution-free interval needs ({}), else `n = K, needs N`",
+        "given where the bucket has the samples their {:.0}% distribution-free interval needs ({}), else \"n = K, needs N\"",
         CONFIDENCE * 100.0,
         counts.join(", ")
     )
