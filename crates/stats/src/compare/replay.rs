@@ -99,7 +99,8 @@ pub fn mismatches(a: &Results, b: &Results) -> Vec<String> {
     };
     let mut out = Vec::new();
     // Each field as both runs' words: the same function of each side's configuration.
-    let fields: [(&str, fn(&ReplayConfig) -> String); 10] = [
+    type Words = fn(&ReplayConfig) -> String;
+    let fields: [(&str, Words); 10] = [
         ("trace format", |c| c.format.clone()),
         ("requests in the trace", |c| c.requests.to_string()),
         ("requests planned", |c| c.planned.to_string()),
