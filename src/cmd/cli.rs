@@ -585,9 +585,25 @@ pub struct SweepArgs {
     #[arg(value_name = "N", help_heading = "What to measure", long, default_value_t = 3, requires = "precision", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub min_reps: u32,
 
-    /// With --precision: repetitions never exceeded.
-    #[arg(value_name = "N", help_heading = "What to measure", long, default_value_t = 30, requires = "precision", value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub max_reps: u32,
+    /// With --precision: repetitions never exceeded [default: 30; with --precision-of pNN,
+    /// 3 × the samples that percentile's interval needs: 87 for p90, 177 for p95].
+    #[arg(value_name = "N", help_heading = "What to measure", long, requires = "precision", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_reps: Option<u32>,
+
+    /// With --precision: the figure P bounds: `median` (default) or a percentile, e.g. p90.
+    ///
+    /// With a percentile, each point is measured until the 95% interval of its p90 TTFT and
+    /// its p90 step time (distribution-free, from order statistics, the one the report's tails
+    /// use) is within ±P. That interval needs a least n (29 for p90, 59 for p95, 299 for
+    /// p99): every point takes at least that many, --max-reps below it is refused, and
+    /// --max-reps defaults to 3 × it. Not with --design auto or --concurrency.
+    #[arg(
+        help_heading = "What to measure",
+        long,
+        value_name = "WHICH",
+        requires = "precision"
+    )]
+    pub precision_of: Option<String>,
 
     /// With --precision: seconds one context point may take beyond --min-reps.
     #[arg(

@@ -8,6 +8,7 @@ pub mod corpora;
 pub mod dryrun;
 pub mod import;
 pub mod overhead;
+pub mod precision_of;
 pub mod progress;
 pub mod replay;
 pub mod replay_args;

@@ -232,6 +232,15 @@ pub fn point_line(p: &PointRecord, explained: &mut bool) -> String {
                     .as_ref()
                     .map_or(String::new(), |r| format!("; measured more here: {r}")),
             ),
+            // A percentile target states that percentile's intervals, the ones it stopped on.
+            None if p.quantile.is_some() => format!(
+                "  {:>6} done: {} rep(s), {} usable ({}); {}",
+                fmt_ctx(p.context_tokens),
+                p.reps,
+                p.usable,
+                p.stop_reason,
+                ctxbench_render::describe::quantile_text(p).unwrap_or_default(),
+            ),
             None => format!(
                 "  {:>6} done: {} rep(s), {} usable ({}); median 95% CI TTFT {}, decode {}",
                 fmt_ctx(p.context_tokens),
@@ -285,6 +294,7 @@ mod tests {
             decode_ci_rel: decode,
             concurrency,
             design: None,
+            quantile: None,
         }
     }
 

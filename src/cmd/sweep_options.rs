@@ -198,6 +198,7 @@ impl SweepOptions {
                 warm.is_some(),
             )?;
         }
+        crate::cmd::precision_of::apply(args, &mut policy, &concurrency)?;
         check_metrics_url(args.metrics_url.as_deref())?;
         Ok(SweepOptions {
             contexts,
@@ -240,16 +241,18 @@ fn rep_policy(args: &SweepArgs) -> Result<RepPolicy, UsageError> {
             point_budget_s: None,
             run_budget_s: None,
             design: None,
+            quantile: None,
         },
         Some(p) if !(p.is_finite() && p > 0.0 && p < 1.0) => {
             return bad(format!(
                 "--precision {p}: give a relative half-width between 0 and 1, e.g. 0.05 for ±5%"
             ))
         }
-        Some(_) if args.min_reps > args.max_reps => {
+        Some(_) if args.min_reps > max_reps(args) => {
             return bad(format!(
                 "--min-reps {} is larger than --max-reps {}",
-                args.min_reps, args.max_reps
+                args.min_reps,
+                max_reps(args)
             ))
         }
         Some(p) => {
@@ -264,13 +267,20 @@ fn rep_policy(args: &SweepArgs) -> Result<RepPolicy, UsageError> {
             RepPolicy {
                 precision: Some(p),
                 min_reps: args.min_reps,
-                max_reps: args.max_reps,
+                max_reps: max_reps(args),
                 point_budget_s: args.point_budget,
                 run_budget_s: args.run_budget,
                 design: None,
+                quantile: None,
             }
         }
     })
+}
+
+/// `--max-reps`, or its default for the median.
+fn max_reps(args: &SweepArgs) -> u32 {
+    args.max_reps
+        .unwrap_or(crate::cmd::precision_of::DEFAULT_MAX_REPS)
 }
 
 /// `--url` is a base URL with its scheme and without /v1 (or `--server-cmd` gives one), and

@@ -28,6 +28,7 @@ mod llamacpp_features;
 mod promises;
 mod promises_llamacpp;
 mod prompts_llamacpp;
+mod quantile_llamacpp;
 mod protocol_ollama;
 mod protocol_openai_calibrated;
 mod protocol_openai_chat;

@@ -369,14 +369,35 @@ pub fn corpus_items(c: &CorpusInfo) -> Vec<(&'static str, String)> {
 pub fn stop_text(p: &PointRecord) -> String {
     let pct = |x: Option<f64>| x.map_or("–".to_owned(), |x| format!("±{:.1}%", x * 100.0));
     format!(
-        "{}: {} {}, {} usable; median's 95% CI TTFT {}, decode {}",
+        "{}: {} {}, {} usable; median's 95% CI TTFT {}, decode {}{}",
         p.stop_reason,
         p.reps,
         if p.reps == 1 { "rep" } else { "reps" },
         p.usable,
         pct(p.ttft_ci_rel),
-        pct(p.decode_ci_rel)
+        pct(p.decode_ci_rel),
+        quantile_text(p).map_or(String::new(), |t| format!("; the target: {t}"))
     )
+}
+
+/// What a percentile target reached at a point: `p90 95% interval (order statistics) TTFT
+/// ±4.1%, step time ±2.0%`, or, below the samples it needs, `n/a (p90 needs n ≥ 29; 12
+/// usable)`. `None` for a median target.
+pub fn quantile_text(p: &PointRecord) -> Option<String> {
+    let q = p.quantile?;
+    let name = ctxbench_schema::record::quantile_name(q.q);
+    let pct = |x: Option<f64>| match x {
+        Some(x) => format!("±{:.1}%", x * 100.0),
+        None if p.usable < q.needed => {
+            format!("n/a ({name} needs n ≥ {}; {} usable)", q.needed, p.usable)
+        }
+        None => "n/a".to_owned(),
+    };
+    Some(format!(
+        "{name} 95% interval (order statistics) TTFT {}, step time {}",
+        pct(q.ttft_half_width),
+        pct(q.step_half_width)
+    ))
 }
 
 /// The per-point stop reasons worth showing: with `--precision`, or when any point did

@@ -143,6 +143,7 @@ fn results(run_id: &str, speed: f64, accept: Option<f64>) -> Results {
             point_budget_s: None,
             run_budget_s: Some(600.0),
             design: None,
+            quantile: None,
         };
         for (i, &c) in contexts.iter().enumerate() {
             points.push(PointRecord {
@@ -159,6 +160,7 @@ fn results(run_id: &str, speed: f64, accept: Option<f64>) -> Results {
                 decode_ci_rel: Some(0.02 + i as f64 / 100.0),
                 concurrency: None,
                 design: None,
+                quantile: None,
             });
         }
     }
@@ -263,6 +265,7 @@ fn designed_results() -> Results {
         point_budget_s: None,
         run_budget_s: None,
         design: Some(ctxbench_schema::record::DesignMode::Auto),
+        quantile: None,
     };
     r
 }
@@ -290,6 +293,7 @@ fn render_designed_with_a_prediction(f: ReportFormat) -> String {
         decode_ci_rel: None,
         concurrency: None,
         design: None,
+        quantile: None,
     });
     render_run(f, r)
 }

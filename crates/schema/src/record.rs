@@ -388,6 +388,10 @@ pub struct RepPolicy {
     /// repetitions for `precision` (absent: each point on its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub design: Option<DesignMode>,
+    /// `--precision-of pNN`: the quantile (0.9) whose distribution-free 95% interval, of TTFT
+    /// and of step time, `precision` bounds (absent: the median's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantile: Option<f64>,
 }
 
 /// `--design`: how the repetitions of a `--precision` sweep are chosen.
@@ -409,6 +413,7 @@ impl RepPolicy {
             point_budget_s: None,
             run_budget_s: None,
             design: None,
+            quantile: None,
         }
     }
 }
@@ -417,15 +422,23 @@ impl fmt::Display for RepPolicy {
     /// `3 reps (fixed)`, or `3–30 reps until ±5.0%` with any budgets.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let reps = |n: u32| if n == 1 { "rep" } else { "reps" };
-        match (self.precision, self.design) {
-            (None, _) => write!(f, "{} {} (fixed)", self.max_reps, reps(self.max_reps))?,
-            (Some(p), Some(DesignMode::Auto)) => write!(
+        match (self.precision, self.design, self.quantile) {
+            (Some(p), None, Some(q)) => write!(
+                f,
+                "{}–{} reps until the {}'s 95% interval (order statistics, TTFT and step time) is within ±{:.1}%",
+                self.min_reps,
+                self.max_reps,
+                quantile_name(q),
+                p * 100.0
+            )?,
+            (None, _, _) => write!(f, "{} {} (fixed)", self.max_reps, reps(self.max_reps))?,
+            (Some(p), Some(DesignMode::Auto), _) => write!(
                 f,
                 "designed (--design auto): each length's median TTFT and decode rate to ±{:.1}% at 95% from a noise model shared across lengths, at most {} reps a length",
                 p * 100.0,
                 self.max_reps
             )?,
-            (Some(p), None) => write!(
+            (Some(p), None, None) => write!(
                 f,
                 "{}–{} reps until the median's 95% CI is within ±{:.1}%",
                 self.min_reps,
@@ -440,6 +453,15 @@ impl fmt::Display for RepPolicy {
             write!(f, ", run budget {b} s")?;
         }
         Ok(())
+    }
+}
+
+/// A quantile's percentile name: `p90`, `p99.9`.
+pub fn quantile_name(q: f64) -> String {
+    let pct = q * 100.0;
+    match (pct - pct.round()).abs() < 1e-9 {
+        true => format!("p{}", pct.round()),
+        false => format!("p{}", (pct * 1000.0).round() / 1000.0),
     }
 }
 
@@ -1342,6 +1364,24 @@ pub struct PointRecord {
     /// What the designed sweep decided here (`--design auto`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub design: Option<PointDesign>,
+    /// `--precision-of pNN`: the percentile the precision targeted and the half-widths its
+    /// intervals reached (the `*_ci_rel` fields stay the median's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantile: Option<QuantileCi>,
+}
+
+/// The precision a point reached on a percentile (`--precision-of`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct QuantileCi {
+    /// The quantile (0.9 for p90).
+    pub q: f64,
+    /// Samples its 95% interval needs (29 for p90).
+    pub needed: usize,
+    /// Relative half-width (wider side) of the p-quantile TTFT's 95% interval from order
+    /// statistics (`null`: fewer samples than `needed`).
+    pub ttft_half_width: Option<f64>,
+    /// The same for the step time (ms per generated token).
+    pub step_half_width: Option<f64>,
 }
 
 string_enum! {

@@ -33,6 +33,7 @@ fn settings() -> BenchSettings {
             point_budget_s: None,
             run_budget_s: None,
             design: None,
+            quantile: None,
         },
         cache_bypass: false,
         length_tolerance: 0,

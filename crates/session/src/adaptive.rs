@@ -57,7 +57,19 @@ pub fn relative_half_width(values: &[f64]) -> Option<f64> {
     (med.abs() > 0.0).then(|| (hi - lo) / 2.0 / med.abs())
 }
 
-pub use ctxbench_schema::record::{RepPolicy, StopReason};
+pub use ctxbench_schema::record::{QuantileCi, RepPolicy, StopReason};
+use ctxbench_stats::stats::quantile_target;
+
+/// What a point reached on the percentile a `--precision-of` target names: the
+/// half-widths of its TTFT's and step time's intervals, and the samples they need.
+pub fn quantile_ci(q: f64, p: &PointProgress) -> QuantileCi {
+    QuantileCi {
+        q,
+        needed: quantile_target::min_n(q),
+        ttft_half_width: quantile_target::half_width(&p.ttft_ms, q),
+        step_half_width: quantile_target::step_half_width(&p.decode, q),
+    }
+}
 
 /// State of one point, as the loop sees it.
 #[derive(Debug, Clone, Default)]
@@ -117,7 +129,13 @@ impl Decide for RepPolicy {
             return Ok(());
         }
         let precise = |v: &[f64]| relative_half_width(v).is_some_and(|w| w <= target);
-        if precise(&p.ttft_ms) && precise(&p.decode) {
+        // A percentile target (`--precision-of`) judges that percentile's interval alone;
+        // below the samples it needs there is none, so the point goes on.
+        let reached = match self.quantile {
+            Some(q) => quantile_target::precise(&p.ttft_ms, &p.decode, q, target),
+            None => precise(&p.ttft_ms) && precise(&p.decode),
+        };
+        if reached {
             return Err(StopReason::PrecisionReached);
         }
         if p.reps >= self.max_reps {
@@ -161,6 +179,7 @@ mod tests {
             point_budget_s: None,
             run_budget_s: None,
             design: None,
+            quantile: None,
         };
         let mut p = PointProgress::default();
         for _ in 0..3 {
@@ -178,6 +197,7 @@ mod tests {
             point_budget_s: Some(60.0),
             run_budget_s: Some(600.0),
             design: None,
+            quantile: None,
         }
     }
 
@@ -236,6 +256,73 @@ mod tests {
             ..p
         };
         assert!(policy().next(&q, 1.0, Some(0.1)).is_ok());
+    }
+
+    fn p90_policy() -> RepPolicy {
+        RepPolicy {
+            quantile: Some(0.9),
+            max_reps: 87,
+            ..policy()
+        }
+    }
+
+    fn progress(ttft_ms: Vec<f64>, decode: Vec<f64>) -> PointProgress {
+        PointProgress {
+            reps: ttft_ms.len() as u32,
+            ttft_ms,
+            decode,
+            beyond_min_s: 1.0,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_p90_target_does_not_stop_below_the_samples_its_interval_needs() {
+        // Identical samples: the median's interval is within any target from 6 samples on,
+        // the p90's does not exist below 29.
+        let p = progress(vec![100.0; 28], vec![50.0; 28]);
+        assert_eq!(
+            policy().next(&p, 1.0, Some(0.1)),
+            Err(StopReason::PrecisionReached)
+        );
+        assert!(p90_policy().next(&p, 1.0, Some(0.1)).is_ok());
+        let q = quantile_ci(0.9, &p);
+        assert_eq!((q.needed, q.ttft_half_width), (29, None));
+        let p = progress(vec![100.0; 29], vec![50.0; 29]);
+        assert_eq!(
+            p90_policy().next(&p, 1.0, Some(0.1)),
+            Err(StopReason::PrecisionReached)
+        );
+        assert_eq!(quantile_ci(0.9, &p).step_half_width, Some(0.0));
+    }
+
+    #[test]
+    fn a_p90_target_goes_on_while_the_tail_is_wide_and_stops_at_the_cap() {
+        // 40 samples whose bulk is tight but whose slowest tenth is spread over 1.3–2×: the
+        // median is known to ±0.5%, the p90 is not known to ±5%.
+        let ttft: Vec<f64> = (0..40)
+            .map(|k| match k < 36 {
+                true => 100.0 + 0.01 * f64::from(k),
+                false => 130.0 + 20.0 * f64::from(k - 36),
+            })
+            .collect();
+        let p = progress(ttft, vec![50.0; 40]);
+        assert!(relative_half_width(&p.ttft_ms).unwrap() < 0.005);
+        assert_eq!(
+            policy().next(&p, 1.0, Some(0.1)),
+            Err(StopReason::PrecisionReached)
+        );
+        let w = quantile_ci(0.9, &p).ttft_half_width.unwrap();
+        assert!(w > 0.05, "{w}");
+        assert!(p90_policy().next(&p, 1.0, Some(0.1)).is_ok());
+        // A noisy step time alone keeps it going too.
+        let steady = progress(vec![100.0; 40], p.ttft_ms.iter().map(|t| 5000.0 / t).collect());
+        assert!(p90_policy().next(&steady, 1.0, Some(0.1)).is_ok());
+        let capped = PointProgress { reps: 87, ..p };
+        assert_eq!(
+            p90_policy().next(&capped, 1.0, Some(0.1)),
+            Err(StopReason::MaxReps)
+        );
     }
 
     #[test]

@@ -138,6 +138,10 @@ fn point_record(
         decode_ci_rel: relative_half_width(&prog.decode),
         concurrency: None,
         design: None,
+        quantile: settings
+            .policy
+            .quantile
+            .map(|q| crate::adaptive::quantile_ci(q, prog)),
     }
 }
 
@@ -929,6 +933,7 @@ pub(crate) mod tests {
                 point_budget_s: None,
                 run_budget_s: None,
                 design: None,
+                quantile: None,
             },
             cache_bypass: true,
             length_tolerance: 0,

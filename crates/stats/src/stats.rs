@@ -9,6 +9,7 @@ pub mod noise;
 pub mod precision;
 pub mod predicted;
 pub mod prompts;
+pub mod quantile_target;
 pub mod retention;
 pub mod significance;
 pub mod speculation;

@@ -305,6 +305,16 @@ pub fn unreachable_url() -> String {
 /// A port free now; another test may bind it before the caller does (see
 /// [`RefServer::start`], which retries).
 pub fn free_port() -> u16 {
+    // `CTXBENCH_TEST_PORTS=LO-HI`: only ports in that range (a shared machine where each
+    // builder owns a range); the first that binds now.
+    if let Some((lo, hi)) = std::env::var("CTXBENCH_TEST_PORTS").ok().and_then(|r| {
+        let (a, b) = r.split_once('-')?;
+        Some((a.trim().parse::<u16>().ok()?, b.trim().parse::<u16>().ok()?))
+    }) {
+        return (lo..=hi)
+            .find(|&p| TcpListener::bind(("127.0.0.1", p)).is_ok())
+            .unwrap_or_else(|| panic!("CTXBENCH_TEST_PORTS {lo}-{hi}: no free port"));
+    }
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

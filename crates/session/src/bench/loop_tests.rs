@@ -330,6 +330,7 @@ fn adaptive(min: u32, max: u32, point_s: Option<f64>, run_s: Option<f64>) -> Ben
         point_budget_s: point_s,
         run_budget_s: run_s,
         design: None,
+        quantile: None,
     };
     s
 }
@@ -812,6 +813,7 @@ fn designed(precision: f64, run_budget_s: Option<f64>) -> BenchSettings {
         point_budget_s: None,
         run_budget_s,
         design: Some(ctxbench_schema::record::DesignMode::Auto),
+        quantile: None,
     };
     s
 }

@@ -232,6 +232,7 @@ mod tests {
             decode_ci_rel: Some(0.04),
             concurrency: None,
             design: None,
+            quantile: None,
         });
         let cmp = crate::compare::build(
             &[

@@ -497,6 +497,7 @@ mod tests {
             point_budget_s: None,
             run_budget_s: None,
             design: Some(DesignMode::Auto),
+            quantile: None,
         };
         r.samples = samples;
         r.points.clear();
@@ -601,6 +602,7 @@ mod tests {
                 host_precision: None,
                 revised,
             }),
+            quantile: None,
         };
         r.points.push(line(0.041, None));
         let d = build(&r).unwrap();
@@ -657,6 +659,7 @@ mod tests {
             decode_ci_rel: Some(0.02),
             concurrency: None,
             design: None,
+            quantile: None,
         });
         let d = build(&r).unwrap();
         let contexts: Vec<u64> = d.points.iter().map(|p| p.context_tokens).collect();
