@@ -367,4 +367,39 @@ mod tests {
         let l = point_line(&p, &mut explained);
         assert!(l.ends_with("TTFT n/a, decode n/a"), "{l}");
     }
+
+    #[test]
+    fn a_percentile_targeted_point_states_that_percentiles_intervals() {
+        let mut p = point(None, Some(0.02));
+        p.reps = 12;
+        p.usable = 12;
+        p.quantile = Some(ctxbench_schema::record::QuantileCi {
+            q: 0.9,
+            needed: 29,
+            ttft_half_width: None,
+            step_half_width: None,
+        });
+        let l = point_line(&p, &mut false);
+        assert!(
+            l.ends_with(
+                "p90 95% interval (order statistics) TTFT n/a (p90 needs n ≥ 29; 12 usable), step time n/a (p90 needs n ≥ 29; 12 usable)"
+            ),
+            "{l}"
+        );
+        p.usable = 40;
+        p.stop_reason = StopReason::PrecisionReached;
+        p.quantile = p.quantile.map(|q| ctxbench_schema::record::QuantileCi {
+            ttft_half_width: Some(0.041),
+            step_half_width: Some(0.02),
+            ..q
+        });
+        let l = point_line(&p, &mut false);
+        assert!(
+            l.ends_with(
+                "(precision reached); p90 95% interval (order statistics) TTFT ±4.1%, step time ±2.0%"
+            ),
+            "{l}"
+        );
+        assert!(!l.contains("median"), "{l}");
+    }
 }

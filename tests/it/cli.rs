@@ -797,6 +797,7 @@ fn every_flag_that_needs_a_mode_or_another_flag_is_a_usage_error_naming_what_it_
         (&["--point-budget", "60"][..], "--precision"),
         (&["--run-budget", "60"][..], "--precision"),
         (&["--design", "auto"][..], "--precision"),
+        (&["--precision-of", "p90"][..], "--precision"),
         (&["--two-point-tokens", "1,9"][..], "--method two-point"),
         (&["--needle-depths", "50"][..], "--needle"),
         (&["--runs", "2"][..], "--server-cmd"),

@@ -78,10 +78,11 @@ fn a_p90_targeted_sweep_takes_at_least_the_samples_its_interval_needs_and_record
 #[test]
 fn a_cap_below_the_samples_a_percentile_needs_is_refused_before_measuring() {
     // No server: the options are refused before any request.
+    let url = unreachable_url();
     let (code, _, err) = run(&[
         "sweep",
         "--url",
-        "http://127.0.0.1:9",
+        &url,
         "--contexts",
         "1k",
         "--precision",
@@ -99,7 +100,7 @@ fn a_cap_below_the_samples_a_percentile_needs_is_refused_before_measuring() {
     let (code, _, err) = run(&[
         "sweep",
         "--url",
-        "http://127.0.0.1:9",
+        &url,
         "--contexts",
         "1k",
         "--precision",
