@@ -58,7 +58,17 @@ pub fn relative_half_width(values: &[f64]) -> Option<f64> {
 }
 
 pub use ctxbench_schema::record::{QuantileCi, RepPolicy, StopReason};
+use ctxbench_schema::record::{Flag, Sample};
 use ctxbench_stats::stats::quantile_target;
+
+/// A usable sample's step time where the report counts its decode: not where client and
+/// server disagree, not an output that ended early (as `stats::summarize` does).
+pub fn counted_step_ms(s: &Sample) -> Option<f64> {
+    if s.has(&Flag::ClientServerDisagree) || s.has(&Flag::ShortOutput) {
+        return None;
+    }
+    s.ms_per_step
+}
 
 /// What a point reached on the percentile a `--precision-of` target names: the
 /// half-widths of its TTFT's and step time's intervals, and the samples they need.
@@ -67,7 +77,7 @@ pub fn quantile_ci(q: f64, p: &PointProgress) -> QuantileCi {
         q,
         needed: quantile_target::min_n(q),
         ttft_half_width: quantile_target::half_width(&p.ttft_ms, q),
-        step_half_width: quantile_target::step_half_width(&p.decode, q),
+        step_half_width: quantile_target::half_width(&p.step_ms, q),
     }
 }
 
@@ -80,6 +90,10 @@ pub struct PointProgress {
     pub ttft_ms: Vec<f64>,
     /// Decode rates of usable samples (tok/s).
     pub decode: Vec<f64>,
+    /// Step times (ms per generated token) of usable samples whose decode the report counts
+    /// (not client≠server, not a short output; see [`counted_step_ms`]): the samples its
+    /// step-time tails are of, and a percentile target's.
+    pub step_ms: Vec<f64>,
     /// Seconds spent on this point's repetitions beyond `min_reps` (what the point budget
     /// limits: the minimum is always taken, whatever it costs).
     pub beyond_min_s: f64,
@@ -132,7 +146,7 @@ impl Decide for RepPolicy {
         // A percentile target (`--precision-of`) judges that percentile's interval alone;
         // below the samples it needs there is none, so the point goes on.
         let reached = match self.quantile {
-            Some(q) => quantile_target::precise(&p.ttft_ms, &p.decode, q, target),
+            Some(q) => quantile_target::precise(&p.ttft_ms, &p.step_ms, q, target),
             None => precise(&p.ttft_ms) && precise(&p.decode),
         };
         if reached {
@@ -270,6 +284,7 @@ mod tests {
         PointProgress {
             reps: ttft_ms.len() as u32,
             ttft_ms,
+            step_ms: decode.iter().map(|r| 1000.0 / r).collect(),
             decode,
             beyond_min_s: 1.0,
             ..Default::default()
@@ -319,6 +334,14 @@ mod tests {
         let steady = progress(vec![100.0; 40], p.ttft_ms.iter().map(|t| 5000.0 / t).collect());
         assert!(p90_policy().next(&steady, 1.0, Some(0.1)).is_ok());
         let capped = PointProgress { reps: 87, ..p };
+        // A step time the report does not count (client and server disagree) is not judged.
+        let mut s = Sample {
+            ms_per_step: Some(20.0),
+            ..Sample::default()
+        };
+        assert_eq!(counted_step_ms(&s), Some(20.0));
+        s.flags.push(Flag::ClientServerDisagree);
+        assert_eq!(counted_step_ms(&s), None);
         assert_eq!(
             p90_policy().next(&capped, 1.0, Some(0.1)),
             Err(StopReason::MaxReps)

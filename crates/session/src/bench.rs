@@ -115,6 +115,7 @@ fn prior_progress(prior: &[Sample], context: u64, min_reps: u32) -> (PointProgre
         if s.usable() {
             prog.ttft_ms.extend(s.ttft_ms);
             prog.decode.extend(s.decode_tokens_per_s);
+            prog.step_ms.extend(crate::adaptive::counted_step_ms(s));
             steps.extend(s.ms_per_step);
         }
     }
@@ -366,6 +367,7 @@ async fn point(
         if sample.usable() {
             prog.ttft_ms.extend(sample.ttft_ms);
             prog.decode.extend(sample.decode_tokens_per_s);
+            prog.step_ms.extend(crate::adaptive::counted_step_ms(&sample));
             steps.extend(sample.ms_per_step);
         }
         if let Some(o) = observation(context, &prog, &steps) {
