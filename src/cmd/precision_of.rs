@@ -48,9 +48,7 @@ pub fn apply(
         Some(_) => {}
         None => policy.max_reps = policy.max_reps.max(cap),
     }
-    policy.min_reps = policy
-        .min_reps
-        .max(u32::try_from(need).unwrap_or(u32::MAX));
+    policy.min_reps = policy.min_reps.max(u32::try_from(need).unwrap_or(u32::MAX));
     policy.quantile = Some(q);
     Ok(())
 }

@@ -27,10 +27,14 @@ fn a_p90_targeted_sweep_takes_at_least_the_samples_its_interval_needs_and_record
     .ok();
     let r = run.results();
     let pol = &r.header.config.reps;
-    assert_eq!((pol.quantile, pol.min_reps, pol.max_reps), (Some(0.9), 29, 36));
+    assert_eq!(
+        (pol.quantile, pol.min_reps, pol.max_reps),
+        (Some(0.9), 29, 36)
+    );
     // The plan line, printed before measuring, names the percentile and the floor.
     assert!(
-        run.stderr.contains("29–36 reps until the p90's 95% interval"),
+        run.stderr
+            .contains("29–36 reps until the p90's 95% interval"),
         "{}",
         run.stderr
     );
@@ -111,5 +115,8 @@ fn a_cap_below_the_samples_a_percentile_needs_is_refused_before_measuring() {
         "auto",
     ]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--precision-of p90 with --design auto"), "{err}");
+    assert!(
+        err.contains("--precision-of p90 with --design auto"),
+        "{err}"
+    );
 }

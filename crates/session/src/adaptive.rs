@@ -57,8 +57,8 @@ pub fn relative_half_width(values: &[f64]) -> Option<f64> {
     (med.abs() > 0.0).then(|| (hi - lo) / 2.0 / med.abs())
 }
 
-pub use ctxbench_schema::record::{QuantileCi, RepPolicy, StopReason};
 use ctxbench_schema::record::{Flag, Sample};
+pub use ctxbench_schema::record::{QuantileCi, RepPolicy, StopReason};
 use ctxbench_stats::stats::quantile_target;
 
 /// A usable sample's step time where the report counts its decode: not where client and
@@ -331,7 +331,10 @@ mod tests {
         assert!(w > 0.05, "{w}");
         assert!(p90_policy().next(&p, 1.0, Some(0.1)).is_ok());
         // A noisy step time alone keeps it going too.
-        let steady = progress(vec![100.0; 40], p.ttft_ms.iter().map(|t| 5000.0 / t).collect());
+        let steady = progress(
+            vec![100.0; 40],
+            p.ttft_ms.iter().map(|t| 5000.0 / t).collect(),
+        );
         assert!(p90_policy().next(&steady, 1.0, Some(0.1)).is_ok());
         let capped = PointProgress { reps: 87, ..p };
         // A step time the report does not count (client and server disagree) is not judged.

@@ -367,7 +367,8 @@ async fn point(
         if sample.usable() {
             prog.ttft_ms.extend(sample.ttft_ms);
             prog.decode.extend(sample.decode_tokens_per_s);
-            prog.step_ms.extend(crate::adaptive::counted_step_ms(&sample));
+            prog.step_ms
+                .extend(crate::adaptive::counted_step_ms(&sample));
             steps.extend(sample.ms_per_step);
         }
         if let Some(o) = observation(context, &prog, &steps) {
