@@ -596,7 +596,8 @@ pub struct SweepArgs {
     /// its p90 step time (distribution-free, from order statistics, the one the report's tails
     /// use) is within ±P. That interval needs a least n (29 for p90, 59 for p95, 299 for
     /// p99): every point takes at least that many, --max-reps below it is refused, and
-    /// --max-reps defaults to 3 × it. Not with --design auto or --concurrency.
+    /// --max-reps defaults to 3 × it. With --design auto, every length is measured to that
+    /// floor (no prediction) and judged on its own order statistics. Not with --concurrency.
     #[arg(
         help_heading = "What to measure",
         long,

@@ -27,11 +27,6 @@ pub fn apply(
     };
     let name = quantile_target::name(q);
     let bad = |m: String| Err(UsageError::Invalid(m));
-    if args.design.is_some() {
-        return bad(format!(
-            "--precision-of {name} with --design auto: the designed sweep judges each length's median only; drop --design to measure each point until its {name} is within ±P (adaptive repetitions), or drop --precision-of"
-        ));
-    }
     if concurrency != [1] {
         return bad(format!(
             "--precision-of {name} with --concurrency: a wave's decode rate is one aggregate per wave, not a step time per request; drop --concurrency, or drop --precision-of"

@@ -1,7 +1,8 @@
 //! `--precision P --precision-of p90` against the reference llama-server: each point takes
 //! at least the samples a p90's distribution-free interval needs (29 at 95%), stops within
-//! `--max-reps`, and records the percentile and the half-widths it reached. One short
-//! length, three output tokens: 29 to 36 small requests.
+//! `--max-reps`, and records the percentile and the half-widths it reached; with
+//! `--design auto`, every length is measured to that floor. Short lengths, three output
+//! tokens: 29 to 36 small requests a length.
 
 use crate::common::*;
 
@@ -101,22 +102,52 @@ fn a_cap_below_the_samples_a_percentile_needs_is_refused_before_measuring() {
         err.contains("needs at least 59 samples") && err.contains("--max-reps 59"),
         "{err}"
     );
-    let (code, _, err) = run(&[
-        "sweep",
-        "--url",
-        &url,
-        "--contexts",
-        "1k",
-        "--precision",
-        "0.1",
-        "--precision-of",
-        "p90",
-        "--design",
-        "auto",
-    ]);
-    assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains("--precision-of p90 with --design auto"),
-        "{err}"
-    );
+}
+
+#[test]
+fn a_designed_p90_sweep_measures_every_length_to_the_p90s_floor_and_says_so() {
+    let _g = serial();
+    let srv = RefServer::start(4096, &[]);
+    // Three lengths: with a median target the middle one could be predicted; a p90 is not.
+    let run = sweep(
+        &srv.url(),
+        &[
+            "--contexts",
+            "64,128,512",
+            "--output-tokens",
+            "3",
+            "--precision",
+            "0.5",
+            "--precision-of",
+            "p90",
+            "--design",
+            "auto",
+            "--max-reps",
+            "32",
+        ],
+    )
+    .ok();
+    let r = run.results();
+    assert_eq!(r.points.len(), 3, "{:?}", r.points);
+    use ctxbench_schema::record::StopReason;
+    for p in &r.points {
+        let n = r
+            .samples
+            .iter()
+            .filter(|s| s.context_tokens == p.context_tokens)
+            .count();
+        assert_eq!(p.reps as usize, n, "{p:?}");
+        let d = p.design.as_ref().expect("a designed point line");
+        assert!(d.why.contains("p90 TTFT"), "{}", d.why);
+        match p.stop_reason {
+            // Precise only from the p90's floor on; out of reach is judged from it too.
+            StopReason::PrecisionReached | StopReason::OutOfReach => {
+                assert!((29..=32).contains(&p.reps), "{p:?}")
+            }
+            StopReason::MaxReps => assert_eq!(p.reps, 32, "{p:?}"),
+            other => panic!("{other:?}: {p:?}"),
+        }
+        let q = p.quantile.expect("the point records its percentile target");
+        assert_eq!((q.q, q.needed), (0.9, 29), "{p:?}");
+    }
 }

@@ -464,6 +464,7 @@ impl Book {
             point_budget_s: policy.point_budget_s,
             run_budget_s: policy.run_budget_s,
             extrapolate_to: settings.extrapolate_to,
+            quantile: policy.quantile,
         };
         let points = contexts
             .iter()
@@ -487,6 +488,7 @@ fn state(context: u64, prog: &PointProgress) -> PointState {
         reps: prog.reps,
         ttft_ms: prog.ttft_ms.clone(),
         decode: prog.decode.clone(),
+        step_ms: prog.step_ms.clone(),
         cost_s: None,
         spent_s: prog.server_s,
         beyond_floor_s: prog.beyond_min_s,

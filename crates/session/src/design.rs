@@ -37,7 +37,7 @@ use ctxbench_schema::record::{IntervalBasis, PointDesign, Prediction, Revision, 
 pub use ctxbench_stats::stats::precision::Judgement;
 use ctxbench_stats::stats::precision::{self, Length};
 use ctxbench_stats::stats::predicted::{self, Measured};
-use ctxbench_stats::stats::{drift, noise};
+use ctxbench_stats::stats::{drift, noise, quantile_target};
 
 /// Samples every length gets unless the run budget is spent: one to answer, one to check
 /// its spread against the model.
@@ -69,6 +69,9 @@ pub struct PointState {
     pub ttft_ms: Vec<f64>,
     /// Decode rates of the usable samples (tok/s).
     pub decode: Vec<f64>,
+    /// Step times of the usable samples the report's step-time tails count (ms per token;
+    /// `adaptive::counted_step_ms`): what a percentile target judges.
+    pub step_ms: Vec<f64>,
     /// Predicted seconds of one more sample here (`None`: nothing predicts it yet).
     pub cost_s: Option<f64>,
     /// Server seconds spent here so far.
@@ -93,6 +96,9 @@ pub struct Design {
     /// The server's maximum context: the fits' extrapolation there is a figure the design
     /// brings within the target too, when it can ([`Design::extrapolation_pays`]).
     pub extrapolate_to: Option<u64>,
+    /// `--precision-of pNN`: the percentile whose interval the target is on (`None`: the
+    /// median). See [`Design::next_quantile`].
+    pub quantile: Option<f64>,
 }
 
 /// Why the design takes another sample.
@@ -218,7 +224,8 @@ impl Design {
     /// target; `None` means it is measured.
     pub fn prediction(&self, points: &[PointState], i: usize) -> Option<Prediction> {
         let contexts: Vec<u64> = points.iter().map(|p| p.context).collect();
-        if !may_predict(&contexts, i) || points[i].reps > 0 {
+        // A percentile is not predicted: the fits are of medians.
+        if self.quantile.is_some() || !may_predict(&contexts, i) || points[i].reps > 0 {
             return None;
         }
         predicted::predict_within(&self.measured(points, i), points[i].context, self.target)
@@ -472,6 +479,9 @@ impl Design {
     /// `--max-reps` would allow (on a host at σ ≈ 110% the design used to take `--max-reps`
     /// at every length, more than a fixed sweep, for ±57–69%).
     pub fn next(&self, points: &[PointState], i: usize, run_elapsed_s: f64) -> (Next, Judgement) {
+        if let Some(q) = self.quantile {
+            return self.next_quantile(points, i, run_elapsed_s, q);
+        }
         let j = self.judge(points, i);
         let p = &points[i];
         if p.reps == 0 {
@@ -507,6 +517,84 @@ impl Design {
         (Next::Measure(why), j)
     }
 
+    /// [`Design::next`] for a percentile target (`--precision-of pNN`): the design keeps its
+    /// order, its passes (each length's samples spread over the run), its budgets and its
+    /// futility look, but judges each length on its own order statistics — the p90's
+    /// interval exists only from `quantile_target::min_n` samples (29), which is its floor,
+    /// and the shared noise model, the cheap-length trade and the predicted lengths are of
+    /// medians, so none of them applies: every length is measured. Stops when the TTFT's and
+    /// the step time's percentile are both within ±P; out of reach when, from the floor on,
+    /// `--max-reps` samples coming as these did would not get there
+    /// ([`Design::quantile_at_cap`]).
+    pub fn next_quantile(
+        &self,
+        points: &[PointState],
+        i: usize,
+        run_elapsed_s: f64,
+        q: f64,
+    ) -> (Next, Judgement) {
+        let j = self.judge(points, i);
+        let p = &points[i];
+        if p.reps == 0 {
+            return (Next::Measure(Why::First), j);
+        }
+        if quantile_target::precise(&p.ttft_ms, &p.step_ms, q, self.target) {
+            return (Next::Stop(StopReason::PrecisionReached), j);
+        }
+        if self.quantile_at_cap(p, q).is_some_and(|w| w > self.target) {
+            return (Next::Stop(StopReason::OutOfReach), j);
+        }
+        if let Some(stop) = self.limit(points, i, run_elapsed_s) {
+            return (Next::Stop(stop), j);
+        }
+        let why = match p.reps < FLOOR {
+            true => Why::Check,
+            false => Why::Precision,
+        };
+        (Next::Measure(why), j)
+    }
+
+    /// What `--max-reps` samples would give the percentile `q` at this length if they came
+    /// as its samples so far did (`quantile_target::half_width_at`), the wider of TTFT and
+    /// step time; `None` below the percentile's floor or at the cap.
+    pub fn quantile_at_cap(&self, p: &PointState, q: f64) -> Option<f64> {
+        if p.reps >= self.max_reps {
+            return None;
+        }
+        let cap = self.max_reps as usize;
+        let t = quantile_target::half_width_at(&p.ttft_ms, q, cap)?;
+        let s = quantile_target::half_width_at(&p.step_ms, q, cap)?;
+        Some(t.max(s))
+    }
+
+    /// The `point` line's words for a length of a percentile-targeted design.
+    fn quantile_why(&self, p: &PointState, q: f64, stop: StopReason) -> (String, Option<f64>) {
+        let name = quantile_target::name(q);
+        let need = quantile_target::min_n(q);
+        let widths = format!(
+            "{name} TTFT {}, step time {} from {} usable sample(s) (order statistics; a {name} interval needs {need})",
+            pct(quantile_target::half_width(&p.ttft_ms, q)),
+            pct(quantile_target::half_width(&p.step_ms, q)),
+            p.ttft_ms.len().min(p.step_ms.len()),
+        );
+        let target = pct(Some(self.target));
+        let host = (stop == StopReason::OutOfReach)
+            .then(|| self.quantile_at_cap(p, q))
+            .flatten();
+        let why = match stop {
+            StopReason::PrecisionReached => format!("{widths}, within {target}"),
+            StopReason::OutOfReach => format!(
+                "{target} on the {name} is out of reach on this host: within --max-reps {} these samples' own distribution allows at best {} here, so this length stops at {} samples and states what they reached: {widths}; ask for --precision {} or wider",
+                self.max_reps,
+                pct(host),
+                p.reps,
+                host.map_or("n/a".to_owned(), |h| format!("{:.2}", (h * 100.0).ceil() / 100.0)),
+            ),
+            other => format!("{other}: {widths}; the target {target} is not reached"),
+        };
+        (why, host)
+    }
+
     /// The cap or budget that forbids another sample at `points[i]`, if one does. The run
     /// budget keeps one sample's predicted cost in reserve for every longer length not yet
     /// measured.
@@ -539,8 +627,17 @@ impl Design {
     /// Predicted seconds left for `points[i]` and every longer length, under the model as it
     /// stands; `None` while a cost is unknown.
     pub fn remaining_s(&self, points: &[PointState], i: usize) -> Option<f64> {
-        let j = self.judge(points, i);
         let p = &points[i];
+        if let Some(q) = self.quantile {
+            // Each length still to reach the percentile's floor, at its cost a sample.
+            let need = u32::try_from(quantile_target::min_n(q)).unwrap_or(u32::MAX);
+            return points
+                .iter()
+                .filter(|x| x.context >= p.context && !x.settled)
+                .map(|x| Some(x.cost_s? * f64::from(need.saturating_sub(x.reps))))
+                .sum();
+        }
+        let j = self.judge(points, i);
         let here = j
             .needed
             .unwrap_or(self.out_of_reach_reps())
@@ -564,6 +661,25 @@ impl Design {
             if let Some(pr) = self.prediction(points, i) {
                 return self.record_predicted(p, pr);
             }
+        }
+        if let Some(q) = self.quantile {
+            let (why, host) = self.quantile_why(p, q, stop);
+            return PointDesign {
+                target: self.target,
+                planned: Some(u32::try_from(quantile_target::min_n(q)).unwrap_or(u32::MAX)),
+                ttft_half_width: j.ttft_half_width,
+                decode_half_width: j.decode_half_width,
+                basis: IntervalBasis::Own,
+                model_ttft_sd: None,
+                model_decode_sd: None,
+                model_df: None,
+                regime_change: None,
+                why,
+                server_s: p.spent_s,
+                predicted: None,
+                host_precision: host,
+                revised: None,
+            };
         }
         let widths = format!(
             "TTFT {}, decode {} from {} usable sample(s)",
@@ -731,6 +847,7 @@ mod tests {
             point_budget_s: None,
             run_budget_s: None,
             extrapolate_to: None,
+            quantile: None,
         }
     }
 
@@ -1038,6 +1155,49 @@ mod tests {
         let steady = vec![pt(1024, 12, 0.12, 0.1)];
         let j = d.judge(&steady, 0);
         assert!(d.projected_at_cap(&steady[0], &j).unwrap() <= 0.1, "{j:?}");
+    }
+
+    #[test]
+    fn a_percentile_design_measures_every_length_to_its_floor_and_stops_on_its_own_order_statistics(
+    ) {
+        let d = Design {
+            target: 0.2,
+            max_reps: 87,
+            quantile: Some(0.9),
+            ..design()
+        };
+        let with_steps = |mut p: PointState| {
+            p.step_ms = p.decode.iter().map(|r| 1000.0 / r).collect();
+            p
+        };
+        // A quiet length: precise only once the p90's interval exists (29 samples).
+        let at = |n| vec![with_steps(pt(1024, n, 0.03, 0.1))];
+        assert_eq!(d.next(&at(28), 0, 0.0).0, Next::Measure(Why::Precision));
+        let (next, j) = d.next(&at(29), 0, 0.0);
+        assert_eq!(next, Next::Stop(StopReason::PrecisionReached));
+        let rec = d.record(&at(29), 0, &j, StopReason::PrecisionReached);
+        assert!(rec.why.starts_with("p90 TTFT"), "{}", rec.why);
+        assert!(rec.why.contains("needs 29"), "{}", rec.why);
+        // A length between is measured, not predicted (the fits are of medians).
+        let three = vec![
+            with_steps(pt(1024, 29, 0.03, 0.1)),
+            with_steps(pt(4096, 0, 0.03, 0.5)),
+            with_steps(pt(8192, 29, 0.03, 1.0)),
+        ];
+        assert_eq!(d.next(&three, 1, 0.0).0, Next::Measure(Why::First));
+        // A tail in two clusters (one in ten samples twice as slow, the p90 at their border):
+        // the p90's interval straddles both at any n, so the cap would not reach ±20%.
+        let mut slow = with_steps(pt(1024, 29, 0.03, 0.1));
+        for (k, t) in slow.ttft_ms.iter_mut().enumerate() {
+            if k % 10 == 0 {
+                *t *= 2.0;
+            }
+        }
+        let (next, j) = d.next(&[slow.clone()], 0, 0.0);
+        assert_eq!(next, Next::Stop(StopReason::OutOfReach), "{j:?}");
+        let rec = d.record(&[slow], 0, &j, StopReason::OutOfReach);
+        assert!(rec.why.contains("out of reach"), "{}", rec.why);
+        assert!(rec.host_precision.unwrap() > 0.2, "{rec:?}");
     }
 
     #[test]

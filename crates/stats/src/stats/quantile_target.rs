@@ -65,6 +65,26 @@ pub fn half_width(values: &[f64], q: f64) -> Option<f64> {
     (x > 0.0).then(|| (v[u - 1] / x).max(x / v[l - 1]) - 1.0)
 }
 
+/// The relative half-width of the q-quantile's interval that `n` samples would give if
+/// they came as `values` did: the ranks `n` samples use read as quantiles of `values`' own
+/// distribution (the wider side, as [`half_width`]); what a cap of `n` would reach. `None`
+/// below [`min_n`] samples here or for `n`.
+pub fn half_width_at(values: &[f64], q: f64, n: usize) -> Option<f64> {
+    let mut v: Vec<f64> = values
+        .iter()
+        .copied()
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .collect();
+    if v.len() < min_n(q) {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let (l, u) = tail::rank_interval(n, q, CONFIDENCE)?;
+    let at = |rank: usize| super::spread::quantile(&v, rank as f64 / (n as f64 + 1.0));
+    let x = super::spread::quantile(&v, q);
+    (x > 0.0).then(|| (at(u) / x).max(x / at(l)) - 1.0)
+}
+
 /// Whether a point whose usable samples have TTFTs `ttft_ms` and step times `step_ms`
 /// (ms per generated token) has both their q-quantiles within ±`target`.
 pub fn precise(ttft_ms: &[f64], step_ms: &[f64], q: f64, target: f64) -> bool {
