@@ -4,9 +4,7 @@
 //! run's header (the results file records them) and as the lines `ctxbench import` prints.
 
 use ctxbench_schema::imported::{Audit, ImportSource, ImportedPercentile};
-use ctxbench_stats::import::findings::{
-    CacheHits, Findings, LengthRange, TurnFacts, VllmLengths,
-};
+use ctxbench_stats::import::findings::{CacheHits, Findings, LengthRange, TurnFacts, VllmLengths};
 use ctxbench_stats::import::source::Imported;
 
 /// Writes the words of `imported`'s audit into its header: the cache, lengths and warmup
@@ -221,7 +219,11 @@ fn vllm_multi_turn(conversations: usize, turns: &[TurnFacts], a: &mut Audit) {
         .iter()
         .map(|t| {
             let (lo, hi) = (t.lengths.min, t.lengths.max);
-            let range = if lo == hi { format!("{lo}") } else { format!("{lo}–{hi}") };
+            let range = if lo == hi {
+                format!("{lo}")
+            } else {
+                format!("{lo}–{hi}")
+            };
             format!("turn {}: {range} tokens (n = {})", t.turn, t.requests)
         })
         .collect();

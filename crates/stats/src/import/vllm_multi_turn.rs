@@ -66,7 +66,10 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
     let mut by_turn: BTreeMap<u32, Vec<(ImportedTurn, &Row)>> = BTreeMap::new();
     let mut turn = 0u32;
     for (k, r) in rows.iter().enumerate() {
-        let same = k > 0 && rows.get(k - 1).is_some_and(|p| p.conversation == r.conversation);
+        let same = k > 0
+            && rows
+                .get(k - 1)
+                .is_some_and(|p| p.conversation == r.conversation);
         turn = if same { turn + 1 } else { 0 };
         let t = ImportedTurn {
             conversation: r.conversation.clone(),
@@ -77,7 +80,10 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
     }
     let mut turns = Vec::new();
     for (turn, reqs) in &by_turn {
-        let lens: Vec<u64> = reqs.iter().filter_map(|(_, r)| r.request.prompt_tokens).collect();
+        let lens: Vec<u64> = reqs
+            .iter()
+            .filter_map(|(_, r)| r.request.prompt_tokens)
+            .collect();
         let context = lens.iter().sum::<u64>() / (lens.len().max(1) as u64);
         let cached: Vec<f64> = reqs.iter().map(|(_, r)| r.approx_cached_percent).collect();
         turns.push(TurnFacts {
@@ -130,14 +136,20 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
 /// One request object, its fields checked.
 fn row(file: &str, i: usize, r: &Value) -> Result<Row, ImportError> {
     let num = |k: &str| {
-        r.get(k).and_then(Value::as_f64).ok_or_else(|| {
-            field_err(file, &[&format!("[{i}]"), k], "missing or not a number")
-        })
+        r.get(k)
+            .and_then(Value::as_f64)
+            .ok_or_else(|| field_err(file, &[&format!("[{i}]"), k], "missing or not a number"))
     };
     let conversation = r
         .get("conversation_id")
         .and_then(Value::as_str)
-        .ok_or_else(|| field_err(file, &[&format!("[{i}]"), "conversation_id"], "missing or not a string"))?
+        .ok_or_else(|| {
+            field_err(
+                file,
+                &[&format!("[{i}]"), "conversation_id"],
+                "missing or not a string",
+            )
+        })?
         .to_owned();
     let tpot = num("tpot_ms")?;
     Ok(Row {
@@ -172,17 +184,24 @@ fn ttft_metric(xs: &[f64]) -> ImportedMetric {
     };
     ImportedMetric {
         name: "ttft_ms".into(),
-        source: "ttft_ms per request [ms] (aggregated by ctxbench import: the file has no aggregates)".into(),
+        source:
+            "ttft_ms per request [ms] (aggregated by ctxbench import: the file has no aggregates)"
+                .into(),
         count: Some(n),
         mean: (!s.is_empty()).then(|| s.iter().sum::<f64>() / n as f64),
         std: None,
         min: s.first().copied(),
         max: s.last().copied(),
-        percentiles: median.map(|m| vec![percentile(0.5, m, Some(n))]).unwrap_or_default(),
+        percentiles: median
+            .map(|m| vec![percentile(0.5, m, Some(n))])
+            .unwrap_or_default(),
     }
 }
 
 fn mean_output(rows: &[Row]) -> u32 {
-    let outs: Vec<u64> = rows.iter().filter_map(|r| r.request.output_tokens).collect();
+    let outs: Vec<u64> = rows
+        .iter()
+        .filter_map(|r| r.request.output_tokens)
+        .collect();
     (outs.iter().sum::<u64>() as f64 / outs.len().max(1) as f64).round() as u32
 }
