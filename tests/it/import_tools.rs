@@ -252,11 +252,11 @@ fn import_inference_perf_reports_with_the_servers_usage_per_request() {
     assert_eq!(h["config"]["contexts"], serde_json::json!([128]));
 }
 
-/// A multi-turn result (the shape vLLM's Rust client vllm-rs writes: `mode: "multi_turn"`,
-/// per-turn arrays) is refused with the reason, not read as a single-turn run: vLLM 0.32's
-/// wheel ships no multi-turn benchmark (no vllm-rs binary; `vllm bench serve` has no
-/// multi-turn dataset), so there is no real file to import one against. Hand-written: the
-/// fields of vllm-rs's `build_multi_turn_result_json`, values made up.
+/// A multi-turn result of vLLM's Rust client vllm-rs (`mode: "multi_turn"`, per-turn arrays)
+/// is refused with the reason, not read as a single-turn run: there is no real file to import
+/// one against (vllm-rs is not in vLLM 0.32's wheel; the sdist's `vllm-bench` crate needs git
+/// dependencies this host cannot reach). Hand-written: the fields of vllm-rs's
+/// `build_multi_turn_result_json`, values made up.
 #[test]
 fn import_refuses_a_vllm_multi_turn_result_naming_the_field() {
     let f = tmp("vllm-multi-turn.json");
@@ -274,6 +274,88 @@ fn import_refuses_a_vllm_multi_turn_result_naming_the_field() {
     assert!(
         stderr.contains("vllm-multi-turn.json: field mode: multi_turn")
             && stderr.contains("not imported"),
+        "{stderr}"
+    );
+    assert!(!out.exists(), "nothing half-written");
+}
+
+fn multi_turn_stats() -> PathBuf {
+    fixtures().join("vllm-bench/multi-turn/stats.json")
+}
+
+fn lines_of(out: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// vLLM's multi-turn benchmark (benchmarks/multi_turn of the 0.32.0 sdist) run against the
+/// reference llama-server: 3 conversations of 4 user turns. Each request is a sample with
+/// its conversation and turn; turn 0 is cache-unverified, the later turns (which re-send the
+/// earlier ones) suspected cache hits, out of the cold summaries; the audit says so.
+#[test]
+fn import_vllm_multi_turn_stats_with_each_turn_of_each_conversation() {
+    let out = tmp("vllm-multi-turn-stats.jsonl");
+    let (ok, stdout, stderr) = import(&[multi_turn_stats()], &out);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("cache state per request known: NO")
+            && stdout.contains("suspected prefix-cache hit"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("warmup separated: not stated"), "{stdout}");
+    let lines = lines_of(&out);
+    let h = &lines[0];
+    assert_eq!(h["imported"]["tool"], "vllm-multi-turn");
+    let names: Vec<&str> = h["imported"]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["turn 0", "turn 1", "turn 2", "turn 3"]);
+    let samples = &lines[1..];
+    assert_eq!(samples.len(), 12);
+    let mut seen = std::collections::BTreeSet::new();
+    for s in samples {
+        let t = &s["turn"];
+        let turn = t["turn"].as_u64().unwrap();
+        // A request at user turn k sends the k earlier questions and answers and its own.
+        assert_eq!(t["messages"].as_u64().unwrap(), 2 * turn + 1, "{s}");
+        let flags: Vec<&str> = s["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|f| f.as_str())
+            .collect();
+        assert!(flags.contains(&"cache_unverified"), "{s}");
+        assert_eq!(flags.contains(&"suspected_cache_hit"), turn > 0, "{s}");
+        assert!(s["cached_tokens"].is_null(), "{s}");
+        seen.insert((t["conversation"].as_str().unwrap().to_owned(), turn));
+    }
+    assert_eq!(seen.len(), 12, "each (conversation, turn) once");
+    // Each later turn carries the earlier ones: its prompt is longer than the turn before.
+    let contexts = h["config"]["contexts"].as_array().unwrap();
+    assert_eq!(contexts.len(), 4);
+    assert!(contexts.windows(2).all(|w| w[0].as_u64() < w[1].as_u64()));
+}
+
+/// A multi-turn stats file with a request missing a field is refused naming the request and
+/// the field; nothing is written.
+#[test]
+fn import_refuses_a_vllm_multi_turn_stats_file_missing_a_field() {
+    let text = std::fs::read_to_string(multi_turn_stats()).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v[1].as_object_mut().unwrap().remove("latency_ms");
+    let f = tmp("stats-missing.json");
+    std::fs::write(&f, v.to_string()).unwrap();
+    let out = tmp("never-stats.jsonl");
+    let (ok, _, stderr) = import(&[f], &out);
+    assert!(!ok);
+    assert!(
+        stderr.contains("stats-missing.json: field [1].latency_ms: missing or not a number"),
         "{stderr}"
     );
     assert!(!out.exists(), "nothing half-written");

@@ -4,7 +4,7 @@
 //! run's header (the results file records them) and as the lines `ctxbench import` prints.
 
 use ctxbench_schema::imported::{Audit, ImportSource, ImportedPercentile};
-use ctxbench_stats::import::findings::{CacheHits, Findings, LengthRange, VllmLengths};
+use ctxbench_stats::import::findings::{CacheHits, Findings, LengthRange, TurnFacts, VllmLengths};
 use ctxbench_stats::import::source::Imported;
 
 /// Writes the words of `imported`'s audit into its header: the cache, lengths and warmup
@@ -81,6 +81,10 @@ fn ranges(lengths: &[LengthRange], unit: &str) -> String {
 fn audit_words(f: &Findings, a: &mut Audit) {
     match f {
         Findings::Vllm { lengths } => vllm(lengths, a),
+        Findings::VllmMultiTurn {
+            conversations,
+            turns,
+        } => vllm_multi_turn(*conversations, turns, a),
         Findings::Aiperf {
             per_request,
             cache_known: (known, total),
@@ -190,6 +194,49 @@ fn vllm(lengths: &[VllmLengths], a: &mut Audit) {
         "latencies normalised to ms: the aggregates are *_ms, the detailed arrays (ttfts, itls, latencies) are seconds".into(),
         "percentile names normalised: p99 (vLLM p99_ttft_ms), p99.9 (p99.9_ttft_ms)".into(),
         "std is vLLM's population std (numpy)".into(),
+    ];
+}
+
+/// The sentences for vLLM's multi-turn benchmark: a later turn re-sends the earlier ones.
+fn vllm_multi_turn(conversations: usize, turns: &[TurnFacts], a: &mut Audit) {
+    let later: Vec<String> = turns
+        .iter()
+        .filter(|t| t.turn > 0)
+        .map(|t| {
+            let (lo, hi) = t.approx_cached_percent;
+            if (hi - lo).abs() < 0.5 {
+                format!("turn {} {lo:.0}%", t.turn)
+            } else {
+                format!("turn {} {lo:.0}–{hi:.0}%", t.turn)
+            }
+        })
+        .collect();
+    a.cache = format!(
+        "no cached-token count from the server: approx_cached_percent is the client's share of the prompt the earlier turns already sent ({}), not a cache reading; turn 0 is cache-unverified, every later turn re-sends the earlier ones and is a suspected prefix-cache hit (its TTFT a warm figure, left out of cold summaries)",
+        if later.is_empty() { "no later turn".to_owned() } else { later.join(", ") }
+    );
+    let per_turn: Vec<String> = turns
+        .iter()
+        .map(|t| {
+            let (lo, hi) = (t.lengths.min, t.lengths.max);
+            let range = if lo == hi {
+                format!("{lo}")
+            } else {
+                format!("{lo}–{hi}")
+            };
+            format!("turn {}: {range} tokens (n = {})", t.turn, t.requests)
+        })
+        .collect();
+    a.lengths = format!(
+        "{}; input_num_tokens is the client's tokenizer over the messages' text (no chat template), not the server's count",
+        per_turn.join("; ")
+    );
+    a.warmup = "the file does not say whether --warmup-step ran (its warmup requests are not written to it)".into();
+    a.notes = vec![
+        format!("{conversations} conversation(s); each request is a sample with its conversation and turn (sample.turn); the points are the turns"),
+        "the file has no aggregates: each turn's TTFT mean, range and median are computed by ctxbench import from the requests".into(),
+        "ttft_ms is the tool's: time to the first chunk, less (tokens in it − 1) × tpot_ms when a chunk carried several tokens".into(),
+        "no tool version, model or URL in the file; failed requests are not written to it, and a request retried (--max-retries) appears once, with no mark".into(),
     ];
 }
 

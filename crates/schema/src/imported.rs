@@ -52,6 +52,19 @@ pub struct Audit {
     pub notes: Vec<String>,
 }
 
+/// An imported request's place in a multi-turn conversation (`sample.turn`; vLLM's
+/// multi-turn benchmark): a later turn re-sends the earlier ones.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct ImportedTurn {
+    /// The conversation's id, as the source wrote it.
+    pub conversation: String,
+    /// The user turn within it, from 0 (in the order the source sent them).
+    pub turn: u32,
+    /// Messages sent with this request (the earlier turns, both roles, and this question).
+    pub messages: u32,
+}
+
 /// One measured point of the source (one benchmark, stage or rate) with its aggregates.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default)]

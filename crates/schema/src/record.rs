@@ -1177,6 +1177,9 @@ pub struct Sample {
     /// its reuse.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replay: Option<replay::ReplayInfo>,
+    /// Imported multi-turn results: the request's conversation and turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<crate::imported::ImportedTurn>,
 }
 
 /// One request of a concurrent wave: times relative to the wave's start (`t0`, when all its
@@ -1280,6 +1283,7 @@ impl Sample {
             spec_drafts: None,
             fleet: None,
             replay: None,
+            turn: None,
         }
     }
 

@@ -10,6 +10,7 @@ pub mod inference_perf;
 pub mod source;
 pub mod versus;
 pub mod vllm;
+pub mod vllm_multi_turn;
 
 use common::{ImportError, SourceFile};
 use source::Imported;
@@ -24,6 +25,7 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
     match detect(first)? {
         Tool::Aiperf => aiperf::import(files, ctxbench_version),
         Tool::Vllm => vllm::import(files, ctxbench_version),
+        Tool::VllmMultiTurn => vllm_multi_turn::import(files, ctxbench_version),
         Tool::Guidellm => guidellm::import(files, ctxbench_version),
         Tool::InferencePerf => inference_perf::import(files, ctxbench_version),
     }
@@ -36,6 +38,8 @@ pub enum Tool {
     Aiperf,
     /// `vllm bench serve --save-result`.
     Vllm,
+    /// vLLM's multi-turn benchmark script (`--stats-json-output`).
+    VllmMultiTurn,
     /// GuideLLM.
     Guidellm,
     /// Kubernetes SIG inference-perf.
@@ -51,6 +55,9 @@ pub fn detect(f: &SourceFile) -> Result<Tool, ImportError> {
         });
     }
     let v = common::json(f)?;
+    if vllm_multi_turn::is_stats_file(&v) {
+        return Ok(Tool::VllmMultiTurn);
+    }
     if v.get("aiperf_version").is_some()
         || v.get("schema_version").is_some() && v.get("input_config").is_some()
     {
@@ -73,6 +80,6 @@ pub fn detect(f: &SourceFile) -> Result<Tool, ImportError> {
     }
     Err(ImportError::Unknown {
         file: f.name.clone(),
-        why: "none of aiperf_version, benchmarks + metadata.version, endpoint_type + mean_ttft_ms, load_summary / successes + failures".into(),
+        why: "none of aiperf_version, benchmarks + metadata.version, endpoint_type + mean_ttft_ms, load_summary / successes + failures, an array of requests with ttft_ms + conversation_id + input_num_turns + approx_cached_percent".into(),
     })
 }

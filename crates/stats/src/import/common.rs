@@ -29,7 +29,7 @@ pub enum ImportError {
         detail: String,
     },
     /// No importer recognises the file.
-    #[error("{file}: not a result file ctxbench can import ({why}); known: AIPerf profile_export_aiperf.json, vllm bench --save-result JSON, GuideLLM benchmarks.json (v2), inference-perf reports")]
+    #[error("{file}: not a result file ctxbench can import ({why}); known: AIPerf profile_export_aiperf.json, vllm bench --save-result JSON, vLLM's multi-turn benchmark --stats-json-output, GuideLLM benchmarks.json (v2), inference-perf reports")]
     Unknown {
         /// The file.
         file: String,

@@ -76,6 +76,20 @@ pub enum VllmLengths {
     Mean(f64),
 }
 
+/// One turn of vLLM's multi-turn benchmark: every conversation's request at that turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnFacts {
+    /// The turn, from 0.
+    pub turn: u32,
+    /// Requests at it (one per conversation that reached it).
+    pub requests: usize,
+    /// Their prompt lengths (the client's count of the messages' text).
+    pub lengths: LengthRange,
+    /// The client's `approx_cached_percent`: the share of the prompt that earlier turns
+    /// already sent (lowest, highest).
+    pub approx_cached_percent: (f64, f64),
+}
+
 /// What an import found, per tool (each tool's file proves different things).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Findings {
@@ -110,6 +124,13 @@ pub enum Findings {
         first_measured: Option<bool>,
         /// Requests sent before the measured window, left out.
         warmup_left: usize,
+    },
+    /// vLLM's multi-turn benchmark (`--stats-json-output`): no cache count from the server.
+    VllmMultiTurn {
+        /// Conversations (requests at turn 0).
+        conversations: usize,
+        /// Per turn.
+        turns: Vec<TurnFacts>,
     },
     /// inference-perf's lifecycle reports.
     InferencePerf {

@@ -21,7 +21,7 @@ pub fn import(files: &[SourceFile], ctxbench_version: &str) -> Result<Imported, 
             return Err(field_err(
                 &f.name,
                 &["mode"],
-                "multi_turn: a multi-turn result (vLLM's Rust client vllm-rs writes them) is not imported; vLLM 0.32's wheel ships no multi-turn benchmark to record one from (docs/interop.md)",
+                "multi_turn: the Rust client vllm-rs's multi-turn result is not imported (no real file to read: vllm-rs is not in vLLM 0.32's wheel, and its sdist's crate needs git dependencies); vLLM's multi-turn benchmark script's --stats-json-output is (docs/interop.md)",
             ));
         }
         for key in ["mean_ttft_ms", "completed"] {
