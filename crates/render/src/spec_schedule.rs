@@ -152,6 +152,7 @@ fn measurements_md(s: &KSchedule, out: &mut String) {
         let star = match (c.k_star, c.undecided.as_slice()) {
             (Some(k), _) => k.to_string(),
             (None, []) => "–".into(),
+            (None, _) if c.too_few => "too few".into(),
             (None, u) => format!(
                 "undecided: {}",
                 u.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
@@ -187,9 +188,23 @@ pub fn markdown(s: &KSchedule) -> String {
     }
     out.push_str("\n## Where speculation still pays\n\n");
     for (b, l) in &s.last_paying {
+        let short: Vec<String> = s
+            .cells
+            .iter()
+            .filter(|c| c.batch == *b && c.too_few)
+            .map(|c| fmt_ctx(c.context_tokens))
+            .collect();
+        let unknown = match short.as_slice() {
+            [] => String::new(),
+            _ => format!(
+                "; too few measurements to tell at {}",
+                short.join(", ")
+            ),
+        };
         out.push_str(&match l {
-            Some(l) => format!("- batch {b}: some K > 0 pays up to {} (the longest measured length where one does)\n", fmt_ctx(*l)),
-            None => format!("- batch {b}: no K > 0 pays at any measured length\n"),
+            Some(l) => format!("- batch {b}: some K > 0 pays up to {} (the longest measured length where one does){unknown}\n", fmt_ctx(*l)),
+            None if short.len() == s.contexts.len() => format!("- batch {b}: not known: too few measurements at every length\n"),
+            None => format!("- batch {b}: no K > 0 pays at any measured length{unknown}\n"),
         });
     }
     for n in &s.notes {
@@ -213,7 +228,9 @@ pub fn markdown(s: &KSchedule) -> String {
                 .map(|&c| fmt_ctx(c))
                 .collect::<Vec<_>>()
                 .join(", "),
-            if x.undecided {
+            if x.too_few {
+                "too few measurements: K = 0 kept, not a finding"
+            } else if x.undecided {
                 "undecided (the rule's choice)"
             } else {
                 ""
@@ -282,6 +299,7 @@ mod tests {
             measured_batch: b.0,
             measured_contexts: vec![c.0.max(512)],
             undecided: false,
+            too_few: false,
         }
     }
 
