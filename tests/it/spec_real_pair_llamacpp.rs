@@ -69,7 +69,10 @@ fn the_q4_1_draft_for_its_f16_target_does_not_pay_on_cpu_k_star_0_at_batch_1() {
     let text = std::fs::read_to_string(dir.join("schedule/schedule.json")).unwrap();
     let doc: Value = serde_json::from_str(&text).unwrap();
     let cell = &doc["measured"]["cells"][0];
-    assert_eq!((&cell["batch"], &cell["context_tokens"]), (&json!(1), &json!(256)));
+    assert_eq!(
+        (&cell["batch"], &cell["context_tokens"]),
+        (&json!(1), &json!(256))
+    );
     assert_eq!(cell["too_few"], false, "{cell}");
     // The drafts were accepted: the loss is cost, not a draft that never agrees.
     let spec = std::fs::read_to_string(dir.join("k=4-run0.jsonl")).unwrap();
@@ -82,7 +85,9 @@ fn the_q4_1_draft_for_its_f16_target_does_not_pay_on_cpu_k_star_0_at_batch_1() {
     assert!(accepted > 0, "no draft token accepted:\n{spec}");
     let k4 = &cell["ks"][1];
     assert_eq!(k4["k"], 4);
-    let high = k4["speedup_interval"]["high"].as_f64().expect("an interval");
+    let high = k4["speedup_interval"]["high"]
+        .as_f64()
+        .expect("an interval");
     assert!(high < 1.0, "K = 4 is not measurably slower: {cell}");
     assert_eq!((&cell["k_star"], &cell["deploy"]), (&json!(0), &json!(0)));
     let v: Value = serde_json::from_str(

@@ -196,10 +196,7 @@ pub fn markdown(s: &KSchedule) -> String {
             .collect();
         let unknown = match short.as_slice() {
             [] => String::new(),
-            _ => format!(
-                "; too few measurements to tell at {}",
-                short.join(", ")
-            ),
+            _ => format!("; too few measurements to tell at {}", short.join(", ")),
         };
         out.push_str(&match l {
             Some(l) => format!("- batch {b}: some K > 0 pays up to {} (the longest measured length where one does){unknown}\n", fmt_ctx(*l)),
