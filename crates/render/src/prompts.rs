@@ -15,10 +15,11 @@ pub fn tables(p: &PromptsReport) -> Vec<(String, Table)> {
         let mut t = Table::new([
             ("run", Align::Left),
             ("context", Align::Left),
+            ("against", Align::Left),
             r("accept len, repeat"),
-            r("accept len, natural"),
+            r("accept len, real text"),
             r("inflation (95% CI)"),
-            r("accept rate repeat / natural"),
+            r("accept rate repeat / real"),
             r("units"),
         ]);
         for i in &p.inflation {
@@ -26,6 +27,7 @@ pub fn tables(p: &PromptsReport) -> Vec<(String, Table)> {
             t.row([
                 i.run.clone(),
                 fmt_ctx(i.context_tokens),
+                i.natural_corpus.clone(),
                 num(i.repeat.0),
                 num(i.natural.0),
                 match i.interval {
@@ -36,13 +38,15 @@ pub fn tables(p: &PromptsReport) -> Vec<(String, Table)> {
                 format!("{} / {}", i.repeat.1, i.natural.1),
             ]);
         }
-        let natural = p
-            .inflation
-            .first()
-            .map(|i| i.natural_corpus.clone())
-            .unwrap_or_default();
+        // Rows may hold different real texts (natural prose and code): name one only when
+        // every row shares it, else each row's "against" column does.
+        let first = p.inflation.first().map(|i| i.natural_corpus.as_str());
+        let natural = match first {
+            Some(c) if p.inflation.iter().all(|i| i.natural_corpus == c) => c.to_owned(),
+            _ => "the real text named in each row".to_owned(),
+        };
         out.push((
-            format!("Synthetic-text trap: acceptance length with the repeated sentence vs {natural}; inflation = repeat ÷ natural (units: prompts, or samples without --prompts)"),
+            format!("Synthetic-text trap: acceptance length with the repeated sentence vs {natural}; inflation = repeat ÷ real text (units: prompts, or samples without --prompts)"),
             t,
         ));
     }
@@ -158,4 +162,53 @@ pub fn text(p: &PromptsReport) -> String {
         .map(|(title, t)| format!("{title}:\n{}", super::text::render(&t, &layout)))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ctxbench_stats::stats::prompts::Inflation;
+
+    fn row(corpus: &str, natural: f64) -> Inflation {
+        Inflation {
+            run: "ngram".into(),
+            natural_corpus: corpus.into(),
+            context_tokens: 512,
+            repeat: (9.0, 4),
+            natural: (natural, 4),
+            rates: (Some(1.0), Some(0.5)),
+            ratio: 9.0 / natural,
+            interval: Some((2.0, 10.0)),
+        }
+    }
+
+    #[test]
+    fn the_inflation_table_names_each_rows_real_text_when_natural_and_code_are_mixed() {
+        // The real pair's per-corpus run: code rows were headed "vs natural text from …".
+        let p = PromptsReport {
+            inflation: vec![
+                row("natural text from topics.py", 2.2),
+                row("code from /usr/lib/python3.11", 1.9),
+            ],
+            ..PromptsReport::default()
+        };
+        let t = tables(&p);
+        let (title, table) = &t[0];
+        assert!(
+            title.contains("vs the real text named in each row"),
+            "{title}"
+        );
+        assert!(!title.contains("topics.py"), "{title}");
+        let text = format!("{table:?}");
+        assert!(
+            text.contains("code from /usr/lib/python3.11") && text.contains("against"),
+            "{text}"
+        );
+        // One real text: the title names it.
+        let one = PromptsReport {
+            inflation: vec![row("natural text from topics.py", 2.2)],
+            ..PromptsReport::default()
+        };
+        assert!(tables(&one)[0].0.contains("vs natural text from topics.py"));
+    }
 }

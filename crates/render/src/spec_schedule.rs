@@ -18,6 +18,23 @@ const VLLM_48944: &str = "vllm-project/vllm#48944 (open, unmerged; the format ma
 const VLLM_54801: &str = "vllm-project/vllm#54801 (open, unmerged; the format may change): `num_speculative_tokens_per_seq_len`, entries [len_lo, len_hi, K] inclusive, after the 3-tuples of `num_speculative_tokens_per_batch_size`; it has no batch axis";
 const SGLANG_31716: &str = "sgl-project/sglang#31716 (open, unmerged; the format may change): `ctx_buckets` {\"lo-hi\": {\"candidate_steps\": [K]}} per batch-size entry of --speculative-adaptive-config, covering [1, inf); entries keyed by the batch range's lower end, as #24055's bs_params";
 
+/// The rows a dialect writes: adjacent lengths of one batch range with the same K merged.
+/// The neutral schedule keeps them apart where one was decided and the next undecided or
+/// short of samples; a dialect carries only K, and two rows of one K would read as a change.
+fn dialect_rows(b: &[Bucket]) -> Vec<Bucket> {
+    let mut out: Vec<Bucket> = Vec::new();
+    for x in b {
+        match out.last_mut() {
+            Some(p) if p.batch_lo == x.batch_lo && p.k == x.k => {
+                p.ctx_hi = x.ctx_hi;
+                p.measured_contexts.extend(&x.measured_contexts);
+            }
+            _ => out.push(x.clone()),
+        }
+    }
+    out
+}
+
 fn hi(x: Option<u64>, open: u64) -> u64 {
     x.unwrap_or(open)
 }
@@ -88,11 +105,12 @@ fn same_for_every_batch(b: &[Bucket]) -> bool {
 /// The whole schedule as one JSON document: the measurements, the neutral schedule, and
 /// each dialect with what it follows.
 pub fn json_document(s: &KSchedule) -> Value {
-    let b = buckets(s);
-    let first_batch = b.first().map_or(1, |x| x.batch_lo);
+    let schedule = buckets(s);
+    let first_batch = schedule.first().map_or(1, |x| x.batch_lo);
+    let b = dialect_rows(&schedule);
     json!({
         "measured": s,
-        "schedule": b,
+        "schedule": schedule,
         "dialects": {
             "vllm_48944": { "follows": VLLM_48944, "config": vllm_48944(&b, s.max_context) },
             "vllm_54801": {
@@ -152,6 +170,7 @@ fn measurements_md(s: &KSchedule, out: &mut String) {
         let star = match (c.k_star, c.undecided.as_slice()) {
             (Some(k), _) => k.to_string(),
             (None, []) => "–".into(),
+            (None, _) if c.too_few => "too few".into(),
             (None, u) => format!(
                 "undecided: {}",
                 u.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
@@ -187,9 +206,20 @@ pub fn markdown(s: &KSchedule) -> String {
     }
     out.push_str("\n## Where speculation still pays\n\n");
     for (b, l) in &s.last_paying {
+        let short: Vec<String> = s
+            .cells
+            .iter()
+            .filter(|c| c.batch == *b && c.too_few)
+            .map(|c| fmt_ctx(c.context_tokens))
+            .collect();
+        let unknown = match short.as_slice() {
+            [] => String::new(),
+            _ => format!("; too few measurements to tell at {}", short.join(", ")),
+        };
         out.push_str(&match l {
-            Some(l) => format!("- batch {b}: some K > 0 pays up to {} (the longest measured length where one does)\n", fmt_ctx(*l)),
-            None => format!("- batch {b}: no K > 0 pays at any measured length\n"),
+            Some(l) => format!("- batch {b}: some K > 0 pays up to {} (the longest measured length where one does){unknown}\n", fmt_ctx(*l)),
+            None if short.len() == s.contexts.len() => format!("- batch {b}: not known: too few measurements at every length\n"),
+            None => format!("- batch {b}: no K > 0 pays at any measured length{unknown}\n"),
         });
     }
     for n in &s.notes {
@@ -213,7 +243,9 @@ pub fn markdown(s: &KSchedule) -> String {
                 .map(|&c| fmt_ctx(c))
                 .collect::<Vec<_>>()
                 .join(", "),
-            if x.undecided {
+            if x.too_few {
+                "too few measurements: K = 0 kept, not a finding"
+            } else if x.undecided {
                 "undecided (the rule's choice)"
             } else {
                 ""
@@ -282,6 +314,7 @@ mod tests {
             measured_batch: b.0,
             measured_contexts: vec![c.0.max(512)],
             undecided: false,
+            too_few: false,
         }
     }
 
@@ -292,6 +325,32 @@ mod tests {
             bucket((4, None), (1, Some(4095)), 2),
             bucket((4, None), (4096, None), 0),
         ]
+    }
+
+    #[test]
+    fn dialects_merge_rows_of_one_k_the_neutral_schedule_keeps_apart() {
+        // As measured on the real pair (docs/speculation.md): batch 1 K = 0 decided at both
+        // lengths; batch 2 K = 0 undecided at 512 and short of samples at 1536. Every K is
+        // 0: the dialects must say so in one row per batch and not claim a batch difference.
+        let mut b = vec![
+            bucket((1, Some(1)), (1, None), 0),
+            bucket((2, None), (1, Some(1535)), 0),
+            bucket((2, None), (1536, None), 0),
+        ];
+        b[1].undecided = true;
+        (b[2].undecided, b[2].too_few) = (true, true);
+        let rows = dialect_rows(&b);
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[1].ctx_lo, rows[1].ctx_hi), (1, None));
+        assert!(same_for_every_batch(&rows));
+        assert_eq!(
+            vllm_48944(&rows, Some(4096)),
+            json!({"speculative_token_schedule": [[1, 1, 0, 4096, 0], [2, OPEN_END, 0, 4096, 0]]})
+        );
+        assert_eq!(
+            sglang_31716(&rows)["2"],
+            json!({"ctx_buckets": {"1-inf": {"candidate_steps": [0]}}})
+        );
     }
 
     #[test]

@@ -545,7 +545,15 @@ pub fn speedup_text(n: &Named) -> String {
 
 fn fit_clause(f: &Option<SpeedupFit>) -> Option<String> {
     let f = f.as_ref()?;
-    let poor = if f.poor { "; poor fit" } else { "" };
+    // A poor fit (a load spike, acceptance that changes with length) can put its crossing
+    // anywhere, even on the wrong side: the line to act on claims none from it.
+    if f.poor {
+        return Some(
+            "the straight-line fit is poor, so no crossing is read from it: the measured lengths are the answer"
+                .to_owned(),
+        );
+    }
+    let poor = "";
     let max = f.max_context.map(fmt_ctx);
     Some(match (f.crossing, f.falling) {
         (Some(l), true) if f.crossing_beyond_max => format!(
@@ -857,6 +865,39 @@ mod tests {
     }
 
     const LADDER: [u64; 5] = [1024, 2048, 4096, 8192, 16384];
+
+    #[test]
+    fn a_poor_fit_claims_no_crossing_in_the_line_to_act_on() {
+        // The real Q4_1 -> F16 pair on a loaded host: the speculative side's 512 was timed in
+        // a load spike (166 ms/tok, 133 at 1536), its fit is flat with R² < 0, and the lines
+        // "met" at 4.4k: a crossing no measurement supports.
+        let fit = |coef: Vec<f64>, r2: f64| super::super::fit::Fit {
+            model: super::super::fit::Model::Linear,
+            coef,
+            r2,
+            n: 6,
+            points: 2,
+            residuals: Vec::new(),
+        };
+        let mut f = SpeedupFit {
+            plain: fit(vec![46.3, 0.0224], 1.0),
+            spec: fit(vec![146.2, 0.0], -0.05),
+            crossing: Some(4470.0),
+            falling: false,
+            crossing_extrapolated: true,
+            crossing_beyond_max: true,
+            max_context: Some(4096),
+            speedup_at_max: Some(0.94),
+            poor: true,
+        };
+        let c = fit_clause(&Some(f.clone())).unwrap();
+        assert!(
+            c.contains("poor") && c.contains("no crossing") && !c.contains("4.4k"),
+            "{c}"
+        );
+        f.poor = false;
+        assert!(fit_clause(&Some(f)).unwrap().contains("rises through 1"));
+    }
 
     #[test]
     fn a_draft_that_pays_less_with_depth_gives_l_star_between_the_last_paying_and_first_losing_length(

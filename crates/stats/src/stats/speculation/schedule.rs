@@ -66,6 +66,9 @@ pub struct Cell {
     pub undecided: Vec<u32>,
     /// The K to deploy here (see the module docs).
     pub deploy: u32,
+    /// Some K had fewer units than an interval needs (`min_samples` of one run, `min_runs`
+    /// of several): the cell is undecided for want of data, not because the Ks tie.
+    pub too_few: bool,
     /// The answer in one sentence ("4k × batch 1: K* = 4 (1.60× the plain server, …)").
     pub sentence: String,
 }
@@ -234,7 +237,24 @@ fn cell(sides: &[KSide], c: u64, batch: u32, s: &Settings) -> Cell {
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .map_or(0, |(k, _)| k)
     });
-    let sentence = cell_sentence(c, batch, k_star, &undecided, deploy, &ks);
+    // An interval needs `min_samples` units of one run, or `min_runs` runs.
+    let needed = |d: &Vec<Vec<f64>>| match d.len() {
+        1 => s.min_samples.max(2),
+        _ => s.min_runs.max(2),
+    };
+    let short: Vec<(u32, usize, usize)> = sides
+        .iter()
+        .zip(&data)
+        .zip(&ks)
+        .filter(|((_, d), kc)| kc.n < needed(d))
+        .map(|((side, d), kc)| (side.k, kc.n, needed(d)))
+        .collect();
+    let too_few = k_star.is_none() && !short.is_empty();
+    let sentence = if too_few {
+        too_few_sentence(c, batch, &short)
+    } else {
+        cell_sentence(c, batch, k_star, &undecided, deploy, &ks)
+    };
     Cell {
         context_tokens: c,
         batch,
@@ -242,8 +262,23 @@ fn cell(sides: &[KSide], c: u64, batch: u32, s: &Settings) -> Cell {
         k_star,
         undecided,
         deploy,
+        too_few,
         sentence,
     }
+}
+
+/// A cell without the units an interval needs: it says so, and that K = 0 is the default
+/// kept until it is measured, not a finding that no K pays.
+fn too_few_sentence(c: u64, batch: u32, short: &[(u32, usize, usize)]) -> String {
+    let which: Vec<String> = short
+        .iter()
+        .map(|(k, n, need)| format!("K = {k} has {n} of the {need} units an interval needs"))
+        .collect();
+    format!(
+        "{} × batch {batch}: too few measurements to decide ({}): K = 0 is kept until measured further (more --reps, or --runs)",
+        fmt_ctx(c),
+        which.join(", ")
+    )
 }
 
 fn cell_sentence(
@@ -347,6 +382,8 @@ pub struct Bucket {
     pub measured_contexts: Vec<u64>,
     /// The cell was undecided (its K is the rule's choice, not a measured winner).
     pub undecided: bool,
+    /// Undecided for want of measurements: its K = 0 is a default, not a finding.
+    pub too_few: bool,
 }
 
 /// The deployable schedule: every batch ≥ 1 and every context ≥ 1 covered, each rectangle
@@ -371,7 +408,11 @@ pub fn buckets(s: &KSchedule) -> Vec<Bucket> {
             let ctx_hi = s.contexts.get(ci + 1).map(|n| n - 1);
             match row.last_mut() {
                 // Same K as the length before: one rectangle, carried from its first cell.
-                Some(prev) if prev.k == cell.deploy && prev.undecided == cell.k_star.is_none() => {
+                Some(prev)
+                    if prev.k == cell.deploy
+                        && prev.undecided == cell.k_star.is_none()
+                        && prev.too_few == cell.too_few =>
+                {
                     prev.ctx_hi = ctx_hi;
                     prev.measured_contexts.push(c);
                 }
@@ -384,6 +425,7 @@ pub fn buckets(s: &KSchedule) -> Vec<Bucket> {
                     measured_batch: b,
                     measured_contexts: vec![c],
                     undecided: cell.k_star.is_none(),
+                    too_few: cell.too_few,
                 }),
             }
         }
@@ -514,6 +556,38 @@ pub(crate) mod tests {
             two.sentence
         );
         assert_eq!(s.last_paying, [(1, Some(1024)), (2, None)]);
+    }
+
+    #[test]
+    fn a_cell_with_too_few_samples_says_so_instead_of_no_k_pays() {
+        // What `--precision` with its default --min-reps 3 leaves: three samples a K, where
+        // an interval from one run needs six. K = 4 looks 2× faster but nothing is decided.
+        let plain = run(&[(512, 1, &[10.0, 10.1, 9.9]), (2048, 1, &near(20.0))]);
+        let k4 = run(&[(512, 1, &[5.0, 5.1, 4.9]), (2048, 1, &near(30.0))]);
+        let (p, b) = ([&plain], [&k4]);
+        let s = build(
+            &[KSide { k: 0, runs: &p }, KSide { k: 4, runs: &b }],
+            &Settings::default(),
+        );
+        let short = &s.cells[0];
+        assert!(short.too_few && short.k_star.is_none(), "{short:?}");
+        assert_eq!(short.deploy, 0);
+        assert!(
+            short.sentence.contains("too few measurements to decide")
+                && short.sentence.contains("K = 4 has 3 of the 6 units")
+                && !short.sentence.contains("no K pays"),
+            "{}",
+            short.sentence
+        );
+        // Six samples a side: a real verdict, plain wins.
+        let long = &s.cells[1];
+        assert!(!long.too_few);
+        assert_eq!(long.k_star, Some(0));
+        // The deployed K = 0 of the short cell is marked as a default, not merged with the
+        // measured K = 0 above it.
+        let u = buckets(&s);
+        assert_eq!(u.len(), 2);
+        assert!(u[0].too_few && !u[1].too_few);
     }
 
     #[test]
