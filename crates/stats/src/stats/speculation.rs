@@ -35,6 +35,7 @@ pub mod ab;
 pub mod cliff;
 pub mod effects;
 pub mod mean;
+pub mod position;
 pub mod schedule;
 
 pub use mean::MeanInterval;

@@ -1,0 +1,151 @@
+//! Speculative steps along the position in the context, from token arrival times (issue 45,
+//! point 2). llama-server streams each token as its own SSE event and writes a verify step's
+//! accepted tokens back to back (recorded on the reference build: 0.02–0.1 ms apart, often in
+//! one read, against 650–1200 ms between steps on a loaded 2-core host), so the gaps between
+//! arrivals fall in two groups an order of magnitude or more apart: the small ones join
+//! tokens into steps. A server that sends a step as one event with several tokens (vLLM,
+//! SGLang) or one token per event with no gap structure shows no steps: nothing is recorded.
+//! A client descheduled across a step boundary merges two steps into one (rare; it inflates
+//! that bucket's tokens per step).
+
+use std::time::Instant;
+
+use ctxbench_schema::record::steps_along::StepsAlong;
+
+/// The smallest ratio between the two gap groups taken as steps (the reference build shows
+/// 50× and more; a plain stream's gaps vary by far less than 10× between neighbours in the
+/// sorted order).
+pub const MIN_SPLIT_RATIO: f64 = 10.0;
+
+/// Gaps are floored here (ms) so that two events of one read (gap 0) have a finite ratio.
+const GAP_FLOOR_MS: f64 = 0.001;
+
+/// Buckets per sample at most (results-file size: two counts per bucket).
+const MAX_BUCKETS: u64 = 16;
+
+/// The smallest bucket, in positions.
+const MIN_BUCKET: u64 = 16;
+
+/// The gap (ms) that splits `gaps` into within-step and between-step ones: the geometric
+/// middle of the largest jump in the sorted gaps, when that jump is at least
+/// [`MIN_SPLIT_RATIO`]; `None` when no such jump exists (the stream shows no steps).
+pub fn split_ms(gaps: &[f64]) -> Option<f64> {
+    let mut g: Vec<f64> = gaps.iter().map(|x| x.max(GAP_FLOOR_MS)).collect();
+    g.sort_by(f64::total_cmp);
+    let (lo, hi) = g
+        .windows(2)
+        .map(|w| (w[0], w[1]))
+        .max_by(|a, b| (a.1 / a.0).total_cmp(&(b.1 / b.0)))?;
+    (hi / lo >= MIN_SPLIT_RATIO).then(|| (lo * hi).sqrt())
+}
+
+/// Tokens per step, in order, from the gaps between consecutive arrivals of the decode
+/// tokens (the prefill's first token excluded), split at `split`.
+pub fn steps(gaps: &[f64], split: f64) -> Vec<u32> {
+    let mut out = vec![1u32];
+    for &g in gaps {
+        match out.last_mut() {
+            Some(n) if g < split => *n += 1,
+            _ => out.push(1),
+        }
+    }
+    out
+}
+
+/// Positions per bucket for `output` tokens: a power of two, at least [`MIN_BUCKET`], with
+/// at most [`MAX_BUCKETS`] buckets.
+pub fn bucket_tokens(output: u64) -> u64 {
+    output
+        .div_ceil(MAX_BUCKETS)
+        .max(MIN_BUCKET)
+        .next_power_of_two()
+}
+
+/// Steps along the context of one stream: `times` are the arrivals of its token events
+/// (one token each), `prompt` the prompt's tokens (the first output token is at that
+/// position). `None` when there are fewer than three decode tokens or no step structure.
+pub fn of(times: &[Instant], prompt: u64) -> Option<StepsAlong> {
+    // The first token comes from the prefill; steps start with the second.
+    let decode = times.get(1..)?;
+    if decode.len() < 3 {
+        return None;
+    }
+    let gaps: Vec<f64> = decode
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]).as_secs_f64() * 1000.0)
+        .collect();
+    let split = split_ms(&gaps)?;
+    let width = bucket_tokens(decode.len() as u64);
+    let from = prompt + 1;
+    let n = (decode.len() as u64).div_ceil(width) as usize;
+    let (mut st, mut tk) = (vec![0u32; n], vec![0u32; n]);
+    let mut pos = from;
+    for k in steps(&gaps, split) {
+        let b = ((pos - from) / width) as usize;
+        if let (Some(s), Some(t)) = (st.get_mut(b), tk.get_mut(b)) {
+            *s += 1;
+            *t += k;
+        }
+        pos += u64::from(k);
+    }
+    Some(StepsAlong {
+        from_tokens: from,
+        bucket_tokens: width as u32,
+        steps: st,
+        tokens: tk,
+        split_ms: (split * 1000.0).round() / 1000.0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Arrivals: a prefill token, then steps of `sizes` tokens 0.05 ms apart, 800 ms apart.
+    fn arrivals(sizes: &[u32]) -> Vec<Instant> {
+        let t0 = Instant::now();
+        let mut t = t0;
+        let mut out = vec![t0];
+        for &k in sizes {
+            t += Duration::from_millis(800);
+            for i in 0..k {
+                out.push(t + Duration::from_micros(50 * u64::from(i)));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn bursts_become_steps_in_position_buckets() {
+        // 4 steps of 9, then 8 steps of 2: 52 decode tokens, buckets of 16.
+        let mut sizes = vec![9; 4];
+        sizes.extend([2; 8]);
+        let s = of(&arrivals(&sizes), 100).unwrap();
+        assert_eq!((s.from_tokens, s.bucket_tokens), (101, 16));
+        // Steps start at 101, 110 | 119, 128 | 137, 139, … 147 | 149, 151.
+        assert_eq!(s.steps, vec![2, 2, 6, 2]);
+        assert_eq!(s.tokens, vec![18, 18, 12, 4]);
+        assert_eq!(s.tokens.iter().sum::<u32>(), 52);
+        assert!(s.split_ms > 0.05 && s.split_ms < 800.0, "{}", s.split_ms);
+    }
+
+    #[test]
+    fn even_gaps_show_no_steps() {
+        // A plain stream: every token its own event, 95–105 ms apart.
+        let t0 = Instant::now();
+        let times: Vec<Instant> = (0..40u64)
+            .map(|i| t0 + Duration::from_millis(100 * i + (i * 7) % 11))
+            .collect();
+        assert_eq!(of(&times, 10), None);
+        assert_eq!(of(&times[..3], 10), None);
+    }
+
+    #[test]
+    fn bucket_width_keeps_at_most_16_buckets() {
+        assert_eq!(bucket_tokens(10), 16);
+        assert_eq!(bucket_tokens(511), 32);
+        assert_eq!(bucket_tokens(4096), 256);
+        assert_eq!(bucket_tokens(4097), 512);
+    }
+}
