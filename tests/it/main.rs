@@ -49,6 +49,7 @@ mod roofline_llamacpp;
 mod scripted_fidelity;
 mod spec_dflash_llamacpp;
 mod spec_schedule_llamacpp;
+mod spec_position_llamacpp;
 mod spec_window_llamacpp;
 mod speculation_llamacpp;
 mod sweep_llamacpp;
