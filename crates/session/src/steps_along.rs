@@ -17,6 +17,11 @@ use ctxbench_schema::record::steps_along::StepsAlong;
 /// sorted order).
 pub const MIN_SPLIT_RATIO: f64 = 10.0;
 
+/// The smallest share of gaps in the within-step group: a plain stream whose client was
+/// descheduled once or twice has a few near-zero gaps, a speculative one that accepts
+/// anything has many.
+pub const MIN_WITHIN_SHARE: f64 = 0.1;
+
 /// Gaps are floored here (ms) so that two events of one read (gap 0) have a finite ratio.
 const GAP_FLOOR_MS: f64 = 0.001;
 
@@ -28,15 +33,18 @@ const MIN_BUCKET: u64 = 16;
 
 /// The gap (ms) that splits `gaps` into within-step and between-step ones: the geometric
 /// middle of the largest jump in the sorted gaps, when that jump is at least
-/// [`MIN_SPLIT_RATIO`]; `None` when no such jump exists (the stream shows no steps).
+/// [`MIN_SPLIT_RATIO`] and at least [`MIN_WITHIN_SHARE`] of the gaps lie below it; `None`
+/// otherwise (the stream shows no steps).
 pub fn split_ms(gaps: &[f64]) -> Option<f64> {
     let mut g: Vec<f64> = gaps.iter().map(|x| x.max(GAP_FLOOR_MS)).collect();
     g.sort_by(f64::total_cmp);
-    let (lo, hi) = g
+    let (i, lo, hi) = g
         .windows(2)
-        .map(|w| (w[0], w[1]))
-        .max_by(|a, b| (a.1 / a.0).total_cmp(&(b.1 / b.0)))?;
-    (hi / lo >= MIN_SPLIT_RATIO).then(|| (lo * hi).sqrt())
+        .enumerate()
+        .map(|(i, w)| (i, w[0], w[1]))
+        .max_by(|a, b| (a.2 / a.1).total_cmp(&(b.2 / b.1)))?;
+    let share = (i + 1) as f64 / g.len() as f64;
+    (hi / lo >= MIN_SPLIT_RATIO && share >= MIN_WITHIN_SHARE).then(|| (lo * hi).sqrt())
 }
 
 /// Tokens per step, in order, from the gaps between consecutive arrivals of the decode
@@ -139,6 +147,10 @@ mod tests {
             .collect();
         assert_eq!(of(&times, 10), None);
         assert_eq!(of(&times[..3], 10), None);
+        // The same with two tokens read together (a descheduled client): 1 gap in 38.
+        let mut hiccup = times.clone();
+        hiccup[20] = hiccup[19];
+        assert_eq!(of(&hiccup, 10), None);
     }
 
     #[test]

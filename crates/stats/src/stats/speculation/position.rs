@@ -41,11 +41,12 @@ pub struct PositionCliff {
     pub message: String,
 }
 
-/// The units of a run: every usable cold sample's buckets with at least one step.
+/// The units of a run: every usable cold speculative sample's buckets with at least one
+/// step (a plain sample's record, from a client hiccup, is not read).
 pub fn units_of(r: &Results) -> Vec<Unit> {
     r.samples
         .iter()
-        .filter(|s| s.usable() && s.phase == Phase::Cold)
+        .filter(|s| s.usable() && s.phase == Phase::Cold && super::is_speculative(s))
         .filter_map(|s| s.spec_steps_along.as_ref())
         .flat_map(|a| {
             a.buckets().map(|(position, steps, tokens)| Unit {
