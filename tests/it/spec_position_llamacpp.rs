@@ -34,7 +34,14 @@ fn a_generation_that_runs_past_a_128_token_draft_window_shows_the_fall_near_posi
     );
     let run = common::ctxbench()
         .args(["sweep", "--server-cmd", &cmd, "--contexts", PROMPT])
-        .args(["--reps", "1", "--output-tokens", OUTPUT, "--corpus", "natural"])
+        .args([
+            "--reps",
+            "1",
+            "--output-tokens",
+            OUTPUT,
+            "--corpus",
+            "natural",
+        ])
         .args(["--out", out.to_str().unwrap(), "-q"])
         .env_remove("CTXBENCH_URL")
         .output()
@@ -77,7 +84,11 @@ fn a_generation_that_runs_past_a_128_token_draft_window_shows_the_fall_near_posi
         .args(["report", results.to_str().unwrap(), "--format", "json"])
         .output()
         .expect("run ctxbench report");
-    assert!(rep.status.success(), "{}", String::from_utf8_lossy(&rep.stderr));
+    assert!(
+        rep.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rep.stderr)
+    );
     let rep: Value = serde_json::from_slice(&rep.stdout).expect("report JSON");
     let cliff: Vec<&str> = rep["runs"][0]["warnings"]
         .as_array()

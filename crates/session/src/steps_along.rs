@@ -2,8 +2,8 @@
 //! point 2). llama-server streams each token as its own SSE event and writes a verify step's
 //! accepted tokens back to back (recorded on the reference build: 0.02–0.1 ms apart, often in
 //! one read, against 650–1200 ms between steps on a loaded 2-core host), so the gaps between
-//! arrivals fall in two groups an order of magnitude or more apart: the small ones join
-//! tokens into steps. A server that sends a step as one event with several tokens (vLLM,
+//! arrivals fall in two groups orders of magnitude apart: the small ones join tokens into
+//! steps. A server that sends a step as one event with several tokens (vLLM,
 //! SGLang) or one token per event with no gap structure shows no steps: nothing is recorded.
 //! A client descheduled across a step boundary merges two steps into one (rare; it inflates
 //! that bucket's tokens per step).
@@ -12,9 +12,8 @@ use std::time::Instant;
 
 use ctxbench_schema::record::steps_along::StepsAlong;
 
-/// The smallest ratio between the two gap groups taken as steps (the reference build shows
-/// 50× and more; a plain stream's gaps vary by far less than 10× between neighbours in the
-/// sorted order).
+/// The smallest ratio between the two gap groups' geometric means taken as steps (the
+/// reference build shows 1000× and more; a plain stream's gaps vary by far less).
 pub const MIN_SPLIT_RATIO: f64 = 10.0;
 
 /// The smallest share of gaps in the within-step group: a plain stream whose client was
@@ -31,20 +30,31 @@ const MAX_BUCKETS: u64 = 16;
 /// The smallest bucket, in positions.
 const MIN_BUCKET: u64 = 16;
 
-/// The gap (ms) that splits `gaps` into within-step and between-step ones: the geometric
-/// middle of the largest jump in the sorted gaps, when that jump is at least
-/// [`MIN_SPLIT_RATIO`] and at least [`MIN_WITHIN_SHARE`] of the gaps lie below it; `None`
-/// otherwise (the stream shows no steps).
+/// The gap (ms) that splits `gaps` into within-step and between-step ones: the two groups
+/// of the log gaps with the largest between-group variance (Otsu's rule; a few gaps of a
+/// descheduled client in between move no boundary), kept when the groups' geometric means
+/// are at least [`MIN_SPLIT_RATIO`] apart and at least [`MIN_WITHIN_SHARE`] of the gaps lie
+/// in the lower one; `None` otherwise (the stream shows no steps).
 pub fn split_ms(gaps: &[f64]) -> Option<f64> {
-    let mut g: Vec<f64> = gaps.iter().map(|x| x.max(GAP_FLOOR_MS)).collect();
+    let mut g: Vec<f64> = gaps.iter().map(|x| x.max(GAP_FLOOR_MS).ln()).collect();
     g.sort_by(f64::total_cmp);
-    let (i, lo, hi) = g
-        .windows(2)
-        .enumerate()
-        .map(|(i, w)| (i, w[0], w[1]))
-        .max_by(|a, b| (a.2 / a.1).total_cmp(&(b.2 / b.1)))?;
-    let share = (i + 1) as f64 / g.len() as f64;
-    (hi / lo >= MIN_SPLIT_RATIO && share >= MIN_WITHIN_SHARE).then(|| (lo * hi).sqrt())
+    let n = g.len();
+    let total: f64 = g.iter().sum();
+    let mut below = 0.0;
+    let mut best: Option<(f64, usize, f64, f64)> = None;
+    for i in 1..n {
+        below += g[i - 1];
+        let (w0, w1) = (i as f64, (n - i) as f64);
+        let (m0, m1) = (below / w0, (total - below) / w1);
+        let between = w0 * w1 * (m1 - m0).powi(2);
+        if best.is_none_or(|b| between > b.0) {
+            best = Some((between, i, m0, m1));
+        }
+    }
+    let (_, i, m0, m1) = best?;
+    let share = i as f64 / n as f64;
+    (m1 - m0 >= MIN_SPLIT_RATIO.ln() && share >= MIN_WITHIN_SHARE)
+        .then(|| ((g[i - 1] + g[i]) / 2.0).exp())
 }
 
 /// Tokens per step, in order, from the gaps between consecutive arrivals of the decode
