@@ -21,6 +21,9 @@ pub const MIN_SPLIT_RATIO: f64 = 10.0;
 /// anything has many.
 pub const MIN_WITHIN_SHARE: f64 = 0.1;
 
+/// Gaps under the typical between-step gap ÷ this are within a step.
+const STEP_FRACTION: f64 = 10.0;
+
 /// Gaps are floored here (ms) so that two events of one read (gap 0) have a finite ratio.
 const GAP_FLOOR_MS: f64 = 0.001;
 
@@ -34,7 +37,8 @@ const MIN_BUCKET: u64 = 16;
 /// of the log gaps with the largest between-group variance (Otsu's rule; a few gaps of a
 /// descheduled client in between move no boundary), kept when the groups' geometric means
 /// are at least [`MIN_SPLIT_RATIO`] apart and at least [`MIN_WITHIN_SHARE`] of the gaps lie
-/// in the lower one; `None` otherwise (the stream shows no steps).
+/// in the lower one; `None` otherwise (the stream shows no steps). The split is then the
+/// boundary, or a tenth of the upper group's median where that is higher.
 pub fn split_ms(gaps: &[f64]) -> Option<f64> {
     let mut g: Vec<f64> = gaps.iter().map(|x| x.max(GAP_FLOOR_MS).ln()).collect();
     g.sort_by(f64::total_cmp);
@@ -53,8 +57,18 @@ pub fn split_ms(gaps: &[f64]) -> Option<f64> {
     }
     let (_, i, m0, m1) = best?;
     let share = i as f64 / n as f64;
-    (m1 - m0 >= MIN_SPLIT_RATIO.ln() && share >= MIN_WITHIN_SHARE)
-        .then(|| ((g[i - 1] + g[i]) / 2.0).exp())
+    if !(m1 - m0 >= MIN_SPLIT_RATIO.ln() && share >= MIN_WITHIN_SHARE) {
+        return None;
+    }
+    // A step takes a draft and a verify pass: no step is 10× faster than the typical one,
+    // while a client descheduled inside a step leaves gaps of several ms there (up to
+    // 16 ms recorded on a loaded host).
+    let typical_step = g[i + (n - i) / 2].exp();
+    Some(
+        ((g[i - 1] + g[i]) / 2.0)
+            .exp()
+            .max(typical_step / STEP_FRACTION),
+    )
 }
 
 /// Tokens per step, in order, from the gaps between consecutive arrivals of the decode
@@ -146,6 +160,25 @@ mod tests {
         assert_eq!(s.tokens, vec![18, 18, 12, 4]);
         assert_eq!(s.tokens.iter().sum::<u32>(), 52);
         assert!(s.split_ms > 0.05 && s.split_ms < 800.0, "{}", s.split_ms);
+    }
+
+    #[test]
+    fn a_descheduled_client_inside_steps_does_not_split_them() {
+        // Steps of 9, 800 ms apart; inside some steps one gap of 3–16 ms.
+        let t0 = Instant::now();
+        let mut times = vec![t0];
+        let mut t = t0;
+        for step in 0..12u64 {
+            t += Duration::from_millis(800);
+            for i in 0..9u64 {
+                let late = if i == 4 && step % 3 == 0 { 3 + step } else { 0 };
+                t += Duration::from_micros(50) + Duration::from_millis(late);
+                times.push(t);
+            }
+        }
+        let s = of(&times, 0).unwrap();
+        assert_eq!(s.steps.iter().sum::<u32>(), 12, "{s:?}");
+        assert!(s.split_ms >= 16.0 && s.split_ms < 800.0, "{}", s.split_ms);
     }
 
     #[test]
