@@ -48,6 +48,7 @@ mod roofline;
 mod roofline_llamacpp;
 mod scripted_fidelity;
 mod spec_dflash_llamacpp;
+mod spec_position_llamacpp;
 mod spec_real_pair_llamacpp;
 mod spec_schedule_llamacpp;
 mod spec_window_llamacpp;

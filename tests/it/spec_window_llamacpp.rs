@@ -21,7 +21,7 @@ const WINDOW: u32 = 128;
 const CONTEXTS: &str = "96,768";
 
 /// The real model with every layer's attention windowed to `window` tokens.
-fn windowed_real_model(window: u32) -> PathBuf {
+pub fn windowed_real_model(window: u32) -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/reference-server");
     let out = Command::new(script)
         .args(["real-model-window", &window.to_string()])

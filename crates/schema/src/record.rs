@@ -4,6 +4,7 @@
 //! Schema: `docs/results-schema.md`.
 
 pub mod replay;
+pub mod steps_along;
 pub mod warm_plan;
 
 use std::collections::BTreeMap;
@@ -1170,6 +1171,10 @@ pub struct Sample {
     /// `spec_decode_num_drafts`), the denominator of the per-position rates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec_drafts: Option<u64>,
+    /// Speculative steps along the position in the context, from the stream's arrival
+    /// gaps (absent where the stream does not show steps).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_steps_along: Option<steps_along::StepsAlong>,
     /// Behind a router: the worker that served this sample and the workers' flushes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fleet: Option<FleetSample>,
@@ -1281,6 +1286,7 @@ impl Sample {
             corpus_offset: None,
             spec_accepted_per_position: None,
             spec_drafts: None,
+            spec_steps_along: None,
             fleet: None,
             replay: None,
             turn: None,

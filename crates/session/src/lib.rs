@@ -18,6 +18,7 @@ pub mod prompt;
 pub mod replay;
 pub mod sample;
 pub mod session;
+pub mod steps_along;
 
 /// The git commit ctxbench was built from (`abc1234`, `abc1234-dirty`, or `unknown` outside
 /// a git checkout), set by build.rs.

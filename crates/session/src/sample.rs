@@ -7,6 +7,7 @@ use std::time::Duration;
 use ctxbench_client::metrics;
 use ctxbench_client::{GenOutcome, OnceOutcome};
 use ctxbench_schema::error::ClientError;
+use ctxbench_schema::record::steps_along::StepsAlong;
 use ctxbench_schema::record::{Check, Contradiction, Impossible};
 use ctxbench_schema::record::{
     ErrorKind, Flag, Method, Phase, Sample, SampleError, Status, TwoPoint,
@@ -273,6 +274,7 @@ pub fn make_sample(
     if let Some(spec) = out.spec {
         set_spec(&mut s, spec);
     }
+    s.spec_steps_along = steps_along(&s, &out.stream);
     s.flags.extend(out.flags);
     if let Some((print, of, ids)) = ctxbench_schema::fingerprint::of(&out.output) {
         s.output_fingerprint = Some(print);
@@ -281,6 +283,20 @@ pub fn make_sample(
     }
     flag_common(&mut s, target.output_tokens as u64);
     s
+}
+
+/// Speculative steps along the context, where the stream shows them: a speculative sample
+/// whose events carry one token each (the server's count equals the events) and whose
+/// decode timing stands.
+fn steps_along(s: &Sample, st: &ctxbench_client::StreamStats) -> Option<StepsAlong> {
+    let one_per_event =
+        s.output_tokens == Some(st.token_events as u64) && st.token_times.len() == st.token_events;
+    let timed = s.decode_tokens_per_s.is_some();
+    let spec = s.spec_accept_length.is_some() || s.spec_draft_tokens.is_some_and(|d| d > 0);
+    if !(one_per_event && timed && spec) {
+        return None;
+    }
+    crate::steps_along::of(&st.token_times, s.prompt_tokens.unwrap_or(s.context_tokens))
 }
 
 /// Token-carrying events a stream needs before it can be judged held back: with fewer, a

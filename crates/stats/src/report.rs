@@ -404,6 +404,10 @@ fn speculation_warnings(results: &Results) -> Vec<Warning> {
     if let Some(c) = crate::stats::speculation::cliff::find(&acc) {
         out.push(warn("acceptance_cliff", c.message));
     }
+    let along = crate::stats::speculation::position::units_of(results);
+    if let Some(c) = crate::stats::speculation::position::find(&along, 0.95) {
+        out.push(warn("acceptance_cliff_position", c.message));
+    }
     out
 }
 

@@ -9,7 +9,7 @@ pub struct Warning {
     /// `cache_bypass_off`, `nonce_off`, `poor_fit`, `no_fit`, `extrapolation`, `torn_line`,
     /// `synthetic_corpus`, `other_phase`, `prediction_missed`, `shared_server`,
     /// `idle_unchecked`, `held_back_stream`, `impossible_timing`, `roofline_impossible`, `router`,
-    /// `wrapped_corpus`, `acceptance_cliff`.
+    /// `wrapped_corpus`, `acceptance_cliff`, `acceptance_cliff_position`.
     pub kind: &'static str,
     /// What happened and what to do.
     pub message: String,

@@ -35,6 +35,7 @@ pub mod ab;
 pub mod cliff;
 pub mod effects;
 pub mod mean;
+pub mod position;
 pub mod schedule;
 
 pub use mean::MeanInterval;
@@ -292,7 +293,7 @@ pub enum Speculation {
 }
 
 /// A sample reports speculative statistics.
-fn is_speculative(s: &Sample) -> bool {
+pub fn is_speculative(s: &Sample) -> bool {
     s.spec_accept_length.is_some()
         || s.spec_draft_tokens.is_some_and(|d| d > 0)
         || s.spec_verify_steps.is_some()
