@@ -293,8 +293,24 @@ impl Drop for RefServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A failing test's server log goes with its output: the log's folder is removed
+        // next, and a rare failure is otherwise unexplained.
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(SERVER_LOG_TAIL)..];
+            eprintln!(
+                "--- llama-server log (port {}, last {} lines) ---\n{}\n--- end of log ---",
+                self.port,
+                tail.len(),
+                tail.join("\n")
+            );
+        }
     }
 }
+
+/// Lines of a failing test's server log printed with its output.
+const SERVER_LOG_TAIL: usize = 300;
 
 /// A URL nothing listens on: port 9 (discard) is below the ephemeral range, so no test's
 /// `bind(":0")` can take it in the meantime (which a freed ephemeral port allows).
