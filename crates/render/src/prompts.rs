@@ -9,8 +9,19 @@ use ctxbench_stats::stats::prompts::{Components, PromptsReport};
 
 /// The section's tables (empty when the runs have nothing to show).
 pub fn tables(p: &PromptsReport) -> Vec<(String, Table)> {
-    let mut out = Vec::new();
-    let r = |h: &'static str| (h, Align::Right);
+    [inflation(p), spread(p), positions(p)]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// Right-aligned column header.
+fn r(h: &'static str) -> (&'static str, Align) {
+    (h, Align::Right)
+}
+
+/// The synthetic-text trap: acceptance with the repeated sentence against real text.
+fn inflation(p: &PromptsReport) -> Option<(String, Table)> {
     if !p.inflation.is_empty() {
         let mut t = Table::new([
             ("run", Align::Left),
@@ -45,11 +56,16 @@ pub fn tables(p: &PromptsReport) -> Vec<(String, Table)> {
             Some(c) if p.inflation.iter().all(|i| i.natural_corpus == c) => c.to_owned(),
             _ => "the real text named in each row".to_owned(),
         };
-        out.push((
+        return Some((
             format!("Synthetic-text trap: acceptance length with the repeated sentence vs {natural}; inflation = repeat ÷ real text (units: prompts, or samples without --prompts)"),
             t,
         ));
     }
+    None
+}
+
+/// Between prompts against between repetitions, per point.
+fn spread(p: &PromptsReport) -> Option<(String, Table)> {
     if !p.spread.is_empty() {
         let mut t = Table::new([
             ("run", Align::Left),
@@ -83,11 +99,16 @@ pub fn tables(p: &PromptsReport) -> Vec<(String, Table)> {
                     .map_or("–".to_owned(), |c| format!("{:.0}%", 100.0 * c.icc)),
             ]);
         }
-        out.push((
+        return Some((
             "Between prompts vs between repetitions (one-way random-effects ANOVA per point; share between = σ²between ÷ total, of acceptance length where speculative, else of ms/token)".to_owned(),
             t,
         ));
     }
+    None
+}
+
+/// The speculative counters per point.
+fn positions(p: &PromptsReport) -> Option<(String, Table)> {
     if !p.positions.is_empty() {
         let mut t = Table::new([
             ("run", Align::Left),
@@ -125,12 +146,12 @@ pub fn tables(p: &PromptsReport) -> Vec<(String, Table)> {
                 ms(q.ms_per_verify_step),
             ]);
         }
-        out.push((
+        return Some((
             "Speculative counters per point (sums over cold samples; rate at position k = drafts accepted at k ÷ drafts)".to_owned(),
             t,
         ));
     }
-    out
+    None
 }
 
 /// The section as report blocks.
