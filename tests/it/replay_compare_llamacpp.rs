@@ -77,7 +77,7 @@ fn compare_puts_two_real_replays_reuse_side_by_side_and_refuses_other_prompts() 
     for w in [
         "Proven reuse",
         "TTFT by uncached tokens",
-        "(n<29)",
+        "needs 29",
         "prompt salt 43",
     ] {
         assert!(text.contains(w), "{w}: {text}");
