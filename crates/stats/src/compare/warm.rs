@@ -87,14 +87,14 @@ impl WarmRow {
         }
     }
 
-    /// The interval, when a verdict was possible (see [`super::CompareRow::shown_interval`]).
+    /// The interval, when a verdict was possible (as the compare table's rows show theirs).
     pub fn shown_interval(&self) -> Option<RatioInterval> {
         self.interval
             .filter(|_| !matches!(self.verdict, Verdict::TooFewRuns | Verdict::TooFewSamples))
     }
 
     /// The significance result behind this row (TTFT_inc is a time: longer is worse), for
-    /// the gate ([`super::gate`]).
+    /// the gate (`ctxbench compare --fail-if-slower`).
     pub fn cell(&self, basis: significance::Basis) -> significance::CellComparison {
         significance::CellComparison {
             metric: Metric::TtftMs,

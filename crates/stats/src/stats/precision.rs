@@ -9,6 +9,7 @@
 
 use super::drift::{self, Drift};
 use super::noise::{self, Consistency, LogSpread};
+use super::quantile_target;
 use ctxbench_schema::record::IntervalBasis;
 
 /// One length's usable samples.
@@ -277,15 +278,8 @@ pub fn judge(lengths: &[Length<'_>], i: usize, target: f64, floor: u32, cap: u32
 /// t-interval of 10 samples covered the true median 73–82% of the time (simulated 45/55 and
 /// 40/60 mixtures of two modes 2× apart), the order statistics 99%.
 pub fn order_statistic_half_width(values: &[f64]) -> Option<f64> {
-    let mut v: Vec<f64> = values
-        .iter()
-        .copied()
-        .filter(|x| x.is_finite() && *x > 0.0)
-        .collect();
-    v.sort_by(f64::total_cmp);
-    let (l, u) = super::tail::rank_interval(v.len(), 0.5, noise::LEVEL)?;
-    let m = super::spread::quantile(&v, 0.5);
-    (m > 0.0).then(|| (v[u - 1] / m).max(m / v[l - 1]) - 1.0)
+    // Both levels are 95%: the median's interval is the percentile rule's at q = 0.5.
+    quantile_target::half_width(values, 0.5)
 }
 
 /// The relative half-width of the median's distribution-free 95% interval that `n`
@@ -295,19 +289,7 @@ pub fn order_statistic_half_width(values: &[f64]) -> Option<f64> {
 /// ranks of any `n` straddle both and the interval stays wide, which no spread scaled as
 /// 1/√n shows; `None` below 6 samples here or for `n`.
 pub fn order_statistic_half_width_at(values: &[f64], n: usize) -> Option<f64> {
-    let mut v: Vec<f64> = values
-        .iter()
-        .copied()
-        .filter(|x| x.is_finite() && *x > 0.0)
-        .collect();
-    if v.len() < 6 {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let (l, u) = super::tail::rank_interval(n, 0.5, noise::LEVEL)?;
-    let q = |rank: usize| super::spread::quantile(&v, rank as f64 / (n as f64 + 1.0));
-    let m = super::spread::quantile(&v, 0.5);
-    (m > 0.0).then(|| (q(u) / m).max(m / q(l)) - 1.0)
+    quantile_target::half_width_at(values, 0.5, n)
 }
 
 /// [`judge`] without the drift and the order-statistic floor: the noise of the median
